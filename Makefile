@@ -1,0 +1,51 @@
+# The README's commands. `make test` and `make demo` create .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# CPU build from this machine's disk; GPU users: make env TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev
+STAMP := $(VENV)/.env-$(EXTRAS)
+NBDEV_TEST_FLAGS ?=
+PYTEST_ARGS ?= -m "not slow"
+export PYTHONUNBUFFERED := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: env test test-slow demo lab bench export clean-nbs sysdeps
+
+$(STAMP): setup.py settings.ini
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip wheel
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+env: $(STAMP)
+
+# headless Chromium for the report rendering test (installed when we are root on Debian; the test skips otherwise)
+sysdeps:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: report rendering test will skip"; }
+
+test: $(STAMP) sysdeps
+	$(BIN)/python .ci/check_notebooks.py
+	$(BIN)/python .ci/import_all.py
+	$(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' $(NBDEV_TEST_FLAGS)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-slow:
+	$(MAKE) test NBDEV_TEST_FLAGS="--flags slow" PYTEST_ARGS=""
+
+demo: $(STAMP)
+	$(BIN)/vtreetrm demo run
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=nbs
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/metrics.py
+
+export: $(STAMP)
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

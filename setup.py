@@ -1,0 +1,35 @@
+# Packaging for the nbdev 2.4 line: metadata comes from settings.ini.
+# Pinned set: nbdev 2.4.14 + fastcore 1.14.x + execnb 0.1.18 + ghapi 1.0.16 work together; pinning nbdev
+# alone lets pip pick a newer execnb/fastcore that breaks nbdev 2.4, and nbdev 3 refuses settings.ini.
+# torch is not pinned here: install the build for your hardware first (CPU: `pip install torch==2.13.0`;
+# GPU: the CUDA wheel from pytorch.org), then `pip install -e .[dev]`.
+from configparser import ConfigParser
+import setuptools
+
+cfg = ConfigParser(delimiters=['='])
+cfg.read('settings.ini', encoding='utf-8')
+cfg = cfg['DEFAULT']
+
+requirements = [
+    'fastcore>=1.14,<1.15', 'numpy>=1.26', 'pandas>=2.1', 'pyarrow>=15', 'scikit-learn>=1.4',
+    'matplotlib>=3.8', 'seaborn>=0.13', 'pyyaml>=6', 'tqdm>=4.66', 'safetensors>=0.4',
+    'papermill>=2.6', 'nbconvert>=7.16', 'nbformat>=5.9', 'ipykernel>=6.29', 'jupyter_client>=8',
+    'torch>=2.4', 'transformers>=5.10,<5.11', 'peft>=0.21', 'accelerate>=1.10', 'tokenizers>=0.22',
+    'av>=14', 'openpyxl>=3.1',
+]
+extras = {
+    'dev': ['nbdev==2.4.14', 'execnb==0.1.18', 'ghapi==1.0.16', 'fastcore>=1.14,<1.15',
+            'pytest>=8', 'pytest-xdist>=3.5', 'jupyterlab>=4.2'],
+    'verl': ['verl==0.9.1'],  # pins transformers<5.11 and pulls ray; optional
+}
+
+setuptools.setup(
+    name=cfg['lib_name'], version=cfg['version'], description=cfg['description'],
+    author=cfg['author'], author_email=cfg['author_email'], license='Apache-2.0',
+    keywords=cfg['keywords'].split(), python_requires=f">={cfg['min_python']}",
+    packages=setuptools.find_packages(include=['vtreetrm', 'vtreetrm.*']),
+    include_package_data=True, package_data={'vtreetrm': ['data/**/*']},
+    install_requires=requirements, extras_require=extras, zip_safe=False,
+    entry_points={'console_scripts': ['vtreetrm=vtreetrm.cli:console_main'],
+                  'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
+)
