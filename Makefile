@@ -19,7 +19,6 @@ $(STAMP): setup.py settings.ini
 	$(BIN)/python -m pip install -q -U pip wheel
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
 env: $(STAMP)
