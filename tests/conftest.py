@@ -1,0 +1,19 @@
+import os, subprocess, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
+
+def vtreetrm(*args, cwd=None, check=None, timeout=900):
+    "Run the `vtreetrm` console script like a user; returns the CompletedProcess."
+    exe = Path(sys.executable).parent/'vtreetrm'
+    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ['-c', 'from vtreetrm.cli import console_main; console_main()']), *map(str, args)]
+    r = subprocess.run(cmd, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout)
+    if check is not None: assert r.returncode == check, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r
+
+@pytest.fixture
+def cli():
+    return vtreetrm

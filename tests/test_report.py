@@ -1,0 +1,79 @@
+"""The main job (`vtreetrm demo`) end to end, the report's tables, escaping, and its rendering in headless Chromium."""
+import base64, json, re, shutil, subprocess, tempfile
+from pathlib import Path
+import numpy as np
+import pytest
+
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser') or shutil.which('google-chrome')
+
+@pytest.fixture(scope='module')
+def demo(tmp_path_factory):
+    from conftest import vtreetrm
+    d = tmp_path_factory.mktemp('demo')
+    r = vtreetrm('demo', '--runs-dir', d/'runs', '--out', d/'report.html', check=0)
+    return d, r
+
+def test_demo_outputs(demo):
+    d, r = demo
+    assert r.stdout.strip().splitlines()[-1] == f"report: {(d/'report.html').resolve()}"
+    run = d/'runs'/'demo-eval-seed0'
+    assert json.loads((run/'run.json').read_text())['status'] == 'completed'
+    m = json.loads((run/'metrics.json').read_text())
+    scored = [json.loads(p.read_text()) for p in (d/'runs'/'demo-data-seed0'/'eval_outputs').rglob('metrics.json')]
+    assert m['runs_scored'] == len(scored) == 56
+    assert m['mean_top1'] == pytest.approx(np.mean([s['top1_accuracy_single_label'] for s in scored]))
+    by_m = m['query_diversity_by_M']
+    ratios = [by_m[str(M)]['effective_rank_ratio'] for M in (64, 128, 512)]
+    ginis = [by_m[str(M)]['gini'] for M in (64, 128, 512)]
+    assert ratios == sorted(ratios, reverse=True) and ginis == sorted(ginis)   # the seed's trend, by construction
+    assert json.loads((d/'report.json').read_text())['num_runs'] == 56
+
+def test_report_tables(demo):
+    d, _ = demo
+    html = (d/'report.html').read_text()
+    for title in ('Label simplification (actions_first, M=64)', 'M sweep, simplified labels: analysis_first',
+                  'M sweep, simplified labels: actions_first', 'Auxiliary classification head vs baseline',
+                  'p1-own variant vs baseline', 'e2-drop10 variant vs baseline', 'flip-balanced variant vs baseline',
+                  'Cross-dataset / zero-shot', 'Q-former query diversity'):
+        assert title in html, title
+    assert html.count('font-weight: bold') >= 20
+    assert 'Qwen2.5-7B (simplified labels)' in html and 'Qwen3-8B (MammalNet→LoTE-Animal)' in html
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 4
+    assert 'import ' not in html and 'collect_runs(' not in html       # no code cells
+
+def test_escaping_and_missing_metrics(tmp_path, cli):
+    run = tmp_path/'eval'/'run1'; run.mkdir(parents=True)
+    (run/'predictions.jsonl').write_text(json.dumps({'gold': ['<b>a</b>'], 'output': '<predicted_actions><b>a</b></predicted_actions>'}) + '\n')
+    (run/'params.json').write_text(json.dumps({'model': '<script>alert(1)</script>', 'dataset': 'D&D', 'num_queries': 64}))
+    cli('eval', 'metrics', tmp_path/'eval', check=0)
+    (tmp_path/'eval'/'run2').mkdir(); shutil.copy(run/'predictions.jsonl', tmp_path/'eval'/'run2')
+    cli('report', 'build', tmp_path/'eval', '--out', tmp_path/'r.html', '--title', 'A <i>title</i>', check=0)
+    html = (tmp_path/'r.html').read_text()
+    assert '<script>alert(1)</script>' not in html and '&lt;script&gt;alert(1)&lt;/script&gt;' in html
+    assert 'A &lt;i&gt;title&lt;/i&gt;' in html and 'D&amp;D' in html
+    assert 'Runs with predictions but no metrics' in html and '--only-missing' in html and 'run2' in html
+
+def test_report_refusals(tmp_path, cli):
+    assert 'no such folder of runs' in cli('report', 'build', tmp_path/'nope', '--out', tmp_path/'r.html', check=2).stderr
+    (tmp_path/'e').mkdir()
+    assert 'no summary.json' in cli('report', 'build', tmp_path/'e', '--analysis', tmp_path/'e', '--out', tmp_path/'r.html', check=2).stderr
+    assert not (tmp_path/'r.html').exists()
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (make test installs it where it can)")
+def test_report_renders_in_chromium(demo, tmp_path):
+    d, _ = demo
+    flags = [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+             '--disable-sync', '--no-first-run', f'--user-data-dir={tmp_path/"profile"}', '--virtual-time-budget=5000']
+    url = (d/'report.html').resolve().as_uri()
+    dom = subprocess.run(flags + ['--dump-dom', url], capture_output=True, text=True, timeout=120).stdout
+    assert dom.count('<table') >= 9 and dom.count('<img') == 4
+    assert 'Cross-dataset / zero-shot' in dom
+    # every embedded figure decodes as a real image
+    import matplotlib.image as mpimg, io
+    for b64 in re.findall(r'src="data:image/png;base64,([^"]+)"', dom):
+        img = mpimg.imread(io.BytesIO(base64.b64decode(b64)), format='png')
+        assert img.shape[0] > 100 and img.shape[1] > 100 and img.std() > 0.01
+    shot = tmp_path/'shot.png'
+    subprocess.run(flags + ['--window-size=1200,2400', f'--screenshot={shot}', url], capture_output=True, timeout=120)
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2400, 1200) and img.std() > 0.05       # a rendered page, not a blank one
