@@ -1,0 +1,123 @@
+"""Launch gates (verl-sft, verl-rl in --dry-run) and the post-SFT rollout gate, on a tiny local model built in-process."""
+import json, shutil, subprocess, sys
+from pathlib import Path
+
+import pytest
+import pyarrow.parquet as pq
+
+from vtreetrm.cli import main
+from vtreetrm.utils import read_json
+from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS, write_grading_manifest
+
+MF = ['--metadata-fields', *NATIVE_PROMPT_FIELDS]
+
+
+def run(capsys, *argv):
+    rc = main(['release', *map(str, argv)])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.fixture(scope='module')
+def setup(tmp_path_factory):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from vtreetrm.release.synthetic import make_synthetic
+    from vtreetrm.release.preprocess import preprocess
+    from vtreetrm.release.canonical import canonical, split
+    from vtreetrm.release.rl import rl_export
+    from vtreetrm.release.mixture import mixture
+    from vtreetrm.release.trajectory import trajectory_export, _clean
+    from vtreetrm.release.chat import build_chat_tokenizer
+    t = tmp_path_factory.mktemp('launch'); s, r = t/'syn', t/'run'
+    make_synthetic(s, records=80, progress=False)
+    preprocess(s/'RAW/shougang.xlsx', s/'ASSETS/mappings/shougang.mapping.json', r/'processed/shougang/all.json', progress=False)
+    canonical(r/'processed', r/'canonical', s/'CFG/datasets.json', s/'ASSETS/registries', s/'ASSETS/corpora', progress=False)
+    split(r/'canonical', progress=False)
+    a = dict(registry=s/'ASSETS/registries/shougang.registry.json', corpus=s/'ASSETS/corpora/shougang.corpus.json',
+             metadata_fields=list(NATIVE_PROMPT_FIELDS), task_config=s/'CFG/shougang.task.json')
+    g = s/'STANDARDS/shougang.grading.json'
+    rl_export(r/'canonical/shougang/all.json', r/'rl-source', 'shougang', grading_config=g, progress=False, **a)
+    shutil.copy(g, r/'grading.json'); write_grading_manifest(r/'grading-manifest.json', {'shougang': 'grading.json'})
+    mixture('rl-cascade', [f'shougang={r}/rl-source'], r/'grading-manifest.json', output_dir=r/'rl', progress=False, **a)
+    trajectory_export('shougang', r/'canonical/shougang/all.json', output_dir=r/'traj', grading_config=g, progress=False, **a)
+    rows = pq.read_table(r/'traj/train.parquet').to_pylist()
+    tok = build_chat_tokenizer([json.dumps([_clean(m) for m in x['messages']], ensure_ascii=False) for x in rows] * 2, vocab_size=1500)
+    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1))
+    m.save_pretrained(t/'model'); tok.save_pretrained(t/'model')
+    return t, a
+
+
+def tools_flags(a):
+    return ['--registry', a['registry'], '--corpus', a['corpus'], '--task-config', a['task_config']]
+
+
+@pytest.mark.verl
+def test_verl_sft_dry_run(setup, capsys):
+    pytest.importorskip('verl')
+    t, a = setup
+    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', t/'model', '--output-dir', t/'launch-sft')
+    assert rc == 0, err
+    assert out.strip().startswith('torchrun --standalone') and 'verl.trainer.sft_trainer' in out and 'data.enable_thinking_default=null' in out
+    rep = read_json(t/'launch-sft/launch_report.json')
+    assert rep['status'] == 'ready' and rep['checks']['multiturn_sft_dataset_rows'] > 0 and rep['verl_version'].startswith('0.9')
+    cfg = (t/'launch-sft/config.yaml').read_text()
+    assert 'enable_thinking_default: null' in cfg and 'tools_key: tools' in cfg
+    assert (t/'launch-sft/command.sh').read_text().count('torchrun') == 1
+
+
+@pytest.mark.verl
+def test_verl_rl_dry_run(setup, capsys):
+    pytest.importorskip('verl')
+    t, a = setup
+    rc, out, err = run(capsys, 'verl-rl', '--release', t/'run/rl', '--model', t/'model', *tools_flags(a), '--output-dir', t/'launch-rl')
+    assert rc == 0, err
+    assert 'verl.trainer.main_ppo' in out and 'algorithm.adv_estimator=rloo' in out and 'reward.custom_reward_function.name=compute_score' in out
+    rep = read_json(t/'launch-rl/launch_report.json')
+    assert rep['checks']['validate_config'] and rep['checks']['tools'] == ['search_categories', 'read_category', 'list_children']
+    assert (t/'launch-rl/tools.yaml').is_file() and 'adv_estimator: rloo' in (t/'launch-rl/config.yaml').read_text()
+
+
+@pytest.mark.verl
+def test_launch_gate_refuses_wrong_release_and_unsupported_verl(setup, capsys, monkeypatch):
+    verl = pytest.importorskip('verl')
+    t, a = setup
+    rc, _, err = run(capsys, 'verl-sft', '--release', t/'run/rl', '--model', t/'model', '--output-dir', t/'x')
+    assert rc == 2 and 'native-tool trajectory release' in err and not (t/'x').exists()
+    monkeypatch.setattr(verl, '__version__', '0.8.3')
+    rc, _, err = run(capsys, 'verl-rl', '--release', t/'run/rl', '--model', t/'model', *tools_flags(a), '--output-dir', t/'y')
+    assert rc == 2 and 'verl 0.8.3 is not supported' in err and "'.[verl]'" in err and not (t/'y').exists()
+
+
+def test_launch_gate_without_verl(setup):
+    t, a = setup
+    code = ("import sys; sys.modules['verl'] = None\nfrom vtreetrm.cli import main\n"
+            f"sys.exit(main(['release', 'verl-sft', '--release', {str(t/'run/traj')!r}, '--model', {str(t/'model')!r}, '--output-dir', {str(t/'z')!r}]))")
+    p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert p.returncode == 2 and 'verl is not installed' in p.stderr and "pip install -e '.[verl]'" in p.stderr
+
+
+def test_rollout_gate_tiny_model_fails_with_cause(setup, capsys):
+    t, a = setup
+    rc, out, err = run(capsys, 'rollout-gate', '--model', t/'model', '--release', t/'run/rl', '-n', 3, '--split', 'train', *tools_flags(a),
+                       '--report', t/'gate.json', '--max-new-tokens', 12, '--max-turns', 2, '--no-progress')
+    rep = read_json(t/'gate.json')
+    assert rc == 1 and rep['denominator'] == 3 and rep['nonzero_reward_rate'] == 0 and rep['status'] == 'failed'
+    assert 'parser found no answers' in rep['likely_cause'] and rep['model']['sha256'] and rep['release']['mixture_report_sha256']
+    assert rep['agent_loop']['max_turns'] == 2 and rep['parser']['reward'].endswith('compute_score')
+
+
+def test_rollout_gate_from_dump(setup, capsys, tmp_path):
+    t, a = setup
+    rows = pq.read_table(t/'run/rl/train.parquet').to_pylist()
+    def dump(name, k):
+        lines = [{'sample_id': r['extra_info']['sample_id'], 'ground_truth': r['reward_model']['ground_truth'],
+                  'response': r['reward_model']['ground_truth'] if i % k == 0 else '{"choice_id": "K00000000", "data_level": "L1"}'} for i, r in enumerate(rows[:40])]
+        (tmp_path/name).write_text(''.join(json.dumps(l) + '\n' for l in lines)); return tmp_path/name
+    rc, out, _ = run(capsys, 'rollout-gate', '--from-dump', dump('ok.jsonl', 8), '--report', tmp_path/'ok.json')
+    assert rc == 0 and read_json(tmp_path/'ok.json')['nonzero_reward_numerator'] == 5 and 'passed' in out
+    rc, _, _ = run(capsys, 'rollout-gate', '--from-dump', dump('hi.jsonl', 2), '--report', tmp_path/'hi.json')
+    assert rc == 1 and read_json(tmp_path/'hi.json')['nonzero_reward_rate'] == 0.5
+    (tmp_path/'empty.jsonl').write_text('')
+    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', tmp_path/'empty.jsonl', '--report', tmp_path/'e.json')
+    assert rc == 2 and 'no rows' in err

@@ -1,0 +1,143 @@
+"""verl reads our data: the RL releases load through verl's own `create_rl_dataset` / `RLHFDataset`, and verl's
+`get_custom_reward_fn` loads our reward function. The tokenizer is trained in-process (no download)."""
+import json, shutil
+from pathlib import Path
+
+import pytest
+import pyarrow.parquet as pq
+
+verl = pytest.importorskip('verl')
+pytestmark = pytest.mark.verl
+
+from omegaconf import OmegaConf
+from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS, ReleaseContext, write_grading_manifest
+from vtreetrm.release.synthetic import make_synthetic
+from vtreetrm.release.preprocess import preprocess
+from vtreetrm.release.canonical import canonical, split
+from vtreetrm.release.rl import rl_export
+from vtreetrm.release.mixture import mixture
+from vtreetrm.release.chat import build_chat_tokenizer
+import vtreetrm.release.reward as reward_mod
+
+
+@pytest.fixture(scope='module')
+def releases(tmp_path_factory):
+    t = tmp_path_factory.mktemp('verl')
+    make_synthetic(t/'syn', records=60, progress=False); s = t/'syn'; run = t/'run'
+    preprocess(s/'RAW/shougang.xlsx', s/'ASSETS/mappings/shougang.mapping.json', run/'processed/shougang/all.json', progress=False)
+    canonical(run/'processed', run/'canonical', s/'CFG/datasets.json', s/'ASSETS/registries', s/'ASSETS/corpora', progress=False)
+    split(run/'canonical', progress=False)
+    a = dict(registry=s/'ASSETS/registries/shougang.registry.json', corpus=s/'ASSETS/corpora/shougang.corpus.json',
+             metadata_fields=list(NATIVE_PROMPT_FIELDS), task_config=s/'CFG/shougang.task.json')
+    rl_export(run/'canonical/shougang/all.json', run/'rl-source', 'shougang', grading_config=s/'STANDARDS/shougang.grading.json', progress=False, **a)
+    shutil.copy(s/'STANDARDS/shougang.grading.json', run/'grading.json')
+    write_grading_manifest(run/'grading-manifest.json', {'shougang': 'grading.json'})
+    mixture('rl-cascade', [f'shougang={run}/rl-source'], run/'grading-manifest.json', output_dir=run/'rl-cascade', progress=False, **a)
+    texts = [m['content'] for row in pq.read_table(run/'rl-cascade/train.parquet').to_pylist() for m in row['prompt']]
+    return t, run, build_chat_tokenizer(texts * 3, vocab_size=1500)
+
+
+@pytest.mark.parametrize('release', ['rl-source', 'rl-cascade'])
+def test_rlhf_dataset_loads_rl_parquet(releases, release):
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    t, run, tok = releases
+    path = run/release/'train.parquet'
+    rows = pq.read_table(path).to_pylist()
+    cfg = OmegaConf.create({'prompt_key': 'prompt', 'max_prompt_length': 8192, 'filter_overlong_prompts': True,
+                            'filter_overlong_prompts_workers': 1, 'truncation': 'error', 'cache_dir': str(t/'cache'),
+                            'return_raw_chat': True, 'shuffle': False})
+    ds = create_rl_dataset([str(path)], cfg, tok, None)
+    assert isinstance(ds, RLHFDataset) and len(ds) == len(rows)      # nothing filtered out as overlong
+    item = ds[0]
+    assert [m['role'] for m in item['raw_prompt']] == ['system', 'user']
+    assert item['raw_prompt'][1]['content'] == rows[0]['prompt'][1]['content']
+    assert item['data_source'] == 'shougang' and item['index'] == rows[0]['extra_info']['index']
+    gt = item['reward_model']['ground_truth']
+    assert json.loads(gt) == json.loads(rows[0]['reward_model']['ground_truth'])
+    # a prompt tokenizes through the chat template within the limit
+    ids = tok.apply_chat_template(item['raw_prompt'], add_generation_prompt=True, tokenize=True)
+    assert 0 < len(ids if isinstance(ids, list) else ids['input_ids']) < 8192
+
+
+def test_verl_loads_our_reward_function(releases):
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    t, run, tok = releases
+    cfg = OmegaConf.create({'reward': {'custom_reward_function': {'path': reward_mod.__file__, 'name': 'compute_score'}}})
+    fn = get_custom_reward_fn(cfg)
+    row = pq.read_table(run/'rl-cascade/train.parquet').slice(0, 1).to_pylist()[0]
+    gt = row['reward_model']['ground_truth']; g = json.loads(gt)
+    assert fn('shougang', f'<think>x</think>{json.dumps(g)}', gt, row['extra_info']) == 1.0
+    assert fn('shougang', json.dumps({**g, 'data_level': 'L0'}), gt, row['extra_info']) == 0.5
+    assert fn('shougang', 'I do not know', gt, row['extra_info']) == 0.0
+
+
+# ---------------------------------------------------------------- trajectory SFT through verl's MultiTurnSFTDataset
+
+@pytest.fixture(scope='module')
+def trajectories(releases):
+    from vtreetrm.release.trajectory import trajectory_export
+    t, run, _ = releases
+    s = t/'syn'
+    a = dict(registry=s/'ASSETS/registries/shougang.registry.json', corpus=s/'ASSETS/corpora/shougang.corpus.json',
+             metadata_fields=list(NATIVE_PROMPT_FIELDS), task_config=s/'CFG/shougang.task.json', grading_config=s/'STANDARDS/shougang.grading.json')
+    trajectory_export('shougang', run/'canonical/shougang/all.json', output_dir=run/'traj', progress=False, **a)
+    rows = pq.read_table(run/'traj/train.parquet').to_pylist()
+    from vtreetrm.release.trajectory import _clean
+    texts = [json.dumps([_clean(m) for m in r['messages']], ensure_ascii=False) for r in rows]
+    return run/'traj', rows, build_chat_tokenizer(texts * 3, vocab_size=2000)
+
+
+def test_multiturn_sft_dataset_loads_trajectories_without_mismatch(trajectories):
+    import torch
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+    try: from verl.trainer.sft_trainer import create_sft_dataset   # its module imports the trainer stack (needs uvicorn)
+    except ModuleNotFoundError:
+        def create_sft_dataset(paths, cfg, tok, processor): return MultiTurnSFTDataset(paths, tok, cfg, processor)
+    from vtreetrm.release.trajectory import _clean
+    d, rows, tok = trajectories
+    cfg = OmegaConf.create({'custom_cls': {'path': None, 'name': None}, 'messages_key': 'messages', 'tools_key': 'tools',
+                            'enable_thinking_default': None, 'max_length': 8192, 'truncation': 'error', 'pad_mode': 'no_padding',
+                            'ignore_input_ids_mismatch': False})
+    ds = create_sft_dataset([str(d/'train.parquet')], cfg, tok, None)
+    assert isinstance(ds, MultiTurnSFTDataset) and len(ds) == len(rows)
+    seen = set()
+    for i, row in enumerate(rows):
+        klass = row['trajectory_class']
+        if klass in seen: continue
+        seen.add(klass)
+        item = ds[i]                       # sanity_check raises on any per-turn / whole-conversation mismatch
+        ids, mask = item['input_ids'], item['loss_mask']
+        msgs = [_clean(m) for m in row['messages']]
+        whole = tok.apply_chat_template(msgs, tools=_clean(row['tools']), tokenize=False)
+        assert tok.decode(ids) == whole
+        # loss only on assistant turns: reasoning, tool calls and the final answer, never prompts or tool results
+        trained = tok.decode(ids[mask.bool()])
+        want = ''.join(tok.apply_chat_template([m], tokenize=False)[len('<|im_start|>assistant\n'):] for m in msgs if m['role'] == 'assistant')
+        assert trained == want
+        assert all(m['reasoning_content'] in trained for m in msgs if m['role'] == 'assistant')
+        assert not any(m['content'] in trained for m in msgs if m['role'] == 'tool')
+        assert msgs[1]['content'] not in trained
+    assert seen == {'direct', 'single_tool', 'multi_tool', 'no_result'}
+
+
+def test_verl_loads_our_tools_for_rl_dataset(releases):
+    import asyncio
+    from verl.tools.tool_registry import load_all_tools
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from vtreetrm.release.tools import write_tool_config, TOOL_SCHEMAS, CategoryTools
+    t, run, tok = releases
+    s = t/'syn'
+    a = (s/'ASSETS/registries/shougang.registry.json', s/'ASSETS/corpora/shougang.corpus.json', s/'CFG/shougang.task.json')
+    y = write_tool_config(t/'tools.yaml', *a)
+    tools = load_all_tools(tool_config_path=str(y), function_tool_path=None)
+    assert [x.name for x in tools] == ['search_categories', 'read_category', 'list_children']
+    resp, _, _ = asyncio.run(tools[1].execute('i', {'choice_id': 'K00000000'}))
+    assert json.loads(resp.text)['error'] == 'unknown choice_id'
+    row = pq.read_table(run/'rl-cascade/train.parquet').slice(0, 1).to_pylist()[0]
+    cid = json.loads(row['reward_model']['ground_truth'])['choice_id']
+    assert asyncio.run(tools[1].execute('i', {'choice_id': cid}))[0].text == CategoryTools.from_paths(*a).call('read_category', {'choice_id': cid})
+    cfg = OmegaConf.create({'prompt_key': 'prompt', 'max_prompt_length': 8192, 'filter_overlong_prompts_workers': 1,
+                            'cache_dir': str(t/'cache2'), 'tool_config_path': str(y)})
+    ds = RLHFDataset(str(run/'rl-cascade/train.parquet'), tok, cfg)
+    assert ds.tool_schemas == TOOL_SCHEMAS and len(ds) == pq.read_metadata(run/'rl-cascade/train.parquet').num_rows
