@@ -21,7 +21,7 @@ requirements = [
 extras = {
     'dev': ['nbdev==2.4.14', 'execnb==0.1.18', 'ghapi==1.0.16', 'fastcore>=1.14,<1.15',
             'pytest>=8', 'pytest-xdist>=3.5', 'jupyterlab>=4.2', 'httpx>=0.27'],
-    'verl': ['verl==0.9.1'],  # pins transformers<5.11 and pulls ray; optional
+    'verl': ['verl==0.9.1', 'uvicorn', 'fastapi'],  # verl pins transformers<5.11 and pulls ray; its SFT trainer module imports uvicorn/fastapi
 }
 
 setuptools.setup(

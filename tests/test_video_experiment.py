@@ -1,0 +1,32 @@
+"""The Phase-2 experiment notebook runs under papermill with tiny parameters and leaves the run contract."""
+import json
+
+import pytest
+
+from vtreetrm.cli import main
+
+
+@pytest.mark.slow
+def test_phase2_notebook_run(tmp_path):
+    assert main(['video', 'make-synthetic', '--out', str(tmp_path/'syn'), '--scale', 'tiny']) == 0
+    rc = main(['run', 'phase2_sft', '--name', 'nb', '--runs-dir', str(tmp_path/'runs'), '--no-html', '-p',
+               f"data_dir={tmp_path/'syn'}", f"cache_dir={tmp_path/'cache'}", 'phase1=none', 'epochs=1',
+               'num_queries=8', 'label_mode=simple', 'eval_dataset=mammalnet'])
+    assert rc == 0
+    run = tmp_path/'runs'/'nb'
+    for f in ('params.json', 'run.json', 'metrics.json', 'predictions.jsonl', 'query_tokens.safetensors', 'query_diversity.json'):
+        assert (run/f).is_file(), f
+    m = json.loads((run/'metrics.json').read_text())
+    assert m['trained_on'] == 'lote' and m['evaluated_on'] == 'mammalnet'
+    assert json.loads((run/'query_diversity.json').read_text())['effective_rank'] > 0
+
+
+@pytest.mark.slow
+def test_video_demo_quick(tmp_path):
+    from vtreetrm.video.demo import run_video_demo
+    s = run_video_demo(tmp_path/'demo', quick=True, threads=1, progress=False)
+    from vtreetrm.video.demo import demo_runs
+    assert len(s['rows']) == len(demo_runs(quick=True)) + 1 and (tmp_path/'demo'/'summary.json').is_file()
+    assert {r['dataset'] for r in s['rows']} == {'lote', 'mammalnet'}
+    for r in s['rows']:
+        assert 0 <= r['top1'] <= 1 and (tmp_path/'demo'/'runs'/r['run']/'metrics.json').is_file()
