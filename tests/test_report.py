@@ -10,7 +10,7 @@ CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser') or shuti
 def demo(tmp_path_factory):
     from conftest import vtreetrm
     d = tmp_path_factory.mktemp('demo')
-    r = vtreetrm('demo', '--runs-dir', d/'runs', '--out', d/'report.html', check=0)
+    r = vtreetrm('demo', '--synthetic-eval', '--runs-dir', d/'runs', '--out', d/'report.html', check=0)
     return d, r
 
 def test_demo_outputs(demo):
