@@ -38,7 +38,7 @@ test-slow:
 	$(MAKE) test NBDEV_TEST_FLAGS="--flags slow" PYTEST_ARGS=""
 
 demo: $(STAMP)
-	$(BIN)/vtreetrm demo run
+	$(BIN)/vtreetrm demo
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=nbs
