@@ -14,7 +14,7 @@ from ..utils import UserError, atomic_dir, write_json, iter_jsonl
 from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note
 from .prompts import native_messages, native_answer, candidates_for, parse_user
 from .reward import parse_final_answer
-from .sft import Errors, iter_parquet, open_parquet, check_canonical_record, BATCH_ROWS
+from .sft import Errors, SplitWriter, iter_parquet, open_parquet, check_canonical_record, BATCH_ROWS
 from .tools import CategoryTools, ToolError, TOOL_SCHEMAS
 
 # %% auto #0
@@ -271,16 +271,9 @@ def trajectory_export(dataset:str=None,       # dataset name
     think_files = resolve_think_file(think_source, think_root) if think_source != 'mock' else []
     thinks, failed = load_think_file(think_files) if think_files else ({}, [])
     failed_audit = Path(failed_audit or f"{output_dir.rstrip('/') if isinstance(output_dir, str) else output_dir}.failed.json")
-    tools = _tools_for(ctx); t0 = time.time(); used = set(); counts = Counter(); schema = TRAJECTORY_SCHEMA
+    tools = _tools_for(ctx); t0 = time.time(); used = set()
     with atomic_dir(output_dir) as d:
-        writers, bufs = {}, defaultdict(list)
-        def flush(s):
-            nonlocal schema
-            if not bufs[s]: return
-            t = pa.Table.from_pylist(bufs[s], schema=schema)
-            if schema is None: schema = t.schema
-            if s not in writers: writers[s] = pq.ParquetWriter(d/f'{s}.parquet', schema, compression='zstd')
-            writers[s].write_table(t); bufs[s] = []
+        out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)   # every split gets a file, empty ones too
         try:
             for rec, c in iter_contexts(ctx, tools, canonical, progress, 'trajectory-export'):
                 n = len(c['tool_think'])
@@ -295,8 +288,7 @@ def trajectory_export(dataset:str=None,       # dataset name
                     if any(not isinstance(x, str) or not x.strip() for x in tool_think):
                         failed.append({'sample_id': c['sample_id'], 'file': f, 'line': line, 'reason': 'empty tool_think entry'}); continue
                 else: think, tool_think = mock_think(c)
-                bufs[c['split']].append(to_row(assemble(c, think, tool_think))); counts[c['split']] += 1
-                if len(bufs[c['split']]) >= BATCH_ROWS // 4: flush(c['split'])
+                out.write(c['split'], to_row(assemble(c, think, tool_think)))
             for sid in thinks:
                 if sid not in used: f = thinks[sid]; failed.append({'sample_id': sid, 'file': f[2], 'line': f[3], 'reason': 'extra sample_id: no such trajectory'})
             if failed:
@@ -305,13 +297,9 @@ def trajectory_export(dataset:str=None,       # dataset name
                 e = failed[0]
                 raise UserError(f"{len(failed)} think-source problem(s), first: {e['sample_id']}: {e['reason']} (all listed in {failed_audit})",
                                 e.get('file'), e.get('line'), 'tool_think' if 'tool_think' in e['reason'] else 'sample_id')
-            for s in SPLITS: flush(s)
-            for s in SPLITS:
-                if s not in writers:   # an empty split still gets a file with the schema
-                    if schema is None: raise UserError("no trajectories to export", canonical)
-                    writers[s] = pq.ParquetWriter(d/f'{s}.parquet', schema, compression='zstd')
-        finally:
-            for w in writers.values(): w.close()
+            if not sum(out.counts.values()): raise UserError("no trajectories to export", canonical)
+        finally: out.close()
+        counts = out.counts
         t1 = time.time()
         val = validate_trajectory_dataset(d, ctx, progress)
         errs = val.pop('_errors')

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from ..utils import UserError, atomic_dir, write_json, sha256_file
 from .assets import SPLITS, ReleaseContext, TaskConfig, required, make_report, parse_named, load_grading_manifest
 from .prompts import native_messages, candidates_for, parse_user
-from .sft import iter_parquet, open_parquet, BATCH_ROWS
+from .sft import SplitWriter, iter_parquet, open_parquet, BATCH_ROWS
 from .mixture import mixture, copies
 from .trajectory import validate_trajectory_dataset, _clean, TRAJECTORY_SCHEMA
 
@@ -32,16 +32,9 @@ def mixture_trajectory(input:list[str]=None, grading_manifest:str=None, registry
     task = TaskConfig.from_path(task_config)
     grading = load_grading_manifest(grading_manifest, [task.dataset])[task.dataset]
     ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields, grading_override=grading)
-    t0 = time.time(); per_source = {}; inputs = []; counts = Counter(); schema = TRAJECTORY_SCHEMA
+    t0 = time.time(); per_source = {}; inputs = []
     with atomic_dir(output_dir) as d:
-        writers, bufs = {}, defaultdict(list)
-        def flush(s):
-            nonlocal schema
-            if not bufs[s]: return
-            t = pa.Table.from_pylist(bufs[s], schema=schema)
-            if schema is None: schema = t.schema
-            if s not in writers: writers[s] = pq.ParquetWriter(d/f'{s}.parquet', schema, compression='zstd')
-            writers[s].write_table(t); bufs[s] = []
+        out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)   # every split gets a file, empty ones too
         try:
             for name, src in sources.items():
                 per_source[name] = Counter()
@@ -60,17 +53,12 @@ def mixture_trajectory(input:list[str]=None, grading_manifest:str=None, registry
                         for c in range(n):
                             msgs = [_clean(m) for m in row['messages']]
                             msgs[:2] = native_messages(ctx, md, candidates_for(ctx, cid, row['source_id'], seed + c))
-                            bufs[s].append({**row, 'sample_id': f"{name}:{row['sample_id']}:{c}", 'prompt_seed': seed + c,
-                                            'messages': msgs, 'tools': _clean(row['tools'])})
-                            counts[s] += 1; per_source[name][s] += 1
-                            if len(bufs[s]) >= BATCH_ROWS // 4: flush(s)
-            for s in SPLITS: flush(s)
-            for s in SPLITS:
-                if s not in writers:
-                    if schema is None: raise UserError("the inputs hold no trajectories")
-                    writers[s] = pq.ParquetWriter(d/f'{s}.parquet', schema, compression='zstd')
-        finally:
-            for wr in writers.values(): wr.close()
+                            out.write(s, {**row, 'sample_id': f"{name}:{row['sample_id']}:{c}", 'prompt_seed': seed + c,
+                                          'messages': msgs, 'tools': _clean(row['tools'])})
+                            per_source[name][s] += 1
+            if not sum(out.counts.values()): raise UserError("the inputs hold no trajectories")
+        finally: out.close()
+        counts = out.counts
         gdir = d/'grading'; gdir.mkdir()
         gfile = gdir/f'{ctx.dataset}.grading.json'; shutil.copy2(grading.path, gfile)
         write_json(gdir/'grading-manifest.json', {'datasets': {ctx.dataset: {'path': gfile.name, 'sha256': sha256_file(gfile)}}})
