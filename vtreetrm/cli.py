@@ -4,48 +4,76 @@
 
 # %% ../nbs/01_cli.ipynb #a159d7f6
 from __future__ import annotations
-import argparse, importlib, inspect, sys, typing
+import argparse, dataclasses, importlib, inspect, math, sys, typing
 from pathlib import Path
 from fastcore.docments import docments
 from fastcore.script import Param
 from .utils import UserError
 
 # %% auto #0
-__all__ = ['TOP_COMMANDS', 'GROUPS', 'command_parser', 'run_command', 'main', 'console_main']
+__all__ = ['TOP_COMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'config_fields', 'command_parser', 'run_command', 'main',
+           'console_main', 'parameters_source', 'check_config']
 
 # %% ../nbs/01_cli.ipynb #33bf85c4
 def _flags(name): return (f'-{name}', f'--{name}') if len(name) == 1 else ('--' + name.replace('_', '-'),)
+
+def _add_option(p, name:str, anno, default, help_:str):
+    "Add one argument for a parameter (or config field) `name` to parser or group `p`."
+    kw = {}
+    if isinstance(anno, Param):
+        kw = {k: v for k, v in dict(type=anno.type, nargs=anno.nargs, choices=anno.choices,
+                                    action=anno.action).items() if v is not None}
+        help_ = anno.help or help_
+        anno = anno.type or str
+    has_default = default is not inspect._empty
+    origin = typing.get_origin(anno)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        args = [a for a in typing.get_args(anno) if a is not type(None)]
+        anno = args[0] if args else str
+        origin = typing.get_origin(anno)
+    if origin is typing.Literal:
+        kw.setdefault('choices', list(typing.get_args(anno)))
+        anno = type(typing.get_args(anno)[0])
+    elif origin in (list, tuple):   # a repeated flag accumulates: --set a=1 --set b=2
+        kw.setdefault('nargs', '+' if not has_default else '*')
+        anno = (typing.get_args(anno) or (str,))[0]
+        if has_default: kw.setdefault('action', 'extend')
+    if anno is bool:
+        if has_default and default: p.add_argument('--no-' + name.replace('_', '-'), dest=name, action='store_false', help=help_)
+        else: p.add_argument(*_flags(name), dest=name, action='store_true', help=help_)
+        return
+    if kw.get('action') not in ('store_true', 'store_false', 'count'):
+        kw.setdefault('type', anno if anno in (str, int, float, Path) else str)
+    if has_default: p.add_argument(*_flags(name), dest=name, default=default, help=help_, **kw)
+    else: p.add_argument(name, help=help_, **kw)
+
+# %% ../nbs/01_cli.ipynb #3e6f1b0d
+def config_fields(cls) -> dict:
+    "`{field: (type, default, comment)}` of a config dataclass, types resolved."
+    hints = typing.get_type_hints(cls)
+    docs = docments(cls, full=True, returns=False)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if not f.init: continue
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else inspect._empty)
+        out[f.name] = (hints[f.name], default, (docs[f.name].docment or '') if f.name in docs else '')
+    return out
+
+def _is_config(anno) -> bool: return isinstance(anno, type) and dataclasses.is_dataclass(anno)
 
 def command_parser(func, prog:str=None) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
     p = argparse.ArgumentParser(prog=prog, description=(func.__doc__ or '').strip(),
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.configs = {}   # parameter -> (dataclass, its field names)
     for name, d in docments(func, full=True, returns=False, eval_str=True).items():
-        anno, default, help_ = d.anno, d.default, d.docment or ''
-        kw = {}
-        if isinstance(anno, Param):
-            kw = {k: v for k, v in dict(type=anno.type, nargs=anno.nargs, choices=anno.choices,
-                                        action=anno.action).items() if v is not None}
-            help_ = anno.help or help_
-            anno = anno.type or str
-        has_default = default is not inspect._empty
-        origin = typing.get_origin(anno)
-        if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-            args = [a for a in typing.get_args(anno) if a is not type(None)]
-            anno = args[0] if args else str
-            origin = typing.get_origin(anno)
-        if origin is typing.Literal: kw.setdefault('choices', list(typing.get_args(anno))); anno = type(typing.get_args(anno)[0])
-        elif origin in (list, tuple):   # a repeated flag accumulates: --set a=1 --set b=2
-            kw.setdefault('nargs', '+' if not has_default else '*'); anno = (typing.get_args(anno) or (str,))[0]
-            if has_default: kw.setdefault('action', 'extend')
-        if anno is bool:
-            if has_default and default:
-                p.add_argument('--no-' + name.replace('_', '-'), dest=name, action='store_false', help=help_)
-            else: p.add_argument(*_flags(name), dest=name, action='store_true', help=help_)
-            continue
-        if kw.get('action') not in ('store_true', 'store_false', 'count'): kw.setdefault('type', anno if anno in (str, int, float, Path) else str)
-        if has_default: p.add_argument(*_flags(name), dest=name, default=default, help=help_, **kw)
-        else: p.add_argument(name, help=help_, **kw)
+        if _is_config(d.anno):
+            fields = config_fields(d.anno)
+            g = p.add_argument_group(f"{d.anno.__name__}", (d.anno.__doc__ or '').strip())
+            for fname, (anno, default, help_) in fields.items(): _add_option(g, fname, anno, default, help_)
+            p.configs[name] = (d.anno, list(fields))
+        else: _add_option(p, name, d.anno, d.default, d.docment or '')
     return p
 
 # %% ../nbs/01_cli.ipynb #980b710f
@@ -81,8 +109,10 @@ def _usage() -> str:
 # %% ../nbs/01_cli.ipynb #7693c9af
 def run_command(func, argv:list, prog:str):
     "Parse `argv` for `func` and call it."
-    ns = command_parser(func, prog=prog).parse_args(argv)
-    return func(**vars(ns))
+    p = command_parser(func, prog=prog)
+    ns = vars(p.parse_args(argv))
+    for name, (cls, fields) in p.configs.items(): ns[name] = cls(**{f: ns.pop(f) for f in fields})
+    return func(**ns)
 
 def main(argv:list=None) -> int:
     "The `vtreetrm` console script; returns the exit code."
@@ -111,3 +141,54 @@ def main(argv:list=None) -> int:
 def console_main():
     "Console-script wrapper around `main`."
     sys.exit(main())
+
+# %% ../nbs/01_cli.ipynb #8b3f2a50
+PARAMETERS_HEADER = "# {name}: generated from the dataclass by vtreetrm.cli.parameters_source; edit the dataclass, not these lines"
+
+def parameters_source(cls) -> str:
+    "Python assignments `field = default  # comment` for every field of config dataclass `cls`."
+    lines = [PARAMETERS_HEADER.format(name=cls.__name__)]
+    for name, (_, default, help_) in config_fields(cls).items():
+        code = f"{name} = {default!r}"
+        lines.append(f"{code:<40}  # {help_}" if help_ else code)
+    return '\n'.join(lines)
+
+# %% ../nbs/01_cli.ipynb #0a5b3c68
+def _coerce(value, anno, flag:str):
+    origin, args = typing.get_origin(anno), typing.get_args(anno)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if value is None and type(None) in args: return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], flag) if len(inner) == 1 else value
+    if origin is typing.Literal:
+        if value not in args: raise UserError(f"{flag} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if anno is bool:
+        if isinstance(value, bool): return value
+        if isinstance(value, str) and value.lower() in ('true', 'false'): return value.lower() == 'true'
+        raise UserError(f"{flag} must be true or false, got {value!r}")
+    if anno is int:
+        if isinstance(value, bool): raise UserError(f"{flag} must be an integer, got {value!r}")
+        if isinstance(value, float) and value.is_integer(): return int(value)
+        try: return int(value) if isinstance(value, (int, str)) else _bad(flag, 'an integer', value)
+        except ValueError: _bad(flag, 'an integer', value)
+    if anno is float:
+        if isinstance(value, bool): _bad(flag, 'a number', value)
+        try: v = float(value) if isinstance(value, (int, float, str)) else _bad(flag, 'a number', value)
+        except ValueError: _bad(flag, 'a number', value)
+        if not math.isfinite(v): _bad(flag, 'a finite number', value)
+        return v
+    if anno is str:
+        if not isinstance(value, str): _bad(flag, 'text', value)
+        return value
+    return value
+
+def _bad(flag, what, value): raise UserError(f"{flag} must be {what}, got {value!r}")
+
+def check_config(cfg):
+    "Check (and convert from text) every field of config dataclass `cfg` against its annotation."
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        flag = '--' + f.name.replace('_', '-')
+        object.__setattr__(cfg, f.name, _coerce(getattr(cfg, f.name), hints[f.name], flag))
+    return cfg

@@ -58,6 +58,16 @@ def write_json(path:str|Path, obj:Any):
     return atomic_write(path, dumps_json(obj))
 
 # %% ../nbs/00_utils.ipynb #32ef6024
+def _exchange(a:Path, b:Path) -> bool:
+    "Swap two paths in one step (Linux `renameat2(RENAME_EXCHANGE)`); False where the system cannot."
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        f = libc.renameat2
+    except (OSError, AttributeError): return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    return f(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
+
 @contextlib.contextmanager
 def atomic_dir(dest:str|Path,                   # directory to publish
                validate:Callable[[Path],None]=None, # called on the finished temp dir; raise to abort
@@ -65,9 +75,12 @@ def atomic_dir(dest:str|Path,                   # directory to publish
     "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`."
     dest = Path(dest); dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    os.chmod(tmp, 0o777 & ~_umask())   # mkdtemp makes 0700; published folders get the umask's mode
     try:
         yield tmp
         if validate is not None: validate(tmp)
+        if dest.is_dir() and not dest.is_symlink() and _exchange(tmp, dest):   # no instant without `dest`
+            shutil.rmtree(tmp, ignore_errors=True); return
         old = None
         if dest.exists():
             old = dest.parent/f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
@@ -79,6 +92,13 @@ def atomic_dir(dest:str|Path,                   # directory to publish
         if old is not None: shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
+
+def _umask() -> int:
+    "The process umask, read without changing it where /proc allows (os.umask would race with other threads)."
+    with contextlib.suppress(OSError, ValueError):
+        for line in open('/proc/self/status'):
+            if line.startswith('Umask:'): return int(line.split()[1], 8)
+    m = os.umask(0); os.umask(m); return m
 
 # %% ../nbs/00_utils.ipynb #b13652ba
 def read_json(path:str|Path) -> Any:
