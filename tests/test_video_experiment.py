@@ -30,3 +30,15 @@ def test_video_demo_quick(tmp_path):
     assert {r['dataset'] for r in s['rows']} == {'lote', 'mammalnet'}
     for r in s['rows']:
         assert 0 <= r['top1'] <= 1 and (tmp_path/'demo'/'runs'/r['run']/'metrics.json').is_file()
+
+
+def test_phase2_notebook_parameters_are_phase2config():
+    """The Phase2Config block of the experiment notebook's parameters cell is what the dataclass generates."""
+    import nbformat
+    from pathlib import Path
+    from vtreetrm.cli import parameters_source
+    from vtreetrm.video.phase2 import Phase2Config
+    nb = nbformat.read(Path(__file__).parents[1]/'nbs'/'experiments'/'phase2_sft.ipynb', as_version=4)
+    cell = next(c for c in nb.cells if 'parameters' in c.metadata.get('tags', []))
+    want = parameters_source(Phase2Config)
+    assert want in cell.source, f"regenerate the parameters cell's Phase2Config block:\n{want}"

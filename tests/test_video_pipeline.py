@@ -79,15 +79,15 @@ def test_phase1_phase2_predict_resume(data, tmp_path, capsys):
     lote, mn, cache = data/'syn'/'lote', data/'syn'/'mammalnet', data/'cache'
     p1 = tmp_path/'p1'
     assert run('video', 'phase1', lote, mn, '--out', p1, '--cache', cache, '--epochs', 2) == 0
-    assert (p1/'best.pt').is_file() and json.loads((p1/'run.json').read_text())['status'] == 'done'
+    assert (p1/'best'/'model.safetensors').is_file() and json.loads((p1/'run.json').read_text())['status'] == 'done'
     # a Phase-1 checkpoint trained on other features is refused
-    assert run('video', 'phase2', lote, '--out', tmp_path/'w', '--phase1', p1/'best.pt', '--grid', 2, '--cache', cache, '--epochs', 1) == 2
+    assert run('video', 'phase2', lote, '--out', tmp_path/'w', '--phase1', p1/'best', '--grid', 2, '--cache', cache, '--epochs', 1) == 2
     assert 'wrong width' in capsys.readouterr().err
     out = tmp_path/'p2'
-    args = ['video', 'phase2', lote, '--out', out, '--phase1', p1/'best.pt', '--cache', cache, '--num-queries', 8,
+    args = ['video', 'phase2', lote, '--out', out, '--phase1', p1/'best', '--cache', cache, '--num-queries', 8,
             '--label-mode', 'simple', '--cls-head', '--qformer-dropout', 0.1, '--sampler', 'flip-balanced']
     assert run(*args, '--epochs', 2) == 0
-    for f in ('best.pt', 'last.pt', 'params.json', 'run.json', 'history.jsonl', 'predictions.jsonl', 'metrics.json',
+    for f in ('best/model.safetensors', 'best/checkpoint.json', 'best/adapter/adapter_model.safetensors', 'last/resume.pt', 'params.json', 'run.json', 'history.jsonl', 'predictions.jsonl', 'metrics.json',
               'query_tokens.safetensors'):
         assert (out/f).is_file(), f
     rows = jl(out/'predictions.jsonl')
@@ -101,12 +101,12 @@ def test_phase1_phase2_predict_resume(data, tmp_path, capsys):
     # an existing run is never overwritten; --resume continues it
     assert run(*args, '--epochs', 3) == 2
     assert 'pass --resume' in capsys.readouterr().err
-    best_before = torch.load(out/'best.pt', weights_only=False)['score']
+    best_before = json.loads((out/'best'/'checkpoint.json').read_text())['score']
     assert run(*args, '--epochs', 3, '--resume') == 0
     assert [h['epoch'] for h in jl(out/'history.jsonl')] == [1, 2, 3]
-    assert torch.load(out/'best.pt', weights_only=False)['score'] >= best_before
+    assert json.loads((out/'best'/'checkpoint.json').read_text())['score'] >= best_before
     # cross-dataset: the LoTE model answers with MammalNet's candidates
-    assert run('video', 'predict', out/'best.pt', '--dataset', mn, '--out', tmp_path/'x', '--cache', cache) == 0
+    assert run('video', 'predict', out/'best', '--dataset', mn, '--out', tmp_path/'x', '--cache', cache) == 0
     x = jl(tmp_path/'x'/'predictions.jsonl')
     assert 'nursing' in x[0]['candidates'] and x[0]['dataset'] == 'mammalnet'
     assert json.loads((tmp_path/'x'/'metrics.json').read_text())['trained_on'] == 'lote'
@@ -114,7 +114,7 @@ def test_phase1_phase2_predict_resume(data, tmp_path, capsys):
     assert run('video', 'phase2', lote, '--out', tmp_path/'llm', '--llm', out/'base_llm', '--cache', cache,
                '--epochs', 1, '--num-queries', 4) == 0
     assert not (tmp_path/'llm'/'base_llm').exists()
-    assert run('video', 'predict', tmp_path/'llm'/'best.pt', '--dataset', lote, '--out', tmp_path/'y', '--cache', cache) == 0
+    assert run('video', 'predict', tmp_path/'llm'/'best', '--dataset', lote, '--out', tmp_path/'y', '--cache', cache) == 0
 
 
 def test_same_seed_same_results(data, tmp_path):
@@ -135,7 +135,7 @@ def test_learnability(tmp_path):
     assert run('video', 'phase1', syn/'lote', syn/'mammalnet', '--out', tmp_path/'p1', '--cache', cache) == 0
     res = {}
     for name, extra in (('real', []), ('shuffled', ['--shuffle-labels'])):
-        assert run('video', 'phase2', syn/'lote', '--out', tmp_path/name, '--phase1', tmp_path/'p1'/'best.pt', '--cache', cache,
+        assert run('video', 'phase2', syn/'lote', '--out', tmp_path/name, '--phase1', tmp_path/'p1'/'best', '--cache', cache,
                    '--threads', 1, *extra) == 0
         res[name] = json.loads((tmp_path/name/'metrics.json').read_text())
     r, s = res['real'], res['shuffled']

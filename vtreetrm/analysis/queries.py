@@ -25,6 +25,7 @@ def _flatten(d, prefix=''):
 def load_query_tokens(path:str|Path) -> np.ndarray:
     "The (M, d) float64 query-token matrix stored in a checkpoint."
     path = Path(path)
+    if path.is_dir() and (path/'model.safetensors').is_file(): path = path/'model.safetensors'   # a checkpoint folder (RUN/best)
     if not path.is_file(): raise UserError("no such checkpoint file", path)
     suf = path.suffix.lower()
     try:
@@ -42,7 +43,9 @@ def load_query_tokens(path:str|Path) -> np.ndarray:
             tensors = {k: v for k, v in _flatten(sd) if hasattr(v, 'shape')}
         else: raise UserError(f"unknown checkpoint format {suf!r}; use .safetensors, .pt/.pth/.bin or .npy", path)
     except UserError: raise
-    except Exception as e: raise UserError(f"cannot read checkpoint: {type(e).__name__}: {e}", path) from None
+    except Exception as e:   # torch's refusal of a pickle runs over many lines: keep the first
+        first = (str(e).strip().splitlines() or [''])[0][:200]
+        raise UserError(f"cannot read checkpoint: {type(e).__name__}: {first}", path) from None
     keys = [k for k in tensors if k.endswith('query_tokens')]
     if not keys: raise UserError(f"no tensor whose key ends in 'query_tokens' (keys: {', '.join(list(tensors)[:8])}{' …' if len(tensors) > 8 else ''})", path)
     if len(keys) > 1: raise UserError(f"several query_tokens tensors: {', '.join(keys)}", path)

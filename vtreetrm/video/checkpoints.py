@@ -27,7 +27,8 @@ def save_checkpoint(dest:str|Path,       # checkpoint folder to publish (RUN/bes
     "Publish one checkpoint folder atomically."
     with atomic_dir(dest) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp/'model.safetensors'))
-        if adapter is not None: adapter.save_pretrained(str(tmp/'adapter'), safe_serialization=True)
+        if adapter is not None:   # the frozen embeddings are the base's: only the LoRA tensors go into the adapter
+            adapter.save_pretrained(str(tmp/'adapter'), safe_serialization=True, save_embedding_layers=False)
         if resume is not None: torch.save(resume, tmp/'resume.pt')
         files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob('*')) if p.is_file()}
         write_json(tmp/'checkpoint.json', {'format': CHECKPOINT_FORMAT, 'kind': kind, **meta, 'files': files})

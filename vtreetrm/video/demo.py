@@ -46,7 +46,7 @@ def run_video_demo(out_dir:str|Path='papermill_runs/video_demo',  # where data, 
     p1 = out/'runs'/'phase1_joint'
     if not (p1/'metrics.json').is_file():
         train_phase1([data/'lote', data/'mammalnet'], p1, cache, train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
-                     progress=progress, resume=(p1/'last.pt').is_file())
+                     progress=progress, resume=(p1/'last').is_dir())
     rows = []
     for r in demo_runs(quick):
         r = dict(r); name, ds, cross = r.pop('name'), r.pop('dataset'), r.pop('cross_to', None)
@@ -54,19 +54,19 @@ def run_video_demo(out_dir:str|Path='papermill_runs/video_demo',  # where data, 
         cfg = Phase2Config(**r)
         run_dir = out/'runs'/name
         if not (run_dir/'metrics.json').is_file():
-            train_phase2(data/ds, run_dir, cfg, cache, phase1=p1/'best.pt', progress=progress,
-                         resume=(run_dir/'last.pt').is_file())
+            train_phase2(data/ds, run_dir, cfg, cache, phase1=p1/'best', progress=progress,
+                         resume=(run_dir/'last').is_dir())
         m = read_json(run_dir/'metrics.json')
         rows.append({'run': name, 'train_dataset': ds, 'dataset': ds, **r, 'top1': m['top1_accuracy_single_label'],
                      'macro_f1': m['macro_f1'], 'chance_top1': m.get('chance_top1'), 'majority_top1': m.get('majority_top1'),
                      'run_dir': str(run_dir)})
         if cross:
             xdir = out/'runs'/f"{name}_to_{cross}"
-            if not (xdir/'metrics.json').is_file(): predict(run_dir/'best.pt', data/cross, xdir, 'test', cache, progress=progress)
+            if not (xdir/'metrics.json').is_file(): predict(run_dir/'best', data/cross, xdir, 'test', cache, progress=progress)
             xm = read_json(xdir/'metrics.json')
             rows.append({'run': xdir.name, 'train_dataset': ds, 'dataset': cross, **r, 'top1': xm['top1_accuracy_single_label'],
                          'macro_f1': xm['macro_f1'], 'chance_top1': xm.get('chance_top1'), 'majority_top1': xm.get('majority_top1'),
                          'run_dir': str(xdir)})
-    summary = {'rows': rows, 'phase1': str(p1/'best.pt'), 'seconds': round(time.time() - t0, 1), 'quick': quick}
+    summary = {'rows': rows, 'phase1': str(p1/'best'), 'seconds': round(time.time() - t0, 1), 'quick': quick}
     write_json(out/'summary.json', summary)
     return summary

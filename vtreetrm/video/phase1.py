@@ -4,19 +4,20 @@
 
 # %% ../../nbs/video/03_phase1.ipynb #9be37476
 from __future__ import annotations
-import io, math, random, time, traceback
+import math, random
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_write, write_json, read_json, write_jsonl, provenance, now_iso
+from ..utils import UserError, write_json
+from .checkpoints import (RunFolder, save_checkpoint, read_checkpoint, load_tensors, rng_state,
+                                        set_rng_state, load_resume_state, check_run_folder)
 from .labels import load_dataset, Dataset
 from .features import FeatureCache, Sampling, load_vision_encoder
 
 # %% auto #0
-__all__ = ['BRANCHES', 'dataset_features', 'open_cache', 'save_checkpoint', 'RunFolder', 'Phase1Config', 'Phase1Output',
-           'Phase1Encoder', 'supcon_loss', 'prototype_loss', 'label_matrix', 'Phase1TrainConfig', 'load_phase1',
-           'train_phase1']
+__all__ = ['BRANCHES', 'dataset_features', 'open_cache', 'Phase1Config', 'Phase1Output', 'Phase1Encoder', 'supcon_loss',
+           'prototype_loss', 'label_matrix', 'Phase1TrainConfig', 'load_phase1', 'train_phase1']
 
 # %% ../../nbs/video/03_phase1.ipynb #bfabf358
 def dataset_features(ds:Dataset, cache:FeatureCache, skip_bad:bool=False, progress:bool=True) -> tuple[list, torch.Tensor, dict]:
@@ -30,46 +31,6 @@ def dataset_features(ds:Dataset, cache:FeatureCache, skip_bad:bool=False, progre
 def open_cache(cache_dir, vision:str='tiny', frames:int=8, grid:int=4, batch_size:int=16) -> FeatureCache:
     "A `FeatureCache` for an encoder spec and sampling."
     return FeatureCache(cache_dir, load_vision_encoder(vision), Sampling(frames=frames, grid=grid), batch_size)
-
-# %% ../../nbs/video/03_phase1.ipynb #8af1ff00
-def save_checkpoint(path:Path, obj:dict):
-    "torch.save through a temporary file (a kill never leaves a truncated checkpoint)."
-    buf = io.BytesIO(); torch.save(obj, buf); atomic_write(path, buf.getvalue())
-
-class RunFolder:
-    "params.json, run.json, history.jsonl and checkpoints of one training run."
-    def __init__(self, out:str|Path, params:dict, resume:bool=False, inputs=()):
-        self.dir = Path(out)
-        if not resume and any((self.dir/n).exists() for n in ('best.pt', 'last.pt')):
-            raise UserError("run folder already holds checkpoints; pass --resume to continue it or choose another --out", self.dir)
-        if resume and not (self.dir/'last.pt').is_file():
-            raise UserError("nothing to resume: no last.pt in the run folder", self.dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.params, self.t0 = params, time.time()
-        old = read_json(self.dir/'run.json') if resume and (self.dir/'run.json').is_file() else {}
-        self.run = {'status': 'running', 'started': old.get('started', now_iso()), 'resumed': resume,
-                    **provenance(params, inputs)}
-        write_json(self.dir/'params.json', params); write_json(self.dir/'run.json', self.run)
-        self.history = [] if not resume or not (self.dir/'history.jsonl').is_file() else \
-            [__import__('json').loads(l) for l in (self.dir/'history.jsonl').read_text().splitlines() if l.strip()]
-
-    def log(self, row:dict):
-        self.history = [h for h in self.history if h.get('epoch') != row.get('epoch')] + [row]
-        write_jsonl(self.dir/'history.jsonl', self.history)
-
-    def best_score(self) -> float|None:
-        p = self.dir/'best.pt'
-        return torch.load(p, map_location='cpu', weights_only=False).get('score') if p.is_file() else None
-
-    def save_best(self, ckpt:dict, score:float, higher_is_better:bool=True) -> bool:
-        "Write best.pt if `score` beats the one on disk; returns whether it did."
-        old = self.best_score()
-        if old is not None and not (score > old if higher_is_better else score < old): return False
-        save_checkpoint(self.dir/'best.pt', {**ckpt, 'score': score}); return True
-
-    def finish(self, status:str='done', **extra):
-        self.run.update(status=status, ended=now_iso(), seconds=round(time.time() - self.t0, 2), **extra)
-        write_json(self.dir/'run.json', self.run)
 
 # %% ../../nbs/video/03_phase1.ipynb #d9f2b935
 BRANCHES = ('behaviour', 'species', 'environment')
@@ -183,18 +144,18 @@ def _phase1_loss(model, feats, groups, idx, tau):
     return sum(losses.values()) / len(losses), losses
 
 def load_phase1(path:str|Path, feature_shape:tuple=None) -> Phase1Encoder:
-    "A frozen `Phase1Encoder` from a Phase-1 checkpoint, checked against `feature_shape` (T, P, D)."
+    "A frozen `Phase1Encoder` from a Phase-1 checkpoint folder, checked against `feature_shape` (T, P, D)."
     path = Path(path)
-    if not path.is_file(): raise UserError("no such Phase-1 checkpoint", path)
-    try: ck = torch.load(path, map_location='cpu', weights_only=False)
-    except Exception as e: raise UserError(f"cannot read the Phase-1 checkpoint ({e.__class__.__name__})", path) from None
-    if not isinstance(ck, dict) or ck.get('kind') != 'phase1': raise UserError("not a Phase-1 checkpoint (written by `vtreetrm video phase1`)", path)
-    cfg = Phase1Config(**ck['config'])
+    meta = read_checkpoint(path, 'phase1')
+    try: cfg = Phase1Config(**meta['config'])
+    except (KeyError, TypeError) as e: raise UserError(f"bad Phase-1 config ({e})", path/'checkpoint.json', field='config') from None
     if feature_shape is not None and tuple(feature_shape) != (cfg.frames, cfg.tokens_per_frame, cfg.feature_dim):
         raise UserError(f"the Phase-1 checkpoint was trained on features of shape (T, P, D) = "
                         f"{(cfg.frames, cfg.tokens_per_frame, cfg.feature_dim)} but these features are {tuple(feature_shape)} "
                         "(wrong width: use the --vision, --frames and --grid it was trained with)", path)
-    m = Phase1Encoder(cfg); m.load_state_dict(ck['state_dict'])
+    m = Phase1Encoder(cfg)
+    try: m.load_state_dict(load_tensors(path))
+    except RuntimeError as e: raise UserError(f"the weights do not match the config: {str(e).splitlines()[0]}", path/'model.safetensors') from None
     return m.requires_grad_(False).eval()
 
 def train_phase1(datasets:list,             # dataset folders
@@ -220,7 +181,8 @@ def train_phase1(datasets:list,             # dataset folders
     cfg = Phase1Config(**{**asdict(cfg), 'feature_dim': D, 'frames': T, 'tokens_per_frame': P, 'classes': classes})
     params = {'datasets': [str(d) for d in datasets], 'cache_dir': str(cache_dir), 'vision': vision, 'frames': frames,
               'grid': grid, 'model': asdict(cfg), 'train': asdict(train_cfg), 'skip_bad': skip_bad, 'features': cache.key}
-    rf = RunFolder(out, params, resume)
+    state = load_resume_state(Path(out)/'last') if resume and (Path(out)/'last').is_dir() else None  # refused before writing
+    rf = RunFolder(out, params, resume, kind='phase1')
     try:
         tr = [i for i, c in enumerate(clips) if c.split == 'train']
         va = [i for i, c in enumerate(clips) if c.split == 'val']
@@ -230,9 +192,10 @@ def train_phase1(datasets:list,             # dataset folders
         opt = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
         start = 1
         if resume:
-            ck = torch.load(rf.dir/'last.pt', map_location='cpu', weights_only=False)
-            model.load_state_dict(ck['state_dict']); opt.load_state_dict(ck['optimizer'])
-            torch.set_rng_state(ck['rng']); start = ck['epoch'] + 1
+            model.load_state_dict(load_tensors(rf.last))
+            opt.load_state_dict(state['optimizer'])
+            set_rng_state(state['rng'])
+            start = read_checkpoint(rf.last, 'phase1')['epoch'] + 1
         gen = torch.Generator().manual_seed(train_cfg.seed)
         for epoch in range(start, train_cfg.epochs + 1):
             gen.manual_seed(train_cfg.seed * 1000 + epoch)
@@ -249,10 +212,11 @@ def train_phase1(datasets:list,             # dataset folders
                       for b in range(0, len(va), train_cfg.batch_size)]
             val = sum(l[0].item() * n for l, n in vl) / len(va)
             branch = {b: sum(l[1][b].item() * n for l, n in vl) / len(va) for b in BRANCHES}
-            ck = {'kind': 'phase1', 'config': asdict(cfg), 'state_dict': model.state_dict(), 'epoch': epoch,
-                  'val_loss': val, 'features': cache.key, 'datasets': [ds.name for ds in dss]}
-            improved = rf.save_best(ck, val, higher_is_better=False)
-            save_checkpoint(rf.dir/'last.pt', {**ck, 'optimizer': opt.state_dict(), 'rng': torch.get_rng_state()})
+            meta = {'config': asdict(cfg), 'epoch': epoch, 'metrics': {'val_loss': val}, 'features': cache.key,
+                    'datasets': [ds.name for ds in dss]}
+            weights = model.state_dict()
+            improved = rf.save_best(val, higher_is_better=False, tensors=weights, meta=meta)
+            save_checkpoint(rf.last, 'phase1', weights, meta, resume={'optimizer': opt.state_dict(), 'rng': rng_state()})
             rf.log({'epoch': epoch, 'train_loss': tot / max(nb, 1), 'val_loss': val,
                     **{f"val_loss_{b}": v for b, v in branch.items()}, 'best': improved})
         best = min(rf.history, key=lambda h: h['val_loss'])

@@ -4,30 +4,38 @@
 
 # %% ../../nbs/video/04_phase2.ipynb #1643189b
 from __future__ import annotations
-import json, math, random, time
-from dataclasses import dataclass, asdict, field
+import contextlib, json, math, random, re, time
+from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
+from typing import Literal
 import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+from fastcore.basics import patch
 from tqdm.auto import tqdm
 from accelerate import Accelerator
 from tokenizers import Tokenizer, models as tok_models, trainers as tok_trainers, pre_tokenizers, decoders
 from transformers import (AutoModelForCausalLM, AutoTokenizer, Blip2QFormerConfig, Blip2QFormerModel,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
-from peft import LoraConfig, get_peft_model
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, get_scheduler)
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft.utils import load_peft_weights
+from safetensors import safe_open, SafetensorError
 from safetensors.torch import save_file
 from ..utils import UserError, write_json, read_json, write_jsonl, sha256_file
+from ..cli import check_config
 from ..eval.parse import parse_actions
 from ..eval.metrics import compute_metrics, score_file
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, LABEL_MODES, load_dataset, Dataset
 from .synthetic import SPECIES, MAMMALNET_SPECIES, ENVIRONMENTS
-from .phase1 import (dataset_features, open_cache, RunFolder, save_checkpoint, load_phase1,
-                                   Phase1Encoder, Phase1Config)
+from .checkpoints import (RunFolder, check_run_folder, save_checkpoint, read_checkpoint, load_tensors,
+                                        load_resume_state, rng_state, set_rng_state, model_config_sha256)
+from .phase1 import dataset_features, open_cache, load_phase1, Phase1Encoder, Phase1Config
 
 # %% auto #0
-__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'TINY_QFORMER', 'DEFAULT_LORA', 'SAMPLERS',
-           'question', 'analysis', 'target', 'build_tokenizer', 'build_tiny_llm', 'load_llm', 'Phase2Config',
-           'VideoQFormerLM', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt',
-           'encode_target', 'flip_features', 'predict_samples', 'top1', 'baselines', 'build_phase2', 'train_phase2']
+__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS',
+           'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'question', 'analysis', 'target', 'build_tokenizer', 'build_tiny_llm',
+           'load_llm', 'Phase2Config', 'resolve_dtype', 'VideoQFormerLM', 'read_blip2_qformer', 'blip2_sizes',
+           'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt',
+           'encode_target', 'flip_features', 'predict_samples', 'top1', 'baselines', 'load_base_llm', 'check_llm',
+           'base_identity', 'build_phase2', 'make_optimizer', 'train_epoch', 'train_phase2']
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
 VIDEO_MARKER = '<video>'
@@ -103,69 +111,125 @@ def load_llm(llm:str='tiny', seed:int=0, extra_labels=(), dtype=None):
     return tok, model
 
 # %% ../../nbs/video/04_phase2.ipynb #466fd27a
-TINY_QFORMER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                    cross_attention_frequency=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                    )
-DEFAULT_LORA = dict(r=8, lora_alpha=16, lora_dropout=0.0,
-                    # lm_head too: a frozen random LM head cannot otherwise reach confident logits
-                    target_modules=['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'lm_head'])
+DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'fp32': torch.float32}
+LR_SCHEDULES = ('constant', 'linear', 'cosine')
+PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj')  # attention + MLP (Llama/Qwen names)
 SAMPLERS = ('random', 'flip-balanced')
 
 @dataclass
 class Phase2Config:
-    "Everything that defines a Phase-2 run."
-    num_queries: int = 32              # M, learnable Q-former queries = visual tokens given to the LLM
-    answer_order: str = 'actions_first'  # actions_first | analysis_first
-    label_mode: str = 'official'       # official | simple (label_map.json applied to candidates and targets)
-    cls_head: bool = False             # auxiliary multi-label BCE head on the Q-former output (training only)
-    cls_weight: float = 0.1            # weight of the BCE loss
-    qformer_dropout: float = 0.0       # dropout on the Q-former input ...
-    dropout_from_epoch: int = 2        # ... from this epoch on (1-based)
-    sampler: str = 'random'            # random | flip-balanced
-    shuffle_labels: bool = False       # control run: train (and select on val) with permuted labels
-    epochs: int = 20
-    batch_size: int = 8
-    lr: float = 1e-3                   # Q-former, queries, projection, cls head
-    lora_lr: float = 5e-3              # LoRA adapters (None: same as lr)
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    max_new_tokens: int = 64
-    seed: int = 0
-    llm: str = 'tiny'                  # 'tiny' or a path / hub id of a chat causal LM
-    qformer: dict = field(default_factory=lambda: dict(TINY_QFORMER))  # Blip2QFormerConfig overrides
-    lora: dict = field(default_factory=lambda: dict(DEFAULT_LORA))     # LoraConfig overrides
+    "Everything that defines a Phase-2 run: `vtreetrm video phase2`'s flags and the experiment notebook's parameters."
+    num_queries: int = 32                      # M: learnable Q-former queries = visual tokens given to the LLM
+    answer_order: Literal['actions_first', 'analysis_first'] = 'actions_first'  # target: the actions or the analysis first
+    label_mode: Literal['official', 'simple'] = 'official'  # labels shown and supervised (simple: label_map.json applied)
+    cls_head: bool = False                     # auxiliary multi-label BCE head on the Q-former output (training only)
+    cls_weight: float = 0.1                    # weight of the BCE loss
+    qformer_dropout: float = 0.0               # dropout on the Q-former input ...
+    dropout_from_epoch: int = 2                # ... from this epoch on (1-based)
+    sampler: Literal['random', 'flip-balanced'] = 'random'  # flip-balanced: class-balanced, repeats mirrored
+    shuffle_labels: bool = False               # control run: train and select on permuted labels
+    llm: str = 'tiny'                          # 'tiny' (a small random Qwen2) or a chat causal LM folder / hub id
+    dtype: Literal['auto', 'bf16', 'fp16', 'fp32'] = 'auto'  # frozen LLM dtype; auto: bf16 on a GPU that has it, else fp32
+    lora_r: int = 8                            # LoRA rank
+    lora_alpha: int = 16                       # LoRA scale numerator (scale = alpha / r)
+    lora_dropout: float = 0.0                  # dropout on the LoRA input
+    lora_targets: str = 'auto'                 # comma list of LLM module names; auto: attention + MLP projections (+ lm_head for tiny)
+    max_length: int = 1024                     # longest LLM input in tokens (prompt + M visual + target); longer targets are cut
+    max_new_tokens: int = 64                   # generation budget when predicting
+    qformer_hidden: int = 64                   # Q-former width d (BLIP-2: 768)
+    qformer_layers: int = 2                    # Q-former layers (BLIP-2: 12)
+    qformer_heads: int = 4                     # Q-former attention heads (BLIP-2: 12); must divide --qformer-hidden
+    qformer_intermediate: int|None = None      # Q-former feed-forward width (default: 4 x --qformer-hidden)
+    cross_attention_frequency: int = 1         # a cross-attention block every N Q-former layers (BLIP-2: 2)
+    qformer_init: str|None = None              # BLIP-2 folder (transformers save_pretrained) to start Q-former + queries from; its sizes win
+    epochs: int = 12                           # training epochs
+    batch_size: int = 8                        # clips per micro-batch
+    grad_accum: int = 1                        # micro-batches per optimizer step
+    lr: float = 1e-3                           # learning rate of Q-former, queries, projection, cls head
+    lora_lr: float|None = 5e-3                 # learning rate of the LoRA adapters (None: --lr)
+    lr_schedule: Literal['constant', 'linear', 'cosine'] = 'constant'  # LR schedule over all optimizer steps
+    warmup_ratio: float = 0.0                  # fraction of the optimizer steps with linear warm-up
+    weight_decay: float = 0.0                  # AdamW weight decay
+    grad_clip: float = 1.0                     # max gradient norm (0: no clipping)
+    gradient_checkpointing: bool = False       # recompute LLM and Q-former activations in backward: less memory, more time
+    max_steps: int = 0                         # stop after this many optimizer steps (0: run all epochs)
+    seed: int = 0                              # random seed
 
     def __post_init__(self):
-        if not isinstance(self.num_queries, int) or self.num_queries < 1:
-            raise UserError(f"--num-queries must be a positive integer, got {self.num_queries}")
-        if self.answer_order not in ANSWER_ORDERS: raise UserError(f"--answer-order must be one of {', '.join(ANSWER_ORDERS)}")
-        if self.label_mode not in LABEL_MODES: raise UserError(f"--label-mode must be one of {', '.join(LABEL_MODES)}")
-        if self.sampler not in SAMPLERS: raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)}")
-        if not 0 <= self.qformer_dropout < 1: raise UserError(f"--qformer-dropout must be in [0, 1), got {self.qformer_dropout}")
-        if self.epochs < 1 or self.batch_size < 1: raise UserError("--epochs and --batch-size must be >= 1")
+        check_config(self)
+        for f in ('num_queries', 'epochs', 'batch_size', 'grad_accum', 'lora_r', 'lora_alpha', 'max_length', 'max_new_tokens',
+                  'qformer_hidden', 'qformer_layers', 'qformer_heads', 'cross_attention_frequency', 'dropout_from_epoch'):
+            if getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
+        if self.qformer_intermediate is not None and self.qformer_intermediate < 1:
+            raise UserError(f"--qformer-intermediate must be a positive integer, got {self.qformer_intermediate}")
+        if self.max_steps < 0: raise UserError(f"--max-steps must be >= 0, got {self.max_steps}")
+        if self.qformer_hidden % self.qformer_heads:
+            raise UserError(f"--qformer-heads {self.qformer_heads} does not divide --qformer-hidden {self.qformer_hidden}")
+        for f in ('qformer_dropout', 'lora_dropout', 'warmup_ratio'):
+            if not 0 <= getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be in [0, 1), got {getattr(self, f)}")
+        for f in ('lr', 'lora_lr'):
+            if getattr(self, f) is not None and not getattr(self, f) > 0: raise UserError(f"--{f.replace('_', '-')} must be > 0")
+        if self.lora_targets != 'auto' and not all(re.fullmatch(r'[A-Za-z_][\w.]*', t) for t in self.targets_list()):
+            raise UserError(f"--lora-targets must be 'auto' or a comma list of module names, got {self.lora_targets!r}")
+
+    def targets_list(self, tiny:bool=None) -> list:
+        "The LoRA target module names (`auto` resolved; `tiny`: whether the LLM is the tiny random one)."
+        if self.lora_targets != 'auto': return [t.strip() for t in self.lora_targets.split(',') if t.strip()]
+        tiny = self.llm == 'tiny' if tiny is None else tiny
+        return [*PROJECTIONS, 'lm_head'] if tiny else list(PROJECTIONS)   # a frozen random LM head cannot reach confident logits
+
+    def qformer_config(self, encoder_width:int) -> Blip2QFormerConfig:
+        "transformers' config of the Q-former reading tokens of width `encoder_width`."
+        return Blip2QFormerConfig(hidden_size=self.qformer_hidden, num_hidden_layers=self.qformer_layers,
+                                  num_attention_heads=self.qformer_heads,
+                                  intermediate_size=self.qformer_intermediate or 4 * self.qformer_hidden,
+                                  cross_attention_frequency=self.cross_attention_frequency, encoder_hidden_size=encoder_width,
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+    def lora_config(self, tiny:bool=None) -> LoraConfig:
+        "peft's LoRA config for the LLM."
+        return LoraConfig(task_type='CAUSAL_LM', r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                          target_modules=self.targets_list(tiny))
+
+def resolve_dtype(name:str, device:str=None) -> torch.dtype:
+    "The torch dtype for `--dtype` on `device` (default: cuda if present); refuses what the device cannot run."
+    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    if name == 'auto': return torch.bfloat16 if device == 'cuda' and torch.cuda.is_bf16_supported() else torch.float32
+    if name == 'fp16' and device == 'cpu': raise UserError("--dtype fp16 needs a GPU (CPU kernels are missing or slow); use bf16 or fp32 on the CPU")
+    if name == 'bf16' and device == 'cuda' and not torch.cuda.is_bf16_supported():
+        raise UserError("--dtype bf16: this GPU has no bf16; use fp16 or fp32")
+    return DTYPES[name]
 
 # %% ../../nbs/video/04_phase2.ipynb #d4fb0484
 class VideoQFormerLM(nn.Module):
     "Frozen features -> Q-former (M queries) -> projection -> frozen causal LM with LoRA."
-    def __init__(self, cfg:Phase2Config, llm:nn.Module, feature_shape:tuple, num_labels:int, phase1:Phase1Encoder=None):
+    def __init__(self, cfg:Phase2Config, llm:nn.Module, feature_shape:tuple, num_labels:int, phase1:Phase1Encoder=None,
+                 encoder_width:int=None,   # width of the tokens the Q-former reads (default: Phase-1's, else the Q-former's)
+                 adapter:str|Path=None,    # a peft adapter folder to load (predict, resume) instead of a new LoRA
+                 tiny:bool=None):          # the LLM is the tiny random one (LoRA targets lm_head too)
         super().__init__()
         T, P, D = feature_shape
         self.cfg, self.feature_shape = cfg, tuple(feature_shape)
         self.phase1 = phase1.requires_grad_(False).eval() if phase1 is not None else None
-        qcfg = Blip2QFormerConfig(**{**TINY_QFORMER, **cfg.qformer})
-        enc_dim = phase1.cfg.width if phase1 is not None else qcfg.hidden_size
+        enc_dim = phase1.cfg.width if phase1 is not None else (encoder_width or cfg.qformer_hidden)
+        self.encoder_width = enc_dim
         if phase1 is None:   # one token per frame: all its patch tokens, projected, plus a learned frame position
             self.frame_proj = nn.Linear(P * D, enc_dim)
             self.frame_pos = nn.Parameter(torch.randn(1, T, enc_dim) * .02)
         self.enc_norm = nn.LayerNorm(enc_dim)
         self.enc_dropout = nn.Dropout(0.0)
-        qcfg = Blip2QFormerConfig(**{**TINY_QFORMER, **cfg.qformer, 'encoder_hidden_size': enc_dim})
+        qcfg = cfg.qformer_config(enc_dim)
         self.qformer = Blip2QFormerModel(qcfg)
         self.query_tokens = nn.Parameter(torch.randn(1, cfg.num_queries, qcfg.hidden_size) * qcfg.initializer_range)
         self.proj = nn.Linear(qcfg.hidden_size, llm.config.hidden_size)
         self.cls = nn.Linear(qcfg.hidden_size, num_labels) if cfg.cls_head else None
         llm.requires_grad_(False)
-        self.llm = get_peft_model(llm, LoraConfig(task_type='CAUSAL_LM', **{**DEFAULT_LORA, **cfg.lora}))
+        if adapter is not None: self.llm = PeftModel.from_pretrained(llm, str(adapter), is_trainable=True)
+        else: self.llm = get_peft_model(llm, cfg.lora_config(tiny))
+        if cfg.gradient_checkpointing:
+            kw = {'gradient_checkpointing_kwargs': {'use_reentrant': False}}
+            self.llm.gradient_checkpointing_enable(**kw)
+            self.qformer.gradient_checkpointing_enable(**kw)
 
     def train(self, mode:bool=True):
         super().train(mode)
@@ -176,7 +240,7 @@ class VideoQFormerLM(nn.Module):
         if tuple(feats.shape[1:]) != self.feature_shape:
             raise UserError(f"the model expects features of shape (T, P, D) = {self.feature_shape}, got {tuple(feats.shape[1:])}")
         if self.phase1 is not None:
-            with torch.no_grad(): x = self.phase1(feats).tokens                 # (B, 3 + T*P, W)
+            with torch.no_grad(): x = self.phase1(feats).tokens                 # (B, 3 + T, W)
         else: x = self.frame_proj(feats.flatten(2)) + self.frame_pos           # (B, T, W)
         return self.enc_dropout(self.enc_norm(x))
 
@@ -189,67 +253,160 @@ class VideoQFormerLM(nn.Module):
         h = out.last_hidden_state[:, :q.shape[1]]                                # (B, M, d)
         return self.proj(h), h
 
-    def embed(self, ids:list) -> torch.Tensor:
-        emb = self.llm.get_input_embeddings()
-        return emb(torch.tensor(ids, dtype=torch.long, device=emb.weight.device))
+# %% ../../nbs/video/04_phase2.ipynb #d63587c3
+@patch
+def embed(self:VideoQFormerLM, ids:list) -> torch.Tensor:
+    emb = self.llm.get_input_embeddings()
+    return emb(torch.tensor(ids, dtype=torch.long, device=emb.weight.device))
 
-    def assemble(self, vis:torch.Tensor, pre:list, post:list, tgt:list=None, left_pad:bool=False):
-        "Per-sample [pre, visual, post, target] embeddings, padded: (embeds, attention_mask, labels)."
-        seqs, labs = [], []
-        for i in range(vis.shape[0]):
-            parts = [self.embed(pre[i]), vis[i].to(self.llm.get_input_embeddings().weight.dtype), self.embed(post[i])]
-            lab = [-100] * (len(pre[i]) + vis.shape[1] + len(post[i]))
-            if tgt is not None: parts.append(self.embed(tgt[i])); lab += list(tgt[i])
-            seqs.append(torch.cat(parts)); labs.append(lab)
-        L, H = max(s.shape[0] for s in seqs), seqs[0].shape[1]
-        emb = seqs[0].new_zeros(len(seqs), L, H); mask = torch.zeros(len(seqs), L, dtype=torch.long, device=emb.device)
-        labels = torch.full((len(seqs), L), -100, dtype=torch.long, device=emb.device)
-        for i, (s, l) in enumerate(zip(seqs, labs)):
-            sl = slice(L - len(s), L) if left_pad else slice(0, len(s))
-            emb[i, sl], mask[i, sl], labels[i, sl] = s, 1, torch.tensor(l, device=emb.device)
-        return emb, mask, labels
+@patch
+def assemble(self:VideoQFormerLM, vis:torch.Tensor, pre:list, post:list, tgt:list=None, left_pad:bool=False):
+    "Per-sample [pre, visual, post, target] embeddings in the LLM's dtype, padded: (embeds, attention_mask, labels)."
+    dtype = self.llm.get_input_embeddings().weight.dtype
+    seqs, labs = [], []
+    for i in range(vis.shape[0]):
+        parts = [self.embed(pre[i]), vis[i].to(dtype), self.embed(post[i])]
+        lab = [-100] * (len(pre[i]) + vis.shape[1] + len(post[i]))
+        if tgt is not None:
+            parts.append(self.embed(tgt[i]))
+            lab += list(tgt[i])
+        seqs.append(torch.cat(parts))
+        labs.append(lab)
+    L, H = max(s.shape[0] for s in seqs), seqs[0].shape[1]
+    emb = seqs[0].new_zeros(len(seqs), L, H)                                    # (B, L, H_llm)
+    mask = torch.zeros(len(seqs), L, dtype=torch.long, device=emb.device)
+    labels = torch.full((len(seqs), L), -100, dtype=torch.long, device=emb.device)
+    for i, (s, l) in enumerate(zip(seqs, labs)):
+        sl = slice(L - len(s), L) if left_pad else slice(0, len(s))
+        emb[i, sl], mask[i, sl], labels[i, sl] = s, 1, torch.tensor(l, device=emb.device)
+    return emb, mask, labels
 
-    def forward(self, feats, pre, post, tgt, multi_hot=None):
-        "Training loss: LM loss on target tokens (+ cls_weight * BCE)."
-        vis, h = self.visual(feats)
-        emb, mask, labels = self.assemble(vis, pre, post, tgt)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, labels=labels)
-        loss = out.loss
-        if self.cls is not None and multi_hot is not None:
-            loss = loss + self.cfg.cls_weight * F.binary_cross_entropy_with_logits(self.cls(h.mean(1)), multi_hot)
-        return loss
+@patch
+def forward(self:VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
+    "Training loss: LM loss on target tokens (+ cls_weight * BCE)."
+    vis, h = self.visual(feats)
+    emb, mask, labels = self.assemble(vis, pre, post, tgt)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    loss = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, labels=labels).loss
+    if self.cls is not None and multi_hot is not None:
+        loss = loss + self.cfg.cls_weight * F.binary_cross_entropy_with_logits(self.cls(h.mean(1)).float(), multi_hot)
+    return loss
 
-    @torch.no_grad()
-    def generate(self, feats, pre, post, max_new_tokens:int, stop_ids:list, pad_id:int) -> list:
-        "Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded)."
-        vis, _ = self.visual(feats)
-        emb, mask, _ = self.assemble(vis, pre, post, left_pad=True)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True)
-        B = emb.shape[0]; done = torch.zeros(B, dtype=torch.bool, device=emb.device)
-        stop = torch.tensor(stop_ids, device=emb.device); toks = []
-        for _ in range(max_new_tokens):
-            nxt = out.logits[:, -1].argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-            toks.append(nxt); done |= torch.isin(nxt, stop)
-            if done.all(): break
-            mask = torch.cat([mask, mask.new_ones(B, 1)], 1); pos = pos[:, -1:] + 1
-            out = self.llm(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
-                           past_key_values=out.past_key_values, use_cache=True)
-        res = []
-        for row in torch.stack(toks, 1).tolist():
-            ids = []
-            for t in row:
-                if t in stop_ids: break
-                ids.append(t)
-            res.append(ids)
-        return res
+# %% ../../nbs/video/04_phase2.ipynb #032140ff
+@patch
+@torch.no_grad()
+def generate(self:VideoQFormerLM, feats, pre, post, max_new_tokens:int, stop_ids:list, pad_id:int) -> list:
+    "Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded)."
+    vis, _ = self.visual(feats)
+    emb, mask, _ = self.assemble(vis, pre, post, left_pad=True)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True)
+    B = emb.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=emb.device)
+    stop, toks = torch.tensor(stop_ids, device=emb.device), []
+    for _ in range(max_new_tokens):
+        nxt = out.logits[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        toks.append(nxt)
+        done |= torch.isin(nxt, stop)
+        if done.all(): break
+        mask = torch.cat([mask, mask.new_ones(B, 1)], 1)
+        pos = pos[:, -1:] + 1
+        out = self.llm(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                       past_key_values=out.past_key_values, use_cache=True)
+    res = []
+    for row in torch.stack(toks, 1).tolist():
+        ids = []
+        for t in row:
+            if t in stop_ids: break
+            ids.append(t)
+        res.append(ids)
+    return res
 
-    def trainable_state(self) -> dict:
-        "The trained tensors (queries, Q-former, projection, positions, cls head, LoRA)."
-        names = {n for n, p in self.named_parameters() if p.requires_grad}
-        return {k: v.detach().cpu().clone() for k, v in self.state_dict().items() if k in names}
+OWN_EXCLUDE = ('llm.', 'phase1.')   # saved elsewhere: the adapter through peft, Phase-1 by reference
+
+@patch
+def own_state(self:VideoQFormerLM) -> dict:
+    "Our own modules' tensors (queries, Q-former, projections, positions, cls head): what model.safetensors holds."
+    return {k: v.detach().cpu().clone() for k, v in self.state_dict().items() if not k.startswith(OWN_EXCLUDE)}
+
+@patch
+def load_own_state(self:VideoQFormerLM, tensors:dict, path=None):
+    "Load `own_state` tensors; every one must match (name and shape)."
+    want = {k for k in self.state_dict() if not k.startswith(OWN_EXCLUDE)}
+    if set(tensors) != want:
+        extra, miss = sorted(set(tensors) - want), sorted(want - set(tensors))
+        raise UserError(f"the weights do not match the model (unexpected {extra[:3]}, missing {miss[:3]})", path)
+    try: self.load_state_dict(tensors, strict=False)
+    except RuntimeError as e: raise UserError(f"the weights do not match the model: {str(e).splitlines()[-1].strip()}", path) from None
+
+@patch
+def parameter_counts(self:VideoQFormerLM) -> dict:
+    "Trainable parameters by part, and the frozen LLM's count and dtypes."
+    parts, frozen, dtypes = {}, 0, set()
+    for n, p in self.named_parameters():
+        if n.startswith('phase1.'): continue
+        if p.requires_grad:
+            part = 'lora' if 'lora_' in n else n.split('.')[0].replace('frame_pos', 'frame_proj').replace('enc_norm', 'frame_proj')
+            parts[part] = parts.get(part, 0) + p.numel()
+        elif n.startswith('llm.'): frozen += p.numel(); dtypes.add(str(p.dtype).replace('torch.', ''))
+    return {'trainable': parts, 'trainable_total': sum(parts.values()), 'frozen_llm': frozen, 'frozen_llm_dtypes': sorted(dtypes),
+            'frozen_llm_bytes': sum(p.numel() * p.element_size() for n, p in self.named_parameters() if n.startswith('llm.') and not p.requires_grad)}
+
+# %% ../../nbs/video/04_phase2.ipynb #021829c0
+QFORMER_SIZE_KEYS = {'hidden_size': 'qformer_hidden', 'num_hidden_layers': 'qformer_layers', 'num_attention_heads': 'qformer_heads',
+                     'intermediate_size': 'qformer_intermediate', 'cross_attention_frequency': 'cross_attention_frequency'}
+
+def _safetensors_files(path:Path) -> list:
+    index = path/'model.safetensors.index.json'
+    if index.is_file():
+        wm = read_json(index).get('weight_map')
+        if not isinstance(wm, dict): raise UserError("no weight_map", index, field='weight_map')
+        files = sorted({path/f for f in wm.values()})
+        for f in files:
+            if f.resolve().parent != path.resolve(): raise UserError(f"shard {f.name!r} lies outside the folder", index, field='weight_map')
+    else: files = [path/'model.safetensors']
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        pickled = [n for n in ('pytorch_model.bin', 'model.pt') if (path/n).is_file()]
+        raise UserError("no safetensors weights" + (f" (only {pickled[0]}, a pickle, which is never read)" if pickled else f": {missing[0]} is missing"), path)
+    return files
+
+def read_blip2_qformer(path:str|Path) -> tuple[dict, dict]:
+    "(Q-former config dict, {'qformer.*' and 'query_tokens' tensors}) of a BLIP-2 folder saved by transformers."
+    path = Path(path)
+    if not (path/'config.json').is_file(): raise UserError("not a BLIP-2 checkpoint folder (no config.json)", path)
+    cfg = read_json(path/'config.json')
+    if not isinstance(cfg, dict) or cfg.get('model_type') != 'blip-2' or not isinstance(cfg.get('qformer_config'), dict):
+        raise UserError(f"not a BLIP-2 checkpoint: model_type is {cfg.get('model_type') if isinstance(cfg, dict) else None!r}, "
+                        "expected 'blip-2' with a qformer_config", path/'config.json', field='model_type')
+    tensors = {}
+    for f in _safetensors_files(path):
+        try:
+            with safe_open(str(f), framework='pt') as sf:   # only the Q-former's tensors are read, not the ViT's or the LLM's
+                for k in sf.keys():
+                    if k.startswith('qformer.') or k == 'query_tokens': tensors[k] = sf.get_tensor(k)
+        except (SafetensorError, OSError) as e: raise UserError(f"cannot read safetensors: {e}", f) from None
+    if 'query_tokens' not in tensors or not any(k.startswith('qformer.') for k in tensors):
+        raise UserError("not a BLIP-2 checkpoint: no query_tokens / qformer.* tensors in its weights", path)
+    return cfg['qformer_config'], tensors
+
+def blip2_sizes(qcfg:dict) -> dict:
+    "The Phase2Config Q-former fields a BLIP-2 Q-former config sets."
+    return {ours: qcfg[theirs] for theirs, ours in QFORMER_SIZE_KEYS.items() if theirs in qcfg}
+
+# %% ../../nbs/video/04_phase2.ipynb #677bf8d3
+def init_from_blip2(model:VideoQFormerLM, tensors:dict) -> dict:
+    "Copy the BLIP-2 Q-former tensors that fit and the first min(M, M0) queries into `model`; report what was (not) taken."
+    own = model.qformer.state_dict()
+    fit = {k[len('qformer.'):]: v for k, v in tensors.items() if k.startswith('qformer.')}
+    fit = {k: v for k, v in fit.items() if k in own and own[k].shape == v.shape}
+    model.qformer.load_state_dict(fit, strict=False)
+    q0 = tensors['query_tokens'].reshape(1, -1, tensors['query_tokens'].shape[-1])       # (1, M0, d)
+    n = min(model.query_tokens.shape[1], q0.shape[1]) if q0.shape[-1] == model.query_tokens.shape[-1] else 0
+    with torch.no_grad(): model.query_tokens[:, :n] = q0[:, :n].to(model.query_tokens.dtype)
+    return {'tensors_loaded': len(fit), 'tensors_reinitialised': sorted(set(own) - set(fit)), 'queries_from_checkpoint': n,
+            'queries_in_checkpoint': q0.shape[1]}
 
 # %% ../../nbs/video/04_phase2.ipynb #53798a4d
 @dataclass
@@ -332,130 +489,262 @@ def baselines(rows:list, train_labels:list) -> dict:
             'majority_top1': float(np.mean([r['gold'][0] == major for r in single]))}
 
 # %% ../../nbs/video/04_phase2.ipynb #ca7a9464
-def _rng_state(): return {'torch': torch.get_rng_state(), 'python': random.getstate(), 'numpy': np.random.get_state()}
-def _set_rng_state(s): torch.set_rng_state(s['torch']); random.setstate(s['python']); np.random.set_state(s['numpy'])
+def load_base_llm(cfg:Phase2Config, ds:Dataset, base_dir:Path=None) -> tuple:
+    "(tokenizer, LLM in fp32 or --dtype, tiny) for a run; the tiny LLM is read from `base_dir` when it was saved there."
+    if cfg.llm == 'tiny' and not (base_dir and (base_dir/'config.json').is_file()):
+        tok, llm = load_llm('tiny', cfg.seed, ds.labels.official + ds.labels.labels('simple'))
+        if base_dir is not None: llm.name_or_path = llm.config._name_or_path = str(base_dir.resolve())   # what peft records
+        return tok, llm, True
+    src = str(base_dir) if cfg.llm == 'tiny' else cfg.llm
+    tok, llm = load_llm(src, dtype=resolve_dtype(cfg.dtype))
+    return tok, llm, cfg.llm == 'tiny'
 
+def check_llm(cfg:Phase2Config, tok, llm, tiny:bool, candidates:list):
+    "Refuse LoRA targets the LLM lacks and inputs longer than --max-length or the LLM's positions, before any training."
+    names = {n.rsplit('.', 1)[-1] for n, _ in llm.named_modules() if n}
+    missing = [t for t in cfg.targets_list(tiny) if t not in names]
+    if missing:
+        linear = sorted({n.rsplit('.', 1)[-1] for n, mod in llm.named_modules() if isinstance(mod, nn.Linear)})
+        raise UserError(f"--lora-targets: the LLM has no module named {', '.join(missing)}; its linear layers are {', '.join(linear)}")
+    pre, post = encode_prompt(tok, candidates)
+    need = len(pre) + cfg.num_queries + len(post) + cfg.max_new_tokens
+    if need > cfg.max_length:
+        raise UserError(f"--max-length {cfg.max_length} is too short: the prompt ({len(pre) + len(post)} tokens) + "
+                        f"{cfg.num_queries} visual tokens + --max-new-tokens {cfg.max_new_tokens} need {need}")
+    limit = getattr(llm.config, 'max_position_embeddings', None)
+    if limit and cfg.max_length > limit:
+        raise UserError(f"--max-length {cfg.max_length} exceeds the LLM's max_position_embeddings {limit}")
+
+def base_identity(cfg:Phase2Config, llm, dtype, tiny:bool) -> dict:
+    "What checkpoint.json records of the base LLM."
+    path = llm.name_or_path if tiny else cfg.llm
+    return {'source': cfg.llm, 'path': str(path), 'config_sha256': model_config_sha256(path), 'dtype': str(dtype).replace('torch.', '')}
+
+def build_phase2(cfg:Phase2Config, ds:Dataset, feature_shape:tuple, phase1:Phase1Encoder=None) -> tuple:
+    "(model, tokenizer) in memory for a config and a dataset, the LLM in --dtype and checked (benchmarks, notebooks)."
+    tok, llm, tiny = load_base_llm(cfg, ds)
+    check_llm(cfg, tok, llm, tiny, ds.labels.labels(cfg.label_mode))
+    torch.manual_seed(cfg.seed)
+    model = VideoQFormerLM(cfg, llm.to(resolve_dtype(cfg.dtype)), tuple(feature_shape), len(ds.labels.official), phase1, tiny=tiny)
+    return model, tok
+
+# %% ../../nbs/video/04_phase2.ipynb #dfa8bb82
 def _epoch_order(samples:list, cfg:Phase2Config, epoch:int) -> list:
     "[(sample, flipped)] for one epoch."
     rng = random.Random(f"{cfg.seed}:order:{epoch}")
     if cfg.sampler == 'random':
-        order = list(samples); rng.shuffle(order); return [(s, False) for s in order]
+        order = list(samples)
+        rng.shuffle(order)
+        return [(s, False) for s in order]
     by_class = {}
     for s in samples: by_class.setdefault(s.labels[0], []).append(s)
     classes, seen, out = sorted(by_class), set(), []
     for _ in range(len(samples)):
         s = rng.choice(by_class[rng.choice(classes)])
-        out.append((s, s.id in seen)); seen.add(s.id)
+        out.append((s, s.id in seen))
+        seen.add(s.id)
     return out
 
-def build_phase2(cfg:Phase2Config, ds:Dataset, feature_shape:tuple, phase1_path=None, llm_dir=None):
-    "(model, tokenizer, phase1 info) for a config; the LLM comes from `llm_dir` when given (a saved base LLM)."
-    tok, llm = load_llm(str(llm_dir) if llm_dir else cfg.llm, cfg.seed, ds.labels.official + ds.labels.labels('simple'))
-    p1 = load_phase1(phase1_path, feature_shape) if phase1_path else None
-    torch.manual_seed(cfg.seed)
-    model = VideoQFormerLM(cfg, llm, feature_shape, len(ds.labels.official), p1)
-    return model, tok
+def _permuted(samples:list, key:str, seed:int) -> list:
+    "The shuffled-labels control: labels permuted across clips."
+    perm = list(range(len(samples)))
+    random.Random(f"{seed}:shuffle:{key}").shuffle(perm)
+    return [replace(s, labels=samples[j].labels, official=samples[j].official) for s, j in zip(samples, perm)]
 
+def make_optimizer(model:nn.Module, cfg:Phase2Config, total_steps:int):
+    "AdamW (LoRA at --lora-lr, the rest at --lr) and the --lr-schedule with --warmup-ratio over `total_steps`."
+    train = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{'params': [p for n, p in train if 'lora_' not in n]},
+              {'params': [p for n, p in train if 'lora_' in n], 'lr': cfg.lora_lr or cfg.lr}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    name = 'constant_with_warmup' if cfg.lr_schedule == 'constant' else cfg.lr_schedule
+    sched = get_scheduler(name, opt, num_warmup_steps=round(cfg.warmup_ratio * total_steps), num_training_steps=total_steps)
+    return opt, sched
+
+# %% ../../nbs/video/04_phase2.ipynb #0d0a8a89
+@dataclass
+class _Batcher:
+    "Turns a list of (sample, flipped) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
+    tok: object
+    cfg: Phase2Config
+    cand: list
+    feats: torch.Tensor
+    truncated: int = 0
+
+    def __call__(self, batch:list, epoch:int, device) -> tuple:
+        cands = [candidates_for(self.cand, f"{s.id}:{epoch}", self.cfg.seed) for s, _ in batch]
+        enc = [encode_prompt(self.tok, c) for c in cands]
+        tgt = []
+        for (s, _), (pre, post) in zip(batch, enc):
+            t = encode_target(self.tok, s, self.cfg.answer_order)
+            room = self.cfg.max_length - len(pre) - self.cfg.num_queries - len(post)
+            self.truncated += len(t) > room
+            tgt.append(t[:room])
+        fb = self.feats[[s.index for s, _ in batch]]
+        flips = torch.tensor([fl for _, fl in batch])
+        if flips.any(): fb = torch.where(flips[:, None, None, None], flip_features(fb), fb)
+        index = {l: i for i, l in enumerate(self.cand)}
+        mh = torch.zeros(len(batch), len(self.cand))
+        for i, (s, _) in enumerate(batch):
+            for l in s.labels: mh[i, index[l]] = 1.
+        return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
+
+def train_epoch(model, acc, opt, sched, batches:list, batcher:_Batcher, cfg:Phase2Config, epoch:int, step:int,
+                progress:bool=False) -> tuple[float, int]:
+    "One epoch of micro-batches, an optimizer step every --grad-accum of them; returns (mean loss, optimizer step)."
+    model.train()
+    tot, n = 0., 0
+    for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress, leave=False)):
+        start = bi - bi % cfg.grad_accum
+        window = min(cfg.grad_accum, len(batches) - start)        # micro-batches in this optimizer step
+        last = bi == start + window - 1
+        with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
+            loss = model(*batcher(batch, epoch, acc.device))
+            acc.backward(loss / window)
+        tot, n = tot + loss.item(), n + 1
+        if not last: continue
+        if cfg.grad_clip: acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        if cfg.max_steps and step >= cfg.max_steps: break
+    return tot / max(n, 1), step
+
+# %% ../../nbs/video/04_phase2.ipynb #0ede9d33
+def _print_counts(c:dict):
+    parts = ', '.join(f"{k} {v:,}" for k, v in sorted(c['trainable'].items()))
+    tqdm.write(f"trainable parameters {c['trainable_total']:,} ({parts}); frozen LLM {c['frozen_llm']:,} in "
+               f"{'/'.join(c['frozen_llm_dtypes'])} ({c['frozen_llm_bytes'] / 2**20:.1f} MiB)")
+
+def _accelerator(dtype) -> Accelerator:
+    cuda = torch.cuda.is_available()
+    mp = {torch.bfloat16: 'bf16', torch.float16: 'fp16'}.get(dtype, 'no') if cuda else 'no'
+    return Accelerator(cpu=not cuda, mixed_precision=mp)
+
+def _phase1_ref(phase1) -> dict|None:
+    if not phase1: return None
+    return {'path': str(Path(phase1).resolve()), 'sha256': sha256_file(Path(phase1)/'model.safetensors')}
+
+def _samples(clips, ds, cfg:Phase2Config) -> tuple[list, list]:
+    train, val = make_samples(clips, ds, cfg.label_mode, 'train'), make_samples(clips, ds, cfg.label_mode, 'val')
+    if not train or not val: raise UserError("the dataset needs clips in both the train and the val split", ds.root/'manifest.jsonl')
+    if cfg.shuffle_labels: train, val = _permuted(train, 'train', cfg.seed), _permuted(val, 'val', cfg.seed)
+    return train, val
+
+def _load_checkpoint_into(core, path:Path):
+    "Our tensors and the LoRA weights of checkpoint folder `path` into `core` (peft's own loader for the adapter)."
+    core.load_own_state(load_tensors(path), path/'model.safetensors')
+    set_peft_model_state_dict(core.llm, load_peft_weights(str(path/'adapter')))
+
+# %% ../../nbs/video/04_phase2.ipynb #a256953e
 def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + label_map.json)
                  out:str|Path,              # run folder
                  cfg:Phase2Config=None,
                  cache_dir:str|Path='.cache/vtreetrm/features',
                  vision:str='tiny', frames:int=8, grid:int=4,
-                 phase1:str|Path=None,      # frozen Phase-1 checkpoint (best.pt of `vtreetrm video phase1`)
+                 phase1:str|Path=None,      # frozen Phase-1 checkpoint folder (RUN/best of `vtreetrm video phase1`)
                  skip_bad:bool=False, resume:bool=False, eval_split:str='test',
                  progress:bool=True, threads:int=None) -> dict:
     "Train Phase-2 on one dataset; returns the test metrics (also written to the run folder)."
-    cfg = cfg or Phase2Config()
+    cfg, out = cfg or Phase2Config(), Path(out)
     if threads: torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed); random.seed(cfg.seed); np.random.seed(cfg.seed)
+    dtype = resolve_dtype(cfg.dtype)
+    check_run_folder(out, resume, 'phase2')                      # every check that needs no features comes first
+    if phase1: read_checkpoint(phase1, 'phase1')
+    blip = read_blip2_qformer(cfg.qformer_init) if cfg.qformer_init and not resume else None
+    if blip: cfg = replace(cfg, **blip2_sizes(blip[0]))         # the checkpoint's sizes win
+    state = load_resume_state(out/'last') if resume else None   # refused (never unpickled) before anything is written
+    if resume: cfg = Phase2Config(**{**read_checkpoint(out/'last', 'phase2')['config'], 'epochs': cfg.epochs, 'max_steps': cfg.max_steps})
     ds = load_dataset(dataset, skip_bad=skip_bad)
     cache = open_cache(cache_dir, vision, frames, grid)
     clips, feats, frep = dataset_features(ds, cache, skip_bad, progress)
-    params = {'dataset': str(dataset), 'config': asdict(cfg), 'cache_dir': str(cache_dir), 'vision': vision,
-              'frames': frames, 'grid': grid, 'phase1': str(phase1) if phase1 else None, 'skip_bad': skip_bad,
-              'features': cache.key, 'eval_split': eval_split}
-    rf = RunFolder(out, params, resume, inputs=[p for p in [Path(dataset)/'manifest.jsonl', Path(dataset)/'label_map.json', phase1] if p])
+    p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
+    cand = ds.labels.labels(cfg.label_mode)
+    tok, llm, tiny = load_base_llm(cfg, ds, out/'base_llm')
+    check_llm(cfg, tok, llm, tiny, cand)
+    train, val = _samples(clips, ds, cfg)
+    params = {'dataset': str(dataset), 'config': asdict(cfg), 'cache_dir': str(cache_dir), 'vision': vision, 'frames': frames,
+              'grid': grid, 'phase1': str(phase1) if phase1 else None, 'skip_bad': skip_bad, 'features': cache.key,
+              'eval_split': eval_split, 'dtype': str(dtype).replace('torch.', '')}
+    inputs = [Path(dataset)/'manifest.jsonl', Path(dataset)/'label_map.json'] + ([Path(phase1)/'model.safetensors'] if phase1 else [])
+    rf = RunFolder(out, params, resume, inputs=inputs, kind='phase2')
     try:
-        acc = Accelerator(cpu=not torch.cuda.is_available(),
-                          mixed_precision='bf16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'no')
-        llm_dir = rf.dir/'base_llm' if cfg.llm == 'tiny' else None
-        if llm_dir is not None and not (llm_dir/'config.json').is_file():
-            tok0, llm0 = load_llm('tiny', cfg.seed, ds.labels.official + ds.labels.labels('simple'))
-            tok0.save_pretrained(llm_dir); llm0.save_pretrained(llm_dir)
-        model, tok = build_phase2(cfg, ds, tuple(feats.shape[1:]), phase1, llm_dir)
-        train = make_samples(clips, ds, cfg.label_mode, 'train'); val = make_samples(clips, ds, cfg.label_mode, 'val')
-        if not train or not val: raise UserError("the dataset needs clips in both the train and the val split", ds.root/'manifest.jsonl')
-        if cfg.shuffle_labels:   # control: labels permuted across clips, in train and in val (model selection)
-            def permute(ss, key):
-                perm = list(range(len(ss))); random.Random(f"{cfg.seed}:shuffle:{key}").shuffle(perm)
-                return [Sample(s.id, s.index, ss[j].labels, ss[j].official, s.species, s.environment, s.video, s.dataset)
-                        for s, j in zip(ss, perm)]
-            train, val = permute(train, 'train'), permute(val, 'val')
-        cand = ds.labels.labels(cfg.label_mode)
-        lab_index = {l: i for i, l in enumerate(cand)}
-        groups = [{'params': [p for n, p in model.named_parameters() if p.requires_grad and 'lora_' not in n]},
-                  {'params': [p for n, p in model.named_parameters() if p.requires_grad and 'lora_' in n], 'lr': cfg.lora_lr or cfg.lr}]
-        opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        start = 1
-        if resume:
-            ck = torch.load(rf.dir/'last.pt', map_location='cpu', weights_only=False)
-            model.load_state_dict(ck['state_dict'], strict=False); opt.load_state_dict(ck['optimizer'])
-            _set_rng_state(ck['rng']); start = ck['epoch'] + 1
-        model, opt = acc.prepare(model, opt)
-        core = acc.unwrap_model(model)
-        ckpt_meta = {'kind': 'phase2', 'config': asdict(cfg), 'feature_shape': list(feats.shape[1:]),
-                     'features': cache.key, 'vision': vision, 'frames': frames, 'grid': grid,
-                     'llm': {'source': cfg.llm, 'path': str(llm_dir.resolve()) if llm_dir else cfg.llm},
-                     'phase1': ({'path': str(phase1), 'sha256': sha256_file(phase1)} if phase1 else None),
-                     'dataset': ds.name, 'label_map': ds.labels.mapping, 'label_mode': cfg.label_mode}
-        for epoch in range(start, cfg.epochs + 1):
-            t0 = time.time()
-            core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
-            order = _epoch_order(train, cfg, epoch)
-            batches = [order[b:b + cfg.batch_size] for b in range(0, len(order), cfg.batch_size)]
-            batches = batches[acc.process_index::acc.num_processes]
-            model.train(); tot = 0.
-            for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress, leave=False)):
-                cands = [candidates_for(cand, f"{s.id}:{epoch}", cfg.seed) for s, _ in batch]
-                enc = [encode_prompt(tok, c) for c in cands]
-                tgt = [encode_target(tok, s, cfg.answer_order) for s, _ in batch]
-                fb = feats[[s.index for s, _ in batch]]
-                flips = torch.tensor([fl for _, fl in batch])
-                if flips.any(): fb = torch.where(flips[:, None, None, None], flip_features(fb), fb)
-                mh = torch.zeros(len(batch), len(cand))
-                for i, (s, _) in enumerate(batch):
-                    for l in s.labels: mh[i, lab_index[l]] = 1.
-                with acc.autocast():
-                    loss = model(fb.to(acc.device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(acc.device))
-                opt.zero_grad(); acc.backward(loss)
-                if cfg.grad_clip: acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                opt.step(); tot += loss.item()
-            with acc.autocast():
-                rows = predict_samples(core, tok, feats, val, cand, cfg.seed, max_new_tokens=cfg.max_new_tokens, device=acc.device)
-            vt = top1(rows)
-            state = core.trainable_state()
-            improved = False
-            if acc.is_main_process:
-                improved = rf.save_best({**ckpt_meta, 'state_dict': state, 'epoch': epoch, 'val_top1': vt}, vt)
-                save_checkpoint(rf.dir/'last.pt', {**ckpt_meta, 'state_dict': state, 'epoch': epoch, 'val_top1': vt,
-                                                  'optimizer': opt.state_dict(),
-                                                  'rng': _rng_state()})
-                rf.log({'epoch': epoch, 'train_loss': tot / max(len(batches), 1), 'val_top1': vt, 'best': improved,
-                        'qformer_dropout': core.enc_dropout.p, 'seconds': round(time.time() - t0, 2)})
-        metrics = {}
-        if acc.is_main_process and eval_split:
-            best = torch.load(rf.dir/'best.pt', map_location='cpu', weights_only=False)
-            core.load_state_dict(best['state_dict'], strict=False)
-            save_file({'query_tokens': core.query_tokens.detach().cpu().contiguous()}, str(rf.dir/'query_tokens.safetensors'))
-            test = make_samples(clips, ds, cfg.label_mode, eval_split)
-            rows = predict_samples(core, tok, feats, test, cand, cfg.seed, max_new_tokens=cfg.max_new_tokens, progress=progress, device=acc.device)
-            write_jsonl(rf.dir/'predictions.jsonl', rows)
-            metrics = score_file(rf.dir/'predictions.jsonl')
-            metrics.update(baselines(rows, [s.labels for s in train]), best_epoch=best['epoch'], best_val_top1=best['val_top1'],
-                           split=eval_split, shuffle_labels=cfg.shuffle_labels,
-                           short_clips=frep['short_clips'], skipped=frep['skipped'])
-            write_json(rf.dir/'metrics.json', metrics)
-        rf.finish('done', short_clips=frep['short_clips'], features={k: frep[k] for k in ('encoded', 'cached')})
-        return metrics
+        if tiny and not (rf.dir/'base_llm'/'config.json').is_file():
+            tok.save_pretrained(rf.dir/'base_llm')
+            llm.save_pretrained(rf.dir/'base_llm')
+        return _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm.to(dtype), tiny, dtype, p1, phase1, blip, train, val,
+                    cand, vision, frames, grid, state, eval_split, progress)
     except BaseException as e:
-        rf.finish('failed', error=f"{e.__class__.__name__}: {e}"); raise
+        rf.finish('failed', error=f"{e.__class__.__name__}: {e}")
+        raise
+
+# %% ../../nbs/video/04_phase2.ipynb #2827d0c9
+def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phase1, blip, train, val, cand,
+         vision, frames, grid, state, eval_split, progress) -> dict:
+    "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
+    acc, resume = _accelerator(dtype), state is not None
+    enc_width = blip[0].get('encoder_hidden_size') if blip and p1 is None else None
+    if resume: enc_width = read_checkpoint(rf.last, 'phase2')['encoder_width']
+    torch.manual_seed(cfg.seed)
+    model = VideoQFormerLM(cfg, llm, tuple(feats.shape[1:]), len(ds.labels.official), p1, enc_width,
+                           adapter=rf.last/'adapter' if resume else None, tiny=tiny)
+    init = init_from_blip2(model, blip[1]) if blip else None
+    batch_count = math.ceil(len(train) / cfg.batch_size)
+    total = math.ceil(batch_count / cfg.grad_accum) * cfg.epochs
+    opt, sched = make_optimizer(model, cfg, min(total, cfg.max_steps) if cfg.max_steps else total)
+    start, step = 1, 0
+    if resume:
+        model.load_own_state(load_tensors(rf.last), rf.last/'model.safetensors')
+        last = read_checkpoint(rf.last, 'phase2')
+        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler']); set_rng_state(state['rng'])
+        start, step = last['epoch'] + 1, last['step']
+    counts = model.parameter_counts()
+    if acc.is_main_process: _print_counts(counts)
+    model, opt = acc.prepare(model, opt)
+    core = acc.unwrap_model(model)
+    meta = {'feature_shape': list(feats.shape[1:]), 'features': cache.key, 'vision': vision, 'frames': frames, 'grid': grid,
+            'encoder_width': core.encoder_width, 'llm': base_identity(cfg, llm, dtype, tiny), 'tiny_llm': tiny,
+            'phase1': _phase1_ref(phase1), 'dataset': ds.name, 'label_map': ds.labels.mapping, 'label_mode': cfg.label_mode,
+            'parameters': counts, 'qformer_init': init}
+    batcher = _Batcher(tok, cfg, cand, feats)
+    for epoch in range(start, cfg.epochs + 1):
+        if cfg.max_steps and step >= cfg.max_steps: break
+        t0 = time.time()
+        core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
+        order = _epoch_order(train, cfg, epoch)
+        batches = [order[b:b + cfg.batch_size] for b in range(0, len(order), cfg.batch_size)]
+        loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, progress)
+        with acc.autocast():
+            vt = top1(predict_samples(core, tok, feats, val, cand, cfg.seed, max_new_tokens=cfg.max_new_tokens, device=acc.device))
+        if acc.is_main_process:
+            m = {**meta, 'config': asdict(cfg), 'epoch': epoch, 'step': step, 'metrics': {'val_top1': vt, 'train_loss': loss}}
+            improved = rf.save_best(vt, tensors=core.own_state(), meta=m, adapter=core.llm)
+            save_checkpoint(rf.last, 'phase2', core.own_state(), m, adapter=core.llm,
+                            resume={'optimizer': opt.state_dict(), 'scheduler': sched.state_dict(), 'rng': rng_state()})
+            rf.log({'epoch': epoch, 'step': step, 'train_loss': loss, 'val_top1': vt, 'best': improved,
+                    'lr': sched.get_last_lr()[0], 'truncated_targets': batcher.truncated,
+                    'qformer_dropout': core.enc_dropout.p, 'seconds': round(time.time() - t0, 2)})
+    return _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init)
+
+# %% ../../nbs/video/04_phase2.ipynb #2a062573
+def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init) -> dict:
+    "Load best/, predict and score `eval_split`, write the run's outputs."
+    metrics = {}
+    if acc.is_main_process and eval_split:
+        best = read_checkpoint(rf.best, 'phase2')
+        _load_checkpoint_into(core, rf.best)
+        save_file({'query_tokens': core.query_tokens.detach().cpu().contiguous()}, str(rf.dir/'query_tokens.safetensors'))
+        test = make_samples(clips, ds, cfg.label_mode, eval_split)
+        with acc.autocast():
+            rows = predict_samples(core, tok, feats, test, cand, cfg.seed, max_new_tokens=cfg.max_new_tokens,
+                                   progress=progress, device=acc.device)
+        write_jsonl(rf.dir/'predictions.jsonl', rows)
+        metrics = score_file(rf.dir/'predictions.jsonl')
+        metrics.update(baselines(rows, [s.labels for s in train]), best_epoch=best['epoch'], best_val_top1=best['score'],
+                       split=eval_split, shuffle_labels=cfg.shuffle_labels, short_clips=frep['short_clips'], skipped=frep['skipped'])
+        write_json(rf.dir/'metrics.json', metrics)
+    rf.finish('done', short_clips=frep['short_clips'], features={k: frep[k] for k in ('encoded', 'cached')},
+              parameters=counts, qformer_init=init)
+    return metrics

@@ -1,0 +1,109 @@
+"""Phase-2 training throughput and memory at real widths: the frozen LLM in bf16 against fp32, in one run.
+
+    python benchmarks/phase2_scale.py [--steps 3] [--batch-size 4] [--threads 2] [--gpu-layers 4]
+
+The model is Phase-2 with random weights at real widths: an LLM shaped like Qwen2.5-0.5B (hidden 896, 14 heads,
+2 KV heads, intermediate 4864) cut to 2 layers, a BLIP-2-shaped Q-former (hidden 768, 12 heads, 2 layers,
+cross-attention every 2) and frozen features of width 768 (DINOv2-B). Each variant runs in a fresh subprocess
+(so its peak memory is its own: process peak RSS on the CPU, CUDA max allocated on a GPU) and times `--steps`
+training steps after one warm-up step on prompts of the real length (21 candidate actions). Printed per variant:
+samples/s, LLM tokens/s, peak memory and the frozen LLM's parameter bytes; then the bf16 / fp32 ratios.
+
+On a GPU it adds the Qwen2.5-7B width (hidden 3584, 28 heads, 4 KV heads, intermediate 18944) cut to
+`--gpu-layers` layers, in bf16, with and without gradient checkpointing. The 7B width is never built on the CPU.
+"""
+import argparse, json, math, resource, subprocess, sys, time
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from vtreetrm.video.labels import LOTE_SIMPLE
+from vtreetrm.video.phase2 import (Phase2Config, VideoQFormerLM, build_tokenizer, encode_prompt, make_optimizer,
+                                   resolve_dtype)
+
+QWEN25_05B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864)
+QWEN25_7B = dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944)
+BLIP2_QFORMER = dict(qformer_hidden=768, qformer_heads=12, qformer_layers=2, cross_attention_frequency=2)
+FEATURES = (8, 17, 768)   # (T, P, D): 8 frames, CLS + 4x4 pooled patches, DINOv2-B width
+
+
+def variant(spec:dict) -> dict:
+    "Build one variant, time its training steps; returns the measurements."
+    torch.set_num_threads(spec['threads'])
+    dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    tok = build_tokenizer()
+    widths = QWEN25_7B if spec['llm'] == '7b' else QWEN25_05B
+    torch.manual_seed(0)
+    llm = Qwen2ForCausalLM(Qwen2Config(**widths, num_hidden_layers=spec['layers'], vocab_size=len(tok), tie_word_embeddings=True,
+                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
+    cfg = Phase2Config(llm='bench', num_queries=spec['num_queries'], dtype=spec['dtype'], gradient_checkpointing=spec['ckpt'],
+                       **BLIP2_QFORMER)
+    dtype = resolve_dtype(cfg.dtype, dev.type)
+    model = VideoQFormerLM(cfg, llm.to(dtype), FEATURES, len(LOTE_SIMPLE), tiny=False).to(dev).train()
+    frozen_bytes = model.parameter_counts()['frozen_llm_bytes']
+    opt, sched = make_optimizer(model, cfg, spec['steps'] + 1)
+    B = spec['batch_size']
+    pre, post = encode_prompt(tok, list(LOTE_SIMPLE))
+    tgt = tok("<predicted_actions>Walking</predicted_actions>\nAnalysis: the video shows a deer in a forest scene; "
+              "its movement matches Walking.<|im_end|>", add_special_tokens=False)['input_ids']
+    tokens = B * (len(pre) + cfg.num_queries + len(post) + len(tgt))
+
+    def step():
+        feats = torch.randn(B, *FEATURES, device=dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == 'cuda' and dtype == torch.bfloat16):
+            loss = model(feats, [pre] * B, [post] * B, [tgt] * B)
+        loss.backward()
+        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    step()                                                     # warm-up
+    if dev.type == 'cuda': torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    losses = [step() for _ in range(spec['steps'])]
+    if dev.type == 'cuda': torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated() if dev.type == 'cuda' else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {**spec, 'device': dev.type, 'samples_per_s': spec['steps'] * B / dt, 'tokens_per_s': spec['steps'] * tokens / dt,
+            'peak_memory_mib': peak / 2**20, 'frozen_llm_bytes': frozen_bytes, 'loss_finite': all(math.isfinite(x) for x in losses)}
+
+
+def run_variant(spec:dict) -> dict:
+    out = subprocess.run([sys.executable, __file__, '--one', json.dumps(spec)], capture_output=True, text=True)
+    line = next((l for l in out.stdout.splitlines() if l.startswith('{')), None)
+    if out.returncode or line is None: sys.exit(f"variant {spec} failed:\n{out.stderr[-2000:]}")
+    return json.loads(line)
+
+
+def show(r:dict):
+    print(f"{r['llm']:>5} x{r['layers']} {r['dtype']:<5} ckpt={'on ' if r['ckpt'] else 'off'}  {r['samples_per_s']:8.2f} samples/s "
+          f"{r['tokens_per_s']:10.1f} tokens/s   peak {r['peak_memory_mib']:9.1f} MiB   frozen LLM {r['frozen_llm_bytes'] / 2**20:8.1f} MiB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--steps', type=int, default=3)
+    ap.add_argument('--batch-size', type=int, default=4)
+    ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--num-queries', type=int, default=32)
+    ap.add_argument('--gpu-layers', type=int, default=4, help='layers of the 7B-wide LLM on a GPU')
+    ap.add_argument('--one', help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one: print(json.dumps(variant(json.loads(args.one)))); return
+    base = dict(llm='0.5b', layers=2, steps=args.steps, batch_size=args.batch_size, threads=args.threads,
+                num_queries=args.num_queries, ckpt=False)
+    fp32, bf16 = run_variant({**base, 'dtype': 'fp32'}), run_variant({**base, 'dtype': 'bf16'})
+    for r in (fp32, bf16): show(r)
+    print(f"bf16 / fp32: frozen LLM bytes {bf16['frozen_llm_bytes'] / fp32['frozen_llm_bytes']:.3f}x, "
+          f"samples/s {bf16['samples_per_s'] / fp32['samples_per_s']:.2f}x, peak memory {bf16['peak_memory_mib'] / fp32['peak_memory_mib']:.2f}x "
+          f"(device {fp32['device']}, batch {args.batch_size}, M={args.num_queries}, {args.steps} steps)")
+    if not torch.cuda.is_available():
+        print("no GPU: the Qwen2.5-7B-width variants run only on a GPU"); return
+    big = {**base, 'llm': '7b', 'layers': args.gpu_layers, 'dtype': 'bf16'}
+    off, on = run_variant(big), run_variant({**big, 'ckpt': True})
+    for r in (off, on): show(r)
+    print(f"gradient checkpointing on / off: peak memory {on['peak_memory_mib'] / off['peak_memory_mib']:.2f}x, "
+          f"samples/s {on['samples_per_s'] / off['samples_per_s']:.2f}x")
+
+
+if __name__ == '__main__':
+    sys.exit(main())
