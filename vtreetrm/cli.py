@@ -149,6 +149,7 @@ def parameters_source(cls) -> str:
     "Python assignments `field = default  # comment` for every field of config dataclass `cls`."
     lines = [PARAMETERS_HEADER.format(name=cls.__name__)]
     for name, (_, default, help_) in config_fields(cls).items():
+        if '=' in help_: raise ValueError(f"{cls.__name__}.{name}: papermill cannot parse a parameter comment holding '=': {help_!r}")
         code = f"{name} = {default!r}"
         lines.append(f"{code:<40}  # {help_}" if help_ else code)
     return '\n'.join(lines)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/runs/00_papermill.ipynb #6e738e01
 from __future__ import annotations
-import concurrent.futures as cf, itertools, multiprocessing as mp, os, re, shutil, sys, time, traceback
+import ast, concurrent.futures as cf, itertools, multiprocessing as mp, os, re, shutil, sys, time, traceback
 from pathlib import Path
 import yaml
 from fastcore.script import Param
@@ -58,9 +58,15 @@ def check_params(nb:Path, params:dict, declared:dict=None) -> dict:
     for k, v in declared.items():
         if k in params: full[k] = params[k]
         else:
-            try: full[k] = yaml.safe_load(v['default'])   # papermill reports defaults as source text
-            except yaml.YAMLError: full[k] = v['default']
+            full[k] = _default_value(v['default'])
     return full
+
+def _default_value(src:str):
+    "A default as papermill reports it (the Python source text) turned into its value: a literal, else YAML, else the text."
+    try: return ast.literal_eval(src)             # None, True, 1e-3, 'text', [1, 2]
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): pass
+    try: return yaml.safe_load(src)
+    except yaml.YAMLError: return src
 
 # %% ../../nbs/runs/00_papermill.ipynb #8fc95600
 def render_html(nb_path:Path, html_path:Path, no_input:bool=True, title:str=None) -> Path:

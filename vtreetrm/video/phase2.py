@@ -119,7 +119,7 @@ SAMPLERS = ('random', 'flip-balanced')
 @dataclass
 class Phase2Config:
     "Everything that defines a Phase-2 run: `vtreetrm video phase2`'s flags and the experiment notebook's parameters."
-    num_queries: int = 32                      # M: learnable Q-former queries = visual tokens given to the LLM
+    num_queries: int = 32                      # M: learnable Q-former queries, the visual tokens given to the LLM
     answer_order: Literal['actions_first', 'analysis_first'] = 'actions_first'  # target: the actions or the analysis first
     label_mode: Literal['official', 'simple'] = 'official'  # labels shown and supervised (simple: label_map.json applied)
     cls_head: bool = False                     # auxiliary multi-label BCE head on the Q-former output (training only)
@@ -131,7 +131,7 @@ class Phase2Config:
     llm: str = 'tiny'                          # 'tiny' (a small random Qwen2) or a chat causal LM folder / hub id
     dtype: Literal['auto', 'bf16', 'fp16', 'fp32'] = 'auto'  # frozen LLM dtype; auto: bf16 on a GPU that has it, else fp32
     lora_r: int = 8                            # LoRA rank
-    lora_alpha: int = 16                       # LoRA scale numerator (scale = alpha / r)
+    lora_alpha: int = 16                       # LoRA scale numerator (the scale is alpha / r)
     lora_dropout: float = 0.0                  # dropout on the LoRA input
     lora_targets: str = 'auto'                 # comma list of LLM module names; auto: attention + MLP projections (+ lm_head for tiny)
     max_length: int = 1024                     # longest LLM input in tokens (prompt + M visual + target); longer targets are cut
