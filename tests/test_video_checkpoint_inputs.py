@@ -164,3 +164,28 @@ def test_impossible_configs_fail_before_training(trained, tmp_path, capsys, flag
     out = tmp_path/'out'
     rc = run('video', 'phase2', trained/'syn'/'lote', '--out', out, '--cache', trained/'cache', *flags)
     expect_refused(capsys, rc, need, written=[out])
+
+
+def test_qformer_init_from_a_saved_blip2(trained, tmp_path, capsys):
+    """--qformer-init: a tiny Blip2Model saved by transformers gives the Q-former its sizes, weights and first queries."""
+    from safetensors.torch import load_file
+    from transformers import Blip2Config, Blip2Model
+    b = Blip2Model(Blip2Config(vision_config=dict(hidden_size=40, intermediate_size=80, num_hidden_layers=1, num_attention_heads=2,
+                                                  image_size=28, patch_size=14),
+                               qformer_config=dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+                                                   cross_attention_frequency=2),
+                               text_config=dict(model_type='opt', hidden_size=32, num_hidden_layers=1, num_attention_heads=2, ffn_dim=64,
+                                                vocab_size=100, word_embed_proj_dim=32),
+                               num_query_tokens=6))
+    b.save_pretrained(tmp_path/'blip2')
+    out = tmp_path/'run'
+    assert run('video', 'phase2', trained/'syn'/'lote', '--qformer-init', tmp_path/'blip2', '--out', out, '--cache', trained/'cache',
+               '--num-queries', 8, '--epochs', 1, '--max-steps', 1, '--max-new-tokens', 4, '--lr', 1e-9, '--lora-lr', 1e-9,
+               '--threads', 1) == 0
+    init = json.loads((out/'run.json').read_text())['qformer_init']
+    assert init['tensors_reinitialised'] == [] and init['queries_from_checkpoint'] == 6 and init['queries_in_checkpoint'] == 6
+    cfg = json.loads((out/'best'/'checkpoint.json').read_text())['config']
+    assert (cfg['qformer_hidden'], cfg['qformer_layers'], cfg['qformer_heads'], cfg['cross_attention_frequency']) == (48, 2, 4, 2)
+    own = load_file(str(out/'best'/'model.safetensors'))
+    assert own['query_tokens'].shape == (1, 8, 48)
+    torch.testing.assert_close(own['query_tokens'][:, :6], b.query_tokens.detach(), atol=1e-5, rtol=0)   # one step at lr 1e-9

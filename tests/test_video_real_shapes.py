@@ -45,7 +45,7 @@ def test_bf16_step_at_real_widths(parts, tmp_path, capsys):
     assert rc == 0, out
     assert 'trainable parameters' in out and 'frozen LLM' in out and 'bfloat16' in out
     p = json.loads((run/'run.json').read_text())['parameters']
-    assert set(p['trainable']) == {'lora', 'qformer', 'query_tokens', 'proj', 'frame_proj'}
+    assert set(p['trainable']) == {'lora', 'qformer', 'query_tokens', 'proj', 'frame_proj', 'encoder_norm'}
     assert p['frozen_llm_dtypes'] == ['bfloat16']
     h, kv, ff = 896, 128, 4864                   # LoRA adds r * (in + out) per target, per layer
     shapes = {'q_proj': (h, h), 'k_proj': (h, kv), 'v_proj': (h, kv), 'o_proj': (h, h),

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e004
 from __future__ import annotations
-import json, random, time
+import json, os, random, time
 from pathlib import Path
 import numpy as np, torch
 from safetensors import SafetensorError
@@ -23,12 +23,14 @@ def save_checkpoint(dest:str|Path,       # checkpoint folder to publish (RUN/bes
                     tensors:dict,        # name -> tensor: our own modules (written as model.safetensors)
                     meta:dict,           # config, epoch, step, metrics, base LLM, ... (checkpoint.json)
                     adapter=None,        # a peft model: its adapter goes to adapter/ through save_pretrained
-                    resume:dict=None):   # optimizer/scheduler/RNG state of plain tensors (resume.pt)
+                    resume:dict=None,    # optimizer/scheduler/RNG state of plain tensors (resume.pt)
+                    adapter_state:dict=None):  # the peft model's full state dict when gathered elsewhere (FSDP)
     "Publish one checkpoint folder atomically."
     with atomic_dir(dest) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp/'model.safetensors'))
         if adapter is not None:   # the frozen embeddings are the base's: only the LoRA tensors go into the adapter
-            adapter.save_pretrained(str(tmp/'adapter'), safe_serialization=True, save_embedding_layers=False)
+            adapter.save_pretrained(str(tmp/'adapter'), safe_serialization=True, save_embedding_layers=False,
+                                    **({'state_dict': adapter_state} if adapter_state is not None else {}))
         if resume is not None: torch.save(resume, tmp/'resume.pt')
         files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob('*')) if p.is_file()}
         write_json(tmp/'checkpoint.json', {'format': CHECKPOINT_FORMAT, 'kind': kind, **meta, 'files': files})
@@ -101,19 +103,23 @@ def model_config_sha256(model:str|Path) -> str|None:
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e016
 class RunFolder:
-    "params.json, run.json, history.jsonl and the best/ and last/ checkpoints of one training run."
-    def __init__(self, out:str|Path, params:dict, resume:bool=False, inputs=(), kind:str=None):
-        self.dir, self.kind = Path(out), kind
+    "params.json, run.json, history.jsonl, steps.jsonl and the best/ and last/ checkpoints of one training run."
+    def __init__(self, out:str|Path, params:dict, resume:bool=False, inputs=(), kind:str=None,
+                 main:bool=True):   # False on the other ranks of a multi-process run: they read, never write
+        self.dir, self.kind, self.main = Path(out), kind, main
         check_run_folder(self.dir, resume, kind)
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.params, self.t0 = params, time.time()
+        hist = self.dir/'history.jsonl'
+        self.history = [json.loads(l) for l in hist.read_text().splitlines() if l.strip()] if resume and hist.is_file() else []
+        if not main: return
+        self.dir.mkdir(parents=True, exist_ok=True)
         old = read_json(self.dir/'run.json') if resume and (self.dir/'run.json').is_file() else {}
         self.run = {'status': 'running', 'started': old.get('started', now_iso()), 'resumed': resume,
                     **provenance(params, inputs)}
         write_json(self.dir/'params.json', params)
         write_json(self.dir/'run.json', self.run)
-        hist = self.dir/'history.jsonl'
-        self.history = [json.loads(l) for l in hist.read_text().splitlines() if l.strip()] if resume and hist.is_file() else []
+        if resume: self._trim_steps(read_checkpoint(self.last, kind, verify=False).get('step', 0))
+        elif (self.dir/'steps.jsonl').exists(): os.remove(self.dir/'steps.jsonl')
 
     @property
     def best(self) -> Path: return self.dir/'best'
@@ -121,8 +127,19 @@ class RunFolder:
     def last(self) -> Path: return self.dir/'last'
 
     def log(self, row:dict):
+        "One row per epoch in history.jsonl (an epoch logged again replaces its row)."
         self.history = [h for h in self.history if h.get('epoch') != row.get('epoch')] + [row]
-        write_jsonl(self.dir/'history.jsonl', self.history)
+        if self.main: write_jsonl(self.dir/'history.jsonl', self.history)
+
+    def log_step(self, row:dict):
+        "One row per optimizer step, appended to steps.jsonl."
+        if not self.main: return
+        with open(self.dir/'steps.jsonl', 'a', encoding='utf-8') as f: f.write(json.dumps(row) + '\n')
+
+    def _trim_steps(self, step:int):
+        "On resume, drop the step rows written after the checkpoint being resumed."
+        p = self.dir/'steps.jsonl'
+        if p.is_file(): write_jsonl(p, [r for r in map(json.loads, p.read_text().splitlines()) if r.get('step', 0) <= step])
 
     def best_score(self) -> float|None:
         return read_checkpoint(self.best, self.kind, verify=False).get('score') if (self.best/'checkpoint.json').is_file() else None
@@ -131,11 +148,13 @@ class RunFolder:
         "Publish best/ (`save_checkpoint(**checkpoint)`) if `score` beats the one on disk; returns whether it did."
         old = self.best_score()
         if old is not None and not (score > old if higher_is_better else score < old): return False
+        if not self.main: return True
         meta = {**checkpoint.pop('meta', {}), 'score': score}
         save_checkpoint(self.best, self.kind, meta=meta, **checkpoint)
         return True
 
     def finish(self, status:str='done', **extra):
+        if not self.main: return
         self.run.update(status=status, ended=now_iso(), seconds=round(time.time() - self.t0, 2), **extra)
         write_json(self.dir/'run.json', self.run)
 

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
+from accelerate import PartialState
 from ..utils import UserError, write_json, provenance
 from .labels import load_dataset
 from .synthetic import make_synthetic, SyntheticConfig, SCALES
@@ -78,6 +79,7 @@ def phase2_cmd(dataset:str,                          # dataset folder
                cfg:Phase2Config=None):               # the model and training flags (Phase2Config)
     "Phase-2 SFT (Q-former + projection + LoRA LLM); keeps best/ by val Top1, predicts and scores the test split."
     m = train_phase2(dataset, out, cfg, cache, vision, frames, grid, phase1, skip_bad, resume, threads=threads)
+    if not PartialState().is_main_process: return          # several processes: the main one reports
     print(f"test Top1 {m['top1_accuracy_single_label']:.4f} (chance {m.get('chance_top1', 0):.4f}, "
           f"majority {m.get('majority_top1', 0):.4f}), Macro-F1 {m['macro_f1']:.4f} -> {Path(out)/'metrics.json'}")
 

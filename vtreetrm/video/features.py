@@ -4,11 +4,12 @@
 
 # %% ../../nbs/video/02_features.ipynb #5c611a01
 from __future__ import annotations
-import io, json, os
+import contextlib, io, json, os
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import av, numpy as np, torch, torch.nn.functional as F
 from tqdm.auto import tqdm
+from filelock import FileLock, Timeout
 from transformers import Dinov2Config, Dinov2Model
 from ..utils import UserError, atomic_write, write_json, read_json, sha256_file, sha256_json
 from .labels import Clip
@@ -144,12 +145,33 @@ class FeatureCache:
             except UserError as e:
                 if not skip_bad: raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
                 report['skipped'].append({'id': c.id, 'path': c.video, 'reason': e.msg}); continue
-            p = self.path_for(sha)
-            if p.is_file():
-                out[c.id] = np.load(p); report['cached'] += 1
-                meta = p.with_suffix('.json')
-                if meta.is_file() and read_json(meta).get('repeated'): report['short_clips'].append(c.id)
-            else: todo.append((c, sha))
+            if not self._take_cached(c, sha, out, report): todo.append((c, sha))
+        with self.filling(bool(todo)):
+            todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]   # filled meanwhile
+            self._encode(todo, out, report, skip_bad, progress)
+        return out, report
+
+    def _take_cached(self, c, sha, out:dict, report:dict) -> bool:
+        p = self.path_for(sha)
+        if not p.is_file(): return False
+        out[c.id] = np.load(p, allow_pickle=False); report['cached'] += 1
+        meta = p.with_suffix('.json')
+        if meta.is_file() and read_json(meta).get('repeated'): report['short_clips'].append(c.id)
+        return True
+
+    @contextlib.contextmanager
+    def filling(self, needed:bool=True):
+        "Hold the cache folder's fill lock while encoding (one filler at a time); say so when waiting for another."
+        if not needed: yield; return
+        lock = FileLock(str(self.dir/'.fill.lock'))
+        try: lock.acquire(timeout=0)
+        except Timeout:
+            tqdm.write(f"waiting for another process that is filling the feature cache {self.dir} …")
+            lock.acquire()
+        try: yield
+        finally: lock.release()
+
+    def _encode(self, todo:list, out:dict, report:dict, skip_bad:bool, progress:bool):
         batch, pbar = [], tqdm(total=len(todo), desc='encode clips', disable=not progress or not todo, leave=False)
         def flush():
             if not batch: return
@@ -169,4 +191,3 @@ class FeatureCache:
             if len(batch) >= self.batch_size: flush()
         flush(); pbar.close()
         if todo: write_json(self._memo_path, self._memo)
-        return out, report

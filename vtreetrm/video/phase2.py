@@ -4,7 +4,7 @@
 
 # %% ../../nbs/video/04_phase2.ipynb #1643189b
 from __future__ import annotations
-import contextlib, json, math, random, re, time
+import contextlib, importlib.util, json, math, random, re, time
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 from typing import Literal
@@ -12,6 +12,8 @@ import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 from accelerate import Accelerator
+from accelerate.utils import gather_object
+from torch.utils.data import DistributedSampler
 from tokenizers import Tokenizer, models as tok_models, trainers as tok_trainers, pre_tokenizers, decoders
 from transformers import (AutoModelForCausalLM, AutoTokenizer, Blip2QFormerConfig, Blip2QFormerModel,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, get_scheduler)
@@ -31,11 +33,12 @@ from .phase1 import dataset_features, open_cache, load_phase1, Phase1Encoder, Ph
 
 # %% auto #0
 __all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS',
-           'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'question', 'analysis', 'target', 'build_tokenizer', 'build_tiny_llm',
-           'load_llm', 'Phase2Config', 'resolve_dtype', 'VideoQFormerLM', 'read_blip2_qformer', 'blip2_sizes',
-           'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt',
-           'encode_target', 'flip_features', 'predict_samples', 'top1', 'baselines', 'load_base_llm', 'check_llm',
-           'base_identity', 'build_phase2', 'make_optimizer', 'train_epoch', 'train_phase2']
+           'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer',
+           'build_tiny_llm', 'load_llm', 'Phase2Config', 'resolve_dtype', 'VideoQFormerLM', 'read_blip2_qformer',
+           'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for',
+           'encode_prompt', 'encode_target', 'flip_features', 'predict_samples', 'top1', 'baselines', 'load_base_llm',
+           'check_llm', 'base_identity', 'build_phase2', 'make_optimizer', 'rank_batches', 'train_epoch',
+           'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2', 'compute_rows_metrics']
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
 VIDEO_MARKER = '<video>'
@@ -154,6 +157,7 @@ class Phase2Config:
     gradient_checkpointing: bool = False       # recompute LLM and Q-former activations in backward: less memory, more time
     max_steps: int = 0                         # stop after this many optimizer steps (0: run all epochs)
     seed: int = 0                              # random seed
+    report_to: Literal['none', 'tensorboard', 'wandb', 'mlflow'] = 'none'  # training curves to an accelerate tracker (besides steps.jsonl)
 
     def __post_init__(self):
         check_config(self)
@@ -347,7 +351,7 @@ def parameter_counts(self:VideoQFormerLM) -> dict:
     for n, p in self.named_parameters():
         if n.startswith('phase1.'): continue
         if p.requires_grad:
-            part = 'lora' if 'lora_' in n else n.split('.')[0].replace('frame_pos', 'frame_proj').replace('enc_norm', 'frame_proj')
+            part = 'lora' if 'lora_' in n else {'frame_pos': 'frame_proj', 'enc_norm': 'encoder_norm'}.get(n.split('.')[0], n.split('.')[0])
             parts[part] = parts.get(part, 0) + p.numel()
         elif n.startswith('llm.'): frozen += p.numel(); dtypes.add(str(p.dtype).replace('torch.', ''))
     return {'trainable': parts, 'trainable_total': sum(parts.values()), 'frozen_llm': frozen, 'frozen_llm_dtypes': sorted(dtypes),
@@ -589,27 +593,39 @@ class _Batcher:
             for l in s.labels: mh[i, index[l]] = 1.
         return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
 
+def rank_batches(order:list, batch_size:int, rank:int=0, world:int=1) -> list:
+    "This process's micro-batches of an epoch's order: torch's DistributedSampler pads the order so every rank gets as many."
+    mine = [order[i] for i in DistributedSampler(order, num_replicas=world, rank=rank, shuffle=False)]
+    return [mine[b:b + batch_size] for b in range(0, len(mine), batch_size)]
+
 def train_epoch(model, acc, opt, sched, batches:list, batcher:_Batcher, cfg:Phase2Config, epoch:int, step:int,
-                progress:bool=False) -> tuple[float, int]:
-    "One epoch of micro-batches, an optimizer step every --grad-accum of them; returns (mean loss, optimizer step)."
+                rf=None, trackers:bool=False, progress:bool=False) -> tuple[float, int]:
+    "One epoch of micro-batches, an optimizer step every --grad-accum of them, each step logged; returns (mean loss, step)."
     model.train()
-    tot, n = 0., 0
-    for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress, leave=False)):
+    tot, n, win_loss, t0 = 0., 0, 0., time.perf_counter()
+    for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress or not acc.is_main_process, leave=False)):
         start = bi - bi % cfg.grad_accum
         window = min(cfg.grad_accum, len(batches) - start)        # micro-batches in this optimizer step
         last = bi == start + window - 1
         with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
             loss = model(*batcher(batch, epoch, acc.device))
             acc.backward(loss / window)
-        tot, n = tot + loss.item(), n + 1
+        tot, n, win_loss = tot + loss.item(), n + 1, win_loss + loss.item() / window
         if not last: continue
-        if cfg.grad_clip: acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float('inf'))
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
         step += 1
+        row = {'step': step, 'epoch': epoch, 'loss': acc.reduce(torch.tensor(win_loss, device=acc.device), 'mean').item(),
+               'lr': sched.get_last_lr()[0], 'grad_norm': float(norm),
+               'samples_per_s': window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0)}
+        if rf is not None: rf.log_step(row)
+        if trackers: acc.log({f"train/{k}": v for k, v in row.items() if k != 'step'}, step=step)
+        win_loss, t0 = 0., time.perf_counter()
         if cfg.max_steps and step >= cfg.max_steps: break
-    return tot / max(n, 1), step
+    mean = acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), 'mean').item()
+    return mean, step
 
 # %% ../../nbs/video/04_phase2.ipynb #0ede9d33
 def _print_counts(c:dict):
@@ -617,10 +633,31 @@ def _print_counts(c:dict):
     tqdm.write(f"trainable parameters {c['trainable_total']:,} ({parts}); frozen LLM {c['frozen_llm']:,} in "
                f"{'/'.join(c['frozen_llm_dtypes'])} ({c['frozen_llm_bytes'] / 2**20:.1f} MiB)")
 
-def _accelerator(dtype) -> Accelerator:
+TRACKER_PACKAGES = {'tensorboard': 'tensorboard', 'wandb': 'wandb', 'mlflow': 'mlflow'}
+
+def make_accelerator(dtype, report_to:str='none', project_dir:Path=None) -> Accelerator:
+    "The run's `Accelerator`: GPU if any (mixed precision for a bf16/fp16 LLM), processes from torchrun/accelerate launch, trackers."
+    if report_to != 'none' and importlib.util.find_spec(TRACKER_PACKAGES[report_to]) is None:
+        raise UserError(f"--report-to {report_to}: the package {TRACKER_PACKAGES[report_to]!r} is not installed (pip install {TRACKER_PACKAGES[report_to]})")
     cuda = torch.cuda.is_available()
     mp = {torch.bfloat16: 'bf16', torch.float16: 'fp16'}.get(dtype, 'no') if cuda else 'no'
-    return Accelerator(cpu=not cuda, mixed_precision=mp)
+    return Accelerator(cpu=not cuda, mixed_precision=mp, log_with=None if report_to == 'none' else report_to,
+                       project_dir=str(project_dir) if project_dir else None)
+
+def predict_gathered(core, tok, feats:torch.Tensor, samples:list, cand:list, cfg:Phase2Config, acc, progress:bool=False) -> list:
+    "Rows for `samples`, each process generating its share (every world-th sample), gathered in sample order on every process."
+    with acc.autocast():
+        rows = predict_samples(core, tok, feats, samples[acc.process_index::acc.num_processes], cand, cfg.seed,
+                               max_new_tokens=cfg.max_new_tokens, progress=progress and acc.is_main_process, device=acc.device)
+    if acc.num_processes > 1: rows = gather_object(rows)
+    where = {s.id: i for i, s in enumerate(samples)}
+    return sorted(rows, key=lambda r: where[r['id']])
+
+def state_for_saving(acc, model) -> tuple[dict, dict]:
+    "(our tensors, the PeftModel's state dict) of the whole model; accelerate gathers the shards under FSDP (call it on every process)."
+    full = acc.get_state_dict(model)
+    own = {k: v for k, v in full.items() if not k.startswith(OWN_EXCLUDE)}
+    return own, {k[len('llm.'):]: v for k, v in full.items() if k.startswith('llm.')}
 
 def _phase1_ref(phase1) -> dict|None:
     if not phase1: return None
@@ -646,53 +683,60 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
                  phase1:str|Path=None,      # frozen Phase-1 checkpoint folder (RUN/best of `vtreetrm video phase1`)
                  skip_bad:bool=False, resume:bool=False, eval_split:str='test',
                  progress:bool=True, threads:int=None) -> dict:
-    "Train Phase-2 on one dataset; returns the test metrics (also written to the run folder)."
+    "Train Phase-2 on one dataset, in this process or in each of several (torchrun / accelerate launch); returns the test metrics."
     cfg, out = cfg or Phase2Config(), Path(out)
     if threads: torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed); random.seed(cfg.seed); np.random.seed(cfg.seed)
     dtype = resolve_dtype(cfg.dtype)
     check_run_folder(out, resume, 'phase2')                      # every check that needs no features comes first
+    state = load_resume_state(out/'last') if resume else None   # refused (never unpickled) before anything is written
+    if resume: cfg = Phase2Config(**{**read_checkpoint(out/'last', 'phase2')['config'], 'epochs': cfg.epochs, 'max_steps': cfg.max_steps,
+                                     'report_to': cfg.report_to})
     if phase1: read_checkpoint(phase1, 'phase1')
     blip = read_blip2_qformer(cfg.qformer_init) if cfg.qformer_init and not resume else None
     if blip: cfg = replace(cfg, **blip2_sizes(blip[0]))         # the checkpoint's sizes win
-    state = load_resume_state(out/'last') if resume else None   # refused (never unpickled) before anything is written
-    if resume: cfg = Phase2Config(**{**read_checkpoint(out/'last', 'phase2')['config'], 'epochs': cfg.epochs, 'max_steps': cfg.max_steps})
+    acc = make_accelerator(dtype, cfg.report_to, out)
     ds = load_dataset(dataset, skip_bad=skip_bad)
     cache = open_cache(cache_dir, vision, frames, grid)
-    clips, feats, frep = dataset_features(ds, cache, skip_bad, progress)
+    with acc.main_process_first():                              # the main process fills the cache, the others read it
+        clips, feats, frep = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process)
     p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
     cand = ds.labels.labels(cfg.label_mode)
     tok, llm, tiny = load_base_llm(cfg, ds, out/'base_llm')
     check_llm(cfg, tok, llm, tiny, cand)
     train, val = _samples(clips, ds, cfg)
+    if math.ceil(len(train) / cfg.batch_size) < acc.num_processes:
+        raise UserError(f"{len(train)} train clips make {math.ceil(len(train) / cfg.batch_size)} batches of --batch-size {cfg.batch_size}, "
+                        f"fewer than the {acc.num_processes} processes: lower --batch-size or start fewer processes")
     params = {'dataset': str(dataset), 'config': asdict(cfg), 'cache_dir': str(cache_dir), 'vision': vision, 'frames': frames,
               'grid': grid, 'phase1': str(phase1) if phase1 else None, 'skip_bad': skip_bad, 'features': cache.key,
-              'eval_split': eval_split, 'dtype': str(dtype).replace('torch.', '')}
+              'eval_split': eval_split, 'dtype': str(dtype).replace('torch.', ''), 'processes': acc.num_processes}
     inputs = [Path(dataset)/'manifest.jsonl', Path(dataset)/'label_map.json'] + ([Path(phase1)/'model.safetensors'] if phase1 else [])
-    rf = RunFolder(out, params, resume, inputs=inputs, kind='phase2')
+    rf = RunFolder(out, params, resume, inputs=inputs, kind='phase2', main=acc.is_main_process)
     try:
-        if tiny and not (rf.dir/'base_llm'/'config.json').is_file():
+        if tiny and acc.is_main_process and not (rf.dir/'base_llm'/'config.json').is_file():
             tok.save_pretrained(rf.dir/'base_llm')
             llm.save_pretrained(rf.dir/'base_llm')
+        acc.wait_for_everyone()
         return _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm.to(dtype), tiny, dtype, p1, phase1, blip, train, val,
-                    cand, vision, frames, grid, state, eval_split, progress)
+                    cand, vision, frames, grid, state, eval_split, progress, acc)
     except BaseException as e:
         rf.finish('failed', error=f"{e.__class__.__name__}: {e}")
         raise
 
 # %% ../../nbs/video/04_phase2.ipynb #2827d0c9
 def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phase1, blip, train, val, cand,
-         vision, frames, grid, state, eval_split, progress) -> dict:
+         vision, frames, grid, state, eval_split, progress, acc) -> dict:
     "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
-    acc, resume = _accelerator(dtype), state is not None
+    resume = state is not None
     enc_width = blip[0].get('encoder_hidden_size') if blip and p1 is None else None
     if resume: enc_width = read_checkpoint(rf.last, 'phase2')['encoder_width']
     torch.manual_seed(cfg.seed)
     model = VideoQFormerLM(cfg, llm, tuple(feats.shape[1:]), len(ds.labels.official), p1, enc_width,
                            adapter=rf.last/'adapter' if resume else None, tiny=tiny)
     init = init_from_blip2(model, blip[1]) if blip else None
-    batch_count = math.ceil(len(train) / cfg.batch_size)
-    total = math.ceil(batch_count / cfg.grad_accum) * cfg.epochs
+    per_rank = math.ceil(math.ceil(len(train) / acc.num_processes) / cfg.batch_size)    # micro-batches per process and epoch
+    total = math.ceil(per_rank / cfg.grad_accum) * cfg.epochs
     opt, sched = make_optimizer(model, cfg, min(total, cfg.max_steps) if cfg.max_steps else total)
     start, step = 1, 0
     if resume:
@@ -704,47 +748,57 @@ def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phas
     if acc.is_main_process: _print_counts(counts)
     model, opt = acc.prepare(model, opt)
     core = acc.unwrap_model(model)
+    trackers = cfg.report_to != 'none'
+    if trackers: acc.init_trackers(rf.dir.name, config={k: v for k, v in asdict(cfg).items() if v is not None})
     meta = {'feature_shape': list(feats.shape[1:]), 'features': cache.key, 'vision': vision, 'frames': frames, 'grid': grid,
             'encoder_width': core.encoder_width, 'llm': base_identity(cfg, llm, dtype, tiny), 'tiny_llm': tiny,
             'phase1': _phase1_ref(phase1), 'dataset': ds.name, 'label_map': ds.labels.mapping, 'label_mode': cfg.label_mode,
-            'parameters': counts, 'qformer_init': init}
+            'parameters': counts, 'qformer_init': init, 'processes': acc.num_processes}
     batcher = _Batcher(tok, cfg, cand, feats)
     for epoch in range(start, cfg.epochs + 1):
         if cfg.max_steps and step >= cfg.max_steps: break
         t0 = time.time()
         core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
-        order = _epoch_order(train, cfg, epoch)
-        batches = [order[b:b + cfg.batch_size] for b in range(0, len(order), cfg.batch_size)]
-        loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, progress)
-        with acc.autocast():
-            vt = top1(predict_samples(core, tok, feats, val, cand, cfg.seed, max_new_tokens=cfg.max_new_tokens, device=acc.device))
+        batches = rank_batches(_epoch_order(train, cfg, epoch), cfg.batch_size, acc.process_index, acc.num_processes)
+        loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, rf, trackers, progress)
+        vm = compute_rows_metrics(predict_gathered(core, tok, feats, val, cand, cfg, acc))
+        row = {'epoch': epoch, 'step': step, 'train_loss': loss, 'val_top1': vm['top1'], 'val_macro_f1': vm['macro_f1'],
+               'lr': sched.get_last_lr()[0], 'truncated_targets': batcher.truncated, 'qformer_dropout': core.enc_dropout.p,
+               'seconds': round(time.time() - t0, 2)}
+        m = {**meta, 'config': asdict(cfg), 'epoch': epoch, 'step': step, 'metrics': {k: row[k] for k in ('val_top1', 'val_macro_f1', 'train_loss')}}
+        own, llm_state = state_for_saving(acc, model)
+        row['best'] = rf.save_best(vm['top1'], tensors=own, meta=m, adapter=core.llm, adapter_state=llm_state)
         if acc.is_main_process:
-            m = {**meta, 'config': asdict(cfg), 'epoch': epoch, 'step': step, 'metrics': {'val_top1': vt, 'train_loss': loss}}
-            improved = rf.save_best(vt, tensors=core.own_state(), meta=m, adapter=core.llm)
-            save_checkpoint(rf.last, 'phase2', core.own_state(), m, adapter=core.llm,
+            save_checkpoint(rf.last, 'phase2', own, m, adapter=core.llm, adapter_state=llm_state,
                             resume={'optimizer': opt.state_dict(), 'scheduler': sched.state_dict(), 'rng': rng_state()})
-            rf.log({'epoch': epoch, 'step': step, 'train_loss': loss, 'val_top1': vt, 'best': improved,
-                    'lr': sched.get_last_lr()[0], 'truncated_targets': batcher.truncated,
-                    'qformer_dropout': core.enc_dropout.p, 'seconds': round(time.time() - t0, 2)})
-    return _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init)
+        rf.log(row)
+        if trackers: acc.log({'val/top1': vm['top1'], 'val/macro_f1': vm['macro_f1'], 'train/epoch_loss': loss}, step=step)
+        acc.wait_for_everyone()                                    # best/ and last/ are on disk before anyone reads them
+    metrics = _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init)
+    if trackers: acc.end_training()
+    return metrics
 
 # %% ../../nbs/video/04_phase2.ipynb #2a062573
+def compute_rows_metrics(rows:list) -> dict:
+    "Top1 and Macro-F1 of prediction rows, in memory (the scorer's definitions)."
+    m = compute_metrics([r['gold'] for r in rows], [parse_actions(r['output'], r['candidates']) for r in rows],
+                        [r['candidates'] for r in rows])
+    return {'top1': m['top1_accuracy_single_label'] or 0., 'macro_f1': m['macro_f1'] or 0.}
+
 def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init) -> dict:
-    "Load best/, predict and score `eval_split`, write the run's outputs."
-    metrics = {}
-    if acc.is_main_process and eval_split:
+    "Load best/ on every process, predict `eval_split` together; the main process writes and scores; all return the metrics."
+    if eval_split:
         best = read_checkpoint(rf.best, 'phase2')
         _load_checkpoint_into(core, rf.best)
-        save_file({'query_tokens': core.query_tokens.detach().cpu().contiguous()}, str(rf.dir/'query_tokens.safetensors'))
-        test = make_samples(clips, ds, cfg.label_mode, eval_split)
-        with acc.autocast():
-            rows = predict_samples(core, tok, feats, test, cand, cfg.seed, max_new_tokens=cfg.max_new_tokens,
-                                   progress=progress, device=acc.device)
-        write_jsonl(rf.dir/'predictions.jsonl', rows)
-        metrics = score_file(rf.dir/'predictions.jsonl')
-        metrics.update(baselines(rows, [s.labels for s in train]), best_epoch=best['epoch'], best_val_top1=best['score'],
-                       split=eval_split, shuffle_labels=cfg.shuffle_labels, short_clips=frep['short_clips'], skipped=frep['skipped'])
-        write_json(rf.dir/'metrics.json', metrics)
+        rows = predict_gathered(core, tok, feats, make_samples(clips, ds, cfg.label_mode, eval_split), cand, cfg, acc, progress)
+        if acc.is_main_process:
+            save_file({'query_tokens': core.query_tokens.detach().cpu().contiguous()}, str(rf.dir/'query_tokens.safetensors'))
+            write_jsonl(rf.dir/'predictions.jsonl', rows)
+            metrics = score_file(rf.dir/'predictions.jsonl')
+            metrics.update(baselines(rows, [s.labels for s in train]), best_epoch=best['epoch'], best_val_top1=best['score'],
+                           split=eval_split, shuffle_labels=cfg.shuffle_labels, short_clips=frep['short_clips'], skipped=frep['skipped'])
+            write_json(rf.dir/'metrics.json', metrics)
     rf.finish('done', short_clips=frep['short_clips'], features={k: frep[k] for k in ('encoded', 'cached')},
-              parameters=counts, qformer_init=init)
-    return metrics
+              parameters=counts, qformer_init=init, processes=acc.num_processes)
+    acc.wait_for_everyone()
+    return read_json(rf.dir/'metrics.json') if eval_split else {}
