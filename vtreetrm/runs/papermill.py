@@ -11,8 +11,9 @@ from fastcore.script import Param
 from ..utils import UserError, write_json, read_json, provenance, atomic_dir, now_iso, sha256_file, PACKAGE_DIR
 
 # %% auto #0
-__all__ = ['project_root', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'check_params', 'render_html',
-           'run_status', 'run_notebook', 'load_sweep', 'expand_sweep', 'run_sweep', 'run_cmd', 'sweep_cmd']
+__all__ = ['REPORT_CSP', 'project_root', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'check_params',
+           'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep', 'run_sweep', 'run_cmd',
+           'sweep_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
 def project_root() -> Path:
@@ -69,6 +70,8 @@ def _default_value(src:str):
     except yaml.YAMLError: return src
 
 # %% ../../nbs/runs/00_papermill.ipynb #8fc95600
+REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:"
+
 def render_html(nb_path:Path, html_path:Path, no_input:bool=True, title:str=None) -> Path:
     "Render an executed notebook to self-contained HTML (code cells hidden by default) with nbconvert."
     import nbformat
@@ -78,6 +81,8 @@ def render_html(nb_path:Path, html_path:Path, no_input:bool=True, title:str=None
                                      resources={'metadata': {'name': title or Path(nb_path).stem}})
     # the page must open offline: drop the template's CDN scripts (require.js, MathJax); figures are embedded
     body = re.sub(r'<script[^>]*\bsrc="https?://[^"]*"[^>]*>\s*</script>', '', body)
+    # no script runs in a report, whatever a value from data holds: figures are data: URIs, styles inline
+    body = body.replace('<head>', f'<head>\n<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">', 1)
     Path(html_path).write_text(body, encoding='utf-8')
     return Path(html_path)
 

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/runs/01_report.ipynb #e59f14cd
 from __future__ import annotations
-import html, json, re, shutil, sys, tempfile
+import html, json, math, re, shutil, sys, tempfile
 from pathlib import Path
 import pandas as pd
 from fastcore.script import Param
@@ -12,7 +12,8 @@ from ..utils import UserError, read_json, write_json, atomic_write, provenance, 
 
 # %% auto #0
 __all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'LABEL_MODE', 'CLI_COMMANDS', 'parse_legacy_name', 'run_conditions',
-           'collect_runs', 'reference_m', 'comparison_tables', 'table_html', 'build_report', 'build_cmd']
+           'collect_runs', 'reference_m', 'comparison_tables', 'escape_frame', 'frame_html', 'table_html',
+           'build_report', 'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {'qwen25_7b': 'Qwen2.5-7B', 'qwen2.5-7b': 'Qwen2.5-7B', 'qwen3_8b': 'Qwen3-8B', 'qwen3-8b': 'Qwen3-8B'}
@@ -150,6 +151,21 @@ def comparison_tables(runs:pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         add("Cross-dataset / zero-shot", cross, lambda r: f"{r.train_dataset}→{r.dataset}", block=lambda s: s['dataset'] + ' | ' + s['M'].astype(str))
     return tables
 
+def escape_frame(df:pd.DataFrame) -> pd.DataFrame:
+    "A copy with every non-numeric cell and every column name HTML-escaped (pandas' Styler escapes only str cells, not lists)."
+    out = df.copy()
+    for c in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[c]):
+            out[c] = out[c].map(lambda v: v if v is None or (isinstance(v, float) and math.isnan(v)) else html.escape(str(v)))
+    out.columns = [html.escape(str(c)) for c in out.columns]
+    return out
+
+def frame_html(df:pd.DataFrame, formats:dict=None, precision:int=2) -> str:
+    "HTML of a data frame, every value from data escaped, numbers with `precision` decimals (or `formats` per column)."
+    sty = escape_frame(df).style.format(precision=precision, na_rep='n/a')
+    if formats: sty = sty.format(formats, na_rep='n/a')
+    return sty.hide(axis='index').to_html()
+
 def table_html(t:pd.DataFrame) -> str:
     "HTML of one table: values escaped, percent with 2 decimals, best Top1/Macro-F1 of each block in bold."
     show = t.drop(columns=['block'])
@@ -159,8 +175,7 @@ def table_html(t:pd.DataFrame) -> str:
     def style(col):   # bold the best of each block that compares at least two rows
         if col.name not in best: return [''] * len(col)
         return ['font-weight: bold' if n > 1 and pd.notna(v) and abs(v - b) < 1e-9 else '' for v, b, n in zip(col, best[col.name], size)]
-    sty = (show.style.apply(style, axis=0).format({'Top1': '{:.2f}', 'Macro-F1': '{:.2f}'}, na_rep='n/a')
-           .format(escape='html', subset=['Model', 'Dataset']).hide(axis='index'))
+    sty = escape_frame(show).style.apply(style, axis=0).format({'Top1': '{:.2f}', 'Macro-F1': '{:.2f}'}, na_rep='n/a').hide(axis='index')
     # a thin rule between blocks
     starts = [i for i in range(1, len(t)) if t['block'].iat[i] != t['block'].iat[i-1]]
     sty = sty.set_table_styles([{'selector': f'tbody tr:nth-child({i+1})', 'props': 'border-top: 2px solid #888'} for i in starts]

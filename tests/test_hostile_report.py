@@ -1,0 +1,46 @@
+"""Stored XSS in `report build`: a script in any value of params.json or metrics.json must never run in the report."""
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vtreetrm.cli import main
+
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser') or shutil.which('google-chrome')
+PAYLOAD = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
+PARAM_FIELDS = ['llm_name', 'dataset', 'train_dataset', 'answer_order', 'label_mode', 'variant']
+METRIC_FIELDS = ['trained_on', 'evaluated_on']
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp('xss')
+    assert main(['demo', '--synthetic-eval', '--runs-dir', str(d/'runs'), '--out', str(d/'clean.html')]) == 0
+    return d
+
+
+def _poison(src:Path, dst:Path, where:str, field:str):
+    shutil.copytree(src, dst)
+    for f in sorted(dst.rglob('params.json' if where == 'params' else 'metrics.json')):
+        obj = json.loads(f.read_text())
+        if where == 'metrics' and 'macro_f1' not in obj: continue
+        obj[field] = PAYLOAD
+        f.write_text(json.dumps(obj))
+
+
+@pytest.mark.parametrize('where, field', [('params', f) for f in PARAM_FIELDS] + [('metrics', f) for f in METRIC_FIELDS])
+def test_no_script_from_data_runs(runs, tmp_path, where, field):
+    _poison(runs/'runs', tmp_path/'runs', where, field)
+    out = tmp_path/'report.html'
+    assert main(['report', 'build', str(tmp_path/'runs'), '--out', str(out)]) == 0
+    page = out.read_text()
+    assert 'Content-Security-Policy' in page and "default-src 'none'" in page
+    assert PAYLOAD not in page and '<img src=x' not in page and '<script>document.title' not in page
+    assert '&lt;img src=x' in page                                   # the value is shown, as text
+    if CHROMIUM is None: pytest.skip('no chromium: the page was checked as text only')
+    flags = [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+             '--disable-sync', '--no-first-run', f'--user-data-dir={tmp_path/"profile"}', '--virtual-time-budget=3000']
+    dom = subprocess.run(flags + ['--dump-dom', out.resolve().as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert '<table' in dom and 'pwned' not in dom.split('</title>')[0]
