@@ -23,10 +23,13 @@ $(STAMP): setup.py settings.ini
 
 env: $(STAMP)
 
-# headless Chromium for the report rendering test (installed when we are root on Debian; the test skips otherwise)
+# headless Chromium for the report rendering and script-injection tests, strace for the kill-at-every-rename test
+# (installed when we are root on Debian; the tests skip otherwise and say so)
 sysdeps:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: report rendering test will skip"; }
+	@command -v strace >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get install -y -qq strace >/dev/null || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)) || echo "strace not installed: the kill-at-every-rename test will skip"; }
 
 test: $(STAMP) sysdeps
 	$(BIN)/python .ci/check_notebooks.py

@@ -24,7 +24,7 @@ def test_run_directory_contract(tmp_path, cli, nb):
     runs = tmp_path/'runs'
     r = cli('run', nb, '--name', 'lr-test', '-p', 'lr=0.5', 'steps=4', '--runs-dir', runs, check=0)
     d = runs/'lr-test'
-    assert sorted(p.name for p in d.iterdir()) == ['lr-test.html', 'lr-test.ipynb', 'metrics.json', 'params.json', 'run.json']
+    assert sorted(p.name for p in d.iterdir()) == ['.vtreetrm-published', 'lr-test.html', 'lr-test.ipynb', 'metrics.json', 'params.json', 'run.json']
     assert json.loads((d/'params.json').read_text()) == {'lr': 0.5, 'steps': 4, 'name': 'x', 'run_dir': '.'}
     assert json.loads((d/'metrics.json').read_text()) == pytest.approx({'loss': 1/3, 'steps': 4})
     run = json.loads((d/'run.json').read_text())

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 # %% auto #0
-__all__ = ['PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'atomic_write', 'dumps_json', 'write_json', 'atomic_dir', 'read_json',
-           'iter_jsonl', 'write_jsonl', 'sha256_file', 'sha256_json', 'package_versions', 'git_info', 'now_iso',
-           'provenance']
+__all__ = ['PUBLISHED_MARKER', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'atomic_write', 'dumps_json', 'write_json',
+           'recover_publication', 'check_replaceable', 'atomic_dir', 'path_component', 'read_json', 'iter_jsonl',
+           'write_jsonl', 'sha256_file', 'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -27,12 +27,20 @@ class UserError(Exception):
         super().__init__(f"{where}: {msg}" if where else msg)
 
 # %% ../nbs/00_utils.ipynb #bc017b53
+def _umask() -> int:
+    "The process umask, read without changing it where /proc allows (os.umask would race with other threads)."
+    with contextlib.suppress(OSError, ValueError):
+        for line in open('/proc/self/status'):
+            if line.startswith('Umask:'): return int(line.split()[1], 8)
+    m = os.umask(0); os.umask(m); return m
+
 def atomic_write(path:str|Path,   # destination file
                  data:str|bytes):  # full contents
     "Write `data` to `path` through a temporary sibling and `os.replace`."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600; the file gets the mode a plain open() would give
         with os.fdopen(fd, 'wb' if isinstance(data, bytes) else 'w', **({} if isinstance(data, bytes) else {'encoding': 'utf-8'})) as f:
             f.write(data); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -68,17 +76,47 @@ def _exchange(a:Path, b:Path) -> bool:
     AT_FDCWD, RENAME_EXCHANGE = -100, 2
     return f(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
 
+PUBLISHED_MARKER = '.vtreetrm-published'   # in every folder atomic_dir publishes: only such folders are ever replaced
+
+def _pid_alive(pid:int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+def recover_publication(dest:Path):
+    "Undo what a killed publish of `dest` left: put a moved-aside old version back, remove temp folders of dead processes."
+    dest = Path(dest)
+    for p in sorted(dest.parent.glob(f".{dest.name}.old-*")):
+        if not dest.exists(): os.replace(p, dest)             # killed between moving the old one aside and the new one in
+        else: shutil.rmtree(p, ignore_errors=True)
+    for p in dest.parent.glob(f".{dest.name}.tmp-*-*"):
+        pid = p.name[len(f".{dest.name}.tmp-"):].split('-')[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+def check_replaceable(dest:Path):
+    "Refuse to publish over a file, a symlink, or a non-empty folder this tool did not write."
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise UserError("refusing to replace it: the output must be a folder (this path is a file or a link)", dest)
+    if dest.is_dir() and not (dest/PUBLISHED_MARKER).exists() and any(dest.iterdir()):
+        raise UserError(f"refusing to replace a folder this tool did not write (it has no {PUBLISHED_MARKER}); "
+                        "move it away or choose another output", dest)
+
 @contextlib.contextmanager
 def atomic_dir(dest:str|Path,                   # directory to publish
                validate:Callable[[Path],None]=None, # called on the finished temp dir; raise to abort
                ) -> Iterator[Path]:
     "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`."
     dest = Path(dest); dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    recover_publication(dest)
+    check_replaceable(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
     os.chmod(tmp, 0o777 & ~_umask())   # mkdtemp makes 0700; published folders get the umask's mode
     try:
         yield tmp
         if validate is not None: validate(tmp)
+        (tmp/PUBLISHED_MARKER).write_text('')
         if dest.is_dir() and not dest.is_symlink() and _exchange(tmp, dest):   # no instant without `dest`
             shutil.rmtree(tmp, ignore_errors=True); return
         old = None
@@ -93,12 +131,14 @@ def atomic_dir(dest:str|Path,                   # directory to publish
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
 
-def _umask() -> int:
-    "The process umask, read without changing it where /proc allows (os.umask would race with other threads)."
-    with contextlib.suppress(OSError, ValueError):
-        for line in open('/proc/self/status'):
-            if line.startswith('Umask:'): return int(line.split()[1], 8)
-    m = os.umask(0); os.umask(m); return m
+# %% ../nbs/00_utils.ipynb #5a1c0e78
+def path_component(name, what:str='name', path:str|Path=None, line:int=None) -> str:
+    "`name` if it is a single, plain path component; a `UserError` naming `what` otherwise."
+    s = str(name) if name is not None else ''
+    bad = (not s or s in ('.', '..') or s.startswith('.') or '/' in s or '\\' in s or len(s) > 200
+           or any(ord(c) < 32 or c == '\x7f' for c in s))
+    if bad: raise UserError(f"{what} {s!r} must be a single file or folder name (no '/', '..', leading '.' or control characters)", path, line, what)
+    return s
 
 # %% ../nbs/00_utils.ipynb #b13652ba
 def read_json(path:str|Path) -> Any:

@@ -8,7 +8,7 @@ import dataclasses, json, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from ..utils import UserError
+from ..utils import UserError, path_component
 
 # %% auto #0
 __all__ = ['TASK_TYPES', 'GeneratedQuestion', 'normalize_question', 'load_benchmark']
@@ -76,6 +76,7 @@ def normalize_question(raw:dict,            # one question as read from a file
             if v is not None and str(v).strip() != '': return v
         raise UserError(f"missing {k!r}", *where, k)
     qid, vid = str(need('question_id')), str(need('video_id', ('videoID',)))
+    path_component(vid, 'video_id', *where)      # it names store/trees/<video_id>.json
     where = (where[0], where[1] if where[1] is not None else None)
     opts_raw = raw.get('options')
     if opts_raw is None: opts_raw = raw.get('choices')   # parquet structs carry both keys, one of them null

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, shutil, sqlite3
 from pathlib import Path
 from typing import Optional
-from ..utils import UserError, atomic_dir, write_json, now_iso, provenance
+from ..utils import UserError, atomic_dir, write_json, now_iso, provenance, path_component
 
 # %% auto #0
 __all__ = ['SCHEMA', 'RUN_TABLES', 'connect', 'HarnessStore', 'extract_run_db', 'init_seed', 'load_seed']
@@ -153,7 +153,8 @@ def init_seed(store_dir:str|Path,       # the store (seeds go to store/seeds/NAM
               description:str='',           # what the seed is
               ) -> Path:
     "Create `store/seeds/NAME/` with skills, prompts, baseline.db and seed.json."
-    store_dir = Path(store_dir); dest = store_dir/'seeds'/name
+    store_dir = Path(store_dir); dest = store_dir/'seeds'/path_component(name, 'name')
+    if parent is not None: path_component(parent, 'parent')
     if dest.exists(): raise UserError(f"seed {name!r} already exists", dest)
     skills_dir, prompts_dir = Path(skills_dir), Path(prompts_dir)
     _check_version_dir(skills_dir, 'skills'); _check_version_dir(prompts_dir, 'prompts')
@@ -176,7 +177,7 @@ def init_seed(store_dir:str|Path,       # the store (seeds go to store/seeds/NAM
 
 def load_seed(store_dir:str|Path, name:str) -> dict:
     "Read `store/seeds/NAME/seed.json` (with paths), or fail naming the available seeds."
-    d = Path(store_dir)/'seeds'/name
+    d = Path(store_dir)/'seeds'/path_component(name, 'seed')
     if not (d/'seed.json').is_file():
         have = sorted(p.name for p in (Path(store_dir)/'seeds').glob('*') if p.is_dir()) if (Path(store_dir)/'seeds').is_dir() else []
         raise UserError(f"no seed {name!r}; seeds: {', '.join(have) or '(none)'}", d)

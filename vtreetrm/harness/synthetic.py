@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, random
 from pathlib import Path
 import yaml
-from ..utils import UserError, atomic_dir, write_json, provenance
+from ..utils import UserError, atomic_dir, write_json, provenance, check_replaceable
 from .questions import load_benchmark
 
 # %% auto #0
@@ -105,7 +105,7 @@ def make_synthetic(out:str|Path,            # folder to create (must not exist, 
                    seed:int=0) -> dict:
     "Write the synthetic store, benchmark and configs under `out`; return counts."
     out = Path(out)
-    if out.exists() and any(out.iterdir()): raise UserError("output folder exists and is not empty", out)
+    check_replaceable(out)            # before the work: a user's folder or file is never replaced
     rng = random.Random(seed)
     def videos(prefix, n):
         vs = []

@@ -23,8 +23,13 @@ SYSTEM_NATIVE = ('你是数据分类分级助手。根据字段元数据，从�
                  '最终只输出 JSON：{"choice_id": "<候选编号>", "data_level": "<级别>"}')
 
 def render_metadata(metadata:dict, fields) -> str:
-    "The metadata block: one `field: value` line per task field."
-    return '\n'.join(f"{f}: {metadata.get(f, '')}" for f in fields)
+    "The metadata block: one `field: value` line per task field; a missing or non-text value is refused, never rendered."
+    for f in fields:
+        v = metadata.get(f)
+        if not isinstance(v, str):
+            what = 'missing' if f not in metadata else f"{type(v).__name__} {json.dumps(v, ensure_ascii=False)[:60]}, not text"
+            raise UserError(f"metadata field {f!r} is {what}: a prompt is rendered from text only", field=f)
+    return '\n'.join(f"{f}: {metadata[f]}" for f in fields)
 
 def prompt_key(metadata:dict, fields) -> str:
     "Case-folded, whitespace-collapsed metadata block: the audit's grouping key."

@@ -131,6 +131,9 @@ def resolve_think_file(spec:str, root:str|Path) -> list[Path]:
     elif path.is_file(): files = [path]
     else: raise UserError("no such think file or folder", path)
     if not files: raise UserError("no .jsonl files in the think folder", path)
+    for f in files:   # a link inside the folder may point anywhere: each file must resolve inside the root too
+        if root not in f.resolve().parents:
+            raise UserError(f"think file {f} resolves to {f.resolve()}, outside the allowed folder {root} (--think-root)", f, None, 'think-source')
     return files
 
 def load_think_file(files) -> tuple[dict, list]:

@@ -118,6 +118,12 @@ def run_notebook(notebook:str|Path,            # notebook path or name in nbs/ex
         raise UserError(f"run {name!r} exists with other parameters; choose another --name or pass --force", dest)
     import papermill as pm
     inputs = [nb] + [Path(v) for v in full.values() if isinstance(v, str) and len(v) < 4096 and Path(v).is_file()]
+    try:
+        return _execute(nb, name, dest, full, declared, inputs, prev, html, progress)
+    except _Kept as k: return k.args[0]
+
+def _execute(nb, name, dest, full, declared, inputs, prev, html, progress) -> dict:
+    import papermill as pm
     with atomic_dir(dest) as tmp:
         write_json(tmp/'params.json', full)
         run = {'status': 'running', 'name': name, 'notebook': str(nb), 'run_dir': str(dest.resolve()),
@@ -140,7 +146,19 @@ def run_notebook(notebook:str|Path,            # notebook path or name in nbs/ex
             except Exception as e: run['html_error'] = f"{type(e).__name__}: {e}"
         if (tmp/'metrics.json').is_file(): run['metrics'] = 'metrics.json'
         write_json(tmp/'run.json', run)
+        if run['status'] == 'failed' and prev and prev.get('status') == 'completed':
+            return _keep_completed(tmp, dest, run)   # a failed --force never replaces a completed run
     return run
+
+class _Kept(Exception): pass
+
+def _keep_completed(tmp:Path, dest:Path, run:dict) -> dict:
+    "Publish a failed re-run beside the completed run it was to replace (NAME.failed), leaving that run as it is."
+    failed = dest.parent/f"{dest.name}.failed"
+    run = {**run, 'run_dir': str(failed.resolve()), 'kept_completed_run': str(dest.resolve())}
+    write_json(tmp/'run.json', run)
+    with atomic_dir(failed) as ftmp: shutil.copytree(tmp, ftmp, dirs_exist_ok=True)
+    raise _Kept(run)
 
 # %% ../../nbs/runs/00_papermill.ipynb #8bfbac97
 def load_sweep(path:str|Path) -> dict:
