@@ -7,14 +7,15 @@ from __future__ import annotations
 import hashlib, re, time, zipfile
 from pathlib import Path
 import openpyxl
-from openpyxl.utils import range_boundaries
+from openpyxl.utils import range_boundaries, get_column_letter
 from tqdm.auto import tqdm
 from ..utils import UserError, write_json
 from .assets import (FORMAL_DATASET, Mapping, Record, Source, Target, RecordWriter, atomic_file,
                                      normalize_cell, record_id, required, make_report, iter_records)
 
 # %% auto #0
-__all__ = ['MAX_ROWS', 'MAX_COLS', 'merged_ranges', 'MergedFill', 'iter_workbook_records', 'preprocess']
+__all__ = ['MAX_ROWS', 'MAX_COLS', 'merged_ranges', 'formula_cells_without_value', 'check_merges_below_header', 'MergedFill',
+           'iter_workbook_records', 'preprocess']
 
 # %% ../../nbs/release/02_preprocess.ipynb #46fd2d05
 _MERGE = re.compile(rb'<(?:\w+:)?mergeCell ref="([A-Z]+[0-9]+:[A-Z]+[0-9]+)"')
@@ -29,6 +30,29 @@ def merged_ranges(ws) -> list[tuple[int, int, int, int]]:
             cut = buf.rfind(b'<')
             tail = buf[cut:] if cut >= 0 and b'>' not in buf[cut:] else b''
     return sorted(set(out), key=lambda r: (r[0], r[1]))
+
+_CELL = re.compile(rb'<(?:\w+:)?c\b((?:[^>/]|/(?!>))*)>(.*?)</(?:\w+:)?c>', re.S)   # a non-empty <c ...>...</c>
+_REF, _VALUE = re.compile(rb'\br="([A-Z]+[0-9]+)"'), re.compile(rb'<(?:\w+:)?v>[^<]')
+
+def formula_cells_without_value(ws) -> set:
+    "References of the cells of a read-only sheet that hold a formula but no stored (cached) value."
+    out, tail = set(), b''
+    with ws.parent._archive.open(ws._worksheet_path) as f:
+        while chunk := f.read(1 << 20):
+            buf, end = tail + chunk, 0
+            for m in _CELL.finditer(buf):
+                if b'<f' in m.group(2) and not _VALUE.search(m.group(2)) and (r := _REF.search(m.group(1))): out.add(r.group(1).decode())
+                end = m.end()
+            tail = buf[end:]
+    return out
+
+def check_merges_below_header(ranges, idx:dict, header_row:int, where:str):
+    "Refuse a merged range that runs from the header (or above) into the data rows of a mapped column."
+    for c0, r0, c1, r1 in ranges:
+        for fld, i in idx.items():
+            if c0 <= i + 1 <= c1 and r0 <= header_row < r1:
+                raise UserError(f"merged range {get_column_letter(c0)}{r0}:{get_column_letter(c1)}{r1} runs from the header row "
+                                f"into the data rows; unmerge it (data rows would read no {fld})", where, header_row, fld)
 
 class MergedFill:
     "Fill empty cells of some columns from the first cell of the vertical merge covering them."
@@ -79,7 +103,10 @@ def iter_workbook_records(input:str|Path, mapping:Mapping, dataset:str, progress
             if header is None: raise UserError(f"sheet ends before header row {mapping.header_row}", where, mapping.header_row)
             idx = _header_index(header, mapping, where, mapping.header_row)
             fill_cols = {idx[f]: f for f in mapping.merged_fill if f in idx}
-            fill = MergedFill(merged_ranges(ws), fill_cols)
+            ranges = merged_ranges(ws)
+            check_merges_below_header(ranges, idx, mapping.header_row, where)
+            fill = MergedFill(ranges, fill_cols)
+            no_value = formula_cells_without_value(ws)
             n = 0
             for r, vals in enumerate(tqdm(rows, desc=sheet, disable=not progress, mininterval=1), mapping.header_row + 1):
                 cells = [normalize_cell(v) for v in vals]
@@ -88,6 +115,10 @@ def iter_workbook_records(input:str|Path, mapping:Mapping, dataset:str, progress
                 before = sum(1 for c in fill_cols if cells[c] == '')
                 cells = fill(r, cells)
                 stats['merged_filled'] += before - sum(1 for c in fill_cols if cells[c] == '')
+                for f, i in idx.items() if no_value else ():
+                    if f"{get_column_letter(i + 1)}{r}" in no_value:
+                        raise UserError(f"cell {get_column_letter(i + 1)}{r} holds a formula with no stored value; open and save the "
+                                        "workbook in a spreadsheet program (it stores the values) or paste values", where, r, f)
                 rec = {f: cells[i] for f, i in idx.items()}
                 for f in ('table_name', 'field_name', 'category', 'data_level'):
                     if not rec.get(f): raise UserError(f"empty {f}" + (" (the key is field_name+table_name)" if f in ('table_name', 'field_name') else ''), where, r, f)

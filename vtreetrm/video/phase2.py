@@ -749,7 +749,9 @@ def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phas
     model, opt = acc.prepare(model, opt)
     core = acc.unwrap_model(model)
     trackers = cfg.report_to != 'none'
-    if trackers: acc.init_trackers(rf.dir.name, config={k: v for k, v in asdict(cfg).items() if v is not None})
+    if trackers:   # the tracker logs into the run folder (wandb: RUN/wandb/, offline with WANDB_MODE=offline)
+        acc.init_trackers(rf.dir.name, config={k: v for k, v in asdict(cfg).items() if v is not None},
+                          init_kwargs={'wandb': {'dir': str(rf.dir)}} if cfg.report_to == 'wandb' else {})
     meta = {'feature_shape': list(feats.shape[1:]), 'features': cache.key, 'vision': vision, 'frames': frames, 'grid': grid,
             'encoder_width': core.encoder_width, 'llm': base_identity(cfg, llm, dtype, tiny), 'tiny_llm': tiny,
             'phase1': _phase1_ref(phase1), 'dataset': ds.name, 'label_map': ds.labels.mapping, 'label_mode': cfg.label_mode,
