@@ -189,3 +189,15 @@ def test_qformer_init_from_a_saved_blip2(trained, tmp_path, capsys):
     own = load_file(str(out/'best'/'model.safetensors'))
     assert own['query_tokens'].shape == (1, 8, 48)
     torch.testing.assert_close(own['query_tokens'][:, :6], b.query_tokens.detach(), atol=1e-5, rtol=0)   # one step at lr 1e-9
+
+
+@pytest.mark.parametrize('command', ['predict', 'export'])
+@pytest.mark.parametrize('target', ['user folder', 'file'])
+def test_outputs_never_replace_what_the_user_has(trained, tmp_path, capsys, command, target):
+    out = tmp_path/'out'
+    if target == 'user folder': out.mkdir(); (out/'notes.txt').write_text('keep me')
+    else: out.write_text('keep me')
+    if command == 'predict': rc = run('video', 'predict', trained/'p2'/'best', '--dataset', trained/'syn'/'lote', '--out', out, '--cache', trained/'cache')
+    else: rc = run('video', 'export', trained/'p2'/'best', '--out', out)
+    expect_refused(capsys, rc, 'refusing to replace', out)
+    assert ((out/'notes.txt') if target == 'user folder' else out).read_text() == 'keep me'

@@ -8,7 +8,7 @@ import json, shutil
 from pathlib import Path
 import torch
 from safetensors.torch import save_file
-from ..utils import UserError, atomic_dir, write_json, read_json, provenance
+from ..utils import UserError, atomic_dir, write_json, read_json, provenance, check_replaceable
 from .predict import read_phase2, load_phase2
 
 # %% auto #0
@@ -21,6 +21,7 @@ def export_checkpoint(ckpt:str|Path,     # Phase-2 checkpoint folder (RUN/best)
                       ) -> dict:
     "Write the LLM (merged) or its adapter, the vision side and export.json into `out`; returns export.json."
     ckpt = Path(ckpt)
+    check_replaceable(Path(out))                     # before any work: a user's folder or file is never replaced
     meta, base = read_phase2(ckpt)
     model, tok, meta = load_phase2(ckpt)
     model = model.to('cpu')

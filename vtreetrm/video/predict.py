@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 import torch
-from ..utils import UserError, atomic_dir, write_json, write_jsonl, provenance, sha256_file
+from ..utils import UserError, atomic_dir, write_json, write_jsonl, provenance, sha256_file, check_replaceable
 from ..eval.metrics import score_file
 from .labels import load_dataset, SPLITS
 from .checkpoints import read_checkpoint, load_tensors, model_config_sha256
@@ -66,6 +66,7 @@ def predict(ckpt:str|Path,                 # Phase-2 checkpoint folder (RUN/best
             skip_bad:bool=False, progress:bool=True) -> dict:
     "Generate on a split, write predictions.jsonl and metrics.json; returns the metrics."
     if split not in SPLITS: raise UserError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    check_replaceable(Path(out))                     # before any work: a user's folder or file is never replaced
     meta, _ = read_phase2(ckpt)
     ds = load_dataset(dataset, skip_bad=skip_bad)
     mode = label_mode or meta['label_mode']
