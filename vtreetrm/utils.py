@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_utils.ipynb #fa73fc53
 from __future__ import annotations
-import contextlib, datetime as dt, hashlib, importlib.util, json, math, os, platform, shutil, socket, subprocess, sys, tempfile, uuid
+import contextlib, datetime as dt, functools, hashlib, importlib.util, json, math, os, platform, shutil, socket, subprocess, sys, tempfile, uuid
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -66,13 +66,18 @@ def write_json(path:str|Path, obj:Any):
     return atomic_write(path, dumps_json(obj))
 
 # %% ../nbs/00_utils.ipynb #32ef6024
-def _exchange(a:Path, b:Path) -> bool:
-    "Swap two paths in one step (Linux `renameat2(RENAME_EXCHANGE)`); False where the system cannot."
+@functools.cache
+def _renameat2():
+    "libc's renameat2, or None where the system has none."
     try:
         import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        f = libc.renameat2
-    except (OSError, AttributeError): return False
+        return ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError): return None
+
+def _exchange(a:Path, b:Path) -> bool:
+    "Swap two paths in one step (Linux `renameat2(RENAME_EXCHANGE)`); False where the system cannot."
+    f = _renameat2()
+    if f is None: return False
     AT_FDCWD, RENAME_EXCHANGE = -100, 2
     return f(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
 

@@ -105,9 +105,10 @@ def model_config_sha256(model:str|Path) -> str|None:
 class RunFolder:
     "params.json, run.json, history.jsonl, steps.jsonl and the best/ and last/ checkpoints of one training run."
     def __init__(self, out:str|Path, params:dict, resume:bool=False, inputs=(), kind:str=None,
-                 main:bool=True):   # False on the other ranks of a multi-process run: they read, never write
+                 main:bool=True,    # False on the other ranks of a multi-process run: they read, never write
+                 checked:bool=False):  # the caller already ran `check_run_folder` (it hashes last/'s files)
         self.dir, self.kind, self.main = Path(out), kind, main
-        check_run_folder(self.dir, resume, kind)
+        if not checked: check_run_folder(self.dir, resume, kind)
         self.params, self.t0 = params, time.time()
         hist = self.dir/'history.jsonl'
         self.history = [json.loads(l) for l in hist.read_text().splitlines() if l.strip()] if resume and hist.is_file() else []
@@ -158,8 +159,8 @@ class RunFolder:
         self.run.update(status=status, ended=now_iso(), seconds=round(time.time() - self.t0, 2), **extra)
         write_json(self.dir/'run.json', self.run)
 
-def check_run_folder(out:Path, resume:bool, kind:str):
-    "Refuse to start into a folder with checkpoints (unless resuming) or to resume one without `last/`."
+def check_run_folder(out:Path, resume:bool, kind:str) -> dict|None:
+    "Refuse to start into a folder with checkpoints (unless resuming) or to resume one without `last/`; returns last/'s checked metadata."
     out = Path(out)
     if any((out/n).exists() for n in ('best.pt', 'last.pt')):
         raise UserError("this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
@@ -168,4 +169,4 @@ def check_run_folder(out:Path, resume:bool, kind:str):
         raise UserError("run folder already holds checkpoints; pass --resume to continue it or choose another --out", out)
     if resume:
         if not (out/'last').exists(): raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
-        read_checkpoint(out/'last', kind)
+        return read_checkpoint(out/'last', kind)

@@ -34,7 +34,7 @@ def demo_runs(quick:bool=False) -> list[dict]:
 
 def run_video_demo(out_dir:str|Path='papermill_runs/video_demo',  # where data, cache and runs go
                    quick:bool=False,                               # tiny data and few epochs (a smoke test)
-                   epochs:int=None,                                # Phase-2 epochs (default 12, quick 2)
+                   epochs:int=None,                                # Phase-2 epochs (default: Phase2Config's; quick: 2)
                    threads:int=None,                               # torch CPU threads
                    progress:bool=True) -> dict:
     "Synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions + metrics; returns the summary."
@@ -50,7 +50,7 @@ def run_video_demo(out_dir:str|Path='papermill_runs/video_demo',  # where data, 
     rows = []
     for r in demo_runs(quick):
         r = dict(r); name, ds, cross = r.pop('name'), r.pop('dataset'), r.pop('cross_to', None)
-        r.setdefault('epochs', epochs or (2 if quick else 12))
+        if epochs or quick: r.setdefault('epochs', epochs or 2)   # else Phase2Config's default
         cfg = Phase2Config(**r)
         run_dir = out/'runs'/name
         if not (run_dir/'metrics.json').is_file():

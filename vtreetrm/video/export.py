@@ -23,7 +23,7 @@ def export_checkpoint(ckpt:str|Path,     # Phase-2 checkpoint folder (RUN/best)
     ckpt = Path(ckpt)
     check_replaceable(Path(out))                     # before any work: a user's folder or file is never replaced
     meta, base = read_phase2(ckpt)
-    model, tok, meta = load_phase2(ckpt)
+    model, tok, meta = load_phase2(ckpt, (meta, base))
     model = model.to('cpu')
     with atomic_dir(out) as tmp:
         if merge:

@@ -36,9 +36,9 @@ __all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DT
            'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer',
            'build_tiny_llm', 'load_llm', 'Phase2Config', 'resolve_dtype', 'VideoQFormerLM', 'read_blip2_qformer',
            'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for',
-           'encode_prompt', 'encode_target', 'flip_features', 'predict_samples', 'top1', 'baselines', 'load_base_llm',
-           'check_llm', 'base_identity', 'build_phase2', 'make_optimizer', 'rank_batches', 'train_epoch',
-           'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2', 'compute_rows_metrics']
+           'encode_prompt', 'encode_target', 'flip_features', 'predict_samples', 'compute_rows_metrics', 'baselines',
+           'load_base_llm', 'check_llm', 'base_identity', 'build_phase2', 'make_optimizer', 'rank_batches',
+           'train_epoch', 'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
 VIDEO_MARKER = '<video>'
@@ -475,10 +475,11 @@ def predict_samples(model:VideoQFormerLM, tok, feats:torch.Tensor, samples:list,
                          'gold_official': s.official})
     return rows
 
-def top1(rows:list) -> float:
-    "Top1 over single-label rows (the scorer's definition), computed in memory."
-    return compute_metrics([r['gold'] for r in rows], [parse_actions(r['output'], r['candidates']) for r in rows],
-                           [r['candidates'] for r in rows])['top1_accuracy_single_label'] or 0.
+def compute_rows_metrics(rows:list) -> dict:
+    "Top1 and Macro-F1 of prediction rows, in memory (the scorer's definitions)."
+    m = compute_metrics([r['gold'] for r in rows], [parse_actions(r['output'], r['candidates']) for r in rows],
+                        [r['candidates'] for r in rows])
+    return {'top1': m['top1_accuracy_single_label'] or 0., 'macro_f1': m['macro_f1'] or 0.}
 
 def baselines(rows:list, train_labels:list) -> dict:
     "Chance and majority-class Top1 for the single-label rows."
@@ -688,9 +689,9 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
     if threads: torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed); random.seed(cfg.seed); np.random.seed(cfg.seed)
     dtype = resolve_dtype(cfg.dtype)
-    check_run_folder(out, resume, 'phase2')                      # every check that needs no features comes first
-    state = load_resume_state(out/'last') if resume else None   # refused (never unpickled) before anything is written
-    if resume: cfg = Phase2Config(**{**read_checkpoint(out/'last', 'phase2')['config'], 'epochs': cfg.epochs, 'max_steps': cfg.max_steps,
+    last = check_run_folder(out, resume, 'phase2')               # every check that needs no features comes first
+    state = (load_resume_state(out/'last'), last) if resume else None   # refused (never unpickled) before anything is written
+    if resume: cfg = Phase2Config(**{**last['config'], 'epochs': cfg.epochs, 'max_steps': cfg.max_steps,
                                      'report_to': cfg.report_to})
     if phase1: read_checkpoint(phase1, 'phase1')
     blip = read_blip2_qformer(cfg.qformer_init) if cfg.qformer_init and not resume else None
@@ -712,7 +713,7 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
               'grid': grid, 'phase1': str(phase1) if phase1 else None, 'skip_bad': skip_bad, 'features': cache.key,
               'eval_split': eval_split, 'dtype': str(dtype).replace('torch.', ''), 'processes': acc.num_processes}
     inputs = [Path(dataset)/'manifest.jsonl', Path(dataset)/'label_map.json'] + ([Path(phase1)/'model.safetensors'] if phase1 else [])
-    rf = RunFolder(out, params, resume, inputs=inputs, kind='phase2', main=acc.is_main_process)
+    rf = RunFolder(out, params, resume, inputs=inputs, kind='phase2', main=acc.is_main_process, checked=True)
     try:
         if tiny and acc.is_main_process and not (rf.dir/'base_llm'/'config.json').is_file():
             tok.save_pretrained(rf.dir/'base_llm')
@@ -729,8 +730,9 @@ def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phas
          vision, frames, grid, state, eval_split, progress, acc) -> dict:
     "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
     resume = state is not None
+    saved, last = state if resume else (None, None)             # resume.pt and last/checkpoint.json, read once
     enc_width = blip[0].get('encoder_hidden_size') if blip and p1 is None else None
-    if resume: enc_width = read_checkpoint(rf.last, 'phase2')['encoder_width']
+    if resume: enc_width = last['encoder_width']
     torch.manual_seed(cfg.seed)
     model = VideoQFormerLM(cfg, llm, tuple(feats.shape[1:]), len(ds.labels.official), p1, enc_width,
                            adapter=rf.last/'adapter' if resume else None, tiny=tiny)
@@ -741,8 +743,7 @@ def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phas
     start, step = 1, 0
     if resume:
         model.load_own_state(load_tensors(rf.last), rf.last/'model.safetensors')
-        last = read_checkpoint(rf.last, 'phase2')
-        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler']); set_rng_state(state['rng'])
+        opt.load_state_dict(saved['optimizer']); sched.load_state_dict(saved['scheduler']); set_rng_state(saved['rng'])
         start, step = last['epoch'] + 1, last['step']
     counts = model.parameter_counts()
     if acc.is_main_process: _print_counts(counts)
@@ -781,12 +782,6 @@ def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phas
     return metrics
 
 # %% ../../nbs/video/04_phase2.ipynb #2a062573
-def compute_rows_metrics(rows:list) -> dict:
-    "Top1 and Macro-F1 of prediction rows, in memory (the scorer's definitions)."
-    m = compute_metrics([r['gold'] for r in rows], [parse_actions(r['output'], r['candidates']) for r in rows],
-                        [r['candidates'] for r in rows])
-    return {'top1': m['top1_accuracy_single_label'] or 0., 'macro_f1': m['macro_f1'] or 0.}
-
 def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init) -> dict:
     "Load best/ on every process, predict `eval_split` together; the main process writes and scores; all return the metrics."
     if eval_split:

@@ -37,10 +37,11 @@ def read_phase2(path:str|Path) -> tuple[dict, str]:
                         f"checkpoint.json records {str(llm.get('config_sha256'))[:12]}…", path)
     return meta, src
 
-def load_phase2(path:str|Path) -> tuple:
+def load_phase2(path:str|Path,
+                checked:tuple=None) -> tuple:   # what `read_phase2(path)` returned, when the caller already ran it
     "(model in eval mode on the GPU if any, tokenizer, checkpoint.json) of a Phase-2 checkpoint folder."
     path = Path(path)
-    meta, src = read_phase2(path)
+    meta, src = checked or read_phase2(path)
     try: cfg = replace(Phase2Config(**meta['config']), cls_head=False, gradient_checkpointing=False, qformer_init=None)
     except TypeError as e: raise UserError(f"bad config: {e}", path/'checkpoint.json', field='config') from None
     p1 = None
@@ -67,7 +68,8 @@ def predict(ckpt:str|Path,                 # Phase-2 checkpoint folder (RUN/best
     "Generate on a split, write predictions.jsonl and metrics.json; returns the metrics."
     if split not in SPLITS: raise UserError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     check_replaceable(Path(out))                     # before any work: a user's folder or file is never replaced
-    meta, _ = read_phase2(ckpt)
+    checked = read_phase2(ckpt)
+    meta = checked[0]
     ds = load_dataset(dataset, skip_bad=skip_bad)
     mode = label_mode or meta['label_mode']
     cache = open_cache(cache_dir, meta['vision'], meta['frames'], meta['grid'])
@@ -76,7 +78,7 @@ def predict(ckpt:str|Path,                 # Phase-2 checkpoint folder (RUN/best
         raise UserError(f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}", ckpt)
     samples = make_samples(clips, ds, mode, split)
     if not samples: raise UserError(f"no clip in split {split!r}", Path(dataset)/'manifest.jsonl')
-    model, tok, meta = load_phase2(ckpt)
+    model, tok, meta = load_phase2(ckpt, checked)
     cfg = Phase2Config(**meta['config'])
     with torch.autocast(model.query_tokens.device.type, dtype=torch.bfloat16,
                         enabled=model.query_tokens.is_cuda and meta['llm'].get('dtype') == 'bfloat16'):
