@@ -13,6 +13,7 @@ from safetensors.numpy import save_file
 
 EXE = Path(sys.executable).parent/'vtreetrm'
 STRACE = shutil.which('strace')
+CALLS = 'rename,renameat,renameat2,unlink,unlinkat,rmdir'   # strace counts each call on its own: when=K hits the K-th of each
 
 
 def cli(*args, umask=None, prefix=()):
@@ -49,8 +50,8 @@ def test_kill_at_every_rename_keeps_the_output(ckpt, tmp_path, name):
     assert cli(*args(ckpt, out)).returncode == 0
     killed = 0
     for k in range(1, 200):
-        trap = [STRACE, '-f', '-qq', '-o', '/dev/null', '-e', 'trace=rename,renameat,renameat2',
-                '-e', f'inject=rename,renameat,renameat2:signal=SIGKILL:when={k}']
+        trap = [STRACE, '-f', '-qq', '-o', '/dev/null', '-e', f'trace={CALLS}',
+                '-e', f'inject={CALLS}:signal=SIGKILL:when={k}']
         r = cli(*args(ckpt, out), prefix=trap)
         _whole(out, proof)                                # the old or the new output, whole, after every kill
         if r.returncode == 0: break

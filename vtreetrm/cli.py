@@ -134,6 +134,10 @@ def main(argv:list=None) -> int:
         else: raise UserError(f"unknown command {head!r}; run 'vtreetrm --help'")
     except UserError as e:
         print(f"error: {e}", file=sys.stderr); return 2
+    except OSError as e:   # a path the system refuses (a file where a folder must be, no permission, disk full): one line
+        if e.filename is None: raise
+        where = f"{e.filename} -> {e.filename2}" if e.filename2 else f"{e.filename}"
+        print(f"error: {where}: {e.strerror or e}", file=sys.stderr); return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr); return 130
     return res if isinstance(res, int) else 0

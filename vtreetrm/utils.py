@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 # %% auto #0
-__all__ = ['PUBLISHED_MARKER', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'atomic_write', 'dumps_json', 'write_json',
-           'recover_publication', 'check_replaceable', 'atomic_dir', 'path_component', 'read_json', 'iter_jsonl',
-           'write_jsonl', 'sha256_file', 'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance']
+__all__ = ['PUBLISHED_MARKER', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'make_parent', 'atomic_write', 'dumps_json',
+           'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir', 'path_component', 'read_json',
+           'iter_jsonl', 'write_jsonl', 'sha256_file', 'sha256_json', 'package_versions', 'git_info', 'now_iso',
+           'provenance']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -22,8 +23,8 @@ class UserError(Exception):
                  line:int=None,          # 1-based line or row number in `path`
                  field:str=None):        # the field at fault
         self.msg,self.path,self.line,self.field = msg,path,line,field
-        where = ''.join([str(path) if path is not None else '', f':{line}' if line is not None else '',
-                         f': field {field!r}' if field is not None else ''])
+        loc = (f"{path}" + (f":{line}" if line is not None else '')) if path is not None else (f"line {line}" if line is not None else '')
+        where = ': '.join(x for x in (loc, f"field {field!r}" if field is not None else '') if x)
         super().__init__(f"{where}: {msg}" if where else msg)
 
 # %% ../nbs/00_utils.ipynb #bc017b53
@@ -34,10 +35,19 @@ def _umask() -> int:
             if line.startswith('Umask:'): return int(line.split()[1], 8)
     m = os.umask(0); os.umask(m); return m
 
+def make_parent(path:Path):
+    "Create the folder `path` goes in, or say in one line which part of it is not a folder."
+    try: path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        bad = next((p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir()), path.parent)
+        raise UserError(f"cannot write {path.name!r} here: {bad} is a file, not a folder", path) from None
+
 def atomic_write(path:str|Path,   # destination file
                  data:str|bytes):  # full contents
-    "Write `data` to `path` through a temporary sibling and `os.replace`."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    "Write `data` to `path` through a temporary sibling and `os.replace` (a link at `path` is replaced, never followed)."
+    path = Path(path); make_parent(path)
+    if path.is_dir() and not path.is_symlink():
+        raise UserError("refusing to replace a folder with a file: name a file, not a folder", path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600; the file gets the mode a plain open() would give
@@ -113,7 +123,7 @@ def atomic_dir(dest:str|Path,                   # directory to publish
                validate:Callable[[Path],None]=None, # called on the finished temp dir; raise to abort
                ) -> Iterator[Path]:
     "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`."
-    dest = Path(dest); dest.parent.mkdir(parents=True, exist_ok=True)
+    dest = Path(dest); make_parent(dest)
     recover_publication(dest)
     check_replaceable(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))

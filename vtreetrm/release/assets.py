@@ -86,6 +86,9 @@ class Record:
             return v
         t, s = need(d, 'target', dict), need(d, 'source', dict)
         md = need(d, 'metadata', dict)
+        for k, v in md.items():   # a prompt is rendered from these: text on one line, never a list, a number or null
+            if not isinstance(v, str): raise UserError(f"metadata values must be text, got {type(v).__name__} {json.dumps(v, ensure_ascii=False)[:60]}", path, line, f'metadata.{k}')
+            if '\n' in v or '\r' in v: raise UserError("metadata values must be one line of text (a line break would split the prompt's metadata block)", path, line, f'metadata.{k}')
         split = d.get('split')
         if split is not None and split not in SPLITS: raise UserError(f"split must be one of {SPLITS}, got {split!r}", path, line, 'split')
         return cls(id=need(d, 'id', str), dataset=need(d, 'dataset', str), metadata=md,

@@ -11,7 +11,7 @@ from .assets import ReleaseContext, normalize_cell
 # %% auto #0
 __all__ = ['SYSTEM_STAGE1', 'SYSTEM_STAGE2', 'SYSTEM_NATIVE', 'render_metadata', 'prompt_key', 'candidates_for', 'candidate_line',
            'level_lines', 'stage1_messages', 'stage2_messages', 'native_messages', 'stage1_answer', 'stage2_answer',
-           'native_answer', 'parse_user', 'parse_answer', 'leaked_ids']
+           'native_answer', 'parse_user', 'metadata_mismatch', 'parse_answer', 'leaked_ids']
 
 # %% ../../nbs/release/04_prompts.ipynb #8384078c
 SYSTEM_STAGE1 = ('你是数据分类分级助手。根据字段元数据，从候选类别中选出唯一最合适的叶子类别。'
@@ -29,6 +29,7 @@ def render_metadata(metadata:dict, fields) -> str:
         if not isinstance(v, str):
             what = 'missing' if f not in metadata else f"{type(v).__name__} {json.dumps(v, ensure_ascii=False)[:60]}, not text"
             raise UserError(f"metadata field {f!r} is {what}: a prompt is rendered from text only", field=f)
+        if '\n' in v or '\r' in v: raise UserError(f"metadata field {f!r} holds a line break, which would split the metadata block", field=f)
     return '\n'.join(f"{f}: {metadata[f]}" for f in fields)
 
 def prompt_key(metadata:dict, fields) -> str:
@@ -124,6 +125,17 @@ def parse_user(text:str, fields) -> dict:
                 if not m: raise ValueError(f"candidate line {l[:40]!r} has no [choice_id]")
                 choices.append(m.group(1))
     return {'metadata': md, 'choices': choices, 'sections': [p.split('\n')[0] for p in parts[1:]]}
+
+def metadata_mismatch(column, parsed:dict, fields) -> str|None:
+    "Why a row's `metadata` column (JSON text) is not the text its prompt's metadata block shows; None when it is."
+    try: md = json.loads(column) if isinstance(column, str) else None
+    except json.JSONDecodeError: md = None
+    if not isinstance(md, dict): return "the metadata column must be a JSON object of the task fields"
+    bad = [f for f in fields if not isinstance(md.get(f), str)]
+    if bad: return (f"metadata field {bad[0]!r} is {json.dumps(md.get(bad[0]), ensure_ascii=False)[:60]}, not text: "
+                    "the prompt was rendered from missing or non-text metadata")
+    if {f: md[f] for f in fields} != parsed: return "the prompt's metadata block differs from the metadata column"
+    return None
 
 def parse_answer(text:str, keys) -> dict:
     "The JSON answer object with exactly `keys`; raises ValueError otherwise."

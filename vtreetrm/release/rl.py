@@ -13,7 +13,8 @@ import pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from ..utils import UserError, atomic_dir, write_json
 from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, load_grading_manifest, TaskConfig, Registry, Corpus
-from .prompts import (stage1_messages, stage2_messages, native_messages, candidates_for, parse_user, leaked_ids)
+from .prompts import (stage1_messages, stage2_messages, native_messages, candidates_for, parse_user, leaked_ids,
+                                       metadata_mismatch)
 from .sft import SplitWriter, Errors, iter_parquet, open_parquet, check_canonical_record, MESSAGE, _h64
 from .reward import compute_score, parse_final_answer
 
@@ -104,6 +105,8 @@ def check_rl_row(ctx:ReleaseContext, row:dict, cascade:bool) -> tuple[str, str]:
     try:
         p = parse_user(pr[1]['content'], ctx.task.metadata_fields); gt = json.loads(row['reward_model']['ground_truth'])
     except (ValueError, TypeError, KeyError) as ex: return 'prompt', str(ex)
+    why = metadata_mismatch(e.get('metadata'), p['metadata'], ctx.task.metadata_fields)
+    if why: return 'extra_info.metadata', why
     if (row['reward_model'] or {}).get('style') != 'rule': return 'reward_model', "reward_model.style must be 'rule'"
     if gt.get('choice_id') not in ctx.choices.to_category: return 'reward_model', f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
     cid = ctx.choices.to_category[gt['choice_id']]

@@ -13,7 +13,7 @@ import pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from ..utils import UserError, atomic_dir, write_json
 from .assets import (SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note)
-from .prompts import (stage1_messages, stage2_messages, candidates_for, parse_user, parse_answer,
+from .prompts import (stage1_messages, stage2_messages, candidates_for, parse_user, parse_answer, metadata_mismatch,
                                       stage1_answer, stage2_answer, leaked_ids)
 
 # %% auto #0
@@ -150,6 +150,8 @@ def check_sft_row(ctx:ReleaseContext, row:dict) -> tuple[str, str]:
         p = parse_user(msgs[1]['content'], ctx.task.metadata_fields)
         ans = parse_answer(msgs[2]['content'], ['choice_id'] if st == 'stage1' else ['data_level'])
     except ValueError as e: return 'messages', str(e)
+    why = metadata_mismatch(row.get('metadata'), p['metadata'], ctx.task.metadata_fields)
+    if why: return 'metadata', why
     unknown = [c for c in p['choices'] if c not in ctx.choices.to_category]
     if unknown: return 'messages', f"unknown choice_id {unknown[0]} (not a registry leaf of {ctx.registry.path})"
     cats = [ctx.choices.to_category[c] for c in p['choices']]

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np, torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file, load_file
-from ..utils import UserError, atomic_dir, write_json, read_json, write_jsonl, sha256_file, provenance, now_iso
+from ..utils import UserError, atomic_dir, make_parent, write_json, read_json, write_jsonl, sha256_file, provenance, now_iso
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'save_checkpoint', 'read_checkpoint', 'load_tensors', 'rng_state', 'set_rng_state',
+__all__ = ['CHECKPOINT_FORMAT', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors', 'rng_state', 'set_rng_state',
            'load_resume_state', 'model_config_sha256', 'RunFolder', 'check_run_folder']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e007
@@ -159,9 +159,15 @@ class RunFolder:
         self.run.update(status=status, ended=now_iso(), seconds=round(time.time() - self.t0, 2), **extra)
         write_json(self.dir/'run.json', self.run)
 
+RUN_FILES = ('run.json', 'params.json')   # a folder holding either is a run folder: it may be started again or resumed
+
 def check_run_folder(out:Path, resume:bool, kind:str) -> dict|None:
     "Refuse to start into a folder with checkpoints (unless resuming) or to resume one without `last/`; returns last/'s checked metadata."
-    out = Path(out)
+    out = Path(out); make_parent(out)
+    if out.exists() and not out.is_dir(): raise UserError("the run folder must be a folder (this path is a file)", out)
+    if not resume and out.is_dir() and any(out.iterdir()) and not any((out/n).is_file() for n in RUN_FILES):
+        raise UserError("refusing to start a run in a folder that holds other files (it has no run.json or params.json); "
+                        "choose another --out", out)
     if any((out/n).exists() for n in ('best.pt', 'last.pt')):
         raise UserError("this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
                         "start a new run in another --out", out)

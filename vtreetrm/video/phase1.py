@@ -166,6 +166,7 @@ def train_phase1(datasets:list,             # dataset folders
                  skip_bad:bool=False, resume:bool=False, progress:bool=True) -> dict:
     "Train Phase-1 on the train splits of `datasets`; returns the run summary (also in metrics.json)."
     train_cfg = train_cfg or Phase1TrainConfig()
+    check_run_folder(out, resume, 'phase1')                      # before any feature is encoded
     torch.manual_seed(train_cfg.seed); random.seed(train_cfg.seed); np.random.seed(train_cfg.seed)
     cache = open_cache(cache_dir, vision, frames, grid)
     dss = [load_dataset(d, skip_bad=skip_bad) for d in datasets]

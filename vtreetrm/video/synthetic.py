@@ -186,7 +186,7 @@ def make_synthetic(out:str|Path,                  # folder to create (holds lote
     "Render the synthetic datasets into `out` atomically; returns the report also written to `out/report.json`."
     cfg = cfg or SyntheticConfig(); out = Path(out)
     if cfg.size % 2 or cfg.size < 16: raise UserError(f"size must be an even number >= 16, got {cfg.size}")
-    if out.exists() and any(out.iterdir()) and not overwrite:
+    if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not overwrite:
         raise UserError("output folder exists and is not empty (pass --overwrite to replace it)", out)
     unknown = set(datasets) - {'lote', 'mammalnet'}
     if unknown: raise UserError(f"unknown synthetic dataset(s) {sorted(unknown)}; choose lote and/or mammalnet")
