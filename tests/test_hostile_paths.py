@@ -47,3 +47,43 @@ def test_think_file_link_out_of_the_root(tmp_path):
     (tmp_path/'outside.jsonl').write_text('{"sample_id": "secret"}\n')
     os.symlink(tmp_path/'outside.jsonl', tmp_path/'root'/'dir'/'a.jsonl')
     with pytest.raises(UserError, match='outside the allowed folder'): resolve_think_file('file:dir', tmp_path/'root')
+
+
+@pytest.mark.parametrize('flag', ['--run-id', '--skills-version', '--prompts-version'])
+@pytest.mark.parametrize('name', ['../../victim', '/tmp/abs-escape', '..'])
+def test_run_and_version_names_stay_in_the_workspace_and_store(store, tmp_path, capsys, flag, name):
+    """`--fresh` removes versions/<run_id>: a run id (or a version) that leaves its folder is refused before anything is touched."""
+    ws = tmp_path/'a'/'b'/'ws'
+    victim = ws.parent/'victim'; victim.mkdir(parents=True); (victim/'keep.txt').write_text('keep me')   # = ws/versions/../../victim
+    rc = main(['harness', 'infer', '--store-dir', str(store), '--workspace-dir', str(ws), flag, name, '--fresh', '--n-samples', '2'])
+    err = capsys.readouterr().err
+    assert rc == 2 and 'must be a single file or folder name' in err and flag[2:].replace('-', '_') in err, err
+    assert (victim/'keep.txt').read_text() == 'keep me' and not ws.exists()
+
+
+@pytest.fixture(scope='module')
+def release_assets(tmp_path_factory):
+    d = tmp_path_factory.mktemp('rel')
+    assert main(['release', 'make-synthetic', '--out', str(d/'syn'), '--records', '40', '--no-progress']) == 0
+    return d/'syn'
+
+
+@pytest.mark.parametrize('name', ['../../escaped', '/tmp/abs-escape', '..'])
+@pytest.mark.parametrize('where', ['canonical --dataset', 'split --dataset', 'datasets config key'])
+def test_dataset_names_stay_in_their_folders(release_assets, tmp_path, capsys, name, where):
+    """A dataset name becomes processed/<dataset>/ and canonical/<dataset>/: one that leaves them is refused."""
+    s, run = release_assets, tmp_path/'run'
+    cfg = s/'CFG/datasets.json'
+    if where == 'datasets config key':
+        obj = json.loads(cfg.read_text()); obj['datasets'][name] = obj['datasets']['shougang']
+        cfg = tmp_path/'datasets.json'; cfg.write_text(json.dumps(obj))
+    common = ['--canonical-dir', str(run/'canonical'), '--no-progress']
+    if where == 'split --dataset': argv = ['release', 'split', *common, '--dataset', name]
+    else:
+        argv = ['release', 'canonical', '--processed-dir', str(run/'processed'), *common, '--config-file', str(cfg),
+                '--registry-dir', str(s/'ASSETS/registries'), '--corpus-dir', str(s/'ASSETS/corpora'),
+                '--dataset', name if where == 'canonical --dataset' else 'shougang']
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert 'must be a single file or folder name' in err and "'dataset'" in err, err
+    assert not Path('/tmp/abs-escape').exists() and not (tmp_path.parent/'escaped').exists() and not run.exists()

@@ -4,20 +4,21 @@
 
 # %% ../../nbs/harness/01_config.ipynb #10fc19db
 from __future__ import annotations
-import dataclasses, difflib, typing
+import dataclasses, difflib, math, typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, Optional
 import yaml
-from ..utils import UserError
+from ..utils import UserError, path_component
 
 # %% auto #0
 __all__ = ['PATH_FIELDS', 'EmbedConfig', 'RunConfig', 'load_config', 'parse_set']
 
 # %% ../../nbs/harness/01_config.ipynb #e732b3c0
-def _f(default, help:str, ge=None, le=None, gt=None):
+def _f(default, help:str, ge=None, le=None, gt=None,
+       component:bool=False):   # the value names a file or folder: a single path component
     kw = {'default_factory': default} if isinstance(default, type) else {'default': default}
-    return field(metadata={'help': help, 'ge': ge, 'le': le, 'gt': gt}, **kw)
+    return field(metadata={'help': help, 'ge': ge, 'le': le, 'gt': gt, 'component': component}, **kw)
 
 @dataclass
 class EmbedConfig:
@@ -35,7 +36,7 @@ class RunConfig:
     workspace_dir: Path = _f(Path('workspaces/default'), "run folder: harness.db, skills/prompts versions, analyses/")
     store_dir: Path = _f(Path('store'), "store: questions/, trees/, skills/vN, prompts/vN, seeds/")
     mode: Literal['infer', 'train'] = _f('infer', "answer a question set, or evolve skills over epochs")
-    run_id: Optional[str] = _f(None, "run name (default: the workspace folder name); infer runs are stored as infer_<run_id>")
+    run_id: Optional[str] = _f(None, "run name (default: the workspace folder name); infer runs are stored as infer_<run_id>", component=True)
     # agent
     backend: Literal['simulated', 'openai', 'transformers'] = _f('simulated', "LLM backend")
     model: str = _f('', "model name (openai) or local model folder (transformers)")
@@ -53,8 +54,8 @@ class RunConfig:
     n_samples: int = _f(0, "use only the first N questions after filtering (0 = all)", ge=0)
     # questions and versions
     questions: str = _f('generated-v2-360', "question folder/file: a path, or a name under <store_dir>/questions")
-    skills_version: str = _f('v1', "starting skills version under <store_dir>/skills")
-    prompts_version: str = _f('v1', "starting prompts version under <store_dir>/prompts")
+    skills_version: str = _f('v1', "starting skills version under <store_dir>/skills", component=True)
+    prompts_version: str = _f('v1', "starting prompts version under <store_dir>/prompts", component=True)
     task_types: Optional[tuple[str, ...]] = _f(None, "only these task types (None = all)")
     allow_duplicates: bool = _f(False, "keep the first copy of a repeated question_id instead of failing")
     seed: int = _f(42, "random seed for pools and batches")
@@ -106,7 +107,7 @@ class RunConfig:
         if isinstance(self.embed, dict): self.embed = EmbedConfig(**self.embed)
 
     @property
-    def name(self) -> str: return self.run_id or self.workspace_dir.name
+    def name(self) -> str: return self.run_id or self.workspace_dir.resolve().name   # resolved: '.' names its folder
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
@@ -134,9 +135,11 @@ def _coerce(cls, key:str, value, where:tuple):
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)): bad(f"expected a number, got {value!r}")
         value = float(value)
+        if not math.isfinite(value): bad(f"expected a finite number, got {value!r}")
     elif hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool): bad(f"expected a string, got {value!r}")
         value = str(value)
+        if meta.get('component'): path_component(value, key, *where)
     elif hint is Path:
         if not isinstance(value, (str, Path)): bad(f"expected a path, got {value!r}")
         return Path(value)

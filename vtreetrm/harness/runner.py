@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 from fastcore.basics import patch
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_write, write_json, sha256_json, provenance, now_iso
+from ..utils import UserError, path_component, atomic_write, write_json, sha256_json, provenance, now_iso
 from .questions import load_benchmark
 from .config import RunConfig
 from .pools import PoolConfig, POOL_STRATEGIES, make_batches
@@ -69,6 +69,7 @@ class Runner:
                  embedder=None, progress:bool=True):
         self.c, self.fresh, self.seed_name, self.progress = config, fresh, seed_name, progress
         self.run_id = f"infer_{config.name}" if config.mode == 'infer' else config.name
+        path_component(config.name, 'run_id')   # it names versions/<run_id>, which --fresh removes
         self.ws = Path(config.workspace_dir)
         self.vdir = self.ws/'versions'/self.run_id
         self._backend, self._reflector, self._embedder = backend, reflector, embedder

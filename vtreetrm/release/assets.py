@@ -8,7 +8,7 @@ import contextlib, hashlib, json, os, random, re, shlex, tempfile, unicodedata
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Iterator, Iterable
-from ..utils import UserError, read_json, sha256_file, provenance, write_json
+from ..utils import UserError, path_component, read_json, sha256_file, provenance, write_json
 
 # %% auto #0
 __all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', 'dataset_note', 'normalize_cell', 'record_id',
@@ -323,6 +323,7 @@ class DatasetsConfig:
         path = Path(path); d = read_json(path)
         ds = _need(d, 'datasets', dict, path)
         for name, e in ds.items():
+            path_component(name, 'dataset', path)   # it names processed/<dataset>/ and canonical/<dataset>/
             for k in ('registry', 'corpus', 'grading'): _need(e, k, str, path, None, f'datasets.{name}.')
         return cls(ds, str(path))
     def entry(self, dataset:str) -> dict:

@@ -8,7 +8,7 @@ import hashlib, json, shutil, time
 from collections import Counter
 from pathlib import Path
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_dir, write_json, read_json, iter_jsonl
+from ..utils import UserError, path_component, atomic_dir, write_json, read_json, iter_jsonl
 from .assets import (FORMAL_DATASET, SPLITS, DatasetsConfig, Registry, Corpus, GradingConfig, Record,
                                      RecordWriter, iter_records, required, make_report)
 
@@ -42,6 +42,7 @@ def canonical(processed_dir:str=None,  # folder holding <dataset>/all.json from 
              registry_dir=registry_dir, corpus_dir=corpus_dir)
     params = dict(processed_dir=processed_dir, canonical_dir=canonical_dir, config_file=config_file, registry_dir=registry_dir,
                   corpus_dir=corpus_dir, dataset=dataset, grading_config=grading_config, allow_unresolved=allow_unresolved)
+    path_component(dataset, 'dataset')            # it names processed/<dataset>/ and canonical/<dataset>/
     cfg = DatasetsConfig.from_path(config_file)
     reg_p, cor_p = cfg.resolve(dataset, 'registry', registry_dir), cfg.resolve(dataset, 'corpus', corpus_dir)
     gra_p = Path(grading_config) if grading_config else cfg.resolve(dataset, 'grading')
@@ -126,7 +127,7 @@ def split(canonical_dir:str=None,    # folder holding <dataset>/all.json from ca
     if min(ratios) < 0 or train_ratio <= 0: raise UserError(f"bad split ratios {ratios}")
     params = dict(canonical_dir=canonical_dir, dataset=dataset, split_type=split_type, seed=seed, train_ratio=train_ratio,
                   val_ratio=val_ratio, split_file=split_file)
-    dest = Path(canonical_dir)/dataset; src = dest/'all.json'
+    dest = Path(canonical_dir)/path_component(dataset, 'dataset'); src = dest/'all.json'
     if not src.is_file(): raise UserError("no canonical records: run canonical first", src)
     fixed = _load_split_file(split_file) if split_file else {}
     counts, kept, from_file, digest = Counter(), 0, 0, {s: 0 for s in SPLITS}
