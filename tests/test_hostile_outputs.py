@@ -32,8 +32,18 @@ def one_line(err:str, path):
     assert len(errors) == 1 and str(path) in errors[0] and 'Traceback' not in err, err
 
 
-FOLDER_OUT = {'sft-export': '--output-dir', 'rl-export': '--output-dir', 'mixture-sft': '--output-dir'}
+FOLDER_OUT = {'sft-export': '--output-dir', 'rl-export': '--output-dir', 'mixture-sft': '--output-dir',
+              'trajectory-collect': '--collect-dir', 'trajectory-export': '--output-dir'}
 FILE_OUT = {'preprocess': '--output', 'audit': '--report', 'sft-validate': '--report', 'rl-validate-cascade': '--report'}
+
+
+def steps(chain):
+    "The chain's commands and the native-tool trajectory ones on the same canonical records."
+    st = chain.steps()
+    common = ['--dataset', 'shougang', '--canonical', chain.can, *chain.assets()]
+    st['trajectory-collect'] = ['trajectory-collect', *common, '--collect-dir', chain.run/'collect']
+    st['trajectory-export'] = ['trajectory-export', *common, '--think-source', 'mock', '--output-dir', chain.run/'traj']
+    return st
 
 
 def _target(tmp, kind):
@@ -58,7 +68,7 @@ CASES = [(n, k) for n in FOLDER_OUT for k in ('user folder', 'file', 'symlink', 
 
 @pytest.mark.parametrize('name,kind', CASES)
 def test_release_outputs_replace_only_what_this_tool_wrote(chain, tmp_path, capsys, name, kind):
-    argv = list(chain.steps()[name]); flag = (FOLDER_OUT | FILE_OUT)[name]
+    argv = list(steps(chain)[name]); flag = (FOLDER_OUT | FILE_OUT)[name]
     t, arg = _target(tmp_path, kind)
     argv[argv.index(flag) + 1] = arg
     rc, err = release(capsys, argv)
