@@ -50,7 +50,10 @@ def load_query_tokens(path:str|Path) -> np.ndarray:
     if not keys: raise UserError(f"no tensor whose key ends in 'query_tokens' (keys: {', '.join(list(tensors)[:8])}{' …' if len(tensors) > 8 else ''})", path)
     if len(keys) > 1: raise UserError(f"several query_tokens tensors: {', '.join(keys)}", path)
     t = tensors[keys[0]]
-    q = (t.float().numpy() if hasattr(t, 'float') and not isinstance(t, np.ndarray) else np.asarray(t)).astype(np.float64)
+    if not isinstance(t, np.ndarray): t = t.double().numpy() if t.is_floating_point() else t.numpy()   # torch: no float32 detour
+    if t.dtype == bool or not (np.issubdtype(t.dtype, np.floating) or np.issubdtype(t.dtype, np.integer)):
+        raise UserError(f"query_tokens must hold real numbers, got dtype {t.dtype}", path, field=keys[0])
+    q = t.astype(np.float64)
     if q.ndim == 3 and q.shape[0] == 1: q = q[0]
     if q.ndim != 2: raise UserError(f"query_tokens has shape {tuple(t.shape)}; expected (1, M, d) or (M, d)", path, field=keys[0])
     if not np.isfinite(q).all(): raise UserError(f"query_tokens contains {int((~np.isfinite(q)).sum())} NaN/inf values", path, field=keys[0])
@@ -83,7 +86,9 @@ COS_BINS = np.linspace(0, 1, 51)
 
 def query_diversity(q:np.ndarray) -> dict:
     "Every measure of the analysis for one (M, d) matrix."
-    q = np.asarray(q, float); M, d = q.shape
+    q = np.asarray(q, np.float64); M, d = q.shape
+    scale = float(np.abs(q).max()) if q.size else 0.0
+    if scale > 0: q = q/scale   # every measure is scale-free: 1e200 must not overflow s², nor 1e-310 underflow
     s = np.linalg.svd(q, compute_uv=False)
     energy = np.cumsum(s**2)/np.sum(s**2) if s.sum() > 0 else np.zeros_like(s)
     k90 = int(np.searchsorted(energy, 0.90 - 1e-12) + 1) if s.sum() > 0 else len(s)
@@ -91,7 +96,7 @@ def query_diversity(q:np.ndarray) -> dict:
     er = effective_rank(s)
     return {'M': M, 'd': d, 'effective_rank': er, 'effective_rank_ratio': er/M, 'gini': gini(s),
             'energy90_fraction': k90/M, 'mean_abs_cos': float(cos.mean()) if len(cos) else 0.0,
-            'singular_values': s.tolist(), 'normalized_spectrum': (s/s[0] if s[0] > 0 else s).tolist(),
+            'singular_values': (s*scale if scale > 0 else s).tolist(), 'normalized_spectrum': (s/s[0] if s[0] > 0 else s).tolist(),
             'cumulative_energy': energy.tolist(),
             'abs_cos_hist': np.histogram(cos, bins=COS_BINS, density=True)[0].tolist() if len(cos) else [],
             'abs_cos_bins': COS_BINS.tolist()}

@@ -4,13 +4,13 @@
 
 # %% ../../nbs/eval/01_metrics.ipynb #45376bdf
 from __future__ import annotations
-import sys
+import os, sys
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from fastcore.script import Param
 from ..utils import UserError, write_json, sha256_file, package_versions, provenance
-from .parse import read_predictions, load_label_map, LabelMap
+from .parse import read_predictions, load_label_map, LabelMap, _dedup_pairs
 
 # %% auto #0
 __all__ = ['CLI_COMMANDS', 'metrics_from_pairs', 'compute_metrics', 'score_file', 'write_metrics', 'find_predictions',
@@ -38,6 +38,7 @@ def metrics_from_pairs(n:int,              # number of samples
     if n == 0: raise UserError("no samples to score")
     gr, gc, pr, pc = (np.asarray(a, dtype=np.int64) for a in (gr, gc, pr, pc))
     K = len(labels)
+    gr, gc = _dedup_pairs(gr, gc, K + 1)   # a gold label given twice for a sample is one gold label
     hit = np.isin(pr*K + pc, gr*K + gc)
     tp = np.bincount(pc[hit], minlength=K).astype(float)
     support = np.bincount(gc, minlength=K).astype(float)
@@ -85,7 +86,7 @@ def compute_metrics(gold:list,              # per sample, the list of gold label
         pi = np.fromiter((index.setdefault(p[0], len(index)) if p else -1 for p in pred), np.int64, n)
         gr = np.arange(n, dtype=np.int64); has = pi >= 0; pr, pc = np.nonzero(has)[0], pi[has]
     else:
-        gr, gc = _encode(gold, index)
+        gr, gc = _encode([list(dict.fromkeys(g)) for g in gold], index)
         dedup = [list(dict.fromkeys(p)) if p else p for p in pred]
         pr, pc = _encode(dedup, index)
     for cs in (candidates or ()):
@@ -117,6 +118,11 @@ def write_metrics(folder:Path, m:dict, label_map:LabelMap=None, command:list=Non
     write_json(folder/'metrics.provenance.json', provenance({'label_map': label_map.path if label_map else None},
                inputs=[folder/'predictions.jsonl'] + ([label_map.path] if label_map and label_map.path else []), command=command))
 
+def _check_writable(folder:Path):
+    for name in ('metrics.json', 'metrics.provenance.json'):
+        if (folder/name).is_dir() and not (folder/name).is_symlink(): raise UserError("is a folder: cannot write the metrics file here", folder/name)
+    if not os.access(folder, os.W_OK | os.X_OK): raise UserError("cannot write metrics.json here: the folder is not writable", folder)
+
 def find_predictions(paths) -> list[Path]:
     "Every predictions.jsonl named directly or found recursively under the given folders."
     found = []
@@ -142,6 +148,7 @@ def metrics_cmd(paths:Param("predictions.jsonl files or folders searched recursi
     results = []
     with tqdm(todo, desc='scoring', unit='file', disable=quiet or len(todo) < 2) as bar:
         for f in bar: results.append((f, score_file(f, lm, write=False)))
+    for f, _ in results: _check_writable(f.parent)   # every folder can take its files before the first is written
     for f, m in results: write_metrics(f.parent, m, lm)
     if not quiet:
         for f, m in results:

@@ -14,13 +14,19 @@ try: from orjson import loads as _loads, JSONDecodeError as _JSONError  # ~4x fa
 except ImportError: from json import loads as _loads, JSONDecodeError as _JSONError
 
 # %% auto #0
-__all__ = ['norm_label', 'parse_actions', 'LabelMap', 'load_label_map', 'Predictions', 'read_predictions']
+__all__ = ['WHITESPACE', 'norm_label', 'parse_actions', 'LabelMap', 'load_label_map', 'Predictions', 'read_predictions']
 
 # %% ../../nbs/eval/00_parse.ipynb #2094da62
-_OPEN = re.compile(r'<\s*predicted_actions\s*>', re.I)
-_CLOSE = re.compile(r'<\s*/\s*predicted_actions\s*>', re.I)
+# Whitespace is every character Python's str.isspace() accepts (NBSP, ideographic space, ...), spelled out because
+# RE2 (the vectorized reader) reads \s as ASCII only: both readers use these same classes.
+WHITESPACE = ''.join(chr(i) for i in range(0x3001) if chr(i).isspace())
+_WS = '[' + ''.join(f'\\x{{{ord(c):x}}}' for c in WHITESPACE) + ']'           # RE2 spelling
+_WS_PY = '[' + ''.join(f'\\u{ord(c):04x}' for c in WHITESPACE) + ']'          # Python spelling
+_OPEN = re.compile(rf'<{_WS_PY}*predicted_actions{_WS_PY}*>', re.I)
+_CLOSE = re.compile(rf'<{_WS_PY}*/{_WS_PY}*predicted_actions{_WS_PY}*>', re.I)
 _SPLIT = re.compile(r'[,;|\n\uff0c\uff1b\u3001]')  # also full-width comma/semicolon and the ideographic comma
 _STRIP = ' \t\r"\'`*-•.。'
+_STRIP_WS = _STRIP + WHITESPACE                     # what is trimmed from an action after its list marker
 
 @functools.lru_cache(maxsize=1 << 16)   # labels repeat across lines: cache their keys
 def norm_label(s:str) -> str:
@@ -36,7 +42,7 @@ def _snap(part:str, candidates) -> str:
             if norm_label(c) == key: return c
     return ' '.join(part.split())
 
-_MARKER = re.compile(r'^\s*(?:\(?\d+[.)]|[A-Za-z][.)])\s+')      # "1. x", "2) x", "a) x" list markers
+_MARKER = re.compile(rf'^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS_PY}+')      # "1. x", "2) x", "a) x" list markers
 
 def parse_actions(text:str,             # raw model output
                   candidates=None,      # labels to snap case/spacing to (optional)
@@ -44,8 +50,9 @@ def parse_actions(text:str,             # raw model output
     "Predicted actions in order (duplicates removed), or `None` when the output has no `<predicted_actions>` tag."
     if not isinstance(text, str): return None
     i = text.rfind('<predicted_actions>')
-    if i >= 0 and text.find('<', i + 19) in (-1, text.find('</predicted_actions>', i + 19)):
-        start = i + 19                                          # fast path: one plain tag, nothing odd after it
+    j = text.find('<', i + 19) if i >= 0 else -2
+    if j == -1 or (j >= 0 and text.startswith('</predicted_actions>', j) and text.find('<', j + 1) == -1):
+        start = i + 19                                          # fast path: one plain tag, no other '<' after it
     else:
         opens = list(_OPEN.finditer(text))
         if not opens: return None
@@ -55,9 +62,9 @@ def parse_actions(text:str,             # raw model output
     if m: body = body[:m.start()]
     out, seen = [], set()
     for part in _SPLIT.split(body):
-        part = part.strip()
+        part = part.strip(WHITESPACE)
         if part[:1].isdigit() or part[1:2] in ('.', ')') or part[:1] == '(': part = _MARKER.sub('', part)
-        part = part.strip(_STRIP)
+        part = part.strip(_STRIP_WS)
         if not part: continue
         label = _snap(part, candidates)
         key = norm_label(label)
@@ -132,31 +139,46 @@ def _as_labels(v, path, line, name, allow_empty=False):
     if not v and not allow_empty: raise UserError("empty label list", path, line, name)
     return v
 
+def _spellings(labels, path) -> dict:
+    "Case- and space-insensitive key -> the one spelling `labels` use; two spellings of one label are refused."
+    out = {}
+    for l in labels:
+        other = out.setdefault(norm_label(l), l)
+        if other != l: raise UserError(f"candidates {other!r} and {l!r} differ only in case or spacing: spell them alike", path, None, 'candidates')
+    return out
+
 class _Index(dict):
     "label -> position, growing on first sight."
     def __missing__(self, k): v = self[k] = len(self); return v
 
+def _first_pairs(rows:np.ndarray, keys:np.ndarray, K:int) -> np.ndarray:
+    "Positions of the first occurrence of each (row, key) pair, in order (`K` > every key)."
+    if len(rows) == 0: return np.zeros(0, np.int64)
+    _, first = np.unique(rows*K + keys, return_index=True)
+    first.sort()
+    return first
+
 def _dedup_pairs(rows:np.ndarray, cols:np.ndarray, K:int):
     "Drop repeated (row, label) pairs, keeping first occurrences in order."
-    if len(rows) == 0: return rows, cols
-    _, first = np.unique(rows*K + cols, return_index=True)
-    first.sort()
-    return rows[first], cols[first]
+    keep = _first_pairs(rows, cols, K)
+    return rows[keep], cols[keep]
 
-_TAG_BEFORE = r'(?is)^.*<\s*predicted_actions\s*>'           # greedy: up to the last opening tag
-_TAG_AFTER = r'(?is)<\s*/\s*predicted_actions\s*>.*$'        # the first closing tag and what follows
+_TAG_OPEN_RE2 = rf'<{_WS}*predicted_actions{_WS}*>'
+_TAG_BEFORE = rf'(?is)^.*{_TAG_OPEN_RE2}'                          # greedy: up to the last opening tag
+_TAG_AFTER = rf'(?is)<{_WS}*/{_WS}*predicted_actions{_WS}*>.*$'    # the first closing tag and what follows
 _SPLIT_RE2 = r'[,;|\n\x{ff0c}\x{ff1b}\x{3001}]'
-_MARKER_RE2 = r'^\s*(?:\(?\d+[.)]|[A-Za-z][.)])\s+'
+_MARKER_RE2 = rf'^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS}+'
 
 def _parse_outputs_arrow(outputs:list) -> tuple[np.ndarray, np.ndarray, list]:
     "Vectorized `parse_actions` without snapping: (unparseable per row, row of each raw action, raw actions)."
     import pyarrow as pa, pyarrow.compute as pc
     out = pa.array(outputs, pa.string())
-    unparse = ~pc.match_substring_regex(out, r'(?i)<\s*predicted_actions\s*>').to_numpy(zero_copy_only=False)
+    unparse = ~pc.match_substring_regex(out, '(?i)' + _TAG_OPEN_RE2).to_numpy(zero_copy_only=False)
     body = pc.replace_substring_regex(pc.replace_substring_regex(out, _TAG_BEFORE, ''), _TAG_AFTER, '')
     parts = pc.split_pattern_regex(body, _SPLIT_RE2)
     rows = pc.list_parent_indices(parts).to_numpy().astype(np.int64)
-    flat = pc.utf8_trim(pc.replace_substring_regex(parts.flatten(), _MARKER_RE2, ''), characters=_STRIP)
+    flat = pc.utf8_trim(parts.flatten(), characters=WHITESPACE)
+    flat = pc.utf8_trim(pc.replace_substring_regex(flat, _MARKER_RE2, ''), characters=_STRIP_WS)
     keep = pc.not_equal(flat, '').to_numpy(zero_copy_only=False) & ~unparse[rows]
     return unparse, rows[keep], flat.filter(pa.array(keep))
 
@@ -192,8 +214,8 @@ def read_predictions(path:str|Path,          # a predictions.jsonl file
         else:
             for x in _as_labels(g, path, i, 'gold'): gr.append(i - 1); gc.append(graw[x])
         c = o.get('candidates')
-        if c:
-            if type(c) is not list: _as_labels(c, path, i, 'candidates', allow_empty=True)
+        if c is not None:
+            if type(c) is not list: raise UserError(f"expected a list of candidate labels, got {type(c).__name__} {c!r:.60}", path, i, 'candidates')
             try: cands.update(c)
             except TypeError: _as_labels(c, path, i, 'candidates', allow_empty=True)
         d = o.get('dataset')
@@ -204,18 +226,25 @@ def read_predictions(path:str|Path,          # a predictions.jsonl file
     bad = [c for c in cands if type(c) is not str or not c or c.isspace()]
     if bad:                                                              # rare: find the line to name it
         for i, line in enumerate(lines, 1): _as_labels(_loads(line).get('candidates') or [], path, i, 'candidates', allow_empty=True)
-    # final label index: gold labels (through the mapping), then candidates
-    index = _Index()
-    raw_to_final = np.empty(len(graw), np.int64)
+    # final label index: gold labels (through the mapping, snapped to the candidates' spelling), then candidates
     gc = np.asarray(gc, np.int64); gr = np.asarray(gr, np.int64)
+    line_of = lambda k: int(gr[np.argmax(gc == k)]) + 1
+    cand_final = [label_map(c, strict=False) if label_map is not None else c for c in sorted(cands)]
+    spelling = _spellings(cand_final, path)
+    index, raw_to_final, gold_spelled = _Index(), np.empty(len(graw), np.int64), {}
     for g, k in graw.items():
         lab = label_map(g) if label_map is not None else g
-        if lab is None:
-            row = int(gr[np.argmax(gc == k)])
-            raise UserError(f"label {g!r} is not in the label mapping {label_map.path}", path, row + 1, 'gold')
-        raw_to_final[k] = index[lab]
+        if lab is None: raise UserError(f"label {g!r} is not in the label mapping {label_map.path}", path, line_of(k), 'gold')
+        key = norm_label(lab)
+        if key not in spelling:
+            other = gold_spelled.setdefault(key, (lab, k))
+            if other[0] != lab:
+                raise UserError(f"gold labels {other[0]!r} (line {line_of(other[1])}) and {lab!r} differ only in case or spacing "
+                                "and no candidate names the label: spell them alike", path, line_of(k), 'gold')
+        raw_to_final[k] = index[spelling.get(key, lab)]
     gc = raw_to_final[gc] if len(gc) else gc
-    for c in sorted(cands): index[label_map(c, strict=False) if label_map is not None else c]
+    gr, gc = _dedup_pairs(gr, gc, len(graw) + len(cand_final) + 1)   # a gold label given twice counts once
+    for c in cand_final: index[c]
     # predictions: parse, snap each distinct raw action once, encode, dedup
     unparse, prow, parts = (_parse_outputs_arrow if fast else _parse_outputs_lines)(outputs)
     canon = {}
@@ -231,7 +260,11 @@ def read_predictions(path:str|Path,          # a predictions.jsonl file
     def snap(raw):
         l = canon.get(norm_label(raw), ' '.join(raw.split()))
         return label_map(l, strict=False) if label_map is not None else l
-    ucols = np.asarray([index[snap(u)] for u in uniq], np.int64)
+    snapped = [snap(u) for u in uniq]
+    ucols = np.asarray([index[l] for l in snapped], np.int64)
+    keyid = {}                                        # a row names an action once, up to case and spacing (as parse_actions)
+    ukeys = np.asarray([keyid.setdefault(norm_label(l), len(keyid)) for l in snapped], np.int64)
     pcol = ucols[pos] if len(pos) else np.zeros(0, np.int64)
-    pr, pc_ = _dedup_pairs(prow, pcol, len(index) + 1)
+    keep = _first_pairs(prow, ukeys[pos] if len(pos) else pcol, len(keyid) + 1)
+    pr, pc_ = prow[keep], pcol[keep]
     return Predictions(path, n, list(index), gr, gc, pr, pc_, unparse, datasets)
