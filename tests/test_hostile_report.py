@@ -83,3 +83,21 @@ def test_no_script_runs_in_any_notebook_report(tmp_path):
              '--disable-sync', '--no-first-run', f'--user-data-dir={tmp_path/"profile"}', '--virtual-time-budget=3000']
     dom = subprocess.run(flags + ['--dump-dom', out.resolve().as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert '<h1' in dom and 'pwned' not in dom.split('</title>')[0]
+
+
+BAD_VALUES = [('metrics', 'macro_f1', 'abc'), ('metrics', 'macro_f1', {'a': 1}), ('metrics', 'top1_accuracy_single_label', [1]),
+              ('metrics', 'macro_f1', 7.5), ('params', 'num_queries', 'abc'), ('params', 'num_queries', 6.5)]
+
+
+@pytest.mark.parametrize('where,field,value', BAD_VALUES, ids=lambda v: str(v))
+def test_report_inputs_of_the_wrong_kind_are_one_line_errors(runs, tmp_path, capsys, where, field, value):
+    shutil.copytree(runs/'runs', tmp_path/'runs')
+    for f in sorted((tmp_path/'runs').rglob(f'{where}.json')):
+        obj = json.loads(f.read_text())
+        if where == 'metrics' and 'macro_f1' not in obj: continue
+        obj[field] = value; f.write_text(json.dumps(obj))
+    capsys.readouterr()
+    assert main(['report', 'build', str(tmp_path/'runs'), '--out', str(tmp_path/'r.html')]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f'{where}.json' in err[0] and f"field '{field}'" in err[0], err
+    assert not (tmp_path/'r.html').exists()

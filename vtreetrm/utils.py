@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 # %% auto #0
-__all__ = ['PUBLISHED_MARKER', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'make_parent', 'atomic_write', 'dumps_json',
-           'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir', 'path_component', 'read_json',
-           'iter_jsonl', 'write_jsonl', 'sha256_file', 'sha256_json', 'package_versions', 'git_info', 'now_iso',
-           'provenance']
+__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'make_parent', 'atomic_write',
+           'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir', 'path_component',
+           'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
+           'package_versions', 'git_info', 'now_iso', 'provenance']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -25,6 +25,8 @@ class UserError(Exception):
         self.msg,self.path,self.line,self.field = msg,path,line,field
         loc = (f"{path}" + (f":{line}" if line is not None else '')) if path is not None else (f"line {line}" if line is not None else '')
         where = ': '.join(x for x in (loc, f"field {field!r}" if field is not None else '') if x)
+        if len(msg) > 800: msg = msg[:800] + f"… ({len(msg):,} characters in all)"   # a value quoted from data stays short
+        self.msg = msg
         super().__init__(f"{where}: {msg}" if where else msg)
 
 # %% ../nbs/00_utils.ipynb #bc017b53
@@ -123,7 +125,7 @@ def atomic_dir(dest:str|Path,                   # directory to publish
                validate:Callable[[Path],None]=None, # called on the finished temp dir; raise to abort
                ) -> Iterator[Path]:
     "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`."
-    dest = Path(dest); make_parent(dest)
+    dest = Path(os.path.abspath(dest)); make_parent(dest)   # absolute and normalized: '.' and 'a/..' name real folders
     recover_publication(dest)
     check_replaceable(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
@@ -156,13 +158,21 @@ def path_component(name, what:str='name', path:str|Path=None, line:int=None) -> 
     return s
 
 # %% ../nbs/00_utils.ipynb #b13652ba
+def _no_constant(name): raise ValueError(f"{name} is not a number JSON allows")
+
+def loads_json(text:str|bytes, path=None, line:int=None) -> Any:
+    "Strict JSON: NaN/Infinity and nesting too deep for the parser are errors naming `path` (and `line`)."
+    try: return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e: raise UserError(f"invalid JSON: {e.msg} (column {e.colno})", path, line or e.lineno) from None
+    except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text: {e.reason}", path, line) from None
+    except RecursionError: raise UserError("invalid JSON: nested too deeply", path, line) from None
+    except ValueError as e: raise UserError(f"invalid JSON: {e}", path, line) from None
+
 def read_json(path:str|Path) -> Any:
     "Parse a JSON file, naming the file and position on error."
     path = Path(path)
     if not path.is_file(): raise UserError("no such file", path)
-    try: return json.loads(path.read_text(encoding='utf-8'))
-    except json.JSONDecodeError as e: raise UserError(f"invalid JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
-    except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text: {e.reason}", path) from None
+    return loads_json(path.read_bytes(), path)
 
 def iter_jsonl(path:str|Path,           # a JSON Lines file
                skip_blank:bool=True,     # ignore empty lines instead of failing
@@ -175,15 +185,61 @@ def iter_jsonl(path:str|Path,           # a JSON Lines file
             if not raw.strip():
                 if skip_blank: continue
                 raise UserError("empty line", path, i)
-            try: obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise UserError(f"invalid JSON ({getattr(e, 'msg', e)}); truncated line?", path, i) from None
+            try: obj = json.loads(raw, parse_constant=_no_constant)
+            except (ValueError, RecursionError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                raise UserError(f"invalid JSON ({getattr(e, 'msg', None) or e or 'nested too deeply'}); truncated line?", path, i) from None
             if not isinstance(obj, dict): raise UserError(f"expected a JSON object, got {type(obj).__name__}", path, i)
             yield i, obj
 
 def write_jsonl(path:str|Path, rows) -> Path:
     "Write an iterable of dicts as JSON Lines, atomically."
     return atomic_write(path, ''.join(json.dumps(r, ensure_ascii=False, default=_json_default) + '\n' for r in rows))
+
+# %% ../nbs/00_utils.ipynb #7a5d20c2
+YAML_MAX_VALUES = 100_000   # far above any config or sweep; a nested-alias bomb passes it within a few levels
+
+def _check_plain(v, path, where=''):
+    "Only JSON's kinds of value: text, finite numbers, true/false, null, lists and mappings with text keys."
+    if v is None or isinstance(v, (bool, int, str)): return
+    if isinstance(v, float):
+        if not math.isfinite(v): raise UserError(f"{v} is not a finite number", path, None, where or None)
+    elif isinstance(v, list):
+        for i, x in enumerate(v): _check_plain(x, path, f"{where}[{i}]")
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, (str, int)) or isinstance(k, bool): raise UserError(f"keys must be text, got {k!r}", path, None, where or None)
+            _check_plain(x, path, f"{where}.{k}" if where else str(k))
+    else: raise UserError(f"a {type(v).__name__} value is not allowed (only text, numbers, true/false, null, lists, mappings)", path, None, where or None)
+
+def load_yaml(text:str|bytes,               # YAML text (bytes must be UTF-8)
+              path=None,                     # where it came from, for messages
+              text_fallback:bool=False,      # return `text` itself when it is not valid YAML (papermill's `-p k=v`)
+              max_values:int=YAML_MAX_VALUES):
+    "Parse user YAML: bounded alias expansion, duplicate keys refused, only plain JSON-like values."
+    import yaml
+    if isinstance(text, bytes):
+        try: text = text.decode('utf-8')
+        except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text (byte {e.start})", path) from None
+    try: root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        if text_fallback: return text
+        mark = getattr(e, 'problem_mark', None)
+        raise UserError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path, mark.line + 1 if mark else None) from None
+    count, stack = 0, [root] if root is not None else []
+    while stack:                               # aliases are shared nodes: each visit is one value of the expansion
+        n = stack.pop(); count += 1
+        if count > max_values: raise UserError(f"YAML expands to more than {max_values:,} values (nested aliases?); not loaded", path)
+        if isinstance(n, yaml.MappingNode):
+            seen = {}
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and k.value != '<<':
+                    if k.value in seen: raise UserError(f"duplicate key {k.value!r} (first on line {seen[k.value]})", path, k.start_mark.line + 1)
+                    seen[k.value] = k.start_mark.line + 1
+                stack += [k, v]
+        elif isinstance(n, yaml.SequenceNode): stack += n.value
+    data = yaml.safe_load(text)
+    _check_plain(data, path)
+    return data
 
 # %% ../nbs/00_utils.ipynb #4fc62632
 def sha256_file(path:str|Path, chunk:int=1<<20) -> str:
@@ -216,7 +272,8 @@ def git_info(path:str|Path='.') -> dict:
     try: sha = _git('rev-parse', 'HEAD')
     except (OSError, subprocess.SubprocessError): sha = ''
     if not sha: return {'git_sha': None, 'git_dirty': None}
-    return {'git_sha': sha, 'git_dirty': bool(_git('status', '--porcelain', '-uno'))}
+    # --no-optional-locks: a provenance probe never takes index.lock (a killed probe would leave the lock behind)
+    return {'git_sha': sha, 'git_dirty': bool(_git('--no-optional-locks', 'status', '--porcelain', '-uno'))}
 
 def now_iso() -> str: return dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')
 

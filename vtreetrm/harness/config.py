@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, Optional
 import yaml
-from ..utils import UserError, path_component
+from ..utils import UserError, path_component, load_yaml
 
 # %% auto #0
 __all__ = ['PATH_FIELDS', 'EmbedConfig', 'RunConfig', 'load_config', 'parse_set']
@@ -179,11 +179,8 @@ def load_config(path:str|Path=None,     # YAML file with `harness:` and optional
     if path is not None:
         path = Path(path)
         if not path.is_file(): raise UserError("no such config file", path)
+        data = load_yaml(path.read_bytes(), path) or {}   # bounded, duplicate keys refused, plain values only
         text = path.read_text(encoding='utf-8')
-        try: data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, 'problem_mark', None)
-            raise UserError(f"invalid YAML: {getattr(e, 'problem', e)}", path, mark.line + 1 if mark else None) from None
         if not isinstance(data, dict): raise UserError("expected a mapping with 'harness:' and 'embed:' sections", path)
         lines = _key_lines(text)
         for sec in data:
@@ -217,5 +214,5 @@ def parse_set(items) -> dict:
     for it in items or ():
         if '=' not in it: raise UserError(f"--set expects KEY=VALUE, got {it!r}")
         k, v = it.split('=', 1)
-        out[k.strip()] = yaml.safe_load(v)
+        out[k.strip()] = load_yaml(v, f"--set {k.strip()}")
     return out

@@ -4,13 +4,13 @@
 
 # %% ../../nbs/harness/04_store.ipynb #09257308
 from __future__ import annotations
-import json, shutil, sqlite3
+import json, os, shutil, sqlite3
 from pathlib import Path
 from typing import Optional
-from ..utils import UserError, atomic_dir, write_json, now_iso, provenance, path_component
+from ..utils import UserError, atomic_dir, make_parent, write_json, now_iso, provenance, path_component
 
 # %% auto #0
-__all__ = ['SCHEMA', 'RUN_TABLES', 'connect', 'HarnessStore', 'extract_run_db', 'init_seed', 'load_seed']
+__all__ = ['SCHEMA', 'RUN_TABLES', 'holders', 'connect', 'HarnessStore', 'extract_run_db', 'init_seed', 'load_seed']
 
 # %% ../../nbs/harness/04_store.ipynb #86ff4d1d
 SCHEMA = """
@@ -36,10 +36,42 @@ CREATE TABLE IF NOT EXISTS events (run_id TEXT, key TEXT, detail_json TEXT, crea
 """
 RUN_TABLES = ('runs', 'answers', 'versions', 'reflections', 'gate_decisions', 'dual_metric', 'holdout', 'events')
 
-def connect(path:str|Path) -> sqlite3.Connection:
-    "Open (creating) a harness db in WAL mode with the schema."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path, timeout=30, isolation_level=None)
+def holders(path:str|Path) -> list[str]:
+    "`pid (command)` of the other processes that have the db (or its -wal/-shm file) open, from /proc; [] elsewhere."
+    base = str(Path(path).resolve()); targets = {base, base + '-wal', base + '-shm'}; out = []
+    for fd_dir in Path('/proc').glob('[0-9]*/fd'):
+        if fd_dir.parent.name == str(os.getpid()): continue
+        try:
+            if not any(os.readlink(f) in targets for f in fd_dir.iterdir()): continue
+            cmd = (fd_dir.parent/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace').strip()
+            out.append(f"{fd_dir.parent.name} ({cmd[:100]})")
+        except OSError: continue
+    return out
+
+def _db_error(path:Path, e:sqlite3.Error, timeout:float) -> UserError:
+    msg = str(e)
+    if 'locked' in msg or 'busy' in msg:
+        who = holders(path)
+        return UserError(f"the harness db is locked by another process ({'; '.join(who) if who else 'holder unknown'}) "
+                         f"and stayed locked for {timeout:g} s; wait for it or use another --workspace-dir", path)
+    return UserError(f"not a usable harness db ({msg}); move it away to start a new one", path)
+
+class _Connection(sqlite3.Connection):
+    "A connection whose database errors (locked, corrupt, not a database) are one-line `UserError`s naming the file."
+    def execute(self, *a):
+        try: return super().execute(*a)
+        except sqlite3.DatabaseError as e: raise _db_error(self.db_path, e, self.busy_timeout) from None
+    def executescript(self, *a):
+        try: return super().executescript(*a)
+        except sqlite3.DatabaseError as e: raise _db_error(self.db_path, e, self.busy_timeout) from None
+
+def connect(path:str|Path, timeout:float=30) -> sqlite3.Connection:
+    "Open (creating) a harness db in WAL mode with the schema; waits up to `timeout` s for another writer."
+    path = Path(path); make_parent(path)
+    if path.is_dir(): raise UserError("is a folder, not a harness db", path)
+    try: con = sqlite3.connect(path, timeout=timeout, isolation_level=None, factory=_Connection)
+    except sqlite3.DatabaseError as e: raise _db_error(path, e, timeout) from None
+    con.db_path, con.busy_timeout = path, timeout
     con.row_factory = sqlite3.Row
     con.execute("PRAGMA journal_mode=WAL"); con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(SCHEMA)

@@ -15,7 +15,7 @@ from ..utils import UserError, atomic_dir, write_json
 from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, load_grading_manifest, TaskConfig, Registry, Corpus
 from .prompts import (stage1_messages, stage2_messages, native_messages, candidates_for, parse_user, leaked_ids,
                                        metadata_mismatch)
-from .sft import SplitWriter, Errors, iter_parquet, open_parquet, check_canonical_record, MESSAGE, _h64
+from .sft import SplitWriter, Errors, malformed, iter_parquet, open_parquet, check_canonical_record, MESSAGE, _h64
 from .reward import compute_score, parse_final_answer
 
 # %% auto #0
@@ -146,7 +146,7 @@ def validate_rl_release(dataset_dir, ctx:ReleaseContext, cascade:bool, progress:
         if names != RL_FIELDS: raise UserError(f"columns must be exactly {', '.join(RL_FIELDS)}, got {', '.join(names)}", path, None, 'schema')
         for i, row in tqdm(iter_parquet(path), desc=f'rl-validate {s}', disable=not progress, mininterval=1):
             rows += 1
-            fld, msg = check_rl_row(ctx, row, cascade)
+            fld, msg = malformed(check_rl_row, ctx, row, cascade)
             if fld: errs.add(path, i, fld, msg); continue
             e = row['extra_info']
             if e['split'] != s: errs.add(path, i, 'extra_info.split', f"split {e['split']!r} in {s}.parquet"); continue
@@ -161,6 +161,7 @@ def validate_rl_release(dataset_dir, ctx:ReleaseContext, cascade:bool, progress:
             counts[s][e['stage'] if not cascade else 'native-tool'] += 1
             if cascade or e['stage'] == 'stage1': per_cat[ctx.choices.to_category[gt['choice_id']]] += 1
             if cascade or e['stage'] == 'stage2': per_lvl[gt['data_level']] += 1
+    if rows == 0: errs.add(d, None, 'rows', "the release has no rows: an empty release never validates")
     hashes = np.sort(np.frombuffer(done, dtype=np.uint64)) if len(done) else np.zeros(0, np.uint64)
     repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
     for k, (s, i, st) in pending.items():

@@ -18,7 +18,8 @@ from .prompts import (stage1_messages, stage2_messages, candidates_for, parse_us
 
 # %% auto #0
 __all__ = ['MESSAGE', 'SFT_SCHEMA', 'BATCH_ROWS', 'TRAJECTORY_STAGE', 'SplitWriter', 'open_parquet', 'iter_parquet', 'sft_rows',
-           'check_canonical_record', 'sft_export', 'Errors', 'check_sft_row', 'validate_sft_dataset', 'sft_validate']
+           'check_canonical_record', 'sft_export', 'malformed', 'Errors', 'check_sft_row', 'validate_sft_dataset',
+           'sft_validate']
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
 MESSAGE = pa.struct([('role', pa.string()), ('content', pa.string())])
@@ -114,6 +115,12 @@ def sft_export(canonical:str=None,      # canonical all.json (with embedded spli
     return rep
 
 # %% ../../nbs/release/06_sft.ipynb #7f53f0bf
+def malformed(check, *args) -> tuple[str, str]:
+    "`check(*args)`, with a row too malformed for it to inspect (wrong types, missing keys) reported, never raised."
+    try: return check(*args)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+        return 'row', f"malformed row ({type(e).__name__}: {str(e)[:120]})"
+
 class Errors:
     "Collect validation errors (file, row, field, message); the first one is raised as a `UserError`."
     def __init__(self, limit:int=50): self.items, self.count, self.limit = [], 0, limit
@@ -140,6 +147,8 @@ def check_sft_row(ctx:ReleaseContext, row:dict) -> tuple[str, str]:
     msgs = row.get('messages')
     if not isinstance(msgs, list) or len(msgs) != 3:
         return 'messages', f"expected exactly 3 messages [system, user, assistant], got {len(msgs) if isinstance(msgs, list) else type(msgs).__name__}"
+    if not all(isinstance(m, dict) and isinstance(m.get('role'), str) and isinstance(m.get('content'), str) for m in msgs):
+        return 'messages', "every message must be an object with text role and content"
     roles = [m.get('role') for m in msgs]
     if roles != ['system', 'user', 'assistant']: return 'messages', f"roles must be [system, user, assistant], got {roles}"
     st = row.get('stage')
@@ -155,7 +164,11 @@ def check_sft_row(ctx:ReleaseContext, row:dict) -> tuple[str, str]:
     unknown = [c for c in p['choices'] if c not in ctx.choices.to_category]
     if unknown: return 'messages', f"unknown choice_id {unknown[0]} (not a registry leaf of {ctx.registry.path})"
     cats = [ctx.choices.to_category[c] for c in p['choices']]
-    label = json.loads(row.get('label') or '{}')
+    try: label = json.loads(row.get('label') or '{}')
+    except (TypeError, ValueError): return 'label', f"label must be a JSON object, got {row.get('label')!r:.60}"
+    if not isinstance(label, dict) or not isinstance(label.get('choice_id'), str):
+        return 'label', f"label must be a JSON object with a choice_id, got {row.get('label')!r:.60}"
+    if st == 'stage2' and not isinstance(label.get('data_level'), str): return 'label', "a stage2 label needs data_level"
     if st == 'stage1':
         if ans['choice_id'] not in p['choices']: return 'answer', f"answer {ans['choice_id']} is not among the candidates"
         gold = ctx.choices.to_category[ans['choice_id']]
@@ -191,7 +204,7 @@ def validate_sft_dataset(dataset_dir, ctx:ReleaseContext, progress:bool=True) ->
         if missing: raise UserError(f"missing column(s) {', '.join(missing)}", path, None, missing[0])
         for i, row in tqdm(iter_parquet(path), desc=f'sft-validate {s}', disable=not progress, mininterval=1):
             rows += 1
-            fld, msg = check_sft_row(ctx, row)
+            fld, msg = malformed(check_sft_row, ctx, row)
             if fld: errs.add(path, i, fld, msg); continue
             if row['split'] != s: errs.add(path, i, 'split', f"split column {row['split']!r} in {s}.parquet"); continue
             st, sample = row['stage'], row.get('sample_id') or ''
@@ -212,6 +225,7 @@ def validate_sft_dataset(dataset_dir, ctx:ReleaseContext, progress:bool=True) ->
                 per_lvl[lab['data_level']] += 1
                 stage2_choice = parse_user(row['messages'][1]['content'], ctx.task.metadata_fields)['choices'][0]
                 if stage2_choice != choice: errs.add(path, i, 'messages', f"stage2 prompt names {stage2_choice}, label says {choice}")
+    if rows == 0: errs.add(d, None, 'rows', "the release has no rows: an empty release never validates")
     hashes = np.sort(np.frombuffer(done, dtype=np.uint64)) if len(done) else np.zeros(0, np.uint64)
     repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
     for sid, (s, i, st, _) in pending.items():

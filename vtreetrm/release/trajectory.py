@@ -14,7 +14,7 @@ from ..utils import UserError, atomic_dir, write_json, iter_jsonl
 from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note
 from .prompts import native_messages, native_answer, candidates_for, parse_user
 from .reward import parse_final_answer
-from .sft import Errors, SplitWriter, iter_parquet, open_parquet, check_canonical_record, BATCH_ROWS
+from .sft import Errors, malformed, SplitWriter, iter_parquet, open_parquet, check_canonical_record, BATCH_ROWS
 from .tools import CategoryTools, ToolError, TOOL_SCHEMAS
 
 # %% auto #0
@@ -238,12 +238,13 @@ def validate_trajectory_dataset(dataset_dir, ctx:ReleaseContext, progress:bool=T
             raise UserError("not a trajectory release (no trajectory_format column); legacy stage1/stage2 releases use sft-validate", path, None, 'trajectory_format')
         for i, row in tqdm(iter_parquet(path), desc=f'trajectory-validate {s}', disable=not progress, mininterval=1):
             rows += 1
-            fld, msg = check_trajectory_row(ctx, tools, row, timing)
+            fld, msg = malformed(check_trajectory_row, ctx, tools, row, timing)
             if fld: errs.add(path, i, fld, msg); continue
             if row['split'] != s: errs.add(path, i, 'split', f"split {row['split']!r} in {s}.parquet"); continue
             if row['sample_id'] in seen: errs.add(path, i, 'sample_id', f"duplicated sample_id {row['sample_id']} (first at {seen[row['sample_id']]})"); continue
             seen[row['sample_id']] = f"{s}.parquet:{i}"
             counts[s][row['trajectory_class']] += 1
+    if rows == 0: errs.add(d, None, 'rows', "the release has no rows: an empty release never validates")
     total = time.perf_counter() - t0
     return {'valid': not errs, 'line': 'tool-trajectory', 'trajectory_format': TRAJECTORY_FORMAT, 'error_count': errs.count, 'errors': errs.items,
             'rows': rows, 'counts': {s: dict(c) for s, c in counts.items()}, 'seconds': round(total, 3),

@@ -8,7 +8,7 @@ import ast, concurrent.futures as cf, itertools, multiprocessing as mp, os, re, 
 from pathlib import Path
 import yaml
 from fastcore.script import Param
-from ..utils import UserError, write_json, read_json, provenance, atomic_dir, now_iso, sha256_file, PACKAGE_DIR
+from ..utils import UserError, load_yaml, write_json, read_json, provenance, atomic_dir, now_iso, sha256_file, PACKAGE_DIR
 
 # %% auto #0
 __all__ = ['REPORT_CSP', 'project_root', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'check_params',
@@ -45,8 +45,7 @@ def parse_param_pairs(pairs) -> dict:
     for s in pairs or ():
         k, eq, v = s.partition('=')
         if not eq or not k.strip(): raise UserError(f"parameter {s!r} is not key=value")
-        try: out[k.strip()] = yaml.safe_load(v) if v.strip() else ''
-        except yaml.YAMLError: out[k.strip()] = v
+        out[k.strip()] = load_yaml(v, f"-p {k.strip()}", text_fallback=True) if v.strip() else ''   # not YAML: the text
     return out
 
 def check_params(nb:Path, params:dict, declared:dict=None) -> dict:
@@ -165,17 +164,16 @@ def load_sweep(path:str|Path) -> dict:
     "Read and check a sweep YAML."
     path = Path(path)
     if not path.is_file(): raise UserError("no such sweep file", path)
-    try: spec = yaml.safe_load(path.read_text(encoding='utf-8'))
-    except yaml.YAMLError as e:
-        mark = getattr(e, 'problem_mark', None)
-        raise UserError(f"invalid YAML: {getattr(e, 'problem', e)}", path, mark.line + 1 if mark else None) from None
+    spec = load_yaml(path.read_bytes(), path)
     if not isinstance(spec, dict): raise UserError("a sweep must be a YAML mapping with at least 'notebook'", path)
     allowed = {'notebook', 'name', 'params', 'grid', 'runs', 'jobs', 'runs_dir'}
     for k in spec:
         if k not in allowed: raise UserError(f"unknown key; allowed: {', '.join(sorted(allowed))}", path, field=k)
     if 'notebook' not in spec: raise UserError("missing", path, field='notebook')
-    for k, typ in (('params', dict), ('grid', dict), ('runs', list)):
-        if k in spec and not isinstance(spec[k], typ): raise UserError(f"must be a {typ.__name__}", path, field=k)
+    for k, typ in (('params', dict), ('grid', dict), ('runs', list), ('notebook', str), ('name', str), ('runs_dir', str), ('jobs', int)):
+        if k in spec and (not isinstance(spec[k], typ) or isinstance(spec[k], bool)):
+            raise UserError(f"must be {dict(dict='a mapping', list='a list', str='text', int='a whole number')[typ.__name__]}, got {spec[k]!r:.60}", path, field=k)
+    if 'jobs' in spec and spec['jobs'] < 1: raise UserError(f"must be at least 1, got {spec['jobs']}", path, field='jobs')
     for k, v in (spec.get('grid') or {}).items():
         if not isinstance(v, list) or not v: raise UserError("grid values must be non-empty lists", path, field=f'grid.{k}')
     for i, r in enumerate(spec.get('runs') or []):

@@ -48,7 +48,17 @@ def _first(p:dict, *keys):
     for k in keys:
         if p.get(k) not in (None, ''): return p[k]
 
-def run_conditions(params:dict) -> dict:
+def _num(v, path, field:str, integer:bool=False, unit:bool=False):
+    "`v` as a finite number (None stays None); anything else is a `UserError` naming the file and field."
+    if v is None: return None
+    if integer and isinstance(v, str) and v.strip().isdigit(): v = int(v)
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or not math.isfinite(v) or (unit and not 0 <= v <= 1):
+        want = 'a whole number' if integer else 'a number between 0 and 1' if unit else 'a finite number'
+        raise UserError(f"must be {want}, got {v!r:.60}", path, None, field)
+    return v
+
+def run_conditions(params:dict, path=None) -> dict:
     "Normalized conditions of a run from its params.json (a nested `config` block is read too)."
     p = {**(params.get('config') or {}), **params} if isinstance(params.get('config'), dict) else params
     variant = _first(p, 'variant')
@@ -56,14 +66,14 @@ def run_conditions(params:dict) -> dict:
         if p.get('shuffle_labels'): variant = 'shuffled-labels'
         elif p.get('cls_head'): variant = 'cls'
         elif str(p.get('phase1_mode', '')).lower() in ('own', 'p1-own'): variant = 'p1-own'
-        elif float(p.get('qformer_dropout') or 0) > 0: variant = 'e2-drop10'
+        elif (_num(p.get('qformer_dropout'), path, 'qformer_dropout') or 0) > 0: variant = 'e2-drop10'
         elif str(p.get('sampler', '')).lower() == 'flip-balanced': variant = 'flip-balanced'
         else: variant = 'baseline'
     M = _first(p, 'num_queries', 'M', 'num_qformer_queries')
     ds = _pretty(_first(p, 'dataset', 'eval_dataset'), PRETTY_DATASETS)
     return {'model': _pretty(_first(p, 'llm_name', 'model', 'llm'), PRETTY_MODELS), 'dataset': ds,
             'train_dataset': _pretty(_first(p, 'train_dataset'), PRETTY_DATASETS) or ds,
-            'M': int(M) if M is not None else None, 'answer_order': _first(p, 'answer_order') or 'actions_first',
+            'M': _num(M, path, 'num_queries', integer=True), 'answer_order': _first(p, 'answer_order') or 'actions_first',
             'label_mode': _first(p, 'label_mode') or 'official', 'variant': variant}
 
 # %% ../../nbs/runs/01_report.ipynb #962a4b77
@@ -77,23 +87,27 @@ def collect_runs(paths) -> tuple[pd.DataFrame, list[Path]]:
             if not (pred.parent/'metrics.json').exists(): missing.append(pred.parent)
         for mf in sorted(root.rglob('metrics.json')):
             m = read_json(mf)
-            if 'macro_f1' not in m: continue          # a notebook's own metrics, not a scored prediction set
+            if not isinstance(m, dict) or 'macro_f1' not in m: continue          # a notebook's own metrics, not a scored prediction set
             d = mf.parent
-            params = None
+            params = ppath = None
             for cand in (d/'params.json', d.parent/'params.json'):
-                if cand.is_file(): params = read_json(cand); break
+                if cand.is_file(): params, ppath = read_json(cand), cand; break
             if params is None and (d/'provenance.json').is_file():     # a prediction run: conditions of its checkpoint
                 ck = (read_json(d/'provenance.json').get('params') or {}).get('ckpt')
-                if ck and (Path(ck).parent/'params.json').is_file(): params = read_json(Path(ck).parent/'params.json')
-            cond = run_conditions(params) if params is not None else parse_legacy_name(d.name)
+                if ck and (Path(ck).parent/'params.json').is_file(): ppath = Path(ck).parent/'params.json'; params = read_json(ppath)
+            if params is not None and not isinstance(params, dict): raise UserError("expected a JSON object", ppath)
+            cond = run_conditions(params, ppath) if params is not None else parse_legacy_name(d.name)
             if m.get('trained_on'): cond['train_dataset'] = _pretty(m['trained_on'], PRETTY_DATASETS)
             if m.get('evaluated_on'): cond['dataset'] = _pretty(m['evaluated_on'], PRETTY_DATASETS)
             if not cond.get('dataset') and m.get('datasets'): cond['dataset'] = _pretty(m['datasets'][0], PRETTY_DATASETS)
             cond.setdefault('train_dataset', cond.get('dataset'))
             rows.append({**cond, 'run': str(d), 'legacy_name': params is None,
-                         'top1': m.get('top1_accuracy_single_label'), 'macro_f1': m.get('macro_f1'),
-                         'num_samples': m.get('num_samples'), 'num_unparseable': m.get('num_unparseable'),
-                         'chance_top1': m.get('chance_top1'), 'majority_top1': m.get('majority_top1')})
+                         'top1': _num(m.get('top1_accuracy_single_label'), mf, 'top1_accuracy_single_label', unit=True),
+                         'macro_f1': _num(m.get('macro_f1'), mf, 'macro_f1', unit=True),
+                         'num_samples': _num(m.get('num_samples'), mf, 'num_samples', integer=True),
+                         'num_unparseable': _num(m.get('num_unparseable'), mf, 'num_unparseable', integer=True),
+                         'chance_top1': _num(m.get('chance_top1'), mf, 'chance_top1', unit=True),
+                         'majority_top1': _num(m.get('majority_top1'), mf, 'majority_top1', unit=True)})
     cols = ['model', 'dataset', 'train_dataset', 'M', 'answer_order', 'label_mode', 'variant', 'top1', 'macro_f1',
             'num_samples', 'num_unparseable', 'chance_top1', 'majority_top1', 'run', 'legacy_name']
     return pd.DataFrame(rows, columns=cols), missing
