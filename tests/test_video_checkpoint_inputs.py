@@ -102,11 +102,21 @@ def _damage(best, how):
         c = json.loads(cfg.read_text()); c['rms_norm_eps'] = 1e-5; cfg.write_text(json.dumps(c))
     elif how == 'old pickles':
         shutil.rmtree(best); (best.parent/'best.pt').write_bytes(b'\x80\x04K\x01.')
+    elif how.startswith('field '):                        # a hand-edited checkpoint.json: one field gone or of the wrong kind
+        _, k, v = how.split(' ', 2)
+        meta = json.loads((best/'checkpoint.json').read_text())
+        if v == 'missing': meta.pop(k)
+        else: meta[k] = json.loads(v)
+        (best/'checkpoint.json').write_text(json.dumps(meta))
 
 
 DAMAGE = {'missing model': 'model.safetensors is missing', 'missing adapter': 'adapter',
           'truncated': 'does not match the sha256', 'bad json': 'invalid JSON', 'path escape': 'outside the checkpoint folder',
-          'other base': 'belongs to another base LLM', 'old pickles': 'no such phase2 checkpoint folder'}
+          'other base': 'belongs to another base LLM', 'old pickles': 'no such phase2 checkpoint folder',
+          'field config missing': "field 'config': missing", 'field config "x"': "field 'config': expected dict",
+          'field llm 5': "field 'llm': expected dict", 'field feature_shape "abc"': "field 'feature_shape': expected list",
+          'field feature_shape [8, 0]': "field 'feature_shape': expected three positive sizes", 'field epoch "x"': "field 'epoch': expected int",
+          'field label_mode missing': "field 'label_mode': missing", 'field label_map 5': "field 'label_map': expected dict"}
 
 
 @pytest.mark.parametrize('how', list(DAMAGE))

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_cli.ipynb #a159d7f6
 from __future__ import annotations
-import argparse, dataclasses, importlib, inspect, math, sys, typing
+import argparse, dataclasses, errno, importlib, inspect, math, sys, typing
 from pathlib import Path
 from fastcore.docments import docments
 from fastcore.script import Param
@@ -114,6 +114,8 @@ def run_command(func, argv:list, prog:str):
     for name, (cls, fields) in p.configs.items(): ns[name] = cls(**{f: ns.pop(f) for f in fields})
     return func(**ns)
 
+_ENV_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}  # the machine's, not ours
+
 def main(argv:list=None) -> int:
     "The `vtreetrm` console script; returns the exit code."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -135,9 +137,9 @@ def main(argv:list=None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr); return 2
     except OSError as e:   # a path the system refuses (a file where a folder must be, no permission, disk full): one line
-        if e.filename is None: raise
-        where = f"{e.filename} -> {e.filename2}" if e.filename2 else f"{e.filename}"
-        print(f"error: {where}: {e.strerror or e}", file=sys.stderr); return 2
+        if e.filename is None and e.errno not in _ENV_ERRNOS: raise
+        where = f"{e.filename} -> {e.filename2}: " if e.filename2 else f"{e.filename}: " if e.filename else ''
+        print(f"error: {where}{e.strerror or e}" + ('' if e.filename else ' (while writing the outputs)'), file=sys.stderr); return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr); return 130
     return res if isinstance(res, int) else 0

@@ -132,11 +132,15 @@ def load_benchmark(path:str|Path,              # a folder of *.json / *.parquet 
     elif path.is_file(): files = [path]
     else: raise UserError("no such question folder or file", path)
     seen: dict[str, str] = {}
+    spelled: dict[str, str] = {}   # whitespace-collapsed id -> the id: 'q1' and 'q1 ' would be two questions nobody meant
     out = []
     for f in files:
         recs = _records_from_parquet(f) if f.suffix == '.parquet' else _records_from_json(f)
         for raw, line, video in recs:
             q = normalize_question(raw, (f, line), video)
+            other = spelled.setdefault(' '.join(q.question_id.split()), q.question_id)
+            if other != q.question_id:
+                raise UserError(f"question_id {q.question_id!r} differs from {other!r} (in {seen[other]}) only in whitespace", f, line, 'question_id')
             if q.question_id in seen:
                 msg = f"duplicate question_id {q.question_id!r}: in {seen[q.question_id]} and {f}"
                 if not allow_duplicates: raise UserError(msg + " (remove one file, or pass --allow-duplicates to keep the first)", f, line, 'question_id')

@@ -94,10 +94,10 @@ class Runner:
         if not qs: raise UserError("no questions left after filtering by task_types / n_samples", qdir, None, 'task_types')
         self.questions, self.qdir = qs, qdir
         self.test_dir = resolve_questions(c.test_questions, c.store_dir, 'test_questions') if (c.mode == 'train' and c.test_questions) else None
+        self.store = HarnessStore(self.ws/'harness.db')   # before the models load: a foreign or locked db fails in a second
         self.backend = self._backend or make_backend(c)
         self.embedder = self._embedder or make_embedder(c.embed)
         self.reflector = self._reflector or (SimulatedReflector() if c.backend == 'simulated' else LLMReflector(self.backend, pr_files.get('reflect.md', '')))
-        self.store = HarnessStore(self.ws/'harness.db')
         if self.fresh:
             self.store.delete_run(self.run_id); shutil.rmtree(self.vdir, ignore_errors=True)
         prev = self.store.run(self.run_id)

@@ -12,8 +12,8 @@ from safetensors.torch import save_file, load_file
 from ..utils import UserError, atomic_dir, make_parent, write_json, read_json, write_jsonl, sha256_file, provenance, now_iso
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors', 'rng_state', 'set_rng_state',
-           'load_resume_state', 'model_config_sha256', 'RunFolder', 'check_run_folder']
+__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
+           'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'RunFolder', 'check_run_folder']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e007
 CHECKPOINT_FORMAT = 'vtreetrm-checkpoint/1'
@@ -36,6 +36,28 @@ def save_checkpoint(dest:str|Path,       # checkpoint folder to publish (RUN/bes
         write_json(tmp/'checkpoint.json', {'format': CHECKPOINT_FORMAT, 'kind': kind, **meta, 'files': files})
     return Path(dest)
 
+_INT, _NUM = (int,), (int, float)
+CHECKPOINT_FIELDS = {   # kind -> field -> (types, required): what the readers of a checkpoint use
+    'phase1': {'config': ((dict,), False), 'epoch': (_INT, False), 'step': (_INT, False), 'score': (_NUM, False)},
+    'phase2': {'feature_shape': ((list,), True), 'vision': ((str,), True), 'frames': (_INT, True), 'grid': (_INT, True),
+               'encoder_width': (_INT, True), 'llm': ((dict,), True), 'dataset': ((str,), True), 'label_mode': ((str,), True),
+               'config': ((dict,), True), 'epoch': (_INT, True), 'step': (_INT, False), 'score': (_NUM, False),
+               'label_map': ((dict,), False), 'phase1': ((dict,), False), 'tiny_llm': ((bool,), False)},
+}
+
+def _check_fields(meta:dict, kind:str, path:Path):
+    "Every field the readers use is there with its type (a hand-edited or foreign checkpoint.json is refused here)."
+    for k, (types, required) in CHECKPOINT_FIELDS.get(kind, {}).items():
+        v = meta.get(k)
+        if v is None:
+            if required: raise UserError("missing: the checkpoint cannot be used without it", path, None, k)
+            continue
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(v).__name__} {json.dumps(v)[:40]}", path, None, k)
+    fs = meta.get('feature_shape')
+    if fs is not None and (len(fs) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in fs)):
+        raise UserError(f"expected three positive sizes (T, P, D), got {json.dumps(fs)[:40]}", path, None, 'feature_shape')
+
 def read_checkpoint(path:str|Path, kind:str, verify:bool=True) -> dict:
     "The checked `checkpoint.json` of a checkpoint folder of `kind`."
     path = Path(path)
@@ -50,6 +72,7 @@ def read_checkpoint(path:str|Path, kind:str, verify:bool=True) -> dict:
         raise UserError(f"not a checkpoint folder written by vtreetrm ({CHECKPOINT_FORMAT})", path/'checkpoint.json', field='format')
     if meta.get('kind') != kind:
         raise UserError(f"a {meta.get('kind')!r} checkpoint where a {kind} checkpoint is expected", path/'checkpoint.json', field='kind')
+    _check_fields(meta, kind, path/'checkpoint.json')
     files = meta.get('files')
     if not isinstance(files, dict) or 'model.safetensors' not in files:
         raise UserError("the list of files is missing", path/'checkpoint.json', field='files')
