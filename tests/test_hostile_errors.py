@@ -115,3 +115,25 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_output(ckpt, tmp_path):
     one_short_line(rc, err, 'too large')
     assert (out/'summary.json').read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ['out']
+
+
+NUMBERS = [   # every numeric flag is checked before any data is read (the dataset paths here do not exist)
+    (['video', 'phase1', 'no-data', '--epochs', '0'], '--epochs must be a positive integer'),
+    (['video', 'phase1', 'no-data', '--width', '-3'], '--width must be a positive integer'),
+    (['video', 'phase1', 'no-data', '--lr', 'nan'], 'finite'),
+    (['video', 'phase2', 'no-data', '--lr', 'inf'], '--lr must be a finite number'),
+    (['video', 'phase2', 'no-data', '--num-queries', '0'], '--num-queries must be a positive integer'),
+    (['video', 'phase2', 'no-data', '--warmup-ratio', '2'], '--warmup-ratio must be in [0, 1)'),
+    (['release', 'make-synthetic', '--out', 'OUT', '--records', '-5'], '--records must be at least 1'),
+    (['harness', 'make-synthetic', '--out', 'OUT', '--n-train-videos', '2'], 'raise --n-train-videos'),
+    (['harness', 'make-synthetic', '--out', 'OUT', '--n-test-videos', '0'], '--n-test-videos must be at least 1'),
+]
+
+
+@pytest.mark.parametrize('argv,says', NUMBERS, ids=lambda v: ' '.join(v[-2:]) if isinstance(v, list) else None)
+def test_numbers_out_of_range(tmp_path, capsys, monkeypatch, argv, says):
+    from vtreetrm.cli import main   # in this process: the video imports are paid once
+    monkeypatch.chdir(tmp_path)
+    rc = main([str(tmp_path/'out') if a == 'OUT' else a for a in argv])
+    one_short_line(rc, capsys.readouterr().err, says)
+    assert not (tmp_path/'out').exists()

@@ -153,3 +153,33 @@ def test_sft_export_survives_a_kill_at_every_rename(chain, tmp_path):
     assert killed >= 2
     assert subprocess.run(cmd, capture_output=True, env=env, timeout=300).returncode == 0
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith('.rel.')] == []
+
+
+MALFORMED = {'label not JSON': ('label', '{not json'), 'label a number': ('label', '3'), 'label without choice_id': ('label', '{}'),
+             'message null': ('messages', None)}
+
+
+@pytest.mark.parametrize('case', list(MALFORMED))
+def test_validators_report_malformed_rows_and_empty_releases(chain, tmp_path, capsys, case):
+    rel = tmp_path/'rel'; shutil.copytree(chain.run/'releases/sft-legacy/shougang', rel)
+    t = pq.read_table(rel/'val.parquet'); rows = t.to_pylist()
+    col, value = MALFORMED[case]
+    if col == 'messages': rows[0]['messages'] = [rows[0]['messages'][0], None, rows[0]['messages'][2]]
+    else: rows[0][col] = value
+    pq.write_table(type(t).from_pylist(rows, schema=t.schema), rel/'val.parquet')
+    argv = list(chain.steps()['sft-validate']); argv[argv.index('--dataset-dir') + 1] = rel
+    argv[argv.index('--report') + 1] = tmp_path/'v.json'
+    rc, err = release(capsys, argv)
+    assert rc == 2 and 'Traceback' not in err, err
+    first = json.loads((tmp_path/'v.json').read_text())['errors'][0]
+    assert 'val.parquet' in first['file'] and first['row'] == 1 and first['field'] in (col, 'row'), first
+
+
+def test_an_empty_release_never_validates(chain, tmp_path, capsys):
+    rel = tmp_path/'rel'; shutil.copytree(chain.run/'releases/sft-legacy/shougang', rel)
+    for s in ('train', 'val', 'test'):
+        t = pq.read_table(rel/f'{s}.parquet'); pq.write_table(t.slice(0, 0), rel/f'{s}.parquet')
+    argv = list(chain.steps()['sft-validate']); argv[argv.index('--dataset-dir') + 1] = rel
+    argv[argv.index('--report') + 1] = tmp_path/'v.json'
+    rc, err = release(capsys, argv)
+    assert rc == 2 and 'no rows' in err, err

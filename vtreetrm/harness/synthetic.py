@@ -112,7 +112,13 @@ def make_synthetic(out:str|Path,            # folder to create (must not exist, 
         for i in range(1, n + 1):
             vid = f"{prefix}{i:03d}"; tree, scenes = _video(rng, vid); vs.append((vid, tree, scenes))
         return vs
+    for k, v in (('n_train_videos', n_train_videos), ('n_test_videos', n_test_videos), ('per_task', per_task)):
+        if v < 1: raise UserError(f"--{k.replace('_', '-')} must be at least 1, got {v}")
     train_v, test_v = videos('sv', n_train_videos), videos('tv', n_test_videos)
+    n_slots = sum(len(scenes) for _, _, scenes in train_v)
+    if n_slots < per_task:
+        raise UserError(f"{n_train_videos} training videos hold {n_slots} scenes, fewer than the {per_task} questions per task type; "
+                        f"raise --n-train-videos")
     with atomic_dir(out) as tmp:
         st = tmp/'store'
         for vid, tree, _ in train_v + test_v: write_json(st/'trees'/f"{vid}.json", tree)

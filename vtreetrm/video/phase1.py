@@ -50,6 +50,13 @@ class Phase1Config:
     dropout: float = 0.0
     classes: dict = None          # branch -> label names (set from the training data)
 
+    def __post_init__(self):
+        for f in ('feature_dim', 'frames', 'tokens_per_frame', 'width', 'layers', 'heads', 'proj_dim'):
+            if getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
+        if self.width % self.heads: raise UserError(f"--width {self.width} must be a multiple of the {self.heads} attention heads")
+        if not (math.isfinite(self.temperature) and self.temperature > 0): raise UserError(f"temperature must be a positive number, got {self.temperature}")
+        if not 0 <= self.dropout < 1: raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+
 @dataclass
 class Phase1Output:
     tokens: torch.Tensor          # (B, 3 + T, width): branch tokens, then one token per frame
@@ -122,6 +129,13 @@ class Phase1TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 0.01
     seed: int = 0
+
+    def __post_init__(self):
+        for f in ('epochs', 'batch_size'):
+            if getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
+        for f in ('lr', 'weight_decay'):
+            v = getattr(self, f)
+            if not math.isfinite(v) or v < 0 or (f == 'lr' and v == 0): raise UserError(f"--{f.replace('_', '-')} must be a finite positive number, got {v}")
 
 def _groups(clips):
     return {'behaviour': [{f"{c.dataset}:{l}" for l in c.labels} for c in clips],
