@@ -11,6 +11,7 @@ from typing import Literal
 from accelerate import PartialState
 from ..utils import UserError, write_json, provenance
 from .labels import load_dataset
+from .importers import import_annotations
 from .synthetic import make_synthetic, SyntheticConfig, SCALES
 from .phase1 import open_cache, dataset_features, train_phase1, Phase1Config, Phase1TrainConfig
 from .phase2 import Phase2Config, train_phase2
@@ -19,7 +20,7 @@ from .export import export_checkpoint
 
 # %% auto #0
 __all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd',
-           'export_cmd']
+           'export_cmd', 'import_cmd']
 
 # %% ../../nbs/video/06_cli.ipynb #3ad8492c
 DEFAULT_CACHE = '.cache/vtreetrm/features'
@@ -64,6 +65,7 @@ def phase1_cmd(datasets:list[str],                   # dataset folders (several:
     "Train the three-branch contrastive Phase-1 module; keeps best/ by validation loss."
     s = train_phase1(datasets, out, cache, vision, frames, grid, Phase1Config(width=width),
                      Phase1TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed), skip_bad, resume)
+    if s['branches_skipped']: print(f"branches without labels, not trained: {', '.join(s['branches_skipped'])}")
     print(f"best epoch {s['best_epoch']} val loss {s['best_val_loss']:.4f} -> {Path(out)/'best'}")
 
 def phase2_cmd(dataset:str,                          # dataset folder
@@ -104,5 +106,20 @@ def export_cmd(ckpt:str,                             # Phase-2 checkpoint folder
     export_checkpoint(ckpt, out, merge)
     print(f"{'merged LLM' if merge else 'adapter'} + vision -> {out}")
 
-CLI_COMMANDS = {'make-synthetic': make_synthetic_cmd, 'features': features_cmd, 'phase1': phase1_cmd,
+def import_cmd(annotations:str,                     # annotation file (ActivityNet-layout JSON or CSV)
+               format:Literal['activitynet', 'lote', 'mammalnet', 'csv']='activitynet',  # annotation format
+               videos:str=None,                      # folder holding the video files (required)
+               out:str=None,                         # dataset folder to write (required)
+               label_map:str=None,                   # JSON {official: simplified} (default: the seed's table for lote/mammalnet)
+               split_file:str=None,                  # JSON {video_id: split} or {split: [video ids]}; overrides the subsets
+               name:str=None,                        # dataset name (default: the --out folder's name)
+               skip_bad:bool=False):                 # leave bad segments out (listed in import_report.json)
+    "Import temporal annotations of long videos as a dataset folder: one manifest row per annotated segment."
+    if not videos: raise UserError("--videos is required (the folder holding the video files)")
+    if not out: raise UserError("--out is required (the dataset folder to write)")
+    r = import_annotations(annotations, format, videos, out, label_map, split_file, name, skip_bad)
+    print(f"{r['rows']} segments ({r['multi_label_rows']} multi-label) from {r['videos']} videos {r['splits']}, "
+          f"{len(r['skipped'])} skipped -> {out}")
+
+CLI_COMMANDS = {'make-synthetic': make_synthetic_cmd, 'import': import_cmd, 'features': features_cmd, 'phase1': phase1_cmd,
                 'phase2': phase2_cmd, 'predict': predict_cmd, 'export': export_cmd}

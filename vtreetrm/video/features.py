@@ -15,8 +15,8 @@ from ..utils import UserError, atomic_write, write_json, read_json, sha256_file,
 from .labels import Clip
 
 # %% auto #0
-__all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'sample_indices', 'decode_clip', 'load_vision_encoder',
-           'encoder_identity', 'Sampling', 'encode_frames', 'FeatureCache']
+__all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'sample_indices', 'segment_times', 'video_duration', 'decode_clip',
+           'load_vision_encoder', 'encoder_identity', 'Sampling', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #4b0bbc45
 def sample_indices(n:int, T:int) -> list:
@@ -25,21 +25,77 @@ def sample_indices(n:int, T:int) -> list:
     if T == 1: return [n // 2]
     return [int(round(i * (n - 1) / (T - 1))) for i in range(T)]
 
-def decode_clip(path:str|Path,   # video file
-                T:int,           # frames to sample
+def segment_times(start:float, end:float, T:int) -> list:
+    "T timestamps (seconds) at the centres of T equal parts of [start, end)."
+    step = (end - start) / T
+    return [start + (i + 0.5) * step for i in range(T)]
+
+def video_duration(container, stream) -> float|None:
+    "Seconds of the video stream (or the container) when the file says; None otherwise."
+    if stream.duration: return float(stream.duration * stream.time_base)
+    return container.duration / 1e6 if container.duration else None
+
+def _by_index(c, s, T:int):
+    "Frames at `sample_indices(s.frames, T)`, decoding forward only to the last one (None when the count is wrong)."
+    want = sample_indices(s.frames, T); last, keep, n = max(want), {}, 0
+    for n, f in enumerate(c.decode(s), 1):
+        if n - 1 in want: keep[n - 1] = f.to_ndarray(format='rgb24')
+        if n - 1 >= last: break
+    if len(keep) < len(set(want)): return None, n                  # the container overstated its frame count
+    return [keep[i] for i in want], s.frames
+
+def _by_time(c, s, T:int, start:float, end:float):
+    "(frame on screen at each of `segment_times(start, end, T)`, distinct frames): seek to the keyframe before `start`, stop after the last."
+    times = segment_times(start, end, T)
+    if start > 0: c.seek(int(start / s.time_base), stream=s, backward=True, any_frame=False)
+    out, j, prev, arr, distinct = [None] * T, 0, None, None, 0
+    def take():
+        nonlocal arr, distinct
+        if arr is None: arr = prev.to_ndarray(format='rgb24'); distinct += 1
+        return arr
+    for f in c.decode(s):
+        t = f.time
+        if t is None: continue
+        while j < T and times[j] < t:                   # times[j] falls before this frame: the previous one is on screen
+            if prev is None: prev, arr = f, None       # (a segment that starts before the first frame)
+            out[j] = take(); j += 1
+        if j == T: break
+        if prev is not f: prev, arr = f, None
+    if prev is None: return None, 0
+    while j < T: out[j] = take(); j += 1               # the stream ended
+    return out, distinct
+
+def decode_clip(path:str|Path,    # video file
+                T:int,            # frames to sample
+                start:float=None, # segment start in seconds (None: the whole file)
+                end:float=None,   # segment end in seconds
                 ) -> tuple[np.ndarray, dict]:
-    "Decode a clip with PyAV and sample `T` frames uniformly: ((T, H, W, 3) uint8, info)."
+    "T frames of a video file or of its segment [start, end), decoding only what they need: ((T, H, W, 3) uint8, info)."
     path = Path(path)
     if not path.is_file(): raise UserError("clip file not found", path)
+    if (start is None) != (end is None) or (start is not None and not 0 <= start < end):
+        raise UserError(f"a segment needs 0 <= start < end, got start={start} end={end}", path)
     try:
         with av.open(str(path)) as c:
             if not c.streams.video: raise UserError("no video stream in clip", path)
-            frames = [f.to_ndarray(format='rgb24') for f in c.decode(video=0)]
+            s = c.streams.video[0]; s.thread_type = 'AUTO'
+            dur = video_duration(c, s)
+            if start is not None and dur is not None and start >= dur:
+                raise UserError(f"the segment starts at {start:g} s, after the end of the video ({dur:.3f} s)", path)
+            frames = None
+            if start is None and s.frames > 0:
+                frames, n = _by_index(c, s, T)
+                if frames is None: c.seek(0, stream=s)                 # count overstated: sample by time instead
+            if frames is None and start is None and not dur:           # neither a frame count nor a duration: rare
+                allf = [f.to_ndarray(format='rgb24') for f in c.decode(s)]
+                frames, n = ([allf[i] for i in sample_indices(len(allf), T)] if allf else None), len(allf)
+            elif frames is None:
+                frames, n = _by_time(c, s, T, *((start, end) if start is not None else (0.0, dur)))
     except UserError: raise
     except (av.error.FFmpegError, ValueError, OSError) as e: raise UserError(f"cannot decode clip ({e.__class__.__name__}: {e})", path) from None
-    if not frames: raise UserError("clip has no decodable frames", path)
-    idx = sample_indices(len(frames), T)
-    return np.stack([frames[i] for i in idx]), {'n_frames': len(frames), 'repeated': len(frames) < T}
+    if not frames: raise UserError("clip has no decodable frames" if start is None else f"no frame in the segment [{start:g}, {end:g}) s", path)
+    info = {'n_frames': int(n), 'repeated': n < T}
+    return np.stack(frames), info
 
 # %% ../../nbs/video/02_features.ipynb #b04627ca
 TINY_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=8,
@@ -131,6 +187,11 @@ class FeatureCache:
         sha = sha256_file(p); self._memo[k] = stamp + [sha]
         return sha
 
+    @staticmethod
+    def segment_key(c, sha:str) -> str:
+        "The file's sha256 for a whole-file clip; for a segment, the sha256 of (file sha, start, end)."
+        return sha if c.start is None else sha256_json([sha, c.start, c.end])
+
     def path_for(self, sha:str) -> Path: return self.dir/sha[:2]/f"{sha}.npy"
 
     def features_for(self, clips:list,             # list[Clip]
@@ -141,7 +202,7 @@ class FeatureCache:
         for c in clips:
             try:
                 if not Path(c.video).is_file(): raise UserError("clip file not found", c.video)
-                sha = self.clip_sha(c.video)
+                sha = self.segment_key(c, self.clip_sha(c.video))
             except UserError as e:
                 if not skip_bad: raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
                 report['skipped'].append({'id': c.id, 'path': c.video, 'reason': e.msg}); continue
@@ -182,7 +243,7 @@ class FeatureCache:
                 out[c.id] = f.astype(np.float32)
             self.encoded += len(batch); report['encoded'] += len(batch); pbar.update(len(batch)); batch.clear()
         for c, sha in todo:
-            try: frames, info = decode_clip(c.video, self.sampling.frames)
+            try: frames, info = decode_clip(c.video, self.sampling.frames, c.start, c.end)
             except UserError as e:
                 if not skip_bad: raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
                 report['skipped'].append({'id': c.id, 'path': c.video, 'reason': e.msg}); continue

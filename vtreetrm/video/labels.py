@@ -4,6 +4,7 @@
 
 # %% ../../nbs/video/00_labels.ipynb #79f54f78
 from __future__ import annotations
+import math
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from ..utils import UserError, read_json, write_json, iter_jsonl
@@ -73,7 +74,7 @@ class LabelSpace:
 
 # %% ../../nbs/video/00_labels.ipynb #6d4605a7
 SPLITS = ('train', 'val', 'test')
-MANIFEST_FIELDS = ('id', 'video', 'labels', 'species', 'environment', 'split')
+MANIFEST_FIELDS = ('id', 'video', 'labels', 'split')          # required; species, environment, start, end optional
 
 @dataclass
 class Clip:
@@ -81,10 +82,12 @@ class Clip:
     id: str                 # unique clip id
     video: str              # absolute clip path
     labels: list            # official labels
-    species: str
-    environment: str
+    species: str            # the animal (None when not annotated)
+    environment: str        # the scene (None when not annotated)
     split: str              # train | val | test
     dataset: str = ''       # dataset name
+    start: float = None     # segment start in seconds (None: the whole file)
+    end: float = None       # segment end in seconds
 
 @dataclass
 class Dataset:
@@ -103,6 +106,7 @@ def _row_to_clip(o, root, path, line, label_set, name):
     for f in MANIFEST_FIELDS:
         if f not in o: raise UserError("missing", path, line, f)
     for f in ('id', 'video', 'species', 'environment', 'split'):
+        if f in ('species', 'environment') and o.get(f) is None: continue   # not annotated: no label is invented
         if not isinstance(o[f], str) or not o[f].strip(): raise UserError(f"expected a non-empty string, got {o[f]!r:.60}", path, line, f)
     labels = o['labels'] if isinstance(o['labels'], list) else [o['labels']]
     if not labels or not all(isinstance(l, str) for l in labels):
@@ -110,8 +114,16 @@ def _row_to_clip(o, root, path, line, label_set, name):
     for l in labels:
         if l not in label_set: raise UserError(f"label {l!r} is not in the label mapping (label_map.json)", path, line, 'labels')
     if o['split'] not in SPLITS: raise UserError(f"split {o['split']!r} is not one of {', '.join(SPLITS)}", path, line, 'split')
+    start, end = o.get('start'), o.get('end')
+    if (start is None) != (end is None): raise UserError("a segment needs both start and end (seconds)", path, line, 'start' if start is None else 'end')
+    if start is not None:
+        for f, v in (('start', start), ('end', end)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise UserError(f"expected a number of seconds >= 0, got {v!r:.40}", path, line, f)
+        if start >= end: raise UserError(f"the segment must end after it starts, got start={start} end={end}", path, line, 'end')
+        start, end = float(start), float(end)
     video = Path(o['video']) if Path(o['video']).is_absolute() else root/o['video']
-    return Clip(o['id'], str(video), list(labels), o['species'], o['environment'], o['split'], o.get('dataset') or name)
+    return Clip(o['id'], str(video), list(labels), o.get('species'), o.get('environment'), o['split'], o.get('dataset') or name, start, end)
 
 def load_dataset(root:str|Path,          # folder with manifest.jsonl and label_map.json
                  skip_bad:bool=False,    # leave out rows whose clip file is missing (listed in `skipped`)

@@ -114,7 +114,9 @@ def prototype_loss(z:torch.Tensor,       # (B, d) L2-normalised embeddings
     "Clip-to-label InfoNCE (CLIP-style, labels as the other modality); multi-label targets share the mass."
     logp = (z @ F.normalize(protos, dim=-1).T / tau).log_softmax(-1)
     t = target / target.sum(-1, keepdim=True).clamp(min=1)
-    return -(logp * t).sum(-1).mean()
+    has = target.sum(-1) > 0                       # clips without a label of this branch take no part
+    if not has.any(): return z.sum() * 0.
+    return -(logp * t).sum(-1)[has].mean()
 
 def label_matrix(groups:list) -> torch.Tensor:
     "(B, B) bool: True where two items share a label; `groups` holds one set of labels per item."
@@ -139,12 +141,14 @@ class Phase1TrainConfig:
 
 def _groups(clips):
     return {'behaviour': [{f"{c.dataset}:{l}" for l in c.labels} for c in clips],
-            'species': [{c.species} for c in clips], 'environment': [{c.environment} for c in clips]}
+            'species': [{c.species} if c.species else set() for c in clips],          # not annotated: no label, no positives
+            'environment': [{c.environment} if c.environment else set() for c in clips]}
 
 def _phase1_loss(model, feats, groups, idx, tau):
     out, cfg = model(feats[idx]), model.cfg
     losses = {}
     for b in BRANCHES:
+        if cfg.classes is not None and not cfg.classes.get(b): continue   # a branch without labels is not trained
         gs = [groups[b][i] for i in idx]
         l = cfg.supcon_weight * supcon_loss(out.embeddings[b], label_matrix(gs), tau)
         if b in model.prototypes:
@@ -226,7 +230,7 @@ def train_phase1(datasets:list,             # dataset folders
                 vl = [(_phase1_loss(model, feats, groups, va[b:b + train_cfg.batch_size], cfg.temperature), len(va[b:b + train_cfg.batch_size]))
                       for b in range(0, len(va), train_cfg.batch_size)]
             val = sum(l[0].item() * n for l, n in vl) / len(va)
-            branch = {b: sum(l[1][b].item() * n for l, n in vl) / len(va) for b in BRANCHES}
+            branch = {b: sum(l[1][b].item() * n for l, n in vl) / len(va) for b in BRANCHES if b in vl[0][0][1]}
             meta = {'config': asdict(cfg), 'epoch': epoch, 'metrics': {'val_loss': val}, 'features': cache.key,
                     'datasets': [ds.name for ds in dss]}
             weights = model.state_dict()
@@ -236,6 +240,7 @@ def train_phase1(datasets:list,             # dataset folders
                     **{f"val_loss_{b}": v for b, v in branch.items()}, 'best': improved})
         best = min(rf.history, key=lambda h: h['val_loss'])
         summary = {'best_epoch': best['epoch'], 'best_val_loss': best['val_loss'], 'epochs': len(rf.history),
+                   'branches_trained': [b for b in BRANCHES if classes[b]], 'branches_skipped': [b for b in BRANCHES if not classes[b]],
                    'train_clips': len(tr), 'val_clips': len(va), 'datasets': [ds.name for ds in dss],
                    'features': {k: {kk: r[kk] for kk in ('encoded', 'cached', 'short_clips', 'skipped')} for k, r in reports.items()}}
         write_json(rf.dir/'metrics.json', summary)

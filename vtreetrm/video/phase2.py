@@ -52,7 +52,8 @@ def question(candidates:list) -> str:
 
 def analysis(labels:list, species:str, environment:str) -> str:
     "The analysis sentence of a target."
-    return f"Analysis: the video shows a {species} in a {environment} scene; its movement matches {' and '.join(labels)}."
+    who, where = (f"a {species}" if species else "an animal"), (f" in a {environment} scene" if environment else '')   # none invented
+    return f"Analysis: the video shows {who}{where}; its movement matches {' and '.join(labels)}."
 
 def target(labels:list, species:str, environment:str, order:str='actions_first') -> str:
     "The assistant answer in `order`."
