@@ -67,3 +67,23 @@ def test_segment_features_are_cached_per_segment(annotated, tmp_path):
     assert rep['encoded'] == 3 and not np.allclose(*[feats[c.id] for c in ld(tmp_path/'ds').clips[:2]])
     _, rep2 = open_cache(tmp_path/'cache', 'tiny', 8, 4).features_for(ld(tmp_path/'ds').clips, progress=False)
     assert rep2 == {**rep2, 'encoded': 0, 'cached': 3}
+
+
+def test_a_hub_shaped_dinov2_encodes_through_its_processor(annotated, tmp_path, capsys):
+    """A DINOv2 folder with the hub's preprocessor_config.json (random weights): 224 crops by default, --image-size
+    changes the crop and the cache folder, so nothing stale is reused."""
+    import transformers
+    from transformers import Dinov2Config, Dinov2Model
+    hub = tmp_path/'dinov2'
+    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2, patch_size=14, image_size=518)).save_pretrained(hub)
+    transformers.BitImageProcessorPil(size={'shortest_edge': 256}, crop_size={'height': 224, 'width': 224}, resample=3,
+                                      image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]).save_pretrained(hub)
+    (tmp_path/'a.csv').write_text('video,start,end,label,split\ncam0,0,2,Feeding,train\ncam1,2,4,Resting,val\n')
+    assert run('video', 'import', tmp_path/'a.csv', '--format', 'csv', '--videos', annotated/'videos', '--out', tmp_path/'ds') == 0
+    for size, encoded in ((None, 2), (None, 0), (112, 2)):
+        extra = ['--image-size', size] if size else []
+        assert run('video', 'features', tmp_path/'ds', '--cache', tmp_path/'cache', '--vision', hub, *extra, '--report', tmp_path/'r.json') == 0
+        rep = json.loads((tmp_path/'r.json').read_text())
+        assert rep['datasets'][str(tmp_path/'ds')]['encoded'] == encoded, (size, rep['datasets'])
+    samplings = sorted(json.loads(p.read_text())['processor']['crop_size']['height'] for p in (tmp_path/'cache').rglob('sampling.json'))
+    assert samplings == [112, 224]

@@ -39,10 +39,11 @@ def features_cmd(datasets:list[str],                 # dataset folders
                  frames:int=8,                       # frames sampled per clip
                  grid:int=4,                         # patch tokens pooled to grid x grid
                  batch_size:int=16,                  # clips per encoder batch
+                 image_size:int=None,                # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
                  skip_bad:bool=False,                # leave out missing/undecodable clips (reported)
                  report:str=None):                   # write the cache report JSON here
     "Precompute (or check) the cached frozen features of datasets."
-    c = open_cache(cache, vision, frames, grid, batch_size); out = {}
+    c = open_cache(cache, vision, frames, grid, batch_size, image_size); out = {}
     for d in datasets:
         _, f, r = dataset_features(load_dataset(d, skip_bad=skip_bad), c, skip_bad)
         out[str(d)] = {**r, 'shape': list(f.shape)}
@@ -55,6 +56,7 @@ def phase1_cmd(datasets:list[str],                   # dataset folders (several:
                vision:str='tiny',                    # 'tiny' or a Dinov2 checkpoint path / hub id
                frames:int=8,                         # frames sampled per clip
                grid:int=4,                           # patch tokens pooled to grid x grid
+               image_size:int=None,                  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
                epochs:int=60,                        # training epochs
                batch_size:int=32,                    # clips per batch (in-batch contrastive negatives)
                lr:float=1e-3,                        # AdamW learning rate
@@ -64,7 +66,8 @@ def phase1_cmd(datasets:list[str],                   # dataset folders (several:
                resume:bool=False):                   # continue the run in --out from its last/ checkpoint
     "Train the three-branch contrastive Phase-1 module; keeps best/ by validation loss."
     s = train_phase1(datasets, out, cache, vision, frames, grid, Phase1Config(width=width),
-                     Phase1TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed), skip_bad, resume)
+                     Phase1TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed), skip_bad, resume,
+                     image_size=image_size)
     if s['branches_skipped']: print(f"branches without labels, not trained: {', '.join(s['branches_skipped'])}")
     print(f"best epoch {s['best_epoch']} val loss {s['best_val_loss']:.4f} -> {Path(out)/'best'}")
 
@@ -75,12 +78,13 @@ def phase2_cmd(dataset:str,                          # dataset folder
                vision:str='tiny',                    # 'tiny' or a Dinov2 checkpoint path / hub id
                frames:int=8,                         # frames sampled per clip
                grid:int=4,                           # patch tokens pooled to grid x grid
+               image_size:int=None,                  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
                threads:int=None,                     # torch CPU threads
                skip_bad:bool=False,                  # leave out missing/undecodable clips (reported)
                resume:bool=False,                    # continue the run in --out from its last/ checkpoint
                cfg:Phase2Config=None):               # the model and training flags (Phase2Config)
     "Phase-2 SFT (Q-former + projection + LoRA LLM); keeps best/ by val Top1, predicts and scores the test split."
-    m = train_phase2(dataset, out, cfg, cache, vision, frames, grid, phase1, skip_bad, resume, threads=threads)
+    m = train_phase2(dataset, out, cfg, cache, vision, frames, grid, phase1, skip_bad, resume, threads=threads, image_size=image_size)
     if not PartialState().is_main_process: return          # several processes: the main one reports
     print(f"test Top1 {m['top1_accuracy_single_label']:.4f} (chance {m.get('chance_top1', 0):.4f}, "
           f"majority {m.get('majority_top1', 0):.4f}), Macro-F1 {m['macro_f1']:.4f} -> {Path(out)/'metrics.json'}")

@@ -10,13 +10,15 @@ from pathlib import Path
 import av, numpy as np, torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from filelock import FileLock, Timeout
+import transformers
 from transformers import Dinov2Config, Dinov2Model
 from ..utils import UserError, atomic_write, write_json, read_json, sha256_file, sha256_json
 from .labels import Clip
 
 # %% auto #0
-__all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'sample_indices', 'segment_times', 'video_duration', 'decode_clip',
-           'load_vision_encoder', 'encoder_identity', 'Sampling', 'encode_frames', 'FeatureCache']
+__all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times', 'video_duration',
+           'decode_clip', 'load_vision_encoder', 'load_image_processor', 'processor_settings', 'encoder_identity',
+           'Sampling', 'pixel_values', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #4b0bbc45
 def sample_indices(n:int, T:int) -> list:
@@ -115,7 +117,35 @@ def load_vision_encoder(vision:str='tiny',  # 'tiny' (random config built in cod
         except (OSError, ValueError) as e: raise UserError(f"cannot load a Dinov2Model from {vision!r}: {str(e).splitlines()[0]}") from None
     m.requires_grad_(False).eval()
     m.vision_source = vision if vision == 'tiny' else str(vision)
+    m.image_processor = None if vision == 'tiny' else load_image_processor(vision)
     return m
+
+def load_image_processor(vision:str):
+    "The checkpoint's own image processor (its `preprocessor_config.json`), or None for a folder that has none."
+    p = Path(vision)
+    if p.is_dir() and not (p/'preprocessor_config.json').is_file(): return None
+    try:
+        try: return transformers.AutoImageProcessor.from_pretrained(vision)
+        except ImportError:   # this processor's default backend needs torchvision: use the same processor's PIL backend
+            name = read_json(p/'preprocessor_config.json').get('image_processor_type', 'BitImageProcessor') if p.is_dir() else 'BitImageProcessor'
+            cls = getattr(transformers, name + 'Pil', None) or getattr(transformers, name)
+            return cls.from_pretrained(vision)
+    except (OSError, ValueError, AttributeError) as e:
+        raise UserError(f"cannot load the image processor of {vision!r}: {str(e).splitlines()[0]}") from None
+
+PROCESSOR_KEYS = ('image_processor_type', 'do_resize', 'size', 'resample', 'do_center_crop', 'crop_size', 'do_rescale',
+                  'rescale_factor', 'do_normalize', 'image_mean', 'image_std')
+
+def processor_settings(proc, image_size:int=None) -> dict:
+    "What the processor does to a frame (part of the feature cache key); `image_size` replaces the crop, the resize scales with it."
+    d = proc.to_dict(); out = {k: d.get(k) for k in PROCESSOR_KEYS}
+    if image_size:
+        crop, size = out.get('crop_size') or {}, out.get('size') or {}
+        if 'shortest_edge' in size and crop.get('height'):
+            out['size'] = {'shortest_edge': int(round(image_size * size['shortest_edge'] / crop['height']))}
+        else: out['size'] = {'height': image_size, 'width': image_size}
+        out['crop_size'] = {'height': image_size, 'width': image_size}
+    return json.loads(json.dumps(out))
 
 _NOT_IDENTITY = {'transformers_version', '_name_or_path', 'architectures', 'dtype', 'torch_dtype', '_commit_hash',
                  '_attn_implementation_autoset'}   # bookkeeping that save/load changes, not the computation
@@ -136,12 +166,29 @@ class Sampling:
     "How a clip becomes encoder input."
     frames: int = 8          # T, frames sampled uniformly per clip
     grid: int = 4            # patch tokens are average-pooled to grid x grid
-    image_size: int = None   # frame size fed to the encoder (default: the encoder's config.image_size)
+    image_size: int = None   # frame size fed to the encoder (default: the processor's crop, else the encoder's config.image_size)
+    processor: dict = None   # the checkpoint's image processor settings (None: resize to image_size, ImageNet mean/std)
     def resolved(self, model) -> 'Sampling':
-        return Sampling(self.frames, self.grid, self.image_size or model.config.image_size)
+        proc = getattr(model, 'image_processor', None)
+        if proc is None: return Sampling(self.frames, self.grid, self.image_size or model.config.image_size)
+        ps = processor_settings(proc, self.image_size)
+        return Sampling(self.frames, self.grid, (ps.get('crop_size') or {}).get('height') or self.image_size, ps)
+    def key(self) -> dict:
+        "What the cache key hashes (without processor when there is none, so tiny-encoder caches keep their keys)."
+        return {k: v for k, v in asdict(self).items() if not (k == 'processor' and v is None)}
     def __post_init__(self):
         if self.frames < 1: raise UserError(f"frames must be >= 1, got {self.frames}")
         if self.grid < 1: raise UserError(f"grid must be >= 1, got {self.grid}")
+
+def pixel_values(model, frames:np.ndarray, s:Sampling) -> torch.Tensor:
+    "(N, 3, S, S) encoder input of frames (N, H, W, 3) uint8: the checkpoint's image processor, else resize + ImageNet mean/std."
+    proc = getattr(model, 'image_processor', None)
+    if proc is not None and s.processor is not None:
+        return proc(images=list(frames), return_tensors='pt', size=s.processor['size'], crop_size=s.processor['crop_size'])['pixel_values']
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.
+    if x.shape[-1] != s.image_size or x.shape[-2] != s.image_size:
+        x = F.interpolate(x, size=(s.image_size, s.image_size), mode='bilinear', align_corners=False)
+    return (x - torch.tensor(IMAGENET_MEAN)[:, None, None]) / torch.tensor(IMAGENET_STD)[:, None, None]
 
 @torch.no_grad()
 def encode_frames(model:Dinov2Model, frames:np.ndarray, sampling:Sampling) -> torch.Tensor:
@@ -149,11 +196,7 @@ def encode_frames(model:Dinov2Model, frames:np.ndarray, sampling:Sampling) -> to
     s = sampling.resolved(model)
     B, T = frames.shape[:2]
     dev = next(model.parameters()).device
-    x = torch.from_numpy(np.ascontiguousarray(frames)).to(dev).flatten(0, 1).permute(0, 3, 1, 2).float() / 255.  # (B*T, 3, H, W)
-    if x.shape[-1] != s.image_size or x.shape[-2] != s.image_size:
-        x = F.interpolate(x, size=(s.image_size, s.image_size), mode='bilinear', align_corners=False)
-    mean, std = torch.tensor(IMAGENET_MEAN, device=dev)[:, None, None], torch.tensor(IMAGENET_STD, device=dev)[:, None, None]
-    h = model(pixel_values=((x - mean) / std).to(model.dtype)).last_hidden_state.float()  # (B*T, 1+P, D)
+    h = model(pixel_values=pixel_values(model, frames.reshape(B * T, *frames.shape[2:]), s).to(dev, model.dtype)).last_hidden_state.float()
     cls, patches = h[:, :1], h[:, 1:]
     side = int(round(patches.shape[1] ** .5))
     if side * side == patches.shape[1] and side != s.grid:
@@ -168,16 +211,16 @@ class FeatureCache:
         self.model, self.sampling, self.batch_size = model, (sampling or Sampling()).resolved(model), batch_size
         self.identity = encoder_identity(model)
         self.root = Path(root)
-        self.dir = self.root/self.identity['key'][:16]/sha256_json(asdict(self.sampling))[:12]
+        self.dir = self.root/self.identity['key'][:16]/sha256_json(self.sampling.key())[:12]
         self.dir.mkdir(parents=True, exist_ok=True)
         if not (self.dir/'sampling.json').exists():
-            write_json(self.dir.parent/'encoder.json', self.identity); write_json(self.dir/'sampling.json', asdict(self.sampling))
+            write_json(self.dir.parent/'encoder.json', self.identity); write_json(self.dir/'sampling.json', self.sampling.key())
         self._memo_path = self.root/'clip_hashes.json'
         self._memo = read_json(self._memo_path) if self._memo_path.is_file() else {}
         self.encoded = 0
 
     @property
-    def key(self) -> dict: return {'encoder': self.identity['key'], 'sampling': asdict(self.sampling)}
+    def key(self) -> dict: return {'encoder': self.identity['key'], 'sampling': self.sampling.key()}
 
     def clip_sha(self, path) -> str:
         p = Path(path); st = p.stat()

@@ -28,9 +28,10 @@ def dataset_features(ds:Dataset, cache:FeatureCache, skip_bad:bool=False, progre
     rep['skipped'] = ds.skipped + rep['skipped']
     return clips, torch.from_numpy(np.stack([feats[c.id] for c in clips])), rep
 
-def open_cache(cache_dir, vision:str='tiny', frames:int=8, grid:int=4, batch_size:int=16) -> FeatureCache:
+def open_cache(cache_dir, vision:str='tiny', frames:int=8, grid:int=4, batch_size:int=16,
+               image_size:int=None) -> FeatureCache:   # None: the checkpoint processor's crop (or the encoder's image_size)
     "A `FeatureCache` for an encoder spec and sampling."
-    return FeatureCache(cache_dir, load_vision_encoder(vision), Sampling(frames=frames, grid=grid), batch_size)
+    return FeatureCache(cache_dir, load_vision_encoder(vision), Sampling(frames=frames, grid=grid, image_size=image_size), batch_size)
 
 # %% ../../nbs/video/03_phase1.ipynb #d9f2b935
 BRANCHES = ('behaviour', 'species', 'environment')
@@ -181,12 +182,13 @@ def train_phase1(datasets:list,             # dataset folders
                  cache_dir:str|Path,        # feature cache
                  vision:str='tiny', frames:int=8, grid:int=4,
                  model_cfg:Phase1Config=None, train_cfg:Phase1TrainConfig=None,
-                 skip_bad:bool=False, resume:bool=False, progress:bool=True) -> dict:
+                 skip_bad:bool=False, resume:bool=False, progress:bool=True,
+                 image_size:int=None) -> dict:              # frames fed to the encoder (None: the checkpoint's processor)
     "Train Phase-1 on the train splits of `datasets`; returns the run summary (also in metrics.json)."
     train_cfg = train_cfg or Phase1TrainConfig()
     check_run_folder(out, resume, 'phase1')                      # before any feature is encoded
     torch.manual_seed(train_cfg.seed); random.seed(train_cfg.seed); np.random.seed(train_cfg.seed)
-    cache = open_cache(cache_dir, vision, frames, grid)
+    cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
     dss = [load_dataset(d, skip_bad=skip_bad) for d in datasets]
     clips, feats, reports = [], [], {}
     for ds in dss:

@@ -684,7 +684,8 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
                  vision:str='tiny', frames:int=8, grid:int=4,
                  phase1:str|Path=None,      # frozen Phase-1 checkpoint folder (RUN/best of `vtreetrm video phase1`)
                  skip_bad:bool=False, resume:bool=False, eval_split:str='test',
-                 progress:bool=True, threads:int=None) -> dict:
+                 progress:bool=True, threads:int=None,
+                 image_size:int=None) -> dict:   # frames fed to the encoder (None: the checkpoint's processor)
     "Train Phase-2 on one dataset, in this process or in each of several (torchrun / accelerate launch); returns the test metrics."
     cfg, out = cfg or Phase2Config(), Path(out)
     if threads: torch.set_num_threads(threads)
@@ -699,7 +700,7 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
     if blip: cfg = replace(cfg, **blip2_sizes(blip[0]))         # the checkpoint's sizes win
     acc = make_accelerator(dtype, cfg.report_to, out)
     ds = load_dataset(dataset, skip_bad=skip_bad)
-    cache = open_cache(cache_dir, vision, frames, grid)
+    cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
     with acc.main_process_first():                              # the main process fills the cache, the others read it
         clips, feats, frep = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process)
     p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None

@@ -72,7 +72,8 @@ def predict(ckpt:str|Path,                 # Phase-2 checkpoint folder (RUN/best
     meta = checked[0]
     ds = load_dataset(dataset, skip_bad=skip_bad)
     mode = label_mode or meta['label_mode']
-    cache = open_cache(cache_dir, meta['vision'], meta['frames'], meta['grid'])
+    cache = open_cache(cache_dir, meta['vision'], meta['frames'], meta['grid'],
+                       image_size=((meta.get('features') or {}).get('sampling') or {}).get('image_size'))   # as trained
     clips, feats, rep = dataset_features(ds, cache, skip_bad, progress)
     if list(feats.shape[1:]) != list(meta['feature_shape']):
         raise UserError(f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}", ckpt)
