@@ -110,3 +110,23 @@ def test_only_missing_does_not_rescore(tmp_path, cli):
     assert 'scored 1 file(s), skipped 299' in r.stdout
     assert (target/'metrics.json').exists()
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+
+
+def test_prediction_files_written_by_other_code(tmp_path, capsys):
+    """`--field OURS=THEIRS` reads other key names (dotted keys read nested objects); the metrics equal those of the
+    same predictions under our names."""
+    from vtreetrm.cli import main
+    rows = [{'sample': i, 'labels': [g], 'response': {'text': f'<predicted_actions>{p}</predicted_actions>'}, 'choices': ['a', 'b', 'c']}
+            for i, (g, p) in enumerate([('a', 'a'), ('b', 'a'), ('c', 'c'), ('a', 'b')])]
+    (tmp_path/'theirs').mkdir(); (tmp_path/'ours').mkdir()
+    (tmp_path/'theirs'/'predictions.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    (tmp_path/'ours'/'predictions.jsonl').write_text(''.join(json.dumps({'id': r['sample'], 'gold': r['labels'], 'output': r['response']['text'],
+                                                                         'candidates': r['choices']}) + '\n' for r in rows))
+    assert main(['eval', 'metrics', str(tmp_path/'theirs'), '--field', 'gold=labels', '--field', 'output=response.text',
+                 '--field', 'candidates=choices', '--quiet']) == 0
+    assert main(['eval', 'metrics', str(tmp_path/'ours'), '--quiet']) == 0
+    a, b = (json.loads((tmp_path/d/'metrics.json').read_text()) for d in ('theirs', 'ours'))
+    assert {k: v for k, v in a.items() if k != 'provenance'} == {k: v for k, v in b.items() if k != 'provenance'}
+    assert a['top1_accuracy_single_label'] == 0.5 and a['provenance']['fields'] == {'gold': 'labels', 'output': 'response.text', 'candidates': 'choices'}
+    assert main(['eval', 'metrics', str(tmp_path/'theirs'), '--quiet']) == 2
+    assert "field 'gold': missing (--field gold=KEY" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from fastcore.script import Param
 from ..utils import UserError, write_json, sha256_file, package_versions, provenance
-from .parse import read_predictions, load_label_map, LabelMap, _dedup_pairs
+from .parse import read_predictions, load_label_map, LabelMap, _dedup_pairs, parse_fields
 
 # %% auto #0
 __all__ = ['CLI_COMMANDS', 'metrics_from_pairs', 'compute_metrics', 'score_file', 'write_metrics', 'find_predictions',
@@ -97,16 +97,18 @@ def compute_metrics(gold:list,              # per sample, the list of gold label
 def score_file(predictions_path:str|Path,   # a predictions.jsonl
                label_map:LabelMap=None,      # mapping applied to gold, candidates and predictions
                write:bool=True,              # write metrics.json beside the predictions
+               fields:dict=None,             # our field -> the file's key (files written by other code)
                ) -> dict:
     "Score one predictions file; returns (and by default writes) its metrics.json contents."
     path = Path(predictions_path)
-    pr = read_predictions(path, label_map)
+    pr = read_predictions(path, label_map, fields=fields)
     m = metrics_from_pairs(pr.n, pr.labels, pr.gold_rows, pr.gold_cols, pr.pred_rows, pr.pred_cols, pr.unparseable)
     m['datasets'] = sorted(pr.datasets)
     # what the numbers depend on stays in metrics.json (same inputs -> same bytes); where and when goes beside it
     m['provenance'] = {'predictions_sha256': sha256_file(path),
                        'label_map_sha256': sha256_file(label_map.path) if label_map and label_map.path else None,
                        'label_map_direction': label_map.direction if label_map else None,
+                       'fields': fields or None,
                        'versions': package_versions(('vtreetrm', 'numpy'))}
     if write: write_metrics(path.parent, m, label_map)
     return m
@@ -140,14 +142,16 @@ def metrics_cmd(paths:Param("predictions.jsonl files or folders searched recursi
                 label_map:str=None,          # JSON mapping {official: simplified} applied to gold, candidates, predictions
                 map_direction:str='to_simple', # 'to_simple' (official -> simplified) or 'to_official' (back)
                 only_missing:bool=False,     # score only folders that have predictions.jsonl but no metrics.json
+                field:list[str]=None,        # OURS=THEIRS key names for files written by other code, e.g. gold=labels output=response
                 quiet:bool=False):           # do not print the summary table
     "Write metrics.json beside each predictions.jsonl."
     files = find_predictions(paths)
     lm = load_label_map(label_map, map_direction) if label_map else None
+    fields = parse_fields(field)
     todo = [f for f in files if not (only_missing and (f.parent/'metrics.json').exists())]
     results = []
     with tqdm(todo, desc='scoring', unit='file', disable=quiet or len(todo) < 2) as bar:
-        for f in bar: results.append((f, score_file(f, lm, write=False)))
+        for f in bar: results.append((f, score_file(f, lm, write=False, fields=fields)))
     for f, _ in results: _check_writable(f.parent)   # every folder can take its files before the first is written
     for f, m in results: write_metrics(f.parent, m, lm)
     if not quiet:

@@ -14,7 +14,8 @@ try: from orjson import loads as _loads, JSONDecodeError as _JSONError  # ~4x fa
 except ImportError: from json import loads as _loads, JSONDecodeError as _JSONError
 
 # %% auto #0
-__all__ = ['WHITESPACE', 'norm_label', 'parse_actions', 'LabelMap', 'load_label_map', 'Predictions', 'read_predictions']
+__all__ = ['WHITESPACE', 'FIELDS', 'norm_label', 'parse_actions', 'LabelMap', 'load_label_map', 'Predictions', 'parse_fields',
+           'read_predictions']
 
 # %% ../../nbs/eval/00_parse.ipynb #2094da62
 # Whitespace is every character Python's str.isspace() accepts (NBSP, ideographic space, ...), spelled out because
@@ -191,12 +192,38 @@ def _parse_outputs_lines(outputs:list) -> tuple[np.ndarray, np.ndarray, list]:
         rows += [r]*len(acts); parts += acts
     return unparse, np.asarray(rows, np.int64), parts
 
+FIELDS = ('id', 'gold', 'output', 'candidates', 'dataset')   # our names of the fields a predictions line holds
+
+def parse_fields(pairs) -> dict:
+    "`['gold=labels', 'output=response.text']` -> `{'gold': 'labels', 'output': 'response.text'}` (a dotted key reads nested objects)."
+    out = {}
+    for p in pairs or ():
+        k, eq, v = str(p).partition('=')
+        if not eq or k not in FIELDS or not v: raise UserError(f"--field expects OURS=THEIRS with OURS one of {', '.join(FIELDS)}, got {p!r}")
+        out[k] = v
+    return out
+
+def _getter(key:str):
+    "A function reading `key` (dotted: nested objects) from a line's object; raises KeyError(key) when absent."
+    parts = key.split('.')
+    if len(parts) == 1: return lambda o: o[key]
+    def get(o):
+        for k in parts:
+            if type(o) is not dict or k not in o: raise KeyError(key)
+            o = o[k]
+        return o
+    return get
+
 def read_predictions(path:str|Path,          # a predictions.jsonl file
                      label_map:LabelMap=None, # optional mapping applied to gold, candidates, predictions
                      fast:bool=True,          # parse outputs with pyarrow's regex kernels (else line by line)
+                     fields:dict=None,        # our field -> the file's key, for files written by other code (`parse_fields`)
                      ) -> Predictions:
     "Load and parse a predictions file; a bad line is a `UserError` naming file, line and field."
     path = Path(path)
+    names = {f: (fields or {}).get(f, f) for f in FIELDS}
+    get_gold, get_out = _getter(names['gold']), _getter(names['output'])
+    get_cands, get_ds = _getter(names['candidates']), _getter(names['dataset'])
     if not path.is_file(): raise UserError("no such file", path)
     lines = path.read_bytes().split(b'\n')
     if lines and not lines[-1]: lines.pop()
@@ -206,26 +233,31 @@ def read_predictions(path:str|Path,          # a predictions.jsonl file
         except (_JSONError, UnicodeDecodeError, ValueError):
             raise UserError("empty line" if not line.strip() else "invalid JSON; truncated line?", path, i) from None
         if type(o) is not dict: raise UserError(f"expected a JSON object, got {type(o).__name__}", path, i)
-        try: g, out = o['gold'], o['output']
-        except KeyError as e: raise UserError("missing", path, i, e.args[0]) from None
-        if type(out) is not str: raise UserError(f"expected a string, got {type(out).__name__}", path, i, 'output')
+        try: g, out = get_gold(o), get_out(o)
+        except KeyError as e: raise UserError("missing" + ('' if fields else ' (--field gold=KEY / output=KEY name other keys)'), path, i, e.args[0]) from None
+        if type(out) is not str: raise UserError(f"expected a string, got {type(out).__name__}", path, i, names['output'])
         if type(g) is list and len(g) == 1 and type(g[0]) is str and g[0] and not g[0].isspace():
             gr.append(i - 1); gc.append(graw[g[0]])                        # the common case, no per-label loop
         else:
-            for x in _as_labels(g, path, i, 'gold'): gr.append(i - 1); gc.append(graw[x])
-        c = o.get('candidates')
+            for x in _as_labels(g, path, i, names['gold']): gr.append(i - 1); gc.append(graw[x])
+        try: c = get_cands(o)
+        except KeyError: c = None
         if c is not None:
-            if type(c) is not list: raise UserError(f"expected a list of candidate labels, got {type(c).__name__} {c!r:.60}", path, i, 'candidates')
+            if type(c) is not list: raise UserError(f"expected a list of candidate labels, got {type(c).__name__} {c!r:.60}", path, i, names['candidates'])
             try: cands.update(c)
-            except TypeError: _as_labels(c, path, i, 'candidates', allow_empty=True)
-        d = o.get('dataset')
+            except TypeError: _as_labels(c, path, i, names['candidates'], allow_empty=True)
+        try: d = get_ds(o)
+        except KeyError: d = None
         if d: datasets.add(str(d))
         outputs.append(out)
     n = len(outputs)
     if n == 0: raise UserError("no predictions in file", path)
     bad = [c for c in cands if type(c) is not str or not c or c.isspace()]
     if bad:                                                              # rare: find the line to name it
-        for i, line in enumerate(lines, 1): _as_labels(_loads(line).get('candidates') or [], path, i, 'candidates', allow_empty=True)
+        for i, line in enumerate(lines, 1):
+            try: c = get_cands(_loads(line))
+            except KeyError: c = None
+            _as_labels(c or [], path, i, names['candidates'], allow_empty=True)
     # final label index: gold labels (through the mapping, snapped to the candidates' spelling), then candidates
     gc = np.asarray(gc, np.int64); gr = np.asarray(gr, np.int64)
     line_of = lambda k: int(gr[np.argmax(gc == k)]) + 1
