@@ -40,15 +40,17 @@ def features_cmd(datasets:list[str],                 # dataset folders
                  grid:int=4,                         # patch tokens pooled to grid x grid
                  batch_size:int=16,                  # clips per encoder batch
                  image_size:int=None,                # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
+                 workers:int=0,                      # processes decoding clips while the encoder runs (0: decode in this process)
                  skip_bad:bool=False,                # leave out missing/undecodable clips (reported)
                  report:str=None):                   # write the cache report JSON here
     "Precompute (or check) the cached frozen features of datasets."
-    c = open_cache(cache, vision, frames, grid, batch_size, image_size); out = {}
+    c = open_cache(cache, vision, frames, grid, batch_size, image_size, workers); out = {}
     for d in datasets:
         _, f, r = dataset_features(load_dataset(d, skip_bad=skip_bad), c, skip_bad)
         out[str(d)] = {**r, 'shape': list(f.shape)}
         print(f"{d}: {r['encoded']} encoded, {r['cached']} cached, {len(r['short_clips'])} sampled with repetition, {len(r['skipped'])} skipped")
-    if report: write_json(report, {'features': c.key, 'datasets': out, 'provenance': provenance()})
+    if report: write_json(report, {'features': c.key, 'datasets': out, 'timing': {k: round(v, 3) for k, v in c.timing.items()},
+                                   'provenance': provenance()})
 
 def phase1_cmd(datasets:list[str],                   # dataset folders (several: joint training)
                out:str='papermill_runs/video/phase1',  # run folder

@@ -4,7 +4,9 @@
 
 # %% ../../nbs/video/02_features.ipynb #5c611a01
 from __future__ import annotations
-import contextlib, io, json, os
+import collections, contextlib, io, json, os, time
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import av, numpy as np, torch, torch.nn.functional as F
@@ -205,10 +207,18 @@ def encode_frames(model:Dinov2Model, frames:np.ndarray, sampling:Sampling) -> to
     return torch.cat([cls, patches], 1).reshape(B, T, -1, h.shape[-1]).cpu()
 
 # %% ../../nbs/video/02_features.ipynb #13da3171
+def _decode_job(path, T, start, end):
+    "One clip decoded in a worker process: (frames, info, error message, error path)."
+    try: return (*decode_clip(path, T, start, end), None, None)
+    except UserError as e: return None, None, e.msg, str(e.path) if e.path is not None else None
+
 class FeatureCache:
     "On-disk features keyed by clip sha256 + encoder identity + sampling."
-    def __init__(self, root:str|Path, model:Dinov2Model, sampling:Sampling=None, batch_size:int=16):
+    def __init__(self, root:str|Path, model:Dinov2Model, sampling:Sampling=None, batch_size:int=16,
+                 workers:int=0):   # processes decoding ahead of the encoder (0: decode in this process)
         self.model, self.sampling, self.batch_size = model, (sampling or Sampling()).resolved(model), batch_size
+        if workers < 0: raise UserError(f"--workers must be 0 or more, got {workers}")
+        self.workers, self.timing = workers, {'decode_wait': 0.0, 'encode': 0.0}
         self.identity = encoder_identity(model)
         self.root = Path(root)
         self.dir = self.root/self.identity['key'][:16]/sha256_json(self.sampling.key())[:12]
@@ -275,21 +285,45 @@ class FeatureCache:
         try: yield
         finally: lock.release()
 
+    def _decoded(self, todo:list):
+        "`(clip, key, frames, info, error)` in order; with `workers`, decoded that many clips ahead in other processes."
+        T = self.sampling.frames
+        if not self.workers:
+            for c, sha in todo:
+                t0 = time.perf_counter()
+                try: fr, info = decode_clip(c.video, T, c.start, c.end); err = None
+                except UserError as e: fr, info, err = None, None, e
+                self.timing['decode_wait'] += time.perf_counter() - t0
+                yield c, sha, fr, info, err
+            return
+        ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')   # fork: no re-import per worker
+        with ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
+            it, window = iter(todo), collections.deque()
+            def submit():
+                nxt = next(it, None)
+                if nxt is not None: window.append((*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end)))
+            for _ in range(max(2 * self.batch_size, 4 * self.workers)): submit()   # bounded: memory of a few batches
+            while window:
+                c, sha, fut = window.popleft(); submit()
+                t0 = time.perf_counter(); fr, info, msg, path = fut.result(); self.timing['decode_wait'] += time.perf_counter() - t0
+                yield c, sha, fr, info, (UserError(msg, path) if msg is not None else None)
+
     def _encode(self, todo:list, out:dict, report:dict, skip_bad:bool, progress:bool):
         batch, pbar = [], tqdm(total=len(todo), desc='encode clips', disable=not progress or not todo, leave=False)
         def flush():
             if not batch: return
+            t0 = time.perf_counter()
             feats = encode_frames(self.model, np.stack([b[2] for b in batch]), self.sampling).numpy()
+            self.timing['encode'] += time.perf_counter() - t0
             for (c, sha, _, info), f in zip(batch, feats):
                 buf = io.BytesIO(); np.save(buf, f.astype(np.float32)); atomic_write(self.path_for(sha), buf.getvalue())
                 write_json(self.path_for(sha).with_suffix('.json'), {'clip': c.video, 'id': c.id, **info})
                 out[c.id] = f.astype(np.float32)
             self.encoded += len(batch); report['encoded'] += len(batch); pbar.update(len(batch)); batch.clear()
-        for c, sha in todo:
-            try: frames, info = decode_clip(c.video, self.sampling.frames, c.start, c.end)
-            except UserError as e:
-                if not skip_bad: raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-                report['skipped'].append({'id': c.id, 'path': c.video, 'reason': e.msg}); continue
+        for c, sha, frames, info, err in self._decoded(todo):
+            if err is not None:
+                if not skip_bad: raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+                report['skipped'].append({'id': c.id, 'path': c.video, 'reason': err.msg}); continue
             if info['repeated']: report['short_clips'].append(c.id)
             batch.append((c, sha, frames, info))
             if len(batch) >= self.batch_size: flush()

@@ -29,9 +29,10 @@ def dataset_features(ds:Dataset, cache:FeatureCache, skip_bad:bool=False, progre
     return clips, torch.from_numpy(np.stack([feats[c.id] for c in clips])), rep
 
 def open_cache(cache_dir, vision:str='tiny', frames:int=8, grid:int=4, batch_size:int=16,
-               image_size:int=None) -> FeatureCache:   # None: the checkpoint processor's crop (or the encoder's image_size)
+               image_size:int=None,     # None: the checkpoint processor's crop (or the encoder's image_size)
+               workers:int=0) -> FeatureCache:   # processes decoding ahead of the encoder
     "A `FeatureCache` for an encoder spec and sampling."
-    return FeatureCache(cache_dir, load_vision_encoder(vision), Sampling(frames=frames, grid=grid, image_size=image_size), batch_size)
+    return FeatureCache(cache_dir, load_vision_encoder(vision), Sampling(frames=frames, grid=grid, image_size=image_size), batch_size, workers)
 
 # %% ../../nbs/video/03_phase1.ipynb #d9f2b935
 BRANCHES = ('behaviour', 'species', 'environment')
