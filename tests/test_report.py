@@ -36,6 +36,7 @@ def test_report_tables(demo):
                   'p1-own variant vs baseline', 'e2-drop10 variant vs baseline', 'flip-balanced variant vs baseline',
                   'Cross-dataset / zero-shot', 'Q-former query diversity'):
         assert title in html, title
+    assert 'n = min(M, d)' in html and 'ceiling n/M' in html            # R_eff/M beside the bound d/M puts on it
     assert html.count('font-weight: bold') >= 20
     assert 'Qwen2.5-7B (simplified labels)' in html and 'Qwen3-8B (MammalNet→LoTE-Animal)' in html
     assert len(re.findall(r'src="data:image/png;base64,', html)) == 4

@@ -95,6 +95,7 @@ def query_diversity(q:np.ndarray) -> dict:
     cos = pairwise_abs_cos(q) if M > 1 else np.zeros(0)
     er = effective_rank(s)
     return {'M': M, 'd': d, 'effective_rank': er, 'effective_rank_ratio': er/M, 'gini': gini(s),
+            'rank_bound': min(M, d), 'rank_bound_ratio': min(M, d)/M,   # M queries of width d span at most min(M, d) dimensions
             'energy90_fraction': k90/M, 'mean_abs_cos': float(cos.mean()) if len(cos) else 0.0,
             'singular_values': (s*scale if scale > 0 else s).tolist(), 'normalized_spectrum': (s/s[0] if s[0] > 0 else s).tolist(),
             'cumulative_energy': energy.tolist(),
@@ -102,7 +103,7 @@ def query_diversity(q:np.ndarray) -> dict:
             'abs_cos_bins': COS_BINS.tolist()}
 
 # %% ../../nbs/analysis/00_queries.ipynb #6eabe424
-SCALARS = ('effective_rank', 'effective_rank_ratio', 'gini', 'energy90_fraction', 'mean_abs_cos')
+SCALARS = ('effective_rank', 'effective_rank_ratio', 'gini', 'energy90_fraction', 'mean_abs_cos', 'rank_bound_ratio')
 CURVES = ('normalized_spectrum', 'cumulative_energy', 'abs_cos_hist')
 
 def _mean_curves(curves):
@@ -117,7 +118,8 @@ def summarize(entries:list) -> dict:
     for e in entries: groups[e['M']].append(e)
     by_m = {}
     for M, es in sorted(groups.items()):
-        b = {'M': M, 'num_checkpoints': len(es), 'paths': [e.get('path') for e in es]}
+        b = {'M': M, 'num_checkpoints': len(es), 'paths': [e.get('path') for e in es], 'd': sorted({e['d'] for e in es}),
+             'rank_bound': min(e['rank_bound'] for e in es)}
         for k in SCALARS: b[k] = float(np.mean([e[k] for e in es])); b[k + '_std'] = float(np.std([e[k] for e in es]))
         for k in CURVES: b[k] = _mean_curves([e[k] for e in es]) if es[0][k] else []
         b['abs_cos_bins'] = es[0]['abs_cos_bins']
