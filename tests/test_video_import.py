@@ -53,6 +53,13 @@ def test_import_train_predict(annotated, tmp_path, capsys):
     rows = [json.loads(l) for l in (tmp_path/'p2'/'predictions.jsonl').read_text().splitlines()]
     assert len(rows) == 4 and all(r['species'] is None for r in rows)
     assert json.loads((tmp_path/'p2'/'metrics.json').read_text())['num_samples'] == 4
+    # the learnability ladder on the same split: a probe on the features, a probe on Phase-1, the Phase-2 answer
+    assert run('video', 'ladder', tmp_path/'ds', '--phase1', tmp_path/'p1'/'best', '--phase2', tmp_path/'p2', '--cache', cache,
+               '--out', tmp_path/'ladder.json') == 0
+    lad = json.loads((tmp_path/'ladder.json').read_text())
+    assert [g['stage'].split(':')[0] for g in lad['rungs']] == ['linear probe', 'linear probe', 'Phase-2 generated answer']
+    assert all(0 <= g['top1'] <= 1 for g in lad['rungs']) and lad['chance_top1'] == pytest.approx(1 / 21)
+    assert lad['rungs'][2]['top1'] == json.loads((tmp_path/'p2'/'metrics.json').read_text())['top1_accuracy_single_label']
 
 
 def test_segment_features_are_cached_per_segment(annotated, tmp_path):

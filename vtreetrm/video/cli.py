@@ -12,6 +12,7 @@ from accelerate import PartialState
 from ..utils import UserError, write_json, provenance
 from .labels import load_dataset
 from .importers import import_annotations
+from .ladder import ladder
 from .synthetic import make_synthetic, SyntheticConfig, SCALES
 from .phase1 import open_cache, dataset_features, train_phase1, Phase1Config, Phase1TrainConfig
 from .phase2 import Phase2Config, train_phase2
@@ -20,7 +21,7 @@ from .export import export_checkpoint
 
 # %% auto #0
 __all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd',
-           'export_cmd', 'import_cmd']
+           'export_cmd', 'import_cmd', 'ladder_cmd']
 
 # %% ../../nbs/video/06_cli.ipynb #3ad8492c
 DEFAULT_CACHE = '.cache/vtreetrm/features'
@@ -127,5 +128,21 @@ def import_cmd(annotations:str,                     # annotation file (ActivityN
     print(f"{r['rows']} segments ({r['multi_label_rows']} multi-label) from {r['videos']} videos {r['splits']}, "
           f"{len(r['skipped'])} skipped -> {out}")
 
+def ladder_cmd(dataset:str,                          # dataset folder
+               phase1:str=None,                      # Phase-1 checkpoint folder (RUN/best): adds the probe on its behaviour embedding
+               phase2:str=None,                      # Phase-2 run folder (RUN): adds its generated answer's scores
+               cache:str=DEFAULT_CACHE,              # feature cache folder
+               vision:str='tiny',                    # 'tiny' or a Dinov2 checkpoint path / hub id
+               frames:int=8,                         # frames sampled per clip
+               grid:int=4,                           # patch tokens pooled to grid x grid
+               image_size:int=None,                  # frames fed to the encoder (default: the checkpoint processor's crop)
+               split:Literal['val', 'test']='test',  # the split scored
+               out:str=None):                        # write the ladder as JSON here
+    "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 answer."
+    r = ladder(dataset, cache, vision, frames, grid, image_size, phase1, phase2, split)
+    print(f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%")
+    for g in r['rungs']: print(f"  {g['stage']:<45} Top1 {100 * g['top1']:5.1f}%  Macro-F1 {100 * g['macro_f1']:5.1f}%")
+    if out: write_json(out, {**r, 'provenance': provenance({'dataset': dataset, 'phase1': phase1, 'phase2': phase2, 'split': split})})
+
 CLI_COMMANDS = {'make-synthetic': make_synthetic_cmd, 'import': import_cmd, 'features': features_cmd, 'phase1': phase1_cmd,
-                'phase2': phase2_cmd, 'predict': predict_cmd, 'export': export_cmd}
+                'phase2': phase2_cmd, 'predict': predict_cmd, 'export': export_cmd, 'ladder': ladder_cmd}
