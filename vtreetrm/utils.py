@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 # %% auto #0
-__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'make_parent', 'atomic_write',
-           'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir', 'path_component',
-           'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
-           'package_versions', 'git_info', 'now_iso', 'provenance']
+__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
+           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir',
+           'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file',
+           'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -37,12 +37,15 @@ def _umask() -> int:
             if line.startswith('Umask:'): return int(line.split()[1], 8)
     m = os.umask(0); os.umask(m); return m
 
+def check_parent(path:Path):
+    "Refuse, in one line, a path with a file where one of its folders must be."
+    bad = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+    if bad is not None: raise UserError(f"cannot write {Path(path).name!r} here: {bad} is a file, not a folder", path)
+
 def make_parent(path:Path):
     "Create the folder `path` goes in, or say in one line which part of it is not a folder."
     try: path.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        bad = next((p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir()), path.parent)
-        raise UserError(f"cannot write {path.name!r} here: {bad} is a file, not a folder", path) from None
+    except (FileExistsError, NotADirectoryError): check_parent(path); raise
 
 def atomic_write(path:str|Path,   # destination file
                  data:str|bytes):  # full contents
@@ -220,8 +223,10 @@ def load_yaml(text:str|bytes,               # YAML text (bytes must be UTF-8)
     if isinstance(text, bytes):
         try: text = text.decode('utf-8')
         except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text (byte {e.start})", path) from None
-    try: root = yaml.compose(text, Loader=yaml.SafeLoader)
+    loader = yaml.SafeLoader(text)             # one parse: the node graph is checked, then built
+    try: root = loader.get_single_node()
     except yaml.YAMLError as e:
+        loader.dispose()
         if text_fallback: return text
         mark = getattr(e, 'problem_mark', None)
         raise UserError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path, mark.line + 1 if mark else None) from None
@@ -237,7 +242,8 @@ def load_yaml(text:str|bytes,               # YAML text (bytes must be UTF-8)
                     seen[k.value] = k.start_mark.line + 1
                 stack += [k, v]
         elif isinstance(n, yaml.SequenceNode): stack += n.value
-    data = yaml.safe_load(text)
+    try: data = loader.construct_document(root) if root is not None else None
+    finally: loader.dispose()
     _check_plain(data, path)
     return data
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np, torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file, load_file
-from ..utils import UserError, atomic_dir, make_parent, write_json, read_json, write_jsonl, sha256_file, provenance, now_iso
+from ..utils import UserError, atomic_dir, check_parent, write_json, read_json, write_jsonl, sha256_file, provenance, now_iso
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
@@ -186,7 +186,7 @@ RUN_FILES = ('run.json', 'params.json')   # a folder holding either is a run fol
 
 def check_run_folder(out:Path, resume:bool, kind:str) -> dict|None:
     "Refuse to start into a folder with checkpoints (unless resuming) or to resume one without `last/`; returns last/'s checked metadata."
-    out = Path(out); make_parent(out)
+    out = Path(out); check_parent(out)
     if out.exists() and not out.is_dir(): raise UserError("the run folder must be a folder (this path is a file)", out)
     if not resume and out.is_dir() and any(out.iterdir()) and not any((out/n).is_file() for n in RUN_FILES):
         raise UserError("refusing to start a run in a folder that holds other files (it has no run.json or params.json); "

@@ -196,7 +196,8 @@ def import_annotations(annotations:str|Path,   # annotation file
         s = r.pop('where')
         try:
             vid = r.pop('video_id')
-            if vid not in files: files[vid] = find_video(videos, vid, s.where); durations[vid] = probe_duration(files[vid], vid, s.where)
+            if vid not in files:
+                f = find_video(videos, vid, s.where); durations[vid] = probe_duration(f, vid, s.where); files[vid] = f
             if r['end'] > durations[vid] + 1e-3:
                 raise UserError(f"video {vid!r}: segment [{r['start']:g}, {r['end']:g}] ends after the video ({durations[vid]:.3f} s)", *s.where[:2], s.where[2] or 'end')
             r['id'] = r['id'] or f"{vid}@{r['start']:.3f}-{r['end']:.3f}"
@@ -204,7 +205,7 @@ def import_annotations(annotations:str|Path,   # annotation file
             ids[r['id']] = _where(s)
         except UserError as e:
             if not skip_bad: raise UserError(f"{e.msg} (or pass --skip-bad to leave it out)", e.path, e.line, e.field) from None
-            skipped.append({'where': _where(s), 'video': vid, 'field': e.field, 'reason': e.msg}); files.pop(vid, None) if vid not in durations else None; continue
+            skipped.append({'where': _where(s), 'video': vid, 'field': e.field, 'reason': e.msg}); continue
         manifest.append({'id': r['id'], 'video': str(files[vid].resolve()), 'start': r['start'], 'end': r['end'], 'labels': r['labels'],
                          'species': r['species'], 'environment': r['environment'], 'split': r['split']})
     if not manifest: raise UserError("no usable segment is left", annotations)
@@ -213,7 +214,7 @@ def import_annotations(annotations:str|Path,   # annotation file
               'multi_label_rows': sum(len(m['labels']) > 1 for m in manifest), 'videos': len({m['video'] for m in manifest}),
               'splits': {sp: sum(m['split'] == sp for m in manifest) for sp in SPLITS}, 'skipped': skipped}
     with atomic_dir(out, validate=lambda d: load_dataset(d)) as tmp:
-        write_dataset_files(tmp, name, check_label_mapping(mapping), manifest)
+        write_dataset_files(tmp, name, mapping, manifest)   # checks the mapping
         write_json(tmp/'import_report.json', report)
         write_json(tmp/'provenance.json', provenance({'annotations': str(annotations), 'format': fmt, 'videos': str(videos), 'out': str(out),
                                                       'label_map': str(label_map) if label_map else None, 'split_file': str(split_file) if split_file else None,

@@ -10,6 +10,7 @@ from ..utils import UserError, read_json, write_json, provenance
 from ..eval.metrics import compute_metrics
 from .labels import load_dataset
 from .phase1 import open_cache, dataset_features, load_phase1
+from .phase2 import baselines
 
 # %% auto #0
 __all__ = ['linear_probe', 'ladder']
@@ -33,13 +34,9 @@ def ladder(dataset:str|Path, cache_dir:str|Path, vision:str='tiny', frames:int=8
     tr = [i for i, c in enumerate(clips) if c.split == 'train']; ev = [i for i, c in enumerate(clips) if c.split == split]
     if not tr or not ev: raise UserError(f"the ladder needs train clips and {split} clips", dataset)
     ytr, gold = [clips[i].labels[0] for i in tr], [clips[i].labels for i in ev]
-    counts = {}
-    for i in tr: counts[clips[i].labels[0]] = counts.get(clips[i].labels[0], 0) + 1
-    major = max(sorted(counts), key=counts.get)
-    single = [g for g in gold if len(g) == 1]
+    base = baselines([{'gold': g, 'candidates': list(ds.labels.mapping)} for g in gold], [clips[i].labels for i in tr])   # as Phase-2 reports them
     out = {'dataset': ds.name, 'split': split, 'clips': {'train': len(tr), split: len(ev)},
-           'chance_top1': 1 / len(ds.labels.mapping), 'majority_top1': float(np.mean([g[0] == major for g in single])) if single else None,
-           'rungs': []}
+           'chance_top1': base.get('chance_top1'), 'majority_top1': base.get('majority_top1'), 'rungs': []}
     X = feats.flatten(1).numpy()
     out['rungs'].append({'stage': 'linear probe: frozen encoder features', **linear_probe(X[tr], ytr, X[ev], gold)})
     if phase1:

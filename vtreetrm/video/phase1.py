@@ -204,7 +204,7 @@ def train_phase1(datasets:list,             # dataset folders
     params = {'datasets': [str(d) for d in datasets], 'cache_dir': str(cache_dir), 'vision': vision, 'frames': frames,
               'grid': grid, 'model': asdict(cfg), 'train': asdict(train_cfg), 'skip_bad': skip_bad, 'features': cache.key}
     state = load_resume_state(Path(out)/'last') if resume and (Path(out)/'last').is_dir() else None  # refused before writing
-    rf = RunFolder(out, params, resume, kind='phase1')
+    rf = RunFolder(out, params, resume, kind='phase1', checked=True)   # checked at the start
     try:
         tr = [i for i, c in enumerate(clips) if c.split == 'train']
         va = [i for i, c in enumerate(clips) if c.split == 'val']
