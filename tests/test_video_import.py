@@ -53,13 +53,18 @@ def test_import_train_predict(annotated, tmp_path, capsys):
     rows = [json.loads(l) for l in (tmp_path/'p2'/'predictions.jsonl').read_text().splitlines()]
     assert len(rows) == 4 and all(r['species'] is None for r in rows)
     assert json.loads((tmp_path/'p2'/'metrics.json').read_text())['num_samples'] == 4
-    # the learnability ladder on the same split: a probe on the features, a probe on Phase-1, the Phase-2 answer
-    assert run('video', 'ladder', tmp_path/'ds', '--phase1', tmp_path/'p1'/'best', '--phase2', tmp_path/'p2', '--cache', cache,
+    # the learnability ladder on the same split: probes on the features and on Phase-1, the Phase-2 cls head and answer
+    assert run('video', 'ladder', tmp_path/'ds', '--phase1', tmp_path/'p1'/'best', '--phase2', tmp_path/'p2'/'best', '--cache', cache,
                '--out', tmp_path/'ladder.json') == 0
+    assert 'trained without --cls-head' in capsys.readouterr().out
     lad = json.loads((tmp_path/'ladder.json').read_text())
-    assert [g['stage'].split(':')[0] for g in lad['rungs']] == ['linear probe', 'linear probe', 'Phase-2 generated answer']
-    assert all(0 <= g['top1'] <= 1 for g in lad['rungs']) and lad['chance_top1'] == pytest.approx(1 / 21)
-    assert lad['rungs'][2]['top1'] == json.loads((tmp_path/'p2'/'metrics.json').read_text())['top1_accuracy_single_label']
+    assert [g['stage'].split(':')[0] for g in lad['rungs']] == ['linear probe', 'linear probe', 'Phase-2 cls head', 'Phase-2 generated answer']
+    assert lad['rungs'][2]['top1'] is None and lad['chance_top1'] == pytest.approx(1 / 21)
+    assert all(0 <= g['top1'] <= 1 for g in lad['rungs'] if g['top1'] is not None)
+    # the answer rung runs the best checkpoint on the split: the run's own test score (RUN works as well as RUN/best)
+    assert lad['rungs'][3]['top1'] == json.loads((tmp_path/'p2'/'metrics.json').read_text())['top1_accuracy_single_label']
+    assert run('video', 'ladder', tmp_path/'ds', '--phase2', tmp_path/'p2', '--cache', cache, '--frames', 4) == 2
+    assert 'do not match the checkpoint' in capsys.readouterr().err
 
 
 def test_segment_features_are_cached_per_segment(annotated, tmp_path):

@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from vtreetrm.cli import main
+from vtreetrm.video.labels import load_dataset
 
 torch.set_num_threads(1)
 
@@ -86,6 +87,11 @@ def test_phase1_phase2_predict_resume(data, tmp_path, capsys):
     out = tmp_path/'p2'
     args = ['video', 'phase2', lote, '--out', out, '--phase1', p1/'best', '--cache', cache, '--num-queries', 8,
             '--label-mode', 'simple', '--cls-head', '--qformer-dropout', 0.1, '--sampler', 'flip-balanced']
+    (lote/'flip_map.json').rename(tmp_path/'flip_map.json')      # without a flip map nobody knows what a mirrored clip is
+    try:
+        assert run(*args, '--epochs', 2) == 2
+        assert 'needs to know what a mirrored clip is labelled' in capsys.readouterr().err and not out.exists()
+    finally: (tmp_path/'flip_map.json').rename(lote/'flip_map.json')
     assert run(*args, '--epochs', 2) == 0
     for f in ('best/model.safetensors', 'best/checkpoint.json', 'best/adapter/adapter_model.safetensors', 'last/resume.pt', 'params.json', 'run.json', 'history.jsonl', 'predictions.jsonl', 'metrics.json',
               'query_tokens.safetensors'):
@@ -95,6 +101,11 @@ def test_phase1_phase2_predict_resume(data, tmp_path, capsys):
     assert 'scent marking' in rows[0]['candidates'] and all(isinstance(r['gold'], list) for r in rows)
     m = json.loads((out/'metrics.json').read_text())
     assert {'top1_accuracy_single_label', 'macro_f1', 'chance_top1', 'majority_top1'} <= set(m)
+    # flip-balanced: the train clips whose labels have a safe mirror (all but Exploratory and TreeScratching) were mirrored
+    lote_ds = load_dataset(lote)
+    safe = sum(c.split == 'train' and all(lote_ds.flip_map[l] for l in c.labels) for c in lote_ds.clips)
+    assert m['mirrored_train_clips'] == safe > 0
+    assert all('query_rank_entropy' in r for r in jl(out/'steps.jsonl'))
     assert load_file(str(out/'query_tokens.safetensors'))['query_tokens'].shape == (1, 8, 64)
     hist = jl(out/'history.jsonl')
     assert [h['qformer_dropout'] for h in hist] == [0.0, 0.1]                 # from epoch 2 on

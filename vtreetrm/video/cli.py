@@ -130,7 +130,7 @@ def import_cmd(annotations:str,                     # annotation file (ActivityN
 
 def ladder_cmd(dataset:str,                          # dataset folder
                phase1:str=None,                      # Phase-1 checkpoint folder (RUN/best): adds the probe on its behaviour embedding
-               phase2:str=None,                      # Phase-2 run folder (RUN): adds its generated answer's scores
+               phase2:str=None,                      # Phase-2 checkpoint (RUN/best, or RUN): adds its cls head and its generated answer
                cache:str=DEFAULT_CACHE,              # feature cache folder
                vision:str='tiny',                    # 'tiny' or a Dinov2 checkpoint path / hub id
                frames:int=8,                         # frames sampled per clip
@@ -138,10 +138,12 @@ def ladder_cmd(dataset:str,                          # dataset folder
                image_size:int=None,                  # frames fed to the encoder (default: the checkpoint processor's crop)
                split:Literal['val', 'test']='test',  # the split scored
                out:str=None):                        # write the ladder as JSON here
-    "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 answer."
+    "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 cls head and answer."
     r = ladder(dataset, cache, vision, frames, grid, image_size, phase1, phase2, split)
     print(f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%")
-    for g in r['rungs']: print(f"  {g['stage']:<45} Top1 {100 * g['top1']:5.1f}%  Macro-F1 {100 * g['macro_f1']:5.1f}%")
+    for g in r['rungs']:
+        if g['top1'] is None: print(f"  {g['stage']:<45} -      ({g['note']})")
+        else: print(f"  {g['stage']:<45} Top1 {100 * g['top1']:5.1f}%  Macro-F1 {100 * (g['macro_f1'] or 0):5.1f}%")
     if out: write_json(out, {**r, 'provenance': provenance({'dataset': dataset, 'phase1': phase1, 'phase2': phase2, 'split': split})})
 
 CLI_COMMANDS = {'make-synthetic': make_synthetic_cmd, 'import': import_cmd, 'features': features_cmd, 'phase1': phase1_cmd,

@@ -249,20 +249,22 @@ class FeatureCache:
 
     def features_for(self, clips:list,             # list[Clip]
                      skip_bad:bool=False,          # skip clips that are missing or undecodable (reported)
-                     progress:bool=True) -> tuple[dict, dict]:
+                     progress:bool=True,
+                     mirror:bool=False) -> tuple[dict, dict]:   # features of the left-right mirrored frames (their own keys)
         "({clip id: (T, P, D) float32 array}, report), encoding only what is not cached."
         out, todo, report = {}, [], {'cached': 0, 'encoded': 0, 'short_clips': [], 'skipped': []}
         for c in clips:
             try:
                 if not Path(c.video).is_file(): raise UserError("clip file not found", c.video)
                 sha = self.segment_key(c, self.clip_sha(c.video))
+                if mirror: sha = sha256_json([sha, 'mirror'])
             except UserError as e:
                 if not skip_bad: raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
                 report['skipped'].append({'id': c.id, 'path': c.video, 'reason': e.msg}); continue
             if not self._take_cached(c, sha, out, report): todo.append((c, sha))
         with self.filling(bool(todo)):
             todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]   # filled meanwhile
-            self._encode(todo, out, report, skip_bad, progress)
+            self._encode(todo, out, report, skip_bad, progress, mirror)
         return out, report
 
     def _take_cached(self, c, sha, out:dict, report:dict) -> bool:
@@ -308,8 +310,8 @@ class FeatureCache:
                 t0 = time.perf_counter(); fr, info, msg, path = fut.result(); self.timing['decode_wait'] += time.perf_counter() - t0
                 yield c, sha, fr, info, (UserError(msg, path) if msg is not None else None)
 
-    def _encode(self, todo:list, out:dict, report:dict, skip_bad:bool, progress:bool):
-        batch, pbar = [], tqdm(total=len(todo), desc='encode clips', disable=not progress or not todo, leave=False)
+    def _encode(self, todo:list, out:dict, report:dict, skip_bad:bool, progress:bool, mirror:bool=False):
+        batch, pbar = [], tqdm(total=len(todo), desc='encode mirrored clips' if mirror else 'encode clips', disable=not progress or not todo, leave=False)
         def flush():
             if not batch: return
             t0 = time.perf_counter()
@@ -325,6 +327,7 @@ class FeatureCache:
                 if not skip_bad: raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
                 report['skipped'].append({'id': c.id, 'path': c.video, 'reason': err.msg}); continue
             if info['repeated']: report['short_clips'].append(c.id)
+            if mirror: frames, info = np.ascontiguousarray(frames[:, :, ::-1]), {**info, 'mirrored': True}   # (T, H, W, 3): W flipped
             batch.append((c, sha, frames, info))
             if len(batch) >= self.batch_size: flush()
         flush(); pbar.close()

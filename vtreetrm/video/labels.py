@@ -12,7 +12,8 @@ from ..eval.parse import norm_label
 
 # %% auto #0
 __all__ = ['LOTE_SIMPLE', 'MAMMALNET_SIMPLE', 'LABEL_MAPS', 'LABEL_MODES', 'SPLITS', 'MANIFEST_FIELDS', 'check_label_mapping',
-           'load_label_mapping', 'LabelSpace', 'Clip', 'Dataset', 'load_dataset', 'write_dataset_files']
+           'load_label_mapping', 'LabelSpace', 'check_flip_map', 'mirror_labels', 'Clip', 'Dataset', 'load_dataset',
+           'write_dataset_files']
 
 # %% ../../nbs/video/00_labels.ipynb #4644f5c5
 LOTE_SIMPLE = {
@@ -72,6 +73,25 @@ class LabelSpace:
         "Official labels as shown in `mode`."
         return [self.mapping[l] for l in labels] if mode == 'simple' else list(labels)
 
+# %% ../../nbs/video/00_labels.ipynb #f1a90002
+def check_flip_map(m, labels, path=None) -> dict:
+    "Validate a `{official: mirrored official | None}` dict against the label set; returns it with every label present."
+    if not isinstance(m, dict): raise UserError("a flip map must be a JSON object {official label: label of its mirror image, or null}", path)
+    labels = list(labels)
+    for k, v in m.items():
+        if k not in labels: raise UserError(f"label {k!r} is not in the label mapping (label_map.json)", path, field=k)
+        if v is not None and (not isinstance(v, str) or v not in labels):
+            raise UserError(f"{k!r} mirrors to {v!r}, which is neither null nor a label of label_map.json", path, field=k)
+    for k, v in m.items():
+        if v is not None and m.get(v) != k:
+            raise UserError(f"{k!r} mirrors to {v!r} but {v!r} mirrors to {m.get(v)!r}; a mirror of a mirror must give {k!r} back", path, field=v)
+    return {l: m.get(l) for l in labels}
+
+def mirror_labels(labels:list, flip_map:dict) -> list|None:
+    "The official labels of the mirrored clip, or None when one of them has no safe mirror."
+    out = [flip_map.get(l) for l in labels]
+    return None if any(l is None for l in out) else out
+
 # %% ../../nbs/video/00_labels.ipynb #6d4605a7
 SPLITS = ('train', 'val', 'test')
 MANIFEST_FIELDS = ('id', 'video', 'labels', 'split')          # required; species, environment, start, end optional
@@ -97,6 +117,7 @@ class Dataset:
     labels: LabelSpace
     clips: list = field(default_factory=list)    # list[Clip]
     skipped: list = field(default_factory=list)  # [{'path', 'line', 'reason'}]
+    flip_map: dict = None                        # official -> its mirror image's label (None: no safe mirror); from flip_map.json
     def split(self, name:str) -> list:
         "Clips of one split."
         if name not in SPLITS: raise UserError(f"unknown split {name!r}; choose from {', '.join(SPLITS)}")
@@ -136,6 +157,7 @@ def load_dataset(root:str|Path,          # folder with manifest.jsonl and label_
     meta = read_json(root/'dataset.json') if (root/'dataset.json').is_file() else {}
     name = meta.get('name') or root.name
     ds = Dataset(name, root.resolve(), LabelSpace(mapping, name))
+    if (root/'flip_map.json').is_file(): ds.flip_map = check_flip_map(read_json(root/'flip_map.json'), mapping, root/'flip_map.json')
     ids = {}
     for line, o in iter_jsonl(root/'manifest.jsonl'):
         c = _row_to_clip(o, ds.root, root/'manifest.jsonl', line, mapping, name)
@@ -148,10 +170,12 @@ def load_dataset(root:str|Path,          # folder with manifest.jsonl and label_
     if not ds.clips: raise UserError("the manifest lists no usable clips", root/'manifest.jsonl')
     return ds
 
-def write_dataset_files(root:str|Path, name:str, mapping:dict, rows:list):
-    "Write `label_map.json`, `dataset.json` and `manifest.jsonl` of a dataset folder."
+def write_dataset_files(root:str|Path, name:str, mapping:dict, rows:list,
+                        flip_map:dict=None):   # written as flip_map.json when given
+    "Write `label_map.json`, `dataset.json` and `manifest.jsonl` (and `flip_map.json`) of a dataset folder."
     from vtreetrm.utils import write_jsonl
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
     write_json(root/'label_map.json', check_label_mapping(mapping))
+    if flip_map is not None: write_json(root/'flip_map.json', check_flip_map(flip_map, mapping))
     write_json(root/'dataset.json', {'name': name, 'labels': list(mapping)})
     write_jsonl(root/'manifest.jsonl', rows)

@@ -10,10 +10,12 @@ from ..utils import UserError, read_json, write_json, provenance
 from ..eval.metrics import compute_metrics
 from .labels import load_dataset
 from .phase1 import open_cache, dataset_features, load_phase1
-from .phase2 import baselines
+from .phase2 import baselines, make_samples, predict_samples, compute_rows_metrics, Phase2Config
+from .checkpoints import load_tensors
+from .predict import load_phase2
 
 # %% auto #0
-__all__ = ['linear_probe', 'ladder']
+__all__ = ['linear_probe', 'ladder', 'phase2_rungs']
 
 # %% ../../nbs/video/08_ladder.ipynb #b7c8d906
 def linear_probe(Xtr:np.ndarray, ytr:list, Xte:np.ndarray, gold:list, C:float=0.1, seed:int=0) -> dict:
@@ -43,10 +45,36 @@ def ladder(dataset:str|Path, cache_dir:str|Path, vision:str='tiny', frames:int=8
         p1 = load_phase1(phase1, tuple(feats.shape[1:]))
         with torch.no_grad(): E = torch.cat([p1(feats[i:i + 256]).embeddings['behaviour'] for i in range(0, len(feats), 256)]).numpy()
         out['rungs'].append({'stage': 'linear probe: Phase-1 behaviour embedding', **linear_probe(E[tr], ytr, E[ev], gold)})
-    if phase2:
-        mf = Path(phase2)/'metrics.json'
-        if not mf.is_file(): raise UserError("no metrics.json in the Phase-2 run folder (pass RUN, not RUN/best)", phase2)
-        m = read_json(mf)
-        if m.get('split', split) != split: raise UserError(f"the run was scored on {m.get('split')!r}, not {split!r}", mf)
-        out['rungs'].append({'stage': 'Phase-2 generated answer', 'top1': m.get('top1_accuracy_single_label'), 'macro_f1': m.get('macro_f1')})
+    if phase2: out['rungs'] += phase2_rungs(phase2, ds, clips, feats, ev, split, progress)
     return out
+
+def _checkpoint_dir(p) -> Path:
+    p = Path(p)
+    if (p/'checkpoint.json').is_file(): return p
+    if (p/'best'/'checkpoint.json').is_file(): return p/'best'
+    raise UserError("not a Phase-2 checkpoint folder (no checkpoint.json here or in best/)", p)
+
+def phase2_rungs(phase2, ds, clips:list, feats:torch.Tensor, ev:list, split:str, progress:bool=False) -> list:
+    "Rungs 3 and 4: the checkpoint's cls head (if it has one) and its generated answer on the clips `ev`."
+    ckpt = _checkpoint_dir(phase2)
+    model, tok, meta = load_phase2(ckpt)
+    if list(feats.shape[1:]) != list(meta['feature_shape']):
+        raise UserError(f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}: "
+                        f"pass the --vision/--frames/--grid/--image-size it was trained with (frames {meta['frames']}, grid {meta['grid']})", ckpt)
+    cfg, mode = Phase2Config(**meta['config']), meta['label_mode']
+    gold = [clips[i].labels for i in ev]
+    W, rungs = load_tensors(ckpt), []
+    if 'cls.weight' not in W: rungs.append({'stage': 'Phase-2 cls head', 'top1': None, 'macro_f1': None, 'note': 'the run was trained without --cls-head'})
+    elif meta['dataset'] != ds.name: rungs.append({'stage': 'Phase-2 cls head', 'top1': None, 'macro_f1': None, 'note': f"trained on {meta['dataset']}"})
+    else:
+        names, dev = list(meta['label_map']), model.query_tokens.device
+        with torch.no_grad():
+            h = torch.cat([model.visual(feats[ev[b:b + 64]].to(dev))[1] for b in range(0, len(ev), 64)])
+            pred = (h.mean(1).float() @ W['cls.weight'].T.float().to(dev) + W['cls.bias'].float().to(dev)).argmax(-1).tolist()
+        m = compute_metrics(gold, [[names[p]] for p in pred])
+        rungs.append({'stage': 'Phase-2 cls head', 'top1': m['top1_accuracy_single_label'], 'macro_f1': m['macro_f1']})
+    samples = [sm for sm in make_samples(clips, ds, mode, split)]
+    rows = predict_samples(model, tok, feats, samples, ds.labels.labels(mode), cfg.seed, max_new_tokens=cfg.max_new_tokens, progress=progress)
+    m = compute_rows_metrics(rows)
+    rungs.append({'stage': 'Phase-2 generated answer', 'top1': m['top1'], 'macro_f1': m['macro_f1']})
+    return rungs

@@ -20,10 +20,13 @@ __all__ = ['BRANCHES', 'dataset_features', 'open_cache', 'Phase1Config', 'Phase1
            'prototype_loss', 'label_matrix', 'Phase1TrainConfig', 'load_phase1', 'train_phase1']
 
 # %% ../../nbs/video/03_phase1.ipynb #bfabf358
-def dataset_features(ds:Dataset, cache:FeatureCache, skip_bad:bool=False, progress:bool=True) -> tuple[list, torch.Tensor, dict]:
+def dataset_features(ds:Dataset, cache:FeatureCache, skip_bad:bool=False, progress:bool=True,
+                     clips:list=None,      # these clips of `ds` only (default: all)
+                     mirror:bool=False     # features of the mirrored frames
+                     ) -> tuple[list, torch.Tensor, dict]:
     "(clips, features (N, T, P, D) float32, report) for every usable clip of `ds`."
-    feats, rep = cache.features_for(ds.clips, skip_bad=skip_bad, progress=progress)
-    clips = [c for c in ds.clips if c.id in feats]
+    feats, rep = cache.features_for(ds.clips if clips is None else clips, skip_bad=skip_bad, progress=progress, mirror=mirror)
+    clips = [c for c in (ds.clips if clips is None else clips) if c.id in feats]
     if not clips: raise UserError("no clip of the dataset could be used", ds.root)
     rep['skipped'] = ds.skipped + rep['skipped']
     return clips, torch.from_numpy(np.stack([feats[c.id] for c in clips])), rep

@@ -25,7 +25,7 @@ from ..utils import UserError, write_json, read_json, write_jsonl, sha256_file
 from ..cli import check_config
 from ..eval.parse import parse_actions
 from ..eval.metrics import compute_metrics, score_file
-from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, LABEL_MODES, load_dataset, Dataset
+from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, LABEL_MODES, load_dataset, Dataset, mirror_labels
 from .synthetic import SPECIES, MAMMALNET_SPECIES, ENVIRONMENTS
 from .checkpoints import (RunFolder, check_run_folder, save_checkpoint, read_checkpoint, load_tensors,
                                         load_resume_state, rng_state, set_rng_state, model_config_sha256)
@@ -34,11 +34,11 @@ from .phase1 import dataset_features, open_cache, load_phase1, Phase1Encoder, Ph
 # %% auto #0
 __all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS',
            'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer',
-           'build_tiny_llm', 'load_llm', 'Phase2Config', 'resolve_dtype', 'VideoQFormerLM', 'read_blip2_qformer',
-           'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for',
-           'encode_prompt', 'encode_target', 'flip_features', 'predict_samples', 'compute_rows_metrics', 'baselines',
-           'load_base_llm', 'check_llm', 'base_identity', 'build_phase2', 'make_optimizer', 'rank_batches',
-           'train_epoch', 'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
+           'build_tiny_llm', 'load_llm', 'Phase2Config', 'resolve_dtype', 'VideoQFormerLM', 'rank_entropy',
+           'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for',
+           'stop_ids_for', 'encode_prompt', 'encode_target', 'predict_samples', 'compute_rows_metrics', 'baselines',
+           'load_base_llm', 'check_llm', 'base_identity', 'build_phase2', 'mirrored_samples', 'make_optimizer',
+           'rank_batches', 'train_epoch', 'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
 VIDEO_MARKER = '<video>'
@@ -128,6 +128,7 @@ class Phase2Config:
     label_mode: Literal['official', 'simple'] = 'official'  # labels shown and supervised (simple: label_map.json applied)
     cls_head: bool = False                     # auxiliary multi-label BCE head on the Q-former output (training only)
     cls_weight: float = 0.1                    # weight of the BCE loss
+    rank_reg: float = 0.0                      # weight of the query-diversity regulariser: raises the spectral entropy of each clip's (M, d) query outputs (0: off)
     qformer_dropout: float = 0.0               # dropout on the Q-former input ...
     dropout_from_epoch: int = 2                # ... from this epoch on (1-based)
     sampler: Literal['random', 'flip-balanced'] = 'random'  # flip-balanced: class-balanced, repeats mirrored
@@ -174,6 +175,8 @@ class Phase2Config:
             if not 0 <= getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be in [0, 1), got {getattr(self, f)}")
         for f in ('lr', 'lora_lr'):
             if getattr(self, f) is not None and not getattr(self, f) > 0: raise UserError(f"--{f.replace('_', '-')} must be > 0")
+        for f in ('cls_weight', 'rank_reg'):
+            if not (math.isfinite(getattr(self, f)) and getattr(self, f) >= 0): raise UserError(f"--{f.replace('_', '-')} must be a finite number >= 0, got {getattr(self, f)}")
         if self.lora_targets != 'auto' and not all(re.fullmatch(r'[A-Za-z_][\w.]*', t) for t in self.targets_list()):
             raise UserError(f"--lora-targets must be 'auto' or a comma list of module names, got {self.lora_targets!r}")
 
@@ -286,15 +289,26 @@ def assemble(self:VideoQFormerLM, vis:torch.Tensor, pre:list, post:list, tgt:lis
         emb[i, sl], mask[i, sl], labels[i, sl] = s, 1, torch.tensor(l, device=emb.device)
     return emb, mask, labels
 
+def rank_entropy(h:torch.Tensor) -> torch.Tensor:
+    "(B,) spectral entropy of each (M, d) matrix's singular values over log min(M, d): 1 when all are equal, 0 at rank one."
+    s = torch.linalg.svdvals(h.float())                        # differentiable and numerically stable (values, not vectors)
+    p = s / s.sum(-1, keepdim=True).clamp_min(1e-12)
+    ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
+    return ent / math.log(s.shape[-1]) if s.shape[-1] > 1 else torch.ones_like(ent)
+
 @patch
 def forward(self:VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
-    "Training loss: LM loss on target tokens (+ cls_weight * BCE)."
+    "Training loss: LM loss on target tokens (+ cls_weight * BCE) (+ rank_reg * (1 - rank entropy of the query outputs))."
     vis, h = self.visual(feats)
     emb, mask, labels = self.assemble(vis, pre, post, tgt)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     loss = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, labels=labels).loss
     if self.cls is not None and multi_hot is not None:
         loss = loss + self.cfg.cls_weight * F.binary_cross_entropy_with_logits(self.cls(h.mean(1)).float(), multi_hot)
+    with torch.no_grad() if not self.cfg.rank_reg else contextlib.nullcontext():
+        ent = rank_entropy(h).mean()
+    self.last_rank_entropy = ent.detach()                      # logged per step, with or without the regulariser
+    if self.cfg.rank_reg: loss = loss + self.cfg.rank_reg * (1 - ent)
     return loss
 
 # %% ../../nbs/video/04_phase2.ipynb #032140ff
@@ -451,13 +465,6 @@ def encode_target(tok, s:Sample, order:str) -> list:
     return tok(target(s.labels, s.species, s.environment, order) + end, add_special_tokens=False)['input_ids']
 
 # %% ../../nbs/video/04_phase2.ipynb #5cc03ec8
-def flip_features(f:torch.Tensor) -> torch.Tensor:
-    "Mirror the patch grid of (…, T, 1 + g*g, D) features left-right (an approximate horizontal flip)."
-    g = int(round((f.shape[-2] - 1) ** .5))
-    if g * g != f.shape[-2] - 1: return f
-    patches = f[..., 1:, :].unflatten(-2, (g, g)).flip(-2).flatten(-3, -2)
-    return torch.cat([f[..., :1, :], patches], -2)
-
 @torch.no_grad()
 def predict_samples(model:VideoQFormerLM, tok, feats:torch.Tensor, samples:list, candidates:list, seed:int=0,
                     batch_size:int=32, max_new_tokens:int=64, progress:bool=False, device=None) -> list:
@@ -535,20 +542,29 @@ def build_phase2(cfg:Phase2Config, ds:Dataset, feature_shape:tuple, phase1:Phase
     return model, tok
 
 # %% ../../nbs/video/04_phase2.ipynb #dfa8bb82
-def _epoch_order(samples:list, cfg:Phase2Config, epoch:int) -> list:
-    "[(sample, flipped)] for one epoch."
+def _epoch_order(samples:list, cfg:Phase2Config, epoch:int, mirrored:dict=None) -> list:
+    "[(sample, mirrored)] for one epoch; `mirrored` maps a sample id to its mirrored sample (flip-balanced)."
     rng = random.Random(f"{cfg.seed}:order:{epoch}")
     if cfg.sampler == 'random':
         order = list(samples)
         rng.shuffle(order)
         return [(s, False) for s in order]
-    by_class = {}
+    by_class, mirrored = {}, mirrored or {}
     for s in samples: by_class.setdefault(s.labels[0], []).append(s)
     classes, seen, out = sorted(by_class), set(), []
-    for _ in range(len(samples)):
+    for _ in range(len(samples)):                 # classes drawn uniformly, then a clip of the class
         s = rng.choice(by_class[rng.choice(classes)])
-        out.append((s, s.id in seen))
+        m = s.id in seen and s.id in mirrored     # a repeat is shown mirrored where its labels have a safe mirror
+        out.append((mirrored[s.id], True) if m else (s, False))
         seen.add(s.id)
+    return out
+
+def mirrored_samples(samples:list, ds:Dataset, mode:str, start:int) -> dict:
+    "{sample id: the sample mirrored} for samples whose labels all have a mirror in `ds.flip_map`; rows from `start` on."
+    out = {}
+    for s in samples:
+        labs = mirror_labels(s.official, ds.flip_map)
+        if labs is not None: out[s.id] = replace(s, index=start + len(out), labels=ds.labels.to_mode(labs, mode), official=labs)
     return out
 
 def _permuted(samples:list, key:str, seed:int) -> list:
@@ -570,7 +586,7 @@ def make_optimizer(model:nn.Module, cfg:Phase2Config, total_steps:int):
 # %% ../../nbs/video/04_phase2.ipynb #0d0a8a89
 @dataclass
 class _Batcher:
-    "Turns a list of (sample, flipped) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
+    "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
     tok: object
     cfg: Phase2Config
     cand: list
@@ -586,9 +602,7 @@ class _Batcher:
             room = self.cfg.max_length - len(pre) - self.cfg.num_queries - len(post)
             self.truncated += len(t) > room
             tgt.append(t[:room])
-        fb = self.feats[[s.index for s, _ in batch]]
-        flips = torch.tensor([fl for _, fl in batch])
-        if flips.any(): fb = torch.where(flips[:, None, None, None], flip_features(fb), fb)
+        fb = self.feats[[s.index for s, _ in batch]]       # a mirrored sample's index points at its mirrored features
         index = {l: i for i, l in enumerate(self.cand)}
         mh = torch.zeros(len(batch), len(self.cand))
         for i, (s, _) in enumerate(batch):
@@ -621,7 +635,8 @@ def train_epoch(model, acc, opt, sched, batches:list, batcher:_Batcher, cfg:Phas
         step += 1
         row = {'step': step, 'epoch': epoch, 'loss': acc.reduce(torch.tensor(win_loss, device=acc.device), 'mean').item(),
                'lr': sched.get_last_lr()[0], 'grad_norm': float(norm),
-               'samples_per_s': window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0)}
+               'samples_per_s': window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
+               'query_rank_entropy': acc.reduce(acc.unwrap_model(model).last_rank_entropy.to(acc.device), 'mean').item()}
         if rf is not None: rf.log_step(row)
         if trackers: acc.log({f"train/{k}": v for k, v in row.items() if k != 'step'}, step=step)
         win_loss, t0 = 0., time.perf_counter()
@@ -700,6 +715,10 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
     if blip: cfg = replace(cfg, **blip2_sizes(blip[0]))         # the checkpoint's sizes win
     acc = make_accelerator(dtype, cfg.report_to, out)
     ds = load_dataset(dataset, skip_bad=skip_bad)
+    if cfg.sampler == 'flip-balanced' and ds.flip_map is None:
+        raise UserError("--sampler flip-balanced mirrors clips and needs to know what a mirrored clip is labelled: write "
+                        'flip_map.json beside label_map.json, e.g. {"Walking": "Walking", "turns left": "turns right", '
+                        '"turns right": "turns left", "Exploratory": null} (null: never mirrored)', Path(dataset)/'flip_map.json')
     cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
     with acc.main_process_first():                              # the main process fills the cache, the others read it
         clips, feats, frep = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process)
@@ -708,6 +727,13 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
     tok, llm, tiny = load_base_llm(cfg, ds, out/'base_llm')
     check_llm(cfg, tok, llm, tiny, cand)
     train, val = _samples(clips, ds, cfg)
+    mirrored = mirrored_samples(train, ds, cfg.label_mode, len(clips)) if cfg.sampler == 'flip-balanced' else {}
+    if mirrored:                                                # their features follow the clips' rows
+        by_id = {c.id: c for c in clips}
+        with acc.main_process_first():
+            _, mf, _ = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process, clips=[by_id[i] for i in mirrored], mirror=True)
+        feats = torch.cat([feats, mf])
+    frep['mirrored_train_clips'] = len(mirrored)
     if math.ceil(len(train) / cfg.batch_size) < acc.num_processes:
         raise UserError(f"{len(train)} train clips make {math.ceil(len(train) / cfg.batch_size)} batches of --batch-size {cfg.batch_size}, "
                         f"fewer than the {acc.num_processes} processes: lower --batch-size or start fewer processes")
@@ -722,14 +748,14 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
             llm.save_pretrained(rf.dir/'base_llm')
         acc.wait_for_everyone()
         return _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm.to(dtype), tiny, dtype, p1, phase1, blip, train, val,
-                    cand, vision, frames, grid, state, eval_split, progress, acc)
+                    cand, vision, frames, grid, state, eval_split, progress, acc, mirrored)
     except BaseException as e:
         rf.finish('failed', error=f"{e.__class__.__name__}: {e}")
         raise
 
 # %% ../../nbs/video/04_phase2.ipynb #2827d0c9
 def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phase1, blip, train, val, cand,
-         vision, frames, grid, state, eval_split, progress, acc) -> dict:
+         vision, frames, grid, state, eval_split, progress, acc, mirrored=None) -> dict:
     "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
     resume = state is not None
     saved, last = state if resume else (None, None)             # resume.pt and last/checkpoint.json, read once
@@ -764,7 +790,7 @@ def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phas
         if cfg.max_steps and step >= cfg.max_steps: break
         t0 = time.time()
         core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
-        batches = rank_batches(_epoch_order(train, cfg, epoch), cfg.batch_size, acc.process_index, acc.num_processes)
+        batches = rank_batches(_epoch_order(train, cfg, epoch, mirrored), cfg.batch_size, acc.process_index, acc.num_processes)
         loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, rf, trackers, progress)
         vm = compute_rows_metrics(predict_gathered(core, tok, feats, val, cand, cfg, acc))
         row = {'epoch': epoch, 'step': step, 'train_loss': loss, 'val_top1': vm['top1'], 'val_macro_f1': vm['macro_f1'],
@@ -795,7 +821,8 @@ def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split,
             write_jsonl(rf.dir/'predictions.jsonl', rows)
             metrics = score_file(rf.dir/'predictions.jsonl')
             metrics.update(baselines(rows, [s.labels for s in train]), best_epoch=best['epoch'], best_val_top1=best['score'],
-                           split=eval_split, shuffle_labels=cfg.shuffle_labels, short_clips=frep['short_clips'], skipped=frep['skipped'])
+                           split=eval_split, shuffle_labels=cfg.shuffle_labels, short_clips=frep['short_clips'], skipped=frep['skipped'],
+                           mirrored_train_clips=frep['mirrored_train_clips'])
             write_json(rf.dir/'metrics.json', metrics)
     rf.finish('done', short_clips=frep['short_clips'], features={k: frep[k] for k in ('encoded', 'cached')},
               parameters=counts, qformer_init=init, processes=acc.num_processes)

@@ -13,7 +13,7 @@ from ..utils import UserError, atomic_dir, write_json, provenance
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, write_dataset_files, load_dataset
 
 # %% auto #0
-__all__ = ['MOTIONS', 'LOTE_MOTION', 'MAMMALNET_MOTION', 'SPECIES', 'MAMMALNET_SPECIES', 'ENVIRONMENTS', 'SCALES',
+__all__ = ['MOTIONS', 'LOTE_MOTION', 'MAMMALNET_MOTION', 'SPECIES', 'MAMMALNET_SPECIES', 'ENVIRONMENTS', 'SCALES', 'mirror_map',
            'render_frames', 'write_mp4', 'SyntheticConfig', 'class_counts', 'make_synthetic']
 
 # %% ../../nbs/video/01_synthetic.ipynb #f338803e
@@ -49,6 +49,19 @@ MAMMALNET_MOTION = {
     'grooms/cleans itself or other animal': 'circle_cw', 'urinates': 'down_right', 'defecates': 'down_left',
     'hunts other animals': 'left', 'fights against other animals': 'shake_h', 'mates with other animals': 'sway_h',
     'nurses or breastfeeds its baby': 'shrink', 'gives birth to a baby': 'grow', 'vomits': 'blink'}
+
+# %% ../../nbs/video/01_synthetic.ipynb #f1a90012
+def _trajectory(fn, n:int=48) -> np.ndarray:
+    return np.array([[*fn(i / n)[:3], float(fn(i / n)[3])] for i in range(n)])
+
+def mirror_map(motion_of:dict) -> dict:
+    "{label: label whose motion is this label's mirrored motion, or None}, derived from `MOTIONS`."
+    def same(a, b): return any(np.allclose(a, np.roll(b, k, axis=0), atol=1e-6) for k in range(len(b)))
+    out = {}
+    for lab, m in motion_of.items():
+        mirrored = _trajectory(MOTIONS[m]) * [-1, 1, 1, 1]
+        out[lab] = next((l for l, m2 in motion_of.items() if same(mirrored, _trajectory(MOTIONS[m2]))), None)
+    return out
 
 # %% ../../nbs/video/01_synthetic.ipynb #7a492fce
 SPECIES = {'giant panda': ('circle', (240, 240, 240)), 'takin': ('square', (200, 160, 60)),
@@ -173,7 +186,7 @@ def _render_dataset(out:Path, name:str, mapping:dict, motions:dict, species:dict
         write_mp4(out/'clips'/f"{cid}.mp4", frames, cfg.fps, cfg.codec)
         rows.append(dict(id=cid, video=f"clips/{cid}.mp4", labels=labs, species=sp, environment=env, split=split,
                          dataset=name, frames=nf))
-    write_dataset_files(out, name, mapping, rows)
+    write_dataset_files(out, name, mapping, rows, flip_map=mirror_map(motions))
     return {'clips': len(rows), 'per_label': counts, 'multi_label': cfg.multi_label,
             'short_clips': [r['id'] for r in rows if r['frames'] < cfg.frames],
             'splits': {s: sum(r['split'] == s for r in rows) for s in ('train', 'val', 'test')}}
