@@ -19,6 +19,9 @@ def test_phase2_notebook_run(tmp_path):
     m = json.loads((run/'metrics.json').read_text())
     assert m['trained_on'] == 'lote' and m['evaluated_on'] == 'mammalnet'
     assert json.loads((run/'query_diversity.json').read_text())['effective_rank'] > 0
+    lad = json.loads((run/'ladder.json').read_text())        # the ladder section: on the evaluated dataset's test split
+    assert lad['dataset'] == 'mammalnet' and [g['stage'] for g in lad['rungs']][1:] == ['Phase-2 cls head', 'Phase-2 generated answer']
+    assert lad['rungs'][-1]['top1'] == pytest.approx(m['top1_accuracy_single_label'])
 
 
 @pytest.mark.slow

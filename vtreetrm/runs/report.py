@@ -68,6 +68,7 @@ def run_conditions(params:dict, path=None) -> dict:
         elif str(p.get('phase1_mode', '')).lower() in ('own', 'p1-own'): variant = 'p1-own'
         elif (_num(p.get('qformer_dropout'), path, 'qformer_dropout') or 0) > 0: variant = 'e2-drop10'
         elif str(p.get('sampler', '')).lower() == 'flip-balanced': variant = 'flip-balanced'
+        elif (_num(p.get('rank_reg'), path, 'rank_reg') or 0) > 0: variant = 'rankreg'
         else: variant = 'baseline'
     M = _first(p, 'num_queries', 'M', 'num_qformer_queries')
     ds = _pretty(_first(p, 'dataset', 'eval_dataset'), PRETTY_DATASETS)

@@ -27,7 +27,7 @@ __all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd'
 DEFAULT_CACHE = '.cache/vtreetrm/features'
 
 def make_synthetic_cmd(out:str='.cache/vtreetrm/synthetic',     # folder to create (holds lote/ and mammalnet/)
-                       scale:Literal['tiny', 'small', 'medium']='small',  # dataset size
+                       scale:Literal['tiny', 'small', 'default', 'large']='default',  # dataset size (tiny: tests)
                        seed:int=0,                               # random seed
                        overwrite:bool=False):                    # replace an existing folder
     "Render the synthetic LoTE-shaped and MammalNet-shaped datasets as .mp4 clips."

@@ -15,21 +15,22 @@ from .phase2 import Phase2Config, train_phase2
 from .predict import predict
 
 # %% auto #0
-__all__ = ['demo_runs', 'run_video_demo']
+__all__ = ['HEADLINE', 'demo_runs', 'run_video_demo']
 
 # %% ../../nbs/video/07_demo.ipynb #f0838bc6
+HEADLINE = dict(num_queries=32, label_mode='simple', answer_order='actions_first', epochs=12)
+
 def demo_runs(quick:bool=False) -> list[dict]:
-    "The Phase-2 runs of the demo: name, dataset and config overrides."
-    Ms = (8, 16) if quick else (32, 64, 128)
-    runs = [dict(name=f"lote_m{M}_{mode}_{order}", dataset='lote', num_queries=M, label_mode=mode, answer_order=order)
-            for M in Ms for order in ('actions_first', 'analysis_first') for mode in ('official', 'simple')]
-    runs.append(dict(name=f"lote_m{Ms[0]}_simple_actions_first_shuffled", dataset='lote', num_queries=Ms[0],
-                     label_mode='simple', answer_order='actions_first', shuffle_labels=True))
-    # the cross-dataset source uses the auxiliary cls head: on the balanced MammalNet-shaped set the tiny model
-    # learns the behaviour with it (test Top1 0.24 vs chance 0.083 at 20 epochs) and stays at chance without it
-    runs.append(dict(name=f"mammalnet_m{Ms[0]}_simple_actions_first_cls", dataset='mammalnet', num_queries=Ms[0],
-                     label_mode='simple', answer_order='actions_first', cls_head=True, cls_weight=0.1, cross_to='lote',
-                     epochs=2 if quick else 20))
+    "The Phase-2 runs of the demo: name, data ('default' or 'small'), dataset and config overrides."
+    head = {**HEADLINE, **(dict(num_queries=8, epochs=2) if quick else {})}
+    M, big = head['num_queries'], 16 if quick else 128
+    runs = [dict(name=f"lote_m{M}_simple_actions_first", data='default', dataset='lote', **head),
+            dict(name=f"lote_m{M}_simple_actions_first_shuffled", data='default', dataset='lote', **head, shuffle_labels=True),
+            dict(name=f"mammalnet_m{M}_simple_actions_first", data='default', dataset='mammalnet', **head, cross_to='lote')]
+    # the rank regulariser's pair: M = 128 with a Q-former as wide as M (d >= M, so R_eff/M can reach 1), on the small data
+    pair = dict(num_queries=big, qformer_hidden=big, label_mode='simple', answer_order='actions_first', epochs=2 if quick else 6)
+    runs += [dict(name=f"small_lote_m{big}_simple_actions_first", data='small', dataset='lote', **pair),
+             dict(name=f"small_lote_m{big}_simple_actions_first_rankreg", data='small', dataset='lote', **pair, rank_reg=0.2)]
     return runs
 
 def run_video_demo(out_dir:str|Path='papermill_runs/video_demo',  # where data, cache and runs go
@@ -40,31 +41,34 @@ def run_video_demo(out_dir:str|Path='papermill_runs/video_demo',  # where data, 
     "Synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions + metrics; returns the summary."
     t0 = time.time(); out = Path(out_dir)
     if threads: torch.set_num_threads(threads)
-    data, cache = out/'data', out/'cache'
-    if not (data/'report.json').is_file():
-        make_synthetic(data, SyntheticConfig(**SCALES['tiny' if quick else 'small']), progress=progress)
+    cache = out/'cache'
+    scales = {'default': 'tiny' if quick else 'default', 'small': 'tiny' if quick else 'small'}
+    dirs = {'default': out/'data', 'small': out/'data_small'}
+    for k in ('default', 'small'):
+        if not (dirs[k]/'report.json').is_file() and any(r['data'] == k for r in demo_runs(quick)):
+            make_synthetic(dirs[k], SyntheticConfig(**SCALES[scales[k]]), overwrite=dirs[k].exists(), progress=progress)
     p1 = out/'runs'/'phase1_joint'
     if not (p1/'metrics.json').is_file():
-        train_phase1([data/'lote', data/'mammalnet'], p1, cache, train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
+        train_phase1([dirs['default']/'lote', dirs['default']/'mammalnet'], p1, cache, train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
                      progress=progress, resume=(p1/'last').is_dir())
     rows = []
     for r in demo_runs(quick):
-        r = dict(r); name, ds, cross = r.pop('name'), r.pop('dataset'), r.pop('cross_to', None)
-        if epochs or quick: r.setdefault('epochs', epochs or 2)   # else Phase2Config's default
+        r = dict(r); name, data, ds, cross = r.pop('name'), dirs[r.pop('data')], r.pop('dataset'), r.pop('cross_to', None)
+        if epochs: r['epochs'] = epochs
         cfg = Phase2Config(**r)
         run_dir = out/'runs'/name
         if not (run_dir/'metrics.json').is_file():
             train_phase2(data/ds, run_dir, cfg, cache, phase1=p1/'best', progress=progress,
                          resume=(run_dir/'last').is_dir())
         m = read_json(run_dir/'metrics.json')
-        rows.append({'run': name, 'train_dataset': ds, 'dataset': ds, **r, 'top1': m['top1_accuracy_single_label'],
+        rows.append({'run': name, 'train_dataset': ds, 'dataset': ds, 'data': data.name, **r, 'top1': m['top1_accuracy_single_label'],
                      'macro_f1': m['macro_f1'], 'chance_top1': m.get('chance_top1'), 'majority_top1': m.get('majority_top1'),
                      'run_dir': str(run_dir)})
         if cross:
             xdir = out/'runs'/f"{name}_to_{cross}"
             if not (xdir/'metrics.json').is_file(): predict(run_dir/'best', data/cross, xdir, 'test', cache, progress=progress)
             xm = read_json(xdir/'metrics.json')
-            rows.append({'run': xdir.name, 'train_dataset': ds, 'dataset': cross, **r, 'top1': xm['top1_accuracy_single_label'],
+            rows.append({'run': xdir.name, 'train_dataset': ds, 'dataset': cross, 'data': data.name, **r, 'top1': xm['top1_accuracy_single_label'],
                          'macro_f1': xm['macro_f1'], 'chance_top1': xm.get('chance_top1'), 'majority_top1': xm.get('majority_top1'),
                          'run_dir': str(xdir)})
     summary = {'rows': rows, 'phase1': str(p1/'best'), 'seconds': round(time.time() - t0, 1), 'quick': quick}

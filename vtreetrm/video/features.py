@@ -103,7 +103,7 @@ def decode_clip(path:str|Path,    # video file
 
 # %% ../../nbs/video/02_features.ipynb #b04627ca
 TINY_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=8,
-                   image_size=32, layerscale_value=1.0, drop_path_rate=0.0)
+                   image_size=64, layerscale_value=1.0, drop_path_rate=0.0)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def load_vision_encoder(vision:str='tiny',  # 'tiny' (random config built in code) or a local path / hub id

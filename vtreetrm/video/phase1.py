@@ -47,12 +47,12 @@ class Phase1Config:
     frames: int = 8               # T
     tokens_per_frame: int = 17    # P (CLS + pooled patches)
     width: int = 64               # model width (also the width of the tokens Phase-2 reads)
-    layers: int = 1               # transformer layers
+    layers: int = 2               # transformer layers
     heads: int = 4
     proj_dim: int = 32            # contrastive embedding size per branch
     temperature: float = 0.1      # InfoNCE temperature
     supcon_weight: float = 0.5    # weight of the clip-to-clip term (the clip-to-label term has weight 1)
-    dropout: float = 0.0
+    dropout: float = 0.1
     classes: dict = None          # branch -> label names (set from the training data)
 
     def __post_init__(self):
@@ -134,7 +134,7 @@ class Phase1TrainConfig:
     epochs: int = 60
     batch_size: int = 32
     lr: float = 1e-3
-    weight_decay: float = 0.01
+    weight_decay: float = 0.05
     seed: int = 0
 
     def __post_init__(self):

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/video/04_phase2.ipynb #1643189b
 from __future__ import annotations
-import contextlib, importlib.util, json, math, random, re, time
+import contextlib, importlib.util, json, math, os, random, re, time
+from filelock import FileLock
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 from typing import Literal
@@ -21,7 +22,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dic
 from peft.utils import load_peft_weights
 from safetensors import safe_open, SafetensorError
 from safetensors.torch import save_file
-from ..utils import UserError, write_json, read_json, write_jsonl, sha256_file
+from ..utils import UserError, write_json, read_json, write_jsonl, sha256_file, sha256_json, atomic_dir
 from ..cli import check_config
 from ..eval.parse import parse_actions
 from ..eval.metrics import compute_metrics, score_file
@@ -34,11 +35,12 @@ from .phase1 import dataset_features, open_cache, load_phase1, Phase1Encoder, Ph
 # %% auto #0
 __all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS',
            'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer',
-           'build_tiny_llm', 'load_llm', 'Phase2Config', 'resolve_dtype', 'VideoQFormerLM', 'rank_entropy',
-           'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for',
-           'stop_ids_for', 'encode_prompt', 'encode_target', 'predict_samples', 'compute_rows_metrics', 'baselines',
-           'load_base_llm', 'check_llm', 'base_identity', 'build_phase2', 'mirrored_samples', 'make_optimizer',
-           'rank_batches', 'train_epoch', 'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
+           'build_tiny_llm', 'load_llm', 'pretrain_tiny_llm', 'tiny_llm_cache', 'tiny_llm', 'Phase2Config',
+           'resolve_dtype', 'VideoQFormerLM', 'rank_entropy', 'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2',
+           'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt', 'encode_target',
+           'predict_samples', 'compute_rows_metrics', 'baselines', 'load_base_llm', 'check_llm', 'base_identity',
+           'build_phase2', 'mirrored_samples', 'make_optimizer', 'rank_batches', 'train_epoch', 'make_accelerator',
+           'predict_gathered', 'state_for_saving', 'train_phase2']
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
 VIDEO_MARKER = '<video>'
@@ -114,6 +116,74 @@ def load_llm(llm:str='tiny', seed:int=0, extra_labels=(), dtype=None):
     if tok.pad_token is None: tok.pad_token = tok.eos_token
     return tok, model
 
+# %% ../../nbs/video/04_phase2.ipynb #f1a90042
+def _pretrain_example(tok, rng:random.Random, labels:list, pools:list, stop:str) -> tuple[list, list]:
+    pool = rng.choice(pools)
+    cands = rng.sample(pool, min(len(pool), rng.randint(5, 24))) if rng.random() < .25 else list(pool)
+    rng.shuffle(cands)
+    labs = rng.sample(cands, 1 if rng.random() < .85 or len(cands) < 2 else 2)
+    sp, env = rng.choice([*SPECIES, *MAMMALNET_SPECIES, None]), rng.choice([*ENVIRONMENTS, None])
+    seen = f"Seen: {sp or 'an animal'} | {env or 'unknown scene'} | {', '.join(labs)}"
+    text = tok.apply_chat_template([{'role': 'user', 'content': question(cands).replace(VIDEO_MARKER, seen)}],
+                                   tokenize=False, add_generation_prompt=True)
+    return (tok(text, add_special_tokens=False)['input_ids'],
+            tok(target(labs, sp, env, rng.choice(ANSWER_ORDERS)) + stop, add_special_tokens=False)['input_ids'])
+
+def pretrain_tiny_llm(tok, llm, pools:list,      # label lists to draw candidates from (e.g. a dataset's official and simple names)
+                      steps:int=200, batch_size:int=32, lr:float=3e-3, seed:int=0, progress:bool=True):
+    "Train `llm` (all weights) on text-only answers in the target format; returns it in eval mode."
+    rng, stop = random.Random(f"{seed}:pretrain"), tok.eos_token          # the tiny tokenizer's eos is <|im_end|>
+    labels = sorted({l for p in pools for l in p})
+    opt = torch.optim.AdamW(llm.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    llm.train(); loss = None
+    for _ in tqdm(range(steps), desc='pretrain tiny LLM', disable=not progress, leave=False):
+        ex = [_pretrain_example(tok, rng, labels, pools, stop) for _ in range(batch_size)]
+        L = max(len(a) + len(b) for a, b in ex)
+        ids = torch.full((batch_size, L), tok.pad_token_id); lab = torch.full((batch_size, L), -100)
+        mask = torch.zeros(batch_size, L, dtype=torch.long)
+        for i, (a, b) in enumerate(ex):
+            n = len(a) + len(b); ids[i, :n] = torch.tensor(a + b); lab[i, len(a):n] = torch.tensor(b); mask[i, :n] = 1
+        loss = llm(input_ids=ids, attention_mask=mask, labels=lab).loss
+        opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(llm.parameters(), 1.0); opt.step(); sched.step()
+    llm.final_pretrain_loss = float(loss) if loss is not None else None
+    return llm.eval()
+
+def tiny_llm_cache() -> Path:
+    "Where pretrained tiny LLMs are kept: `$VTREETRM_CACHE/tiny_llm`, else `$XDG_CACHE_HOME/vtreetrm/tiny_llm` (~/.cache)."
+    root = os.environ.get('VTREETRM_CACHE') or Path(os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache')/'vtreetrm'
+    return Path(root)/'tiny_llm'
+
+_BUILTIN_POOLS = [list(LOTE_SIMPLE), list(LOTE_SIMPLE.values()), list(MAMMALNET_SIMPLE), list(MAMMALNET_SIMPLE.values())]
+
+def tiny_llm(seed:int=0, extra_labels=(), steps:int=200,
+             cache_dir:str|Path=None,    # default `tiny_llm_cache()`; False: neither read nor write a cache
+             progress:bool=True) -> tuple:
+    "(tokenizer, tiny LLM pretrained for `steps`), read from the cache when it was made before (one process makes it)."
+    known = {l for p in _BUILTIN_POOLS for l in p}
+    extra = [l for l in dict.fromkeys(extra_labels) if l not in known]   # the LoTE- and MammalNet-shaped sets share one model
+    pools = _BUILTIN_POOLS + ([extra] if extra else [])
+    key = sha256_json({'qwen2': TINY_QWEN2, 'labels': extra, 'seed': seed, 'steps': steps, 'recipe': 1})[:16]
+    root = None if cache_dir is False or not steps else Path(cache_dir or tiny_llm_cache())
+    def make():
+        tok = build_tokenizer(extra); llm = build_tiny_llm(tok, seed)
+        if steps:
+            g = torch.random.get_rng_state(); torch.manual_seed(seed)
+            try: pretrain_tiny_llm(tok, llm, pools, steps, seed=seed, progress=progress)
+            finally: torch.random.set_rng_state(g)
+        return tok, llm
+    if root is None: return make()
+    where = root/key
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root/f"{key}.lock")):                 # a second process waits, then reads
+        if not (where/'config.json').is_file():
+            tok, llm = make()
+            with atomic_dir(where) as tmp:
+                tok.save_pretrained(tmp); llm.save_pretrained(tmp)
+                write_json(tmp/'pretrain.json', {'steps': steps, 'seed': seed, 'extra_labels': extra, 'final_loss': llm.final_pretrain_loss})
+            return tok, llm
+    return load_llm(str(where))
+
 # %% ../../nbs/video/04_phase2.ipynb #466fd27a
 DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'fp32': torch.float32}
 LR_SCHEDULES = ('constant', 'linear', 'cosine')
@@ -133,7 +203,8 @@ class Phase2Config:
     dropout_from_epoch: int = 2                # ... from this epoch on (1-based)
     sampler: Literal['random', 'flip-balanced'] = 'random'  # flip-balanced: class-balanced, repeats mirrored
     shuffle_labels: bool = False               # control run: train and select on permuted labels
-    llm: str = 'tiny'                          # 'tiny' (a small random Qwen2) or a chat causal LM folder / hub id
+    llm: str = 'tiny'                          # 'tiny' (a small Qwen2 built here) or a chat causal LM folder / hub id
+    llm_pretrain_steps: int = 200              # tiny LLM only: text-only steps on the answer format before it is frozen (0: random)
     dtype: Literal['auto', 'bf16', 'fp16', 'fp32'] = 'auto'  # frozen LLM dtype; auto: bf16 on a GPU that has it, else fp32
     lora_r: int = 8                            # LoRA rank
     lora_alpha: int = 16                       # LoRA scale numerator (the scale is alpha / r)
@@ -147,13 +218,13 @@ class Phase2Config:
     qformer_intermediate: int|None = None      # Q-former feed-forward width (default: 4 x --qformer-hidden)
     cross_attention_frequency: int = 1         # a cross-attention block every N Q-former layers (BLIP-2: 2)
     qformer_init: str|None = None              # BLIP-2 folder (transformers save_pretrained) to start Q-former + queries from; its sizes win
-    epochs: int = 12                           # training epochs
+    epochs: int = 16                           # training epochs
     batch_size: int = 8                        # clips per micro-batch
     grad_accum: int = 1                        # micro-batches per optimizer step
-    lr: float = 1e-3                           # learning rate of Q-former, queries, projection, cls head
+    lr: float = 2e-3                           # learning rate of Q-former, queries, projection, cls head
     lora_lr: float|None = 5e-3                 # learning rate of the LoRA adapters (None: --lr)
-    lr_schedule: Literal['constant', 'linear', 'cosine'] = 'constant'  # LR schedule over all optimizer steps
-    warmup_ratio: float = 0.0                  # fraction of the optimizer steps with linear warm-up
+    lr_schedule: Literal['constant', 'linear', 'cosine'] = 'cosine'  # LR schedule over all optimizer steps
+    warmup_ratio: float = 0.05                 # fraction of the optimizer steps with linear warm-up
     weight_decay: float = 0.0                  # AdamW weight decay
     grad_clip: float = 1.0                     # max gradient norm (0: no clipping)
     gradient_checkpointing: bool = False       # recompute LLM and Q-former activations in backward: less memory, more time
@@ -169,6 +240,7 @@ class Phase2Config:
         if self.qformer_intermediate is not None and self.qformer_intermediate < 1:
             raise UserError(f"--qformer-intermediate must be a positive integer, got {self.qformer_intermediate}")
         if self.max_steps < 0: raise UserError(f"--max-steps must be >= 0, got {self.max_steps}")
+        if self.llm_pretrain_steps < 0: raise UserError(f"--llm-pretrain-steps must be >= 0, got {self.llm_pretrain_steps}")
         if self.qformer_hidden % self.qformer_heads:
             raise UserError(f"--qformer-heads {self.qformer_heads} does not divide --qformer-hidden {self.qformer_hidden}")
         for f in ('qformer_dropout', 'lora_dropout', 'warmup_ratio'):
@@ -502,10 +574,10 @@ def baselines(rows:list, train_labels:list) -> dict:
             'majority_top1': float(np.mean([r['gold'][0] == major for r in single]))}
 
 # %% ../../nbs/video/04_phase2.ipynb #ca7a9464
-def load_base_llm(cfg:Phase2Config, ds:Dataset, base_dir:Path=None) -> tuple:
+def load_base_llm(cfg:Phase2Config, ds:Dataset, base_dir:Path=None, progress:bool=False) -> tuple:
     "(tokenizer, LLM in fp32 or --dtype, tiny) for a run; the tiny LLM is read from `base_dir` when it was saved there."
     if cfg.llm == 'tiny' and not (base_dir and (base_dir/'config.json').is_file()):
-        tok, llm = load_llm('tiny', cfg.seed, ds.labels.official + ds.labels.labels('simple'))
+        tok, llm = tiny_llm(cfg.seed, ds.labels.official + ds.labels.labels('simple'), cfg.llm_pretrain_steps, progress=progress)
         if base_dir is not None: llm.name_or_path = llm.config._name_or_path = str(base_dir.resolve())   # what peft records
         return tok, llm, True
     src = str(base_dir) if cfg.llm == 'tiny' else cfg.llm
@@ -724,7 +796,8 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
         clips, feats, frep = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process)
     p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
     cand = ds.labels.labels(cfg.label_mode)
-    tok, llm, tiny = load_base_llm(cfg, ds, out/'base_llm')
+    with acc.main_process_first():                              # one process pretrains the tiny LLM, the others read it
+        tok, llm, tiny = load_base_llm(cfg, ds, out/'base_llm', progress and acc.is_main_process)
     check_llm(cfg, tok, llm, tiny, cand)
     train, val = _samples(clips, ds, cfg)
     mirrored = mirrored_samples(train, ds, cfg.label_mode, len(clips)) if cfg.sampler == 'flip-balanced' else {}

@@ -134,23 +134,24 @@ def write_mp4(path:str|Path, frames:np.ndarray, fps:int=8, codec:str='mpeg4'):
 @dataclass
 class SyntheticConfig:
     "Sizes of the synthetic datasets."
-    size: int = 32                # frame width and height (pixels)
-    frames: int = 12              # frames per clip
+    size: int = 64                # frame width and height (pixels)
+    frames: int = 16              # frames per clip
     short_frames: int = 5         # frames of the deliberately short clips
     n_short: int = 2              # short clips per dataset
-    head_count: int = 60          # clips of the most frequent LoTE behaviour (all splits)
+    head_count: int = 240         # clips of the most frequent LoTE behaviour (all splits)
     tail_exponent: float = 0.7    # LoTE long tail: count ~ rank ** -tail_exponent
-    min_count: int = 12           # smallest class (all splits)
-    mammalnet_count: int = 24     # clips per MammalNet behaviour
+    min_count: int = 48           # smallest class (all splits)
+    mammalnet_count: int = 96     # clips per MammalNet behaviour
     val_frac: float = 0.15
     test_frac: float = 0.25
-    multi_label: int = 4          # two-animal, two-behaviour clips per dataset (test and train)
+    multi_label: int = 8          # two-animal, two-behaviour clips per dataset (test and train)
     fps: int = 8
     codec: str = 'mpeg4'          # mpeg4 bytes are reproducible; libx264 also works
     seed: int = 0
 
-SCALES = {'tiny': dict(head_count=24, min_count=8, mammalnet_count=12, multi_label=2),
-          'small': {}, 'medium': dict(head_count=120, min_count=24, mammalnet_count=48, multi_label=8)}
+SCALES = {'tiny': dict(head_count=24, min_count=8, mammalnet_count=12, multi_label=2),           # tests
+          'small': dict(head_count=60, min_count=12, mammalnet_count=24, multi_label=4),         # quick looks
+          'default': {}, 'large': dict(head_count=480, min_count=96, mammalnet_count=192, multi_label=16)}
 
 def class_counts(labels:list, cfg:SyntheticConfig, long_tail:bool) -> dict:
     "Clips per label (all splits)."
