@@ -73,8 +73,7 @@ def phase2_rungs(phase2, ds, clips:list, feats:torch.Tensor, ev:list, split:str,
             pred = (h.mean(1).float() @ W['cls.weight'].T.float().to(dev) + W['cls.bias'].float().to(dev)).argmax(-1).tolist()
         m = compute_metrics(gold, [[names[p]] for p in pred])
         rungs.append({'stage': 'Phase-2 cls head', 'top1': m['top1_accuracy_single_label'], 'macro_f1': m['macro_f1']})
-    samples = [sm for sm in make_samples(clips, ds, mode, split)]
-    rows = predict_samples(model, tok, feats, samples, ds.labels.labels(mode), cfg.seed, max_new_tokens=cfg.max_new_tokens, progress=progress)
+    rows = predict_samples(model, tok, feats, make_samples(clips, ds, mode, split), ds.labels.labels(mode), cfg.seed, max_new_tokens=cfg.max_new_tokens, progress=progress)
     m = compute_rows_metrics(rows)
     rungs.append({'stage': 'Phase-2 generated answer', 'top1': m['top1'], 'macro_f1': m['macro_f1']})
     return rungs

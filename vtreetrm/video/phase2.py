@@ -117,7 +117,7 @@ def load_llm(llm:str='tiny', seed:int=0, extra_labels=(), dtype=None):
     return tok, model
 
 # %% ../../nbs/video/04_phase2.ipynb #f1a90042
-def _pretrain_example(tok, rng:random.Random, labels:list, pools:list, stop:str) -> tuple[list, list]:
+def _pretrain_example(tok, rng:random.Random, pools:list, stop:str) -> tuple[list, list]:
     pool = rng.choice(pools)
     cands = rng.sample(pool, min(len(pool), rng.randint(5, 24))) if rng.random() < .25 else list(pool)
     rng.shuffle(cands)
@@ -133,12 +133,11 @@ def pretrain_tiny_llm(tok, llm, pools:list,      # label lists to draw candidate
                       steps:int=200, batch_size:int=32, lr:float=3e-3, seed:int=0, progress:bool=True):
     "Train `llm` (all weights) on text-only answers in the target format; returns it in eval mode."
     rng, stop = random.Random(f"{seed}:pretrain"), tok.eos_token          # the tiny tokenizer's eos is <|im_end|>
-    labels = sorted({l for p in pools for l in p})
     opt = torch.optim.AdamW(llm.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     llm.train(); loss = None
     for _ in tqdm(range(steps), desc='pretrain tiny LLM', disable=not progress, leave=False):
-        ex = [_pretrain_example(tok, rng, labels, pools, stop) for _ in range(batch_size)]
+        ex = [_pretrain_example(tok, rng, pools, stop) for _ in range(batch_size)]
         L = max(len(a) + len(b) for a, b in ex)
         ids = torch.full((batch_size, L), tok.pad_token_id); lab = torch.full((batch_size, L), -100)
         mask = torch.zeros(batch_size, L, dtype=torch.long)

@@ -57,11 +57,8 @@ def _trajectory(fn, n:int=48) -> np.ndarray:
 def mirror_map(motion_of:dict) -> dict:
     "{label: label whose motion is this label's mirrored motion, or None}, derived from `MOTIONS`."
     def same(a, b): return any(np.allclose(a, np.roll(b, k, axis=0), atol=1e-6) for k in range(len(b)))
-    out = {}
-    for lab, m in motion_of.items():
-        mirrored = _trajectory(MOTIONS[m]) * [-1, 1, 1, 1]
-        out[lab] = next((l for l, m2 in motion_of.items() if same(mirrored, _trajectory(MOTIONS[m2]))), None)
-    return out
+    traj = {lab: _trajectory(MOTIONS[m]) for lab, m in motion_of.items()}
+    return {lab: next((l for l, t2 in traj.items() if same(t * [-1, 1, 1, 1], t2)), None) for lab, t in traj.items()}
 
 # %% ../../nbs/video/01_synthetic.ipynb #7a492fce
 SPECIES = {'giant panda': ('circle', (240, 240, 240)), 'takin': ('square', (200, 160, 60)),
