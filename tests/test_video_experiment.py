@@ -33,6 +33,17 @@ def test_video_demo_quick(tmp_path):
     assert {r['dataset'] for r in s['rows']} == {'lote', 'mammalnet'}
     for r in s['rows']:
         assert 0 <= r['top1'] <= 1 and (tmp_path/'demo'/'runs'/r['run']/'metrics.json').is_file()
+    head = tmp_path/'demo'/'runs'/s['rows'][0]['run']
+    stages = [r['stage'] for r in json.loads((head/'ladder.json').read_text())['rungs']]
+    assert stages[0] == 'linear probe: frozen encoder features' and stages[-1] == 'Phase-2 generated answer'
+    # the report: the rankreg pair side by side with its query figures, and the headline's ladder
+    from vtreetrm.runs.report import build_report, rankreg_table, collect_runs
+    rr = rankreg_table(collect_runs([tmp_path/'demo'/'runs'])[0])
+    assert rr['Model'].str.endswith('(baseline)').sum() == 1 and rr['Model'].str.endswith('(rankreg)').sum() == 1
+    assert rr[['R_eff/M', 'Gini', 'output rank entropy']].notna().all().all() and (rr['ceiling n/M'] == 1).all()
+    html = build_report([tmp_path/'demo'/'runs'], tmp_path/'r.html').read_text()
+    assert 'Query-diversity regulariser (rankreg) vs baseline' in html and 'Learnability ladder' in html
+    assert 'linear probe: Phase-1 behaviour embedding' in html and 'small_lote_m16_simple_actions_first_rankreg' in html
 
 
 def test_phase2_notebook_parameters_are_phase2config():

@@ -13,7 +13,7 @@ from ..utils import UserError, read_json, write_json, atomic_write, provenance, 
 # %% auto #0
 __all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'LABEL_MODE', 'CLI_COMMANDS', 'parse_legacy_name', 'run_conditions',
            'collect_runs', 'reference_m', 'comparison_tables', 'escape_frame', 'frame_html', 'table_html',
-           'build_report', 'build_cmd']
+           'query_figures', 'rankreg_table', 'collect_ladders', 'build_report', 'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {'qwen25_7b': 'Qwen2.5-7B', 'qwen2.5-7b': 'Qwen2.5-7B', 'qwen3_8b': 'Qwen3-8B', 'qwen3-8b': 'Qwen3-8B'}
@@ -196,6 +196,63 @@ def table_html(t:pd.DataFrame) -> str:
     sty = sty.set_table_styles([{'selector': f'tbody tr:nth-child({i+1})', 'props': 'border-top: 2px solid #888'} for i in starts]
                                + [{'selector': 'td, th', 'props': 'padding: 3px 10px; text-align: left'}], overwrite=False)
     return sty.to_html()
+
+# %% ../../nbs/runs/01_report.ipynb #db5971c1
+def _steps_file(d:Path) -> Path|None:
+    return next((f for f in (d/'steps.jsonl', d/'phase2'/'steps.jsonl') if f.is_file()), None)
+
+def query_figures(run:str|Path) -> dict:
+    "R_eff/M, its ceiling n/M and Gini of a run's learned query tokens, and its last epoch's mean output rank entropy; {} without query tokens."
+    from vtreetrm.analysis.queries import load_query_tokens, query_diversity
+    from vtreetrm.utils import iter_jsonl
+    d = Path(run)
+    qt = next((f for f in (d/'query_tokens.safetensors', d/'best'/'model.safetensors', d/'phase2'/'query_tokens.safetensors')
+               if f.is_file()), None)
+    if qt is None: return {}
+    q = query_diversity(load_query_tokens(qt))
+    out = {'R_eff/M': q['effective_rank_ratio'], 'ceiling n/M': q['rank_bound_ratio'], 'Gini': q['gini'], 'output rank entropy': None}
+    if (sf := _steps_file(d)) is not None:
+        rows = [r for _, r in iter_jsonl(sf)]
+        last = [_num(r['query_rank_entropy'], sf, 'query_rank_entropy', unit=True) for r in rows
+                if r.get('epoch') == rows[-1].get('epoch') and r.get('query_rank_entropy') is not None] if rows else []
+        if last: out['output rank entropy'] = sum(last)/len(last)
+    return out
+
+# %% ../../nbs/runs/01_report.ipynb #496be709
+def rankreg_table(runs:pd.DataFrame) -> pd.DataFrame|None:
+    "Each in-domain rankreg run beside its baselines (same model, dataset, M, order, labels), with accuracy and query figures."
+    if runs.empty or not (runs.variant == 'rankreg').any(): return None
+    keys = ['model', 'dataset', 'M', 'answer_order', 'label_mode']
+    ind = runs[(runs.train_dataset == runs.dataset) & runs.variant.isin(['baseline', 'rankreg'])].fillna({'model': '?', 'dataset': '?', 'M': -1})
+    rows = []
+    for k, g in ind.groupby(keys, sort=True):
+        if not (g.variant == 'rankreg').any(): continue
+        for _, r in g.sort_values('variant').iterrows():
+            rows.append({'block': ' | '.join(map(str, k)), 'Model': f"{r.model} ({r.variant})", 'Dataset': r.dataset, 'M': int(r.M),
+                         'Top1': 100*r.top1, 'Macro-F1': 100*r.macro_f1, **query_figures(r.run), 'run': r.get('name', r.run)})
+    return pd.DataFrame(rows) if rows else None
+
+# %% ../../nbs/runs/01_report.ipynb #2cf90808
+def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
+    "[(title, table)] for every ladder.json under `paths`: one row per rung (and why a rung is empty), then chance and the majority class (percent)."
+    out = []
+    for root in map(Path, paths):
+        for f in sorted(root.rglob('ladder.json')):
+            lad = read_json(f)
+            if not isinstance(lad, dict) or not isinstance(lad.get('rungs'), list): raise UserError("not a ladder file (no 'rungs' list)", f)
+            rows = []
+            for i, r in enumerate(lad['rungs']):
+                if not isinstance(r, dict): raise UserError("a rung must be an object", f, field=f'rungs[{i}]')
+                rows.append({'stage': str(r.get('stage', '?')), 'Top1': _num(r.get('top1'), f, f'rungs[{i}].top1', unit=True),
+                             'Macro-F1': _num(r.get('macro_f1'), f, f'rungs[{i}].macro_f1', unit=True), 'note': r.get('note')})
+            for k, name in (('chance_top1', 'chance'), ('majority_top1', 'majority class')):
+                rows.append({'stage': name, 'Top1': _num(lad.get(k), f, k, unit=True), 'Macro-F1': None})
+            t = pd.DataFrame(rows)
+            if t['note'].isna().all(): t = t.drop(columns=['note'])
+            t[['Top1', 'Macro-F1']] = 100*t[['Top1', 'Macro-F1']].astype(float)
+            name = f.parent.relative_to(root) if f.parent != root else Path(root.name)
+            out.append((f"{_pretty(lad.get('dataset'), PRETTY_DATASETS) or '?'} {lad.get('split', 'test')} — {name}", t))
+    return out
 
 # %% ../../nbs/runs/01_report.ipynb #a32ea8ae
 def build_report(inputs:list,              # run or eval folders

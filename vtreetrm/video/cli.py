@@ -29,9 +29,11 @@ DEFAULT_CACHE = '.cache/vtreetrm/features'
 def make_synthetic_cmd(out:str='.cache/vtreetrm/synthetic',     # folder to create (holds lote/ and mammalnet/)
                        scale:Literal['tiny', 'small', 'default', 'large']='default',  # dataset size (tiny: tests)
                        seed:int=0,                               # random seed
+                       datasets:list[str]=None,                  # lote and/or mammalnet (default: both)
                        overwrite:bool=False):                    # replace an existing folder
     "Render the synthetic LoTE-shaped and MammalNet-shaped datasets as .mp4 clips."
-    rep = make_synthetic(out, SyntheticConfig(seed=seed, **SCALES[scale]), overwrite=overwrite)
+    rep = make_synthetic(out, SyntheticConfig(seed=seed, **SCALES[scale]), datasets=tuple(datasets or ('lote', 'mammalnet')),
+                         overwrite=overwrite)
     for n, r in rep['datasets'].items(): print(f"{n}: {r['clips']} clips {r['splits']}")
 
 def features_cmd(datasets:list[str],                 # dataset folders
