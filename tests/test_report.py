@@ -78,3 +78,30 @@ def test_report_renders_in_chromium(demo, tmp_path):
     subprocess.run(flags + ['--window-size=1200,2400', f'--screenshot={shot}', url], capture_output=True, timeout=120)
     img = mpimg.imread(shot)
     assert img.shape[:2] == (2400, 1200) and img.std() > 0.05       # a rendered page, not a blank one
+
+
+def test_rankreg_and_ladder_sections(tmp_path, cli):
+    """A rankreg run and its baseline side by side with their query figures, a ladder, and no machine path or
+    markup from the data in either section."""
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(0)
+    for name, rr, q in (('m128', 0, np.outer(rng.normal(size=16), rng.normal(size=16))),
+                        ('m128_rankreg', 0.2, rng.normal(size=(16, 16)))):
+        d = tmp_path/'runs'/name; d.mkdir(parents=True)
+        (d/'params.json').write_text(json.dumps({'dataset': 'lote', 'config': {'llm': 'tiny', 'num_queries': 16, 'rank_reg': rr}}))
+        (d/'metrics.json').write_text(json.dumps({'top1_accuracy_single_label': 0.5 + rr, 'macro_f1': 0.3}))
+        save_file({'query_tokens': q[None].astype(np.float32)}, str(d/'query_tokens.safetensors'))
+        (d/'steps.jsonl').write_text(json.dumps({'epoch': 1, 'query_rank_entropy': 0.05 + rr}) + '\n')
+    (tmp_path/'runs'/'m128'/'ladder.json').write_text(json.dumps(
+        {'dataset': 'lote', 'split': 'test', 'chance_top1': 0.05, 'majority_top1': 0.16,
+         'rungs': [{'stage': '<script>alert(1)</script>', 'top1': 0.881, 'macro_f1': 0.8},
+                   {'stage': 'Phase-2 cls head', 'top1': None, 'macro_f1': None, 'note': 'the run was trained without --cls-head'}]}))
+    cli('report', 'build', tmp_path/'runs', '--out', tmp_path/'r.html', check=0)
+    html = (tmp_path/'r.html').read_text()
+    sec = html[html.index('Query-diversity regulariser (rankreg) vs baseline'):html.index('Learnability ladder')]
+    assert 'tiny (baseline)' in sec and 'tiny (rankreg)' in sec and '>m128_rankreg<' in sec and '70.00' in sec
+    assert '0.050' in sec and '0.250' in sec                                # output rank entropy of each run
+    assert str(tmp_path) not in sec
+    lad = html[html.index('Learnability ladder'):]
+    assert 'LoTE-Animal test — m128' in lad and '88.1' in lad and 'trained without --cls-head' in lad and 'majority class' in lad
+    assert '<script>alert(1)</script>' not in html and '&lt;script&gt;alert(1)&lt;/script&gt;' in lad

@@ -155,16 +155,31 @@ def _learn(tmp_path, scale, p1_args=(), p2_args=()):
     return r, s, probe, syn, cache
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured: on the small data (224 LoTE train clips) Phase-2 stays at the majority "
-                   "class (0.15) after 12 epochs while the probe reaches 0.69; a small set the model learns is still to be found")
-def test_learnability_small(tmp_path):
-    """A quarter of the default clips, fewer epochs: the model learns (far above the majority class and near the
-    linear probe on its features) and the shuffled-labels control does not."""
-    r, s, probe, _, _ = _learn(tmp_path, 'small', ('--epochs', 30), ('--epochs', 12))
-    assert r['top1_accuracy_single_label'] >= max(2 * r['majority_top1'], probe['top1'] - 0.25)
-    assert r['macro_f1'] >= probe['macro_f1'] - 0.3
-    assert s['top1_accuracy_single_label'] <= s['majority_top1'] + 0.05
+def test_learnability_quick(tmp_path):
+    """Default tier, about 2.5 minutes on 2 cores: the default-size LoTE-shaped set, Phase-1 with the CLI defaults,
+    and Phase-2 for 4 epochs with the auxiliary cls head at weight 1 (a shorter schedule than the defaults' 16
+    epochs); the real run and its shuffled-labels control train side by side, one thread each. The generated answer
+    reaches the linear probe on the same frozen features; the control stays at the majority class."""
+    import subprocess
+    from conftest import vtreetrm, vtreetrm_argv
+    syn, cache, p1 = tmp_path/'syn', tmp_path/'cache', tmp_path/'p1'
+    vtreetrm('video', 'make-synthetic', '--out', syn, '--datasets', 'lote', check=0)
+    vtreetrm('video', 'phase1', syn/'lote', '--out', p1, '--cache', cache, check=0)
+    args = ('video', 'phase2', syn/'lote', '--phase1', p1/'best', '--cache', cache, '--threads', 1, '--epochs', 4,
+            '--cls-head', '--cls-weight', 1)
+    procs = {name: subprocess.Popen(vtreetrm_argv(*args, '--out', tmp_path/name, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for name, extra in (('real', ()), ('shuffled', ('--shuffle-labels',)))}
+    for name, p in procs.items():
+        err = p.communicate(timeout=900)[1]
+        assert p.returncode == 0, f"{name}: exit {p.returncode}\n{err[-3000:]}"
+    vtreetrm('video', 'ladder', syn/'lote', '--cache', cache, '--out', tmp_path/'ladder.json', check=0)
+    probe = json.loads((tmp_path/'ladder.json').read_text())['rungs'][0]
+    r, s = (json.loads((tmp_path/n/'metrics.json').read_text()) for n in ('real', 'shuffled'))
+    print({'real': r['top1_accuracy_single_label'], 'real_f1': r['macro_f1'], 'shuffled': s['top1_accuracy_single_label'],
+           'majority': s['majority_top1'], 'probe': probe})
+    assert r['top1_accuracy_single_label'] >= max(0.75, probe['top1'] - 0.05)     # measured: 0.900 against the probe's 0.887
+    assert r['macro_f1'] >= max(0.55, probe['macro_f1'] - 0.10)                     # measured: 0.865 against 0.869
+    assert abs(s['top1_accuracy_single_label'] - s['majority_top1']) <= 0.03      # measured: 0.162, the majority class
 
 
 @pytest.mark.slow
