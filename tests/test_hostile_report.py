@@ -90,14 +90,19 @@ BAD_VALUES = [('metrics', 'macro_f1', 'abc'), ('metrics', 'macro_f1', {'a': 1}),
 
 
 @pytest.mark.parametrize('where,field,value', BAD_VALUES, ids=lambda v: str(v))
-def test_report_inputs_of_the_wrong_kind_are_one_line_errors(runs, tmp_path, capsys, where, field, value):
+def test_report_inputs_of_the_wrong_kind_are_flagged_not_tabled(runs, tmp_path, capsys, where, field, value):
+    """One run with a value of the wrong kind is left out of every table and listed with its file and field; the other
+    runs are reported as before."""
     shutil.copytree(runs/'runs', tmp_path/'runs')
-    for f in sorted((tmp_path/'runs').rglob(f'{where}.json')):
-        obj = json.loads(f.read_text())
-        if where == 'metrics' and 'macro_f1' not in obj: continue
-        obj[field] = value; f.write_text(json.dumps(obj))
+    scored = [f for f in sorted((tmp_path/'runs').rglob('metrics.json')) if 'macro_f1' in json.loads(f.read_text())]
+    f = scored[0].parent/f'{where}.json'
+    obj = json.loads(f.read_text()); obj[field] = value; f.write_text(json.dumps(obj))
     capsys.readouterr()
-    assert main(['report', 'build', str(tmp_path/'runs'), '--out', str(tmp_path/'r.html')]) == 2
+    assert main(['report', 'build', str(tmp_path/'runs'), '--out', str(tmp_path/'r.html')]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f'{where}.json' in err[0] and f"field '{field}'" in err[0], err
-    assert not (tmp_path/'r.html').exists()
+    html = (tmp_path/'r.html').read_text()
+    left = html[html.index('Runs left out'):]
+    assert f"field &#x27;{field}&#x27;" in left or f"field '{field}'" in left
+    rep = json.loads((tmp_path/'r.json').read_text())
+    assert rep['num_runs'] == len(scored) - 1 and len(rep['left_out']) == 1 and str(f.parent) in rep['left_out'][0]['run']

@@ -38,7 +38,7 @@ def test_report_tables(demo):
         assert title in html, title
     assert 'n = min(M, d)' in html and 'ceiling n/M' in html            # R_eff/M beside the bound d/M puts on it
     assert html.count('font-weight: bold') >= 20
-    assert 'Qwen2.5-7B (simplified labels)' in html and 'Qwen3-8B (MammalNet→LoTE-Animal)' in html
+    assert 'synthetic Qwen2.5-7B (simplified labels)' in html and 'synthetic Qwen3-8B (MammalNet→LoTE-Animal)' in html
     assert len(re.findall(r'src="data:image/png;base64,', html)) == 4
     assert 'import ' not in html and 'collect_runs(' not in html       # no code cells
 
@@ -52,7 +52,8 @@ def test_escaping_and_missing_metrics(tmp_path, cli):
     html = (tmp_path/'r.html').read_text()
     assert '<script>alert(1)</script>' not in html and '&lt;script&gt;alert(1)&lt;/script&gt;' in html
     assert 'A &lt;i&gt;title&lt;/i&gt;' in html and 'D&amp;D' in html
-    assert 'Runs with predictions but no metrics' in html and '--only-missing' in html and 'run2' in html
+    assert 'Runs with predictions but no metrics' in html and 'vtreetrm eval metrics eval --only-missing' in html and 'eval/run2' in html
+    assert str(tmp_path) not in html
 
 def test_report_refusals(tmp_path, cli):
     assert 'no such folder of runs' in cli('report', 'build', tmp_path/'nope', '--out', tmp_path/'r.html', check=2).stderr
@@ -99,9 +100,9 @@ def test_rankreg_and_ladder_sections(tmp_path, cli):
     cli('report', 'build', tmp_path/'runs', '--out', tmp_path/'r.html', check=0)
     html = (tmp_path/'r.html').read_text()
     sec = html[html.index('Query-diversity regulariser (rankreg) vs baseline'):html.index('Learnability ladder')]
-    assert 'tiny (baseline)' in sec and 'tiny (rankreg)' in sec and '>m128_rankreg<' in sec and '70.00' in sec
+    assert 'tiny (baseline)' in sec and 'tiny (rankreg)' in sec and '>runs/m128_rankreg<' in sec and '70.00' in sec
     assert '0.050' in sec and '0.250' in sec                                # output rank entropy of each run
-    assert str(tmp_path) not in sec
+    assert str(tmp_path) not in html                                        # no path of this machine anywhere
     lad = html[html.index('Learnability ladder'):]
     assert 'LoTE-Animal test — m128' in lad and '88.1' in lad and 'trained without --cls-head' in lad and 'majority class' in lad
     assert '<script>alert(1)</script>' not in html and '&lt;script&gt;alert(1)&lt;/script&gt;' in lad

@@ -96,6 +96,7 @@ def test_phase1_phase2_predict_resume(data, tmp_path, capsys):
     for f in ('best/model.safetensors', 'best/checkpoint.json', 'best/adapter/adapter_model.safetensors', 'last/resume.pt', 'params.json', 'run.json', 'history.jsonl', 'predictions.jsonl', 'metrics.json',
               'query_tokens.safetensors'):
         assert (out/f).is_file(), f
+    assert json.loads((out/'params.json').read_text())['phase1_datasets'] == ['lote', 'mammalnet']   # joint: not p1-own
     rows = jl(out/'predictions.jsonl')
     assert set(rows[0]) >= {'id', 'gold', 'output', 'candidates', 'dataset', 'video', 'species', 'environment'}
     assert 'scent marking' in rows[0]['candidates'] and all(isinstance(r['gold'], list) for r in rows)

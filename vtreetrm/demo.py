@@ -98,7 +98,7 @@ def make_synthetic_eval(out:str|Path, seed:int=0, d:int=768) -> Path:
             write_jsonl(d_/'predictions.jsonl', synthetic_run(c, seed))
             key = DATASETS[c['dataset']][0]
             write_json(d_/'params.json', {**{k: c[k] for k in ('model', 'dataset', 'train_dataset', 'answer_order', 'label_mode', 'variant')},
-                                          'num_queries': c['M'], 'synthetic_target_top1': c['target_top1'], 'seed': seed,
+                                          'num_queries': c['M'], 'synthetic': True, 'synthetic_target_top1': c['target_top1'], 'seed': seed,
                                           'label_map': str((out/'label_mappings'/f'{key}_simple.json').resolve()) if c['label_mode'] == 'simple' else None})
         rng = np.random.default_rng(seed)
         for M, a in COLLAPSE.items():

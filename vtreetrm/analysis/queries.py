@@ -13,7 +13,7 @@ from ..utils import UserError, write_json, sha256_file, provenance, atomic_dir
 
 # %% auto #0
 __all__ = ['COS_BINS', 'SCALARS', 'CURVES', 'CLI_COMMANDS', 'load_query_tokens', 'effective_rank', 'gini', 'pairwise_abs_cos',
-           'query_diversity', 'summarize', 'plot_summary', 'analyze_checkpoints', 'queries_cmd']
+           'query_diversity', 'summarize', 'plot_summary', 'rank_gini_figure', 'analyze_checkpoints', 'queries_cmd']
 
 # %% ../../nbs/analysis/00_queries.ipynb #44e6e5d7
 def _flatten(d, prefix=''):
@@ -154,14 +154,21 @@ def plot_summary(summary:dict, out_dir:str|Path) -> list[Path]:
             bins = np.asarray(b['abs_cos_bins']); ax.plot((bins[1:] + bins[:-1])/2, b['abs_cos_hist'], label=f'M={M}', c=pal[M])
     ax.set(xlabel='|cos| between queries', ylabel='density', title='Pairwise |cos| of query tokens'); ax.legend()
     paths.append(out_dir/'abs_cos.png'); fig.tight_layout(); fig.savefig(paths[-1], dpi=110); plt.close(fig)
-    fig, axs = plt.subplots(1, 2, figsize=(9, 3.8))
-    rows = pd.DataFrame([{'M': str(M), **{k: e[k] for k in ('effective_rank_ratio', 'gini')}}
-                         for e in summary['checkpoints'] for M in [e['M']]])
-    for ax, k, t in zip(axs, ('effective_rank_ratio', 'gini'), ('R_eff / M', 'Gini of singular values')):
-        sns.barplot(rows, x='M', y=k, ax=ax, hue='M', palette=[pal[m] for m in by_m], legend=False, errorbar='sd')
-        ax.set(title=t, ylabel=t)
+    fig = rank_gini_figure(summary, pal)
     paths.append(out_dir/'rank_gini.png'); fig.tight_layout(); fig.savefig(paths[-1], dpi=110); plt.close(fig)
     return paths
+
+def rank_gini_figure(summary:dict, palette:dict=None):
+    "Bars of R_eff/M and Gini per M (mean ± sd over checkpoints), M in numeric order whatever order the checkpoints came in."
+    import matplotlib.pyplot as plt, seaborn as sns, pandas as pd
+    order = sorted(summary['by_M'], key=int)
+    palette = palette or dict(zip(order, sns.color_palette('viridis', len(order))))
+    rows = pd.DataFrame([{'M': str(e['M']), **{k: e[k] for k in ('effective_rank_ratio', 'gini')}} for e in summary['checkpoints']])
+    fig, axs = plt.subplots(1, 2, figsize=(9, 3.8))
+    for ax, k, t in zip(axs, ('effective_rank_ratio', 'gini'), ('R_eff / M', 'Gini of singular values')):
+        sns.barplot(rows, x='M', y=k, ax=ax, order=order, hue='M', hue_order=order, palette=palette, legend=False, errorbar='sd')
+        ax.set(title=t, ylabel=t)
+    return fig
 
 # %% ../../nbs/analysis/00_queries.ipynb #6311268e
 def analyze_checkpoints(ckpts:list, out:str|Path, plots:bool=True) -> dict:

@@ -58,6 +58,14 @@ def _num(v, path, field:str, integer:bool=False, unit:bool=False):
         raise UserError(f"must be {want}, got {v!r:.60}", path, None, field)
     return v
 
+def _p1_own(p:dict) -> bool:
+    "Phase-1 was trained on the run's own dataset only (`phase1_datasets`: a list, or the notebook's comma-separated text)."
+    p1 = p.get('phase1_datasets')
+    if isinstance(p1, str): p1 = [x for x in p1.split(',') if x.strip()]
+    if not isinstance(p1, list) or not p1: return str(p.get('phase1_mode', '')).lower() in ('own', 'p1-own')
+    ds = _pretty(_first(p, 'train_dataset', 'dataset'), PRETTY_DATASETS)
+    return ds is not None and {_pretty(str(x).strip(), PRETTY_DATASETS) for x in p1} == {ds}
+
 def run_conditions(params:dict, path=None) -> dict:
     "Normalized conditions of a run from its params.json (a nested `config` block is read too)."
     p = {**(params.get('config') or {}), **params} if isinstance(params.get('config'), dict) else params
@@ -65,53 +73,64 @@ def run_conditions(params:dict, path=None) -> dict:
     if not variant:
         if p.get('shuffle_labels'): variant = 'shuffled-labels'
         elif p.get('cls_head'): variant = 'cls'
-        elif str(p.get('phase1_mode', '')).lower() in ('own', 'p1-own'): variant = 'p1-own'
+        elif _p1_own(p): variant = 'p1-own'
         elif (_num(p.get('qformer_dropout'), path, 'qformer_dropout') or 0) > 0: variant = 'e2-drop10'
         elif str(p.get('sampler', '')).lower() == 'flip-balanced': variant = 'flip-balanced'
         elif (_num(p.get('rank_reg'), path, 'rank_reg') or 0) > 0: variant = 'rankreg'
         else: variant = 'baseline'
     M = _first(p, 'num_queries', 'M', 'num_qformer_queries')
     ds = _pretty(_first(p, 'dataset', 'eval_dataset'), PRETTY_DATASETS)
-    return {'model': _pretty(_first(p, 'llm_name', 'model', 'llm'), PRETTY_MODELS), 'dataset': ds,
+    model = _pretty(_first(p, 'llm_name', 'model', 'llm'), PRETTY_MODELS)
+    if p.get('synthetic') is True: model = f"synthetic {model or 'model'}"      # generated outputs, not a trained model's
+    return {'model': model, 'dataset': ds,
             'train_dataset': _pretty(_first(p, 'train_dataset'), PRETTY_DATASETS) or ds,
             'M': _num(M, path, 'num_queries', integer=True), 'answer_order': _first(p, 'answer_order') or 'actions_first',
             'label_mode': _first(p, 'label_mode') or 'official', 'variant': variant}
 
 # %% ../../nbs/runs/01_report.ipynb #962a4b77
-def collect_runs(paths) -> tuple[pd.DataFrame, list[Path]]:
-    "(one row per metrics.json with conditions and scores, folders with predictions but no metrics)."
-    rows, missing = [], []
+def _run_row(mf:Path, m:dict) -> dict:
+    "The row of one scored metrics.json: conditions from the run's params.json (or its folder name) and the scores."
+    d = mf.parent
+    params = ppath = None
+    for cand in (d/'params.json', d.parent/'params.json'):
+        if cand.is_file(): params, ppath = read_json(cand), cand; break
+    if params is None and (d/'provenance.json').is_file():     # a prediction run: conditions of its checkpoint
+        ck = (read_json(d/'provenance.json').get('params') or {}).get('ckpt')
+        if ck and (Path(ck).parent/'params.json').is_file(): ppath = Path(ck).parent/'params.json'; params = read_json(ppath)
+    if params is not None and not isinstance(params, dict): raise UserError("expected a JSON object", ppath)
+    cond = run_conditions(params, ppath) if params is not None else parse_legacy_name(d.name)
+    if m.get('trained_on'): cond['train_dataset'] = _pretty(m['trained_on'], PRETTY_DATASETS)
+    if m.get('evaluated_on'): cond['dataset'] = _pretty(m['evaluated_on'], PRETTY_DATASETS)
+    if not cond.get('dataset') and m.get('datasets'): cond['dataset'] = _pretty(m['datasets'][0], PRETTY_DATASETS)
+    cond.setdefault('train_dataset', cond.get('dataset'))
+    return {**cond, 'run': str(d), 'legacy_name': params is None,
+            'top1': _num(m.get('top1_accuracy_single_label'), mf, 'top1_accuracy_single_label', unit=True),
+            'macro_f1': _num(m.get('macro_f1'), mf, 'macro_f1', unit=True),
+            'num_samples': _num(m.get('num_samples'), mf, 'num_samples', integer=True),
+            'num_unparseable': _num(m.get('num_unparseable'), mf, 'num_unparseable', integer=True),
+            'chance_top1': _num(m.get('chance_top1'), mf, 'chance_top1', unit=True),
+            'majority_top1': _num(m.get('majority_top1'), mf, 'majority_top1', unit=True)}
+
+def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
+    "(one row per evaluation with conditions and scores, folders with predictions but no metrics, runs left out and why)."
+    rows, missing, bad, seen = [], [], [], {}   # seen: sha256 of a metrics.json -> the folders it was read from
     for root in map(Path, paths):
         if not root.exists(): raise UserError("no such folder", root)
         if not root.is_dir(): raise UserError("expected a folder of runs", root)
         for pred in sorted(root.rglob('predictions.jsonl')):
             if not (pred.parent/'metrics.json').exists(): missing.append(pred.parent)
-        for mf in sorted(root.rglob('metrics.json')):
-            m = read_json(mf)
-            if not isinstance(m, dict) or 'macro_f1' not in m: continue          # a notebook's own metrics, not a scored prediction set
-            d = mf.parent
-            params = ppath = None
-            for cand in (d/'params.json', d.parent/'params.json'):
-                if cand.is_file(): params, ppath = read_json(cand), cand; break
-            if params is None and (d/'provenance.json').is_file():     # a prediction run: conditions of its checkpoint
-                ck = (read_json(d/'provenance.json').get('params') or {}).get('ckpt')
-                if ck and (Path(ck).parent/'params.json').is_file(): ppath = Path(ck).parent/'params.json'; params = read_json(ppath)
-            if params is not None and not isinstance(params, dict): raise UserError("expected a JSON object", ppath)
-            cond = run_conditions(params, ppath) if params is not None else parse_legacy_name(d.name)
-            if m.get('trained_on'): cond['train_dataset'] = _pretty(m['trained_on'], PRETTY_DATASETS)
-            if m.get('evaluated_on'): cond['dataset'] = _pretty(m['evaluated_on'], PRETTY_DATASETS)
-            if not cond.get('dataset') and m.get('datasets'): cond['dataset'] = _pretty(m['datasets'][0], PRETTY_DATASETS)
-            cond.setdefault('train_dataset', cond.get('dataset'))
-            rows.append({**cond, 'run': str(d), 'legacy_name': params is None,
-                         'top1': _num(m.get('top1_accuracy_single_label'), mf, 'top1_accuracy_single_label', unit=True),
-                         'macro_f1': _num(m.get('macro_f1'), mf, 'macro_f1', unit=True),
-                         'num_samples': _num(m.get('num_samples'), mf, 'num_samples', integer=True),
-                         'num_unparseable': _num(m.get('num_unparseable'), mf, 'num_unparseable', integer=True),
-                         'chance_top1': _num(m.get('chance_top1'), mf, 'chance_top1', unit=True),
-                         'majority_top1': _num(m.get('majority_top1'), mf, 'majority_top1', unit=True)})
+        for mf in sorted(root.rglob('metrics.json'), key=lambda f: (len(f.parts), f)):   # shallowest first: the run's own folder
+            digest = sha256_file(mf)   # a run's copy of an evaluation below it is that evaluation; equal files of two runs are two rows
+            if any(d in mf.parents for d in seen.get(digest, ())): continue
+            seen.setdefault(digest, []).append(mf.parent)
+            try:
+                m = read_json(mf)
+                if not isinstance(m, dict) or 'macro_f1' not in m: continue      # a notebook's own metrics, not a scored prediction set
+                rows.append(_run_row(mf, m))
+            except UserError as e: bad.append({'run': str(mf.parent), 'error': str(e)})   # left out and listed, never a wrong row
     cols = ['model', 'dataset', 'train_dataset', 'M', 'answer_order', 'label_mode', 'variant', 'top1', 'macro_f1',
             'num_samples', 'num_unparseable', 'chance_top1', 'majority_top1', 'run', 'legacy_name']
-    return pd.DataFrame(rows, columns=cols), missing
+    return pd.DataFrame(rows, columns=cols), missing, bad
 
 # %% ../../nbs/runs/01_report.ipynb #01726a31
 LABEL_MODE = {'official': 'official labels', 'simple': 'simplified labels'}
@@ -219,6 +238,10 @@ def query_figures(run:str|Path) -> dict:
     return out
 
 # %% ../../nbs/runs/01_report.ipynb #496be709
+def _figures_or_why(run) -> dict:
+    try: return query_figures(run)
+    except UserError as e: return {'note': str(e)}          # a damaged file: the row stays, with the reason
+
 def rankreg_table(runs:pd.DataFrame) -> pd.DataFrame|None:
     "Each in-domain rankreg run beside its baselines (same model, dataset, M, order, labels), with accuracy and query figures."
     if runs.empty or not (runs.variant == 'rankreg').any(): return None
@@ -229,7 +252,7 @@ def rankreg_table(runs:pd.DataFrame) -> pd.DataFrame|None:
         if not (g.variant == 'rankreg').any(): continue
         for _, r in g.sort_values('variant').iterrows():
             rows.append({'block': ' | '.join(map(str, k)), 'Model': f"{r.model} ({r.variant})", 'Dataset': r.dataset, 'M': int(r.M),
-                         'Top1': 100*r.top1, 'Macro-F1': 100*r.macro_f1, **query_figures(r.run), 'run': r.get('name', r.run)})
+                         'Top1': 100*r.top1, 'Macro-F1': 100*r.macro_f1, **_figures_or_why(r.run), 'run': r.get('name', r.run)})
     return pd.DataFrame(rows) if rows else None
 
 # %% ../../nbs/runs/01_report.ipynb #2cf90808
@@ -272,8 +295,11 @@ def build_report(inputs:list,              # run or eval folders
     if not nb.is_file(): raise UserError("report notebook not found", nb)
     out = Path(out)
     if out.suffix.lower() != '.html': raise UserError("the report must be an .html file", out)
-    df, missing = collect_runs(inputs)
-    params = {'inputs': [str(Path(p).resolve()) for p in inputs], 'analysis': str(Path(analysis).resolve()) if analysis else '',
+    df, missing, bad = collect_runs(inputs)
+    for b in bad: print(f"left out of the tables: {b['error']}", file=sys.stderr)
+    params = {'inputs': [str(Path(p).resolve()) for p in inputs],
+              'input_names': [Path(p).name if Path(p).is_absolute() else str(p) for p in inputs],   # what the report prints
+              'analysis': str(Path(analysis).resolve()) if analysis else '',
               'title': title}
     with tempfile.TemporaryDirectory() as td:
         executed = Path(td)/'report.ipynb'
@@ -283,6 +309,7 @@ def build_report(inputs:list,              # run or eval folders
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(out, (Path(td)/'report.html').read_bytes())
     write_json(out.with_suffix('.json'), {'report': str(out), 'num_runs': len(df), 'num_missing_metrics': len(missing),
+                                          'left_out': bad,
                                           **provenance(params, [nb])})
     return out
 

@@ -781,7 +781,7 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
     state = (load_resume_state(out/'last'), last) if resume else None   # refused (never unpickled) before anything is written
     if resume: cfg = Phase2Config(**{**last['config'], 'epochs': cfg.epochs, 'max_steps': cfg.max_steps,
                                      'report_to': cfg.report_to})
-    if phase1: read_checkpoint(phase1, 'phase1')
+    p1_meta = read_checkpoint(phase1, 'phase1') if phase1 else {}
     blip = read_blip2_qformer(cfg.qformer_init) if cfg.qformer_init and not resume else None
     if blip: cfg = replace(cfg, **blip2_sizes(blip[0]))         # the checkpoint's sizes win
     acc = make_accelerator(dtype, cfg.report_to, out)
@@ -810,7 +810,7 @@ def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + l
         raise UserError(f"{len(train)} train clips make {math.ceil(len(train) / cfg.batch_size)} batches of --batch-size {cfg.batch_size}, "
                         f"fewer than the {acc.num_processes} processes: lower --batch-size or start fewer processes")
     params = {'dataset': str(dataset), 'config': asdict(cfg), 'cache_dir': str(cache_dir), 'vision': vision, 'frames': frames,
-              'grid': grid, 'phase1': str(phase1) if phase1 else None, 'skip_bad': skip_bad, 'features': cache.key,
+              'grid': grid, 'phase1': str(phase1) if phase1 else None, 'phase1_datasets': p1_meta.get('datasets'), 'skip_bad': skip_bad, 'features': cache.key,
               'eval_split': eval_split, 'dtype': str(dtype).replace('torch.', ''), 'processes': acc.num_processes}
     inputs = [Path(dataset)/'manifest.jsonl', Path(dataset)/'label_map.json'] + ([Path(phase1)/'model.safetensors'] if phase1 else [])
     rf = RunFolder(out, params, resume, inputs=inputs, kind='phase2', main=acc.is_main_process, checked=True)
