@@ -39,7 +39,10 @@ def test_report_tables(demo):
     assert 'n = min(M, d)' in html and 'ceiling n/M' in html            # R_eff/M beside the bound d/M puts on it
     assert html.count('font-weight: bold') >= 20
     assert 'synthetic Qwen2.5-7B (simplified labels)' in html and 'synthetic Qwen3-8B (MammalNet→LoTE-Animal)' in html
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 4
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 4 + 2*2     # query diversity; F1 bars + confusion per dataset
+    assert 'Glossary' in html and 'e2-drop10' in html and 'Best run of each dataset, class by class' in html
+    simp = html[html.index('Label simplification: official'):]
+    assert 'LoTE-Animal (21 labels, ' in simp and 'CircumanalGlandSigning' in simp and 'scent marking' in simp
     assert 'import ' not in html and 'collect_runs(' not in html       # no code cells
 
 def test_escaping_and_missing_metrics(tmp_path, cli):
@@ -68,7 +71,7 @@ def test_report_renders_in_chromium(demo, tmp_path):
              '--disable-sync', '--no-first-run', f'--user-data-dir={tmp_path/"profile"}', '--virtual-time-budget=5000']
     url = (d/'report.html').resolve().as_uri()
     dom = subprocess.run(flags + ['--dump-dom', url], capture_output=True, text=True, timeout=120).stdout
-    assert dom.count('<table') >= 9 and dom.count('<img') == 4
+    assert dom.count('<table') >= 9 and dom.count('<img') == 4 + 2*2     # query diversity; F1 bars + confusion per dataset
     assert 'Cross-dataset / zero-shot' in dom
     # every embedded figure decodes as a real image
     import matplotlib.image as mpimg, io

@@ -290,6 +290,6 @@ def provenance(params:dict=None,   # every parameter of the run
     "What produced an output: command, params, git, versions, host, input sha256s."
     return {'command': list(sys.argv if command is None else command), 'params': params or {},
             **git_info(PACKAGE_DIR), 'versions': package_versions(),
-            'host': socket.gethostname(), 'platform': platform.platform(),
+            'host': socket.gethostname(), 'platform': platform.platform(), 'cwd': os.getcwd(),   # relative paths above are relative to it
             'inputs': {str(p): sha256_file(p) for p in inputs if Path(p).is_file()},
             'created': now_iso()}

@@ -6,14 +6,16 @@
 from __future__ import annotations
 import html, json, math, re, shutil, sys, tempfile
 from pathlib import Path
+import numpy as np
 import pandas as pd
 from fastcore.script import Param
 from ..utils import UserError, read_json, write_json, atomic_write, provenance, sha256_file
 
 # %% auto #0
-__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'LABEL_MODE', 'CLI_COMMANDS', 'parse_legacy_name', 'run_conditions',
-           'collect_runs', 'reference_m', 'comparison_tables', 'escape_frame', 'frame_html', 'table_html',
-           'query_figures', 'rankreg_table', 'collect_ladders', 'build_report', 'build_cmd']
+__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'NO_ANSWER', 'CLI_COMMANDS', 'parse_legacy_name',
+           'run_conditions', 'collect_runs', 'simplification_tables', 'reference_m', 'comparison_tables',
+           'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table', 'collect_ladders', 'best_runs',
+           'per_class_f1', 'confusion', 'bootstrap_ci', 'training_curves', 'build_report', 'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {'qwen25_7b': 'Qwen2.5-7B', 'qwen2.5-7b': 'Qwen2.5-7B', 'qwen3_8b': 'Qwen3-8B', 'qwen3-8b': 'Qwen3-8B'}
@@ -88,6 +90,17 @@ def run_conditions(params:dict, path=None) -> dict:
             'label_mode': _first(p, 'label_mode') or 'official', 'variant': variant}
 
 # %% ../../nbs/runs/01_report.ipynb #962a4b77
+def _label_map_of(p:dict, run:Path) -> str|None:
+    "The {official: simplified} file a run names or its dataset folder holds; relative paths from here or the run's `cwd`."
+    p = {**(p.get('config') or {}), **p} if isinstance(p.get('config'), dict) else p
+    cands = [p.get('label_map')] + [str(Path(*parts)/'label_map.json') for parts in ([p.get('data_dir'), p.get('dataset')], [p.get('dataset')])
+                                     if all(isinstance(x, str) and x for x in parts)]
+    rj = next((f for f in (run/'run.json', run.parent/'run.json') if f.is_file()), None)
+    try: cwd = read_json(rj).get('cwd') if rj else None
+    except (UserError, AttributeError): cwd = None
+    bases = [Path('.')] + ([Path(cwd)] if isinstance(cwd, str) else [])
+    return next((str(b/f) for f in cands if isinstance(f, str) and f for b in bases if (b/f).is_file()), None)
+
 def _run_row(mf:Path, m:dict) -> dict:
     "The row of one scored metrics.json: conditions from the run's params.json (or its folder name) and the scores."
     d = mf.parent
@@ -103,7 +116,7 @@ def _run_row(mf:Path, m:dict) -> dict:
     if m.get('evaluated_on'): cond['dataset'] = _pretty(m['evaluated_on'], PRETTY_DATASETS)
     if not cond.get('dataset') and m.get('datasets'): cond['dataset'] = _pretty(m['datasets'][0], PRETTY_DATASETS)
     cond.setdefault('train_dataset', cond.get('dataset'))
-    return {**cond, 'run': str(d), 'legacy_name': params is None,
+    return {**cond, 'run': str(d), 'legacy_name': params is None, 'label_map': _label_map_of(params or {}, d),
             'top1': _num(m.get('top1_accuracy_single_label'), mf, 'top1_accuracy_single_label', unit=True),
             'macro_f1': _num(m.get('macro_f1'), mf, 'macro_f1', unit=True),
             'num_samples': _num(m.get('num_samples'), mf, 'num_samples', integer=True),
@@ -129,16 +142,46 @@ def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
                 rows.append(_run_row(mf, m))
             except UserError as e: bad.append({'run': str(mf.parent), 'error': str(e)})   # left out and listed, never a wrong row
     cols = ['model', 'dataset', 'train_dataset', 'M', 'answer_order', 'label_mode', 'variant', 'top1', 'macro_f1',
-            'num_samples', 'num_unparseable', 'chance_top1', 'majority_top1', 'run', 'legacy_name']
+            'num_samples', 'num_unparseable', 'chance_top1', 'majority_top1', 'run', 'legacy_name', 'label_map']
     return pd.DataFrame(rows, columns=cols), missing, bad
+
+# %% ../../nbs/runs/01_report.ipynb #905c9d19
+GLOSSARY = [
+    ('Phase-1 (newp1)', 'the three-branch contrastive module (behaviour tokens, species, environment) on top of the frozen DINOv2 video encoder; newp1 is the one pretrained jointly on all datasets, more stable than a single-dataset Phase-1'),
+    ('Phase-2 / SFT', 'supervised fine-tuning of the Q-former, the optional cls head and LoRA on the multiple-choice task over candidate actions, with Phase-1 and the LLM frozen'),
+    ('M', 'the number of learnable Q-former queries: the visual tokens given to the LLM (the seed: 32, 64, 128, 512)'),
+    ('answer_order', 'actions_first: <predicted_actions>…</predicted_actions> first, then the analysis; analysis_first: the analysis first ("think, then answer")'),
+    ('label simplification (simple)', 'official long or CamelCase labels rewritten as short everyday words, used as the candidates and the supervised answer; training and evaluation use the same mapping'),
+    ('cls', 'an auxiliary multi-label BCE head on the Q-former output trained with the LM loss (weight 0.1 in the seed); predictions still come from the generated text'),
+    ('p1-own', 'Phase-2 on a Phase-1 trained on its own dataset only, instead of the joint newp1'),
+    ('e2-drop10', '10% dropout on the Q-former input from the second epoch on'),
+    ('flip-balanced', 'class-balanced sampling whose repeats are mirrored clips, with direction-coded labels mapped through the flip map'),
+    ('rankreg', 'a regulariser that raises the spectral entropy of the Q-former query outputs, against the query collapse of the query-diversity section'),
+    ('cross-dataset / zero-shot', 'a Phase-2 model trained on one dataset evaluated on another (e.g. MammalNet→LoTE-Animal)'),
+    ('shuffled-labels', 'a control trained on permuted labels: it should stay at the majority class; if it does not, something leaks'),
+]
+
+def simplification_tables(runs:pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    "[(dataset, official → simplified table)] for each dataset whose runs name a label map; only the labels it renames."
+    from vtreetrm.eval.parse import load_label_map
+    if runs.empty or 'label_map' not in runs: return []
+    out = []
+    for ds, g in runs.dropna(subset=['label_map']).groupby('dataset', sort=True):
+        f = g['label_map'].iloc[0]
+        try: m = load_label_map(f).mapping
+        except UserError: continue                      # an unreadable map: no table, the runs are scored as before
+        rows = [(k, v) for k, v in sorted(m.items()) if k.strip().lower() != v.strip().lower()]
+        if rows: out.append((f"{ds} ({len(m)} labels, {len(rows)} renamed)", pd.DataFrame(rows, columns=['official label', 'simplified label'])))
+    return out
 
 # %% ../../nbs/runs/01_report.ipynb #01726a31
 LABEL_MODE = {'official': 'official labels', 'simple': 'simplified labels'}
 
-def _agg(df):
+def _agg(df, name=str):
     keys = ['model', 'dataset', 'train_dataset', 'M', 'answer_order', 'label_mode', 'variant']
     g = df.fillna({'model': '?', 'dataset': '?', 'train_dataset': '?', 'M': -1}).groupby(keys, dropna=False)
-    out = g.agg(top1=('top1', 'mean'), macro_f1=('macro_f1', 'mean'), runs=('run', 'count')).reset_index()
+    out = g.agg(top1=('top1', 'mean'), macro_f1=('macro_f1', 'mean'), top1_sd=('top1', 'std'), macro_f1_sd=('macro_f1', 'std'),
+                runs=('run', 'count'), sources=('run', lambda r: ', '.join(sorted(map(name, r))))).reset_index()
     out['M'] = out['M'].astype(int)
     return out
 
@@ -148,10 +191,10 @@ def reference_m(df) -> int|None:
     if ms.empty: return None
     return 64 if (ms == 64).any() else int(ms.mode().iloc[0])
 
-def comparison_tables(runs:pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    "`[(title, table)]` with columns block, Model, Dataset, M, Top1, Macro-F1, runs (percent)."
+def comparison_tables(runs:pd.DataFrame, name=str) -> list[tuple[str, pd.DataFrame]]:
+    "`[(title, table)]` with columns block, Model, Dataset, M, Top1, Macro-F1 (percent), sds, runs and their names (`name(path)`)."
     if runs.empty: return []
-    df = _agg(runs); refm = reference_m(df)
+    df = _agg(runs, name); refm = reference_m(df)
     indomain = df[df.train_dataset == df.dataset]
     tables = []
     def add(title, sub, label, block=None):
@@ -159,7 +202,7 @@ def comparison_tables(runs:pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         t = pd.DataFrame({'block': block(sub) if block else sub['model'] + ' | ' + sub['dataset'] + ' | ' + sub['answer_order'],
                           'Model': [f"{m} ({label(r)})" if label(r) else m for m, (_, r) in zip(sub['model'], sub.iterrows())],
                           'Dataset': sub['dataset'], 'M': sub['M'], 'Top1': 100*sub['top1'], 'Macro-F1': 100*sub['macro_f1'],
-                          'runs': sub['runs']})
+                          'Top1 sd': 100*sub['top1_sd'], 'Macro-F1 sd': 100*sub['macro_f1_sd'], 'runs': sub['runs'], 'from': sub['sources']})
         tables.append((title, t.sort_values(['block', 'M', 'Model'], kind='stable').reset_index(drop=True)))
     base = indomain[indomain.variant == 'baseline']
     lab = base[(base.answer_order == 'actions_first') & (base.M == refm)]
@@ -203,17 +246,19 @@ def frame_html(df:pd.DataFrame, formats:dict=None, precision:int=2) -> str:
 def table_html(t:pd.DataFrame) -> str:
     "HTML of one table: values escaped, percent with 2 decimals, best Top1/Macro-F1 of each block in bold."
     show = t.drop(columns=['block'])
-    if (show['runs'] <= 1).all(): show = show.drop(columns=['runs'])
+    if (show['runs'] <= 1).all(): show = show.drop(columns=['runs', 'Top1 sd', 'Macro-F1 sd'], errors='ignore')
     best = {c: t.groupby('block')[c].transform('max') for c in ('Top1', 'Macro-F1')}
     size = t.groupby('block')['block'].transform('size')
     def style(col):   # bold the best of each block that compares at least two rows
         if col.name not in best: return [''] * len(col)
         return ['font-weight: bold' if n > 1 and pd.notna(v) and abs(v - b) < 1e-9 else '' for v, b, n in zip(col, best[col.name], size)]
-    sty = escape_frame(show).style.apply(style, axis=0).format({'Top1': '{:.2f}', 'Macro-F1': '{:.2f}'}, na_rep='n/a').hide(axis='index')
+    sty = escape_frame(show).style.apply(style, axis=0).format({'Top1': '{:.2f}', 'Macro-F1': '{:.2f}', 'Top1 sd': '±{:.2f}', 'Macro-F1 sd': '±{:.2f}'},
+                                                               na_rep='n/a', subset=[c for c in ('Top1', 'Macro-F1', 'Top1 sd', 'Macro-F1 sd') if c in show]).hide(axis='index')
     # a thin rule between blocks
     starts = [i for i in range(1, len(t)) if t['block'].iat[i] != t['block'].iat[i-1]]
     sty = sty.set_table_styles([{'selector': f'tbody tr:nth-child({i+1})', 'props': 'border-top: 2px solid #888'} for i in starts]
                                + [{'selector': 'td, th', 'props': 'padding: 3px 10px; text-align: left'}], overwrite=False)
+    if 'from' in show: sty = sty.set_properties(subset=['from'], **{'font-size': '75%', 'color': '#555', 'max-width': '28em'})
     return sty.to_html()
 
 # %% ../../nbs/runs/01_report.ipynb #db5971c1
@@ -276,6 +321,85 @@ def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
             name = f.parent.relative_to(root) if f.parent != root else Path(root.name)
             out.append((f"{_pretty(lad.get('dataset'), PRETTY_DATASETS) or '?'} {lad.get('split', 'test')} — {name}", t))
     return out
+
+# %% ../../nbs/runs/01_report.ipynb #86f399aa
+def best_runs(runs:pd.DataFrame) -> pd.DataFrame:
+    "The highest-Top1 row of each evaluated dataset, preferring trained runs over controls and synthetic outputs."
+    if runs.empty: return runs
+    r = runs.dropna(subset=['top1']).assign(_pref=lambda d: (d.variant == 'shuffled-labels') | d.model.fillna('').str.startswith('synthetic'))
+    r = r.sort_values(['dataset', '_pref', 'top1', 'run'], ascending=[True, True, False, True], kind='stable')
+    return r.groupby('dataset', sort=True).head(1).drop(columns=['_pref']).reset_index(drop=True)
+
+def per_class_f1(run:str|Path) -> pd.DataFrame:
+    "label, F1 (percent), support of one run's metrics.json, most supported class first."
+    mf = Path(run)/'metrics.json'; pc = read_json(mf).get('per_class')
+    if not isinstance(pc, dict): raise UserError("no per_class scores", mf, field='per_class')
+    rows = [{'label': str(k), 'F1': 100*_num(v.get('f1'), mf, f'per_class.{k}.f1', unit=True),
+             'support': _num(v.get('support'), mf, f'per_class.{k}.support', integer=True)} for k, v in pc.items() if isinstance(v, dict)]
+    return pd.DataFrame(rows, columns=['label', 'F1', 'support']).query('support > 0').sort_values(['support', 'label'], ascending=[False, True]).reset_index(drop=True)
+
+NO_ANSWER = '(no answer)'
+
+def confusion(run:str|Path) -> pd.DataFrame:
+    "Counts gold (rows) x first predicted action (columns) over the single-label samples of a run's predictions.jsonl."
+    from vtreetrm.eval.parse import read_predictions
+    pr = read_predictions(Path(run)/'predictions.jsonl')
+    per = np.bincount(pr.gold_rows, minlength=pr.n)
+    gold = np.full(pr.n, -1); gold[pr.gold_rows] = pr.gold_cols
+    first = np.full(pr.n, -1); first[pr.pred_rows[::-1]] = pr.pred_cols[::-1]      # the first prediction of each row wins
+    single = np.nonzero(per == 1)[0]
+    names = pr.labels + [NO_ANSWER]
+    g = pd.Categorical([names[i] for i in gold[single]], categories=sorted(set(names[i] for i in gold[single])))
+    p = pd.Categorical([names[i] for i in first[single]], categories=[*g.categories, *sorted({names[i] for i in first[single]} - set(g.categories))])
+    return pd.crosstab(g, p, dropna=False).rename_axis(index='gold', columns='predicted')
+
+# %% ../../nbs/runs/01_report.ipynb #f3ede848
+def _sample_counts(run:str|Path):
+    "Per-sample arrays of a run's predictions: (single-label mask, first-action hit, true-positive, predicted, gold counts per class)."
+    from vtreetrm.eval.parse import read_predictions
+    pr = read_predictions(Path(run)/'predictions.jsonl')
+    n, K = pr.n, len(pr.labels)
+    G = np.zeros((n, K)); G[pr.gold_rows, pr.gold_cols] = 1                 # a gold label given twice is one gold label
+    P = np.zeros((n, K)); np.add.at(P, (pr.pred_rows, pr.pred_cols), 1)
+    hit = G[pr.pred_rows, pr.pred_cols] > 0
+    T = np.zeros((n, K)); np.add.at(T, (pr.pred_rows[hit], pr.pred_cols[hit]), 1)
+    first = np.full(n, -1); first[pr.pred_rows[::-1]] = pr.pred_cols[::-1]
+    gold = np.full(n, -2); gold[pr.gold_rows] = pr.gold_cols
+    single = G.sum(1) == 1
+    return single, (first == gold) & single, T, P, G
+
+def bootstrap_ci(run:str|Path, n_boot:int=1000, seed:int=0, level:float=0.95, weights:np.ndarray=None) -> dict:
+    "{'top1': (lo, hi), 'macro_f1': (lo, hi)} percentile intervals over resampled test samples (`weights` (B, n): fixed resamples)."
+    single, correct, T, P, G = _sample_counts(run)
+    n = len(single)
+    W = weights if weights is not None else np.random.default_rng(seed).multinomial(n, np.full(n, 1/n), size=n_boot).astype(float)
+    ns = W @ single
+    top1 = np.divide(W @ correct, ns, out=np.full(len(W), np.nan), where=ns > 0)
+    tp, npred, sup = W @ T, W @ P, W @ G
+    f1 = np.divide(2*tp, npred + sup, out=np.zeros_like(tp), where=(npred + sup) > 0)
+    with np.errstate(invalid='ignore'): macro = np.where(sup > 0, f1, np.nan).sum(1) / (sup > 0).sum(1)
+    q = [(1 - level)/2*100, (1 + level)/2*100]
+    ci = lambda x: tuple(float(v) for v in np.nanpercentile(x, q)) if np.isfinite(x).any() else (None, None)
+    return {'top1': ci(top1), 'macro_f1': ci(macro), 'top1_boot': top1, 'macro_f1_boot': macro}
+
+# %% ../../nbs/runs/01_report.ipynb #b6cd7aef
+def training_curves(runs:pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    "(run, dataset, epoch, train_loss, val_top1 (percent) per epoch of every run with a history.jsonl, problems)."
+    from vtreetrm.utils import iter_jsonl
+    rows, problems, done = [], [], set()
+    for _, r in runs.iterrows():
+        d = Path(r.run)
+        h = next((f for f in (d/'history.jsonl', d/'phase2'/'history.jsonl') if f.is_file()), None)
+        if h is None or h in done: continue                      # a cross-dataset evaluation shares its model's history
+        done.add(h)
+        try:
+            for i, e in iter_jsonl(h):
+                rows.append({'run': r.run, 'dataset': r.train_dataset, 'epoch': _num(e.get('epoch'), h, 'epoch', integer=True),
+                             'train_loss': _num(e.get('train_loss'), h, 'train_loss'),
+                             'val_top1': None if e.get('val_top1') is None else 100*_num(e['val_top1'], h, 'val_top1', unit=True)})
+        except UserError as e:
+            rows = [x for x in rows if x['run'] != r.run]; problems.append(str(e))
+    return pd.DataFrame(rows, columns=['run', 'dataset', 'epoch', 'train_loss', 'val_top1']), problems
 
 # %% ../../nbs/runs/01_report.ipynb #a32ea8ae
 def build_report(inputs:list,              # run or eval folders
