@@ -109,3 +109,58 @@ def test_rankreg_and_ladder_sections(tmp_path, cli):
     lad = html[html.index('Learnability ladder'):]
     assert 'LoTE-Animal test — m128' in lad and '88.1' in lad and 'trained without --cls-head' in lad and 'majority class' in lad
     assert '<script>alert(1)</script>' not in html and '&lt;script&gt;alert(1)&lt;/script&gt;' in lad
+
+
+def _layout(url:str, width:int, shot:Path) -> dict:
+    """Open `url` in headless Chromium at `width` px over the DevTools protocol (on a pipe: no port, no extra package)
+    and return the page's scroll width, its viewport width and every table wider than the viewport (with whether an
+    ancestor scrolls it); a screenshot goes to `shot`. DevTools evaluation is not subject to the report's CSP."""
+    import os, time
+    r3, w3 = os.pipe(); r4, w4 = os.pipe()
+    def child():   # Chromium reads commands on fd 3 and answers on fd 4
+        a, b = os.dup(r3), os.dup(w4); os.dup2(a, 3); os.dup2(b, 4)
+    p = subprocess.Popen([CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--remote-debugging-pipe', '--no-first-run',
+                          '--disable-background-networking', f'--user-data-dir={shot.parent/"cdp-profile"}', 'about:blank'],
+                         close_fds=False, preexec_fn=child, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(r3); os.close(w4)
+    state = {'buf': b'', 'id': 0}
+    def call(method, session=None, **params):
+        state['id'] += 1
+        os.write(w3, json.dumps({'id': state['id'], 'method': method, 'params': params, **({'sessionId': session} if session else {})}).encode() + b'\0')
+        while True:
+            while b'\0' not in state['buf']: state['buf'] += os.read(r4, 1 << 16)
+            raw, state['buf'] = state['buf'].split(b'\0', 1)
+            m = json.loads(raw)
+            if m.get('id') == state['id']:
+                assert 'error' not in m, m
+                return m['result']
+    try:
+        sid = call('Target.attachToTarget', targetId=call('Target.createTarget', url='about:blank')['targetId'], flatten=True)['sessionId']
+        call('Emulation.setDeviceMetricsOverride', sid, width=width, height=900, deviceScaleFactor=1, mobile=False)
+        call('Page.navigate', sid, url=url)
+        for _ in range(200):
+            if call('Runtime.evaluate', sid, expression='document.readyState', returnByValue=True)['result']['value'] == 'complete': break
+            time.sleep(.1)
+        js = """JSON.stringify({page: document.documentElement.scrollWidth, view: document.documentElement.clientWidth,
+                 tables: document.querySelectorAll('table').length,
+                 wide: [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+                       .map(t => ({head: (t.querySelector('th') || {}).textContent, scrolls: (() => {
+                           for (let e = t.parentElement; e; e = e.parentElement) if (['auto', 'scroll'].includes(getComputedStyle(e).overflowX)) return true;
+                           return false; })()}))})"""
+        out = json.loads(call('Runtime.evaluate', sid, expression=js, returnByValue=True)['result']['value'])
+        shot.write_bytes(base64.b64decode(call('Page.captureScreenshot', sid, format='png')['data']))
+        return out
+    finally:
+        p.kill(); p.wait(); os.close(w3); os.close(r4)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (make sysdeps installs it)")
+def test_report_fits_a_1300_px_page(demo, tmp_path):
+    """At 1300 px the page never scrolls sideways: a table wider than the page (all scored runs) scrolls inside its own box."""
+    d, _ = demo
+    lay = _layout((d/'report.html').resolve().as_uri(), 1300, tmp_path/'shot.png')
+    assert lay['tables'] >= 10 and lay['page'] <= lay['view'] <= 1300, lay
+    assert all(t['scrolls'] for t in lay['wide']), lay
+    import matplotlib.image as mpimg
+    img = mpimg.imread(tmp_path/'shot.png')
+    assert img.shape[1] == 1300 and img.std() > 0.05
