@@ -37,6 +37,7 @@ def test_report_tables(demo):
                   'Cross-dataset / zero-shot', 'Q-former query diversity'):
         assert title in html, title
     assert 'n = min(M, d)' in html and 'ceiling n/M' in html            # R_eff/M beside the bound d/M puts on it
+    assert '8. Cross-dataset / zero-shot' in html and '9. Q-former query diversity' in html and '9.4 Effective-rank' in html   # the seed's numbering
     assert html.count('font-weight: bold') >= 20
     assert 'synthetic Qwen2.5-7B (simplified labels)' in html and 'synthetic Qwen3-8B (MammalNet→LoTE-Animal)' in html
     assert len(re.findall(r'src="data:image/png;base64,', html)) == 4 + 2*2     # query diversity; F1 bars + confusion per dataset
@@ -44,6 +45,16 @@ def test_report_tables(demo):
     simp = html[html.index('Label simplification: official'):]
     assert 'LoTE-Animal (21 labels, ' in simp and 'CircumanalGlandSigning' in simp and 'scent marking' in simp
     assert 'import ' not in html and 'collect_runs(' not in html       # no code cells
+    # every row of every numbered table is in the HTML under its title, with its values
+    from vtreetrm.runs.report import collect_runs, comparison_tables
+    runs, missing, bad = collect_runs([d/'runs'/'demo-data-seed0'/'eval_outputs'])
+    assert len(runs) == 56 and not missing and not bad
+    tables = comparison_tables(runs)
+    for i, (title, t) in enumerate(tables, 1):
+        sec = html[html.index(f'{i}. {title}'):]
+        sec = sec[:sec.index(f'{i + 1}. ')] if i < len(tables) else sec
+        for _, r in t.iterrows():
+            assert f"{r['Top1']:.2f}" in sec and f"{r['Macro-F1']:.2f}" in sec and r['Model'] in sec, (title, dict(r))
 
 def test_escaping_and_missing_metrics(tmp_path, cli):
     run = tmp_path/'eval'/'run1'; run.mkdir(parents=True)
