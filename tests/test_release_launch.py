@@ -56,11 +56,16 @@ def tools_flags(a):
 def test_verl_sft_dry_run(setup, capsys):
     pytest.importorskip('verl')
     t, a = setup
+    # the fixture's release was exported with mock <think> text: a CPU smoke, refused as a formal SFT
     rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', t/'model', '--output-dir', t/'launch-sft')
+    assert rc == 2 and "think_source is mock" in err and '--smoke' in err and 'export_report.json' in err and not (t/'launch-sft').exists()
+    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', t/'model', '--output-dir', t/'launch-sft', '--smoke')
     assert rc == 0, err
     assert out.strip().startswith('torchrun --standalone') and 'verl.trainer.sft_trainer' in out and 'data.enable_thinking_default=null' in out
+    assert 'trainer.experiment_name=sft-trajectory-smoke' in out
     rep = read_json(t/'launch-sft/launch_report.json')
     assert rep['status'] == 'ready' and rep['checks']['multiturn_sft_dataset_rows'] > 0 and rep['verl_version'].startswith('0.9')
+    assert rep['smoke'] is True and rep['think_source'] == 'mock'
     cfg = (t/'launch-sft/config.yaml').read_text()
     assert 'enable_thinking_default: null' in cfg and 'tools_key: tools' in cfg
     assert (t/'launch-sft/command.sh').read_text().count('torchrun') == 1
@@ -114,10 +119,16 @@ def test_rollout_gate_from_dump(setup, capsys, tmp_path):
         lines = [{'sample_id': r['extra_info']['sample_id'], 'ground_truth': r['reward_model']['ground_truth'],
                   'response': r['reward_model']['ground_truth'] if i % k == 0 else '{"choice_id": "K00000000", "data_level": "L1"}'} for i, r in enumerate(rows[:40])]
         (tmp_path/name).write_text(''.join(json.dumps(l) + '\n' for l in lines)); return tmp_path/name
-    rc, out, _ = run(capsys, 'rollout-gate', '--from-dump', dump('ok.jsonl', 8), '--report', tmp_path/'ok.json')
-    assert rc == 0 and read_json(tmp_path/'ok.json')['nonzero_reward_numerator'] == 5 and 'passed' in out
-    rc, _, _ = run(capsys, 'rollout-gate', '--from-dump', dump('hi.jsonl', 2), '--report', tmp_path/'hi.json')
-    assert rc == 1 and read_json(tmp_path/'hi.json')['nonzero_reward_rate'] == 0.5
+    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', dump('ok.jsonl', 8), '--report', tmp_path/'ok.json')
+    assert rc == 2 and '--model HF_DIR or --model-sha256' in err and not (tmp_path/'ok.json').exists()   # a gate of no model is no gate
+    rc, out, _ = run(capsys, 'rollout-gate', '--from-dump', dump('ok.jsonl', 8), '--model', t/'model', '--report', tmp_path/'ok.json')
+    ok = read_json(tmp_path/'ok.json')
+    assert rc == 0 and ok['nonzero_reward_numerator'] == 5 and 'passed' in out and ok['model']['files'][0] == 'config.json'
+    sha = ok['model']['sha256']
+    rc, _, _ = run(capsys, 'rollout-gate', '--from-dump', dump('hi.jsonl', 2), '--model-sha256', sha, '--report', tmp_path/'hi.json')
+    assert rc == 1 and read_json(tmp_path/'hi.json')['nonzero_reward_rate'] == 0.5 and read_json(tmp_path/'hi.json')['model']['sha256'] == sha
+    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', dump('hi.jsonl', 2), '--model', t/'model', '--model-sha256', '0' * 64, '--report', tmp_path/'x.json')
+    assert rc == 2 and 'is not the folder' in err
     (tmp_path/'empty.jsonl').write_text('')
-    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', tmp_path/'empty.jsonl', '--report', tmp_path/'e.json')
+    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', tmp_path/'empty.jsonl', '--model-sha256', sha, '--report', tmp_path/'e.json')
     assert rc == 2 and 'no rows' in err

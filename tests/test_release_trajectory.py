@@ -118,6 +118,7 @@ def test_export_from_file_validate_stats_and_mixture(base, collected, capsys, tm
     assert rc == 0, err
     mix = read_json(base/'run/releases/traj-mix/mixture_report.json')
     assert mix['validation']['valid'] and mix['family'] == 'sft-trajectory' and mix['sources']['a']['val'] == rep['rows']['val']
+    assert mix['think_sources'] == {'a': rep['think_source']} and mix['think_source'] == rep['think_source']   # formal only if every source is
     rc, err = run(capsys, 'mixture', '--family', 'sft', '--input', f"a={base}/run/releases/traj", '--grading-manifest', base/'run/grading-manifest.json',
                   *assets(base, False), '--output-dir', base/'run/releases/bad-mix')
     assert rc == 2 and 'cannot consume a native-tool trajectory release' in err

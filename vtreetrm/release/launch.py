@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib, importlib, json, shlex, subprocess, sys
 from pathlib import Path
 from ..utils import UserError, atomic_dir, atomic_write, write_json
+from .trajectory import release_think_source
 from .assets import SPLITS, required, make_report
 from .sft import open_parquet
 from .tools import write_tool_config
@@ -94,6 +95,7 @@ def verl_sft(release:str=None,         # validated trajectory release (train/val
              experiment:str='sft-trajectory', # trainer.experiment_name
              check_rows:int=8,         # rows loaded through verl's MultiTurnSFTDataset as a gate
              dry_run:bool=True,        # print the command instead of running it
+             smoke:bool=False,         # accept a mock-think release (a CPU smoke, never a formal SFT); the experiment name says smoke
              extra:list[str]=None):    # further Hydra overrides, passed verbatim
     "Gate and launch verl's SFT trainer on a native-tool trajectory release."
     required(release=release, model=model, output_dir=output_dir)
@@ -101,6 +103,12 @@ def verl_sft(release:str=None,         # validated trajectory release (train/val
                   experiment=experiment, check_rows=check_rows, dry_run=dry_run, extra=extra)
     verl = check_verl()
     files = _release_files(release, 'trajectory')
+    think, rep_path = release_think_source(release)
+    if think != 'file' and not smoke:
+        raise UserError(f"the release's think_source is {think or 'not recorded'}: mock-think trajectories are a CPU smoke, "
+                        "never a formal SFT; export with --think-source file:PATH, or pass --smoke", rep_path, field='think_source')
+    if smoke and not experiment.endswith('-smoke'): experiment += '-smoke'
+    params.update(experiment=experiment, smoke=smoke)
     tok = _tokenizer(model)
     out = Path(output_dir).resolve()
     overrides = [f"data.train_files={files['train']}", f"data.val_files={files['val']}", 'data.messages_key=messages', 'data.tools_key=tools',
@@ -124,7 +132,8 @@ def verl_sft(release:str=None,         # validated trajectory release (train/val
     except AssertionError as e: raise UserError(f"verl's MultiTurnSFTDataset rejects the data with this tokenizer: {str(e)[:300]}", files['train']) from None
     cmd = ['torchrun', '--standalone', '--nnodes=1', f'--nproc_per_node={n_gpus}', '-m', 'verl.trainer.sft_trainer', *overrides]
     rep = make_report('verl-sft', params, [*files.values()], None, status='ready', verl_version=verl.__version__,
-                      config_name='sft_trainer_engine', checks={'verl_version': True, 'release_validated': True, 'chat_template': True, 'config_dataclasses': True,
+                      config_name='sft_trainer_engine', think_source=think, smoke=smoke,
+                      checks={'verl_version': True, 'release_validated': True, 'chat_template': True, 'config_dataclasses': True,
                       'custom_cls': 'not needed: verl MultiTurnSFTDataset masks assistant turns', 'multiturn_sft_dataset_rows': len(ds)},
                       launch_command=cmd, dry_run=dry_run)
     return _publish(output_dir, cmd, cfg, rep, dry_run)

@@ -14,8 +14,8 @@ from .sft import iter_parquet
 from .tools import CategoryTools, ToolError, TOOL_SCHEMAS
 
 # %% auto #0
-__all__ = ['GATE_RANGE', 'PARSER', 'parse_tool_calls', 'weights_identity', 'diagnose', 'summarize', 'rollout_episode',
-           'rollout_gate']
+__all__ = ['GATE_RANGE', 'PARSER', 'parse_tool_calls', 'weights_identity', 'model_identity', 'diagnose', 'summarize',
+           'rollout_episode', 'rollout_gate']
 
 # %% ../../nbs/release/14_rollout.ipynb #8bd732dc
 GATE_RANGE = (0.05, 0.30)
@@ -32,13 +32,26 @@ def parse_tool_calls(text:str) -> list:
     return out
 
 def weights_identity(model) -> dict:
-    "Path and sha256 of a model folder's weight files (the model's identity in the report)."
+    "Path and sha256 of a model folder's config.json and weight files (the model's identity in gate and launch reports)."
     if model is None: return None
     m = Path(model)
+    if not m.is_dir(): raise UserError("no such model folder", m)
     files = sorted([*m.glob('*.safetensors'), *m.glob('*.bin'), *m.glob('*.pt')])
+    if not files: raise UserError("the model folder has no weight files (*.safetensors, *.bin, *.pt)", m)
+    if not (m/'config.json').is_file(): raise UserError("the model folder has no config.json", m, field='config.json')
     h = hashlib.sha256()
-    for f in files: h.update(f.name.encode()); h.update(bytes.fromhex(sha256_file(f)))
-    return {'path': str(m.resolve()), 'weights': [f.name for f in files], 'sha256': h.hexdigest() if files else None}
+    for f in [m/'config.json', *files]: h.update(f.name.encode()); h.update(bytes.fromhex(sha256_file(f)))
+    return {'path': str(m.resolve()), 'files': ['config.json', *(f.name for f in files)], 'sha256': h.hexdigest()}
+
+def model_identity(model:str=None, model_sha256:str=None) -> dict|None:
+    "The identity a gate report records: the folder's (`weights_identity`) or a given sha256; both must agree."
+    if model_sha256 is not None and not re.fullmatch(r'[0-9a-fA-F]{64}', str(model_sha256)):
+        raise UserError(f"--model-sha256 must be 64 hex digits, got {str(model_sha256)[:80]!r}")
+    ident = weights_identity(model)
+    if model_sha256 is None: return ident
+    if ident and ident['sha256'] != model_sha256.lower():
+        raise UserError(f"--model-sha256 {model_sha256.lower()} is not the folder's ({ident['sha256']})", model)
+    return ident or {'path': None, 'files': None, 'sha256': model_sha256.lower()}
 
 def diagnose(episodes:list) -> str|None:
     "The likely cause of an (almost) all-zero reward."
@@ -92,6 +105,7 @@ def rollout_gate(model:str=None,          # local model folder (merged checkpoin
                  corpus:str=None,         # corpus JSON (tools)
                  task_config:str=None,    # task config JSON (tools)
                  from_dump:str=None,      # score this rollout dump JSONL instead (lines with response and ground_truth)
+                 model_sha256:str=None,   # with --from-dump and no --model: the identity of the model that produced the dump (`weights_identity`: config.json + weights)
                  reference:str=None,      # reference model folder, recorded by identity
                  report:str=None,         # gate report JSON to write
                  max_turns:int=6,         # assistant turns per episode
@@ -101,7 +115,10 @@ def rollout_gate(model:str=None,          # local model folder (merged checkpoin
                  progress:bool=True) -> int: # show a progress bar
     "Post-SFT rollout gate: exit 0 only for 5% <= nonzero-reward rate <= 30%."
     required(report=report)
-    params = dict(model=model, release=release, n=n, split=split, registry=registry, corpus=corpus, task_config=task_config, from_dump=from_dump,
+    if from_dump and model is None and model_sha256 is None:
+        raise UserError("--from-dump needs the identity of the model that produced the dump: --model HF_DIR or --model-sha256 HEX")
+    ident = model_identity(model, model_sha256)             # checked before any rollout
+    params = dict(model=model, model_sha256=model_sha256, release=release, n=n, split=split, registry=registry, corpus=corpus, task_config=task_config, from_dump=from_dump,
                   reference=reference, report=report, max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     episodes, inputs = [], []
     loop = {'agent_loop': 'native-tool (vtreetrm.release.rollout)', 'max_turns': max_turns, 'max_new_tokens': max_new_tokens,
@@ -143,7 +160,7 @@ def rollout_gate(model:str=None,          # local model folder (merged checkpoin
     if release:
         mr = Path(release)/'mixture_report.json'
         rel = {'path': str(Path(release).resolve()), 'split': split, 'mixture_report_sha256': sha256_file(mr) if mr.is_file() else None}
-    rep = make_report('rollout-gate', params, inputs, None, **body, model=weights_identity(model), reference=weights_identity(reference),
+    rep = make_report('rollout-gate', params, inputs, None, **body, model=ident, reference=weights_identity(reference),
                       release=rel, parser=PARSER, agent_loop=loop, episodes=episodes[:200])
     write_json(report, rep)
     print(f"rollout gate {body['status']}: {body['nonzero_reward_numerator']}/{body['denominator']} nonzero = {100 * body['nonzero_reward_rate']:.2f}% "

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_dir, write_json, iter_jsonl
+from ..utils import UserError, atomic_dir, write_json, iter_jsonl, read_json
 from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note
 from .prompts import native_messages, native_answer, candidates_for, parse_user
 from .reward import parse_final_answer
@@ -21,7 +21,8 @@ from .tools import CategoryTools, ToolError, TOOL_SCHEMAS
 __all__ = ['TRAJECTORY_STAGE', 'TRAJECTORY_FORMAT', 'TRAJECTORY_CLASSES', 'NO_RESULT_FALLBACK', 'TRAJECTORY_SCHEMA',
            'TRAJ_SCHEMA_CACHE', 'trajectory_class', 'build_context', 'iter_contexts', 'trajectory_collect',
            'mock_think', 'resolve_think_file', 'load_think_file', 'assemble', 'to_row', 'check_trajectory_row',
-           'validate_trajectory_dataset', 'trajectory_export', 'trajectory_validate', 'trajectory_stats']
+           'validate_trajectory_dataset', 'trajectory_export', 'release_think_source', 'trajectory_validate',
+           'trajectory_stats']
 
 # %% ../../nbs/release/11_trajectory.ipynb #ada6c3c5
 TRAJECTORY_STAGE = 'tool_trajectory'
@@ -314,6 +315,14 @@ def trajectory_export(dataset:str=None,       # dataset name
                           export_seconds=round(t1 - t0, 3), validate_seconds=round(time.time() - t1, 3))
         write_json(d/'export_report.json', rep)
     return rep
+
+def release_think_source(release) -> tuple[str|None, Path]:
+    "('file', 'mock', 'mixed' or None if unrecorded, the report it is read from) of a trajectory release or mixture."
+    rel = Path(release)
+    rep = rel/('mixture_report.json' if (rel/'mixture_report.json').is_file() else 'export_report.json')
+    r = read_json(rep) if rep.is_file() else {}
+    ts = r.get('think_source') if isinstance(r, dict) else None
+    return (ts if ts in ('file', 'mock', 'mixed') else None), rep
 
 def trajectory_validate(dataset_dir:str=None,   # trajectory release folder
                         registry:str=None,      # leaf registry JSON

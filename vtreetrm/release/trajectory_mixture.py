@@ -14,7 +14,7 @@ from .assets import SPLITS, ReleaseContext, TaskConfig, required, make_report, p
 from .prompts import native_messages, candidates_for, parse_user
 from .sft import SplitWriter, iter_parquet, open_parquet, BATCH_ROWS
 from .mixture import mixture, copies
-from .trajectory import validate_trajectory_dataset, _clean, TRAJECTORY_SCHEMA
+from .trajectory import validate_trajectory_dataset, _clean, TRAJECTORY_SCHEMA, release_think_source
 
 # %% auto #0
 __all__ = ['mixture_trajectory', 'mixture_any']
@@ -33,6 +33,7 @@ def mixture_trajectory(input:list[str]=None, grading_manifest:str=None, registry
     grading = load_grading_manifest(grading_manifest, [task.dataset])[task.dataset]
     ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields, grading_override=grading)
     t0 = time.time(); per_source = {}; inputs = []
+    think = {name: release_think_source(src)[0] for name, src in sources.items()}   # a mixture is formal only if every source is
     with atomic_dir(output_dir) as d:
         out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)   # every split gets a file, empty ones too
         try:
@@ -68,6 +69,7 @@ def mixture_trajectory(input:list[str]=None, grading_manifest:str=None, registry
         rep = make_report('mixture', params, [*inputs, grading_manifest, grading.path, registry, corpus, task_config], ctx.dataset,
                           status='ok', family='sft-trajectory', seed=seed, weights={k: w.get(k, 1.0) for k in sources},
                           sources={k: dict(v) for k, v in per_source.items()}, rows={s: counts[s] for s in SPLITS},
+                          think_sources=think, think_source=next(iter(set(think.values()))) if len(set(think.values())) == 1 else 'mixed',
                           grading_manifest={'path': str(grading_manifest), 'sha256': sha256_file(grading_manifest), 'grading_sha256': sha256_file(grading.path)},
                           validation={k: val[k] for k in ('valid', 'line', 'rows', 'counts', 'tool_reexecution_seconds')},
                           mix_seconds=round(t1 - t0, 3), validate_seconds=round(time.time() - t1, 3))
