@@ -71,16 +71,61 @@ def test_verl_sft_dry_run(setup, capsys):
     assert (t/'launch-sft/command.sh').read_text().count('torchrun') == 1
 
 
+def _gate_dump(t, path, every:int):
+    "A rollout dump of the RL release whose every `every`-th response is right."
+    rows = pq.read_table(t/'run/rl/train.parquet').to_pylist()
+    path.write_text(''.join(json.dumps({'sample_id': r['extra_info']['sample_id'], 'ground_truth': r['reward_model']['ground_truth'],
+                                        'response': r['reward_model']['ground_truth'] if i % every == 0 else '{"choice_id": "K00000000", "data_level": "L1"}'}) + '\n'
+                            for i, r in enumerate(rows[:40])))
+    return path
+
+
+def _audit(capsys, t, canonical, report):
+    s = t/'syn'
+    return run(capsys, 'audit', '--bundle', '--canonical', f'shougang={canonical}', '--classification-standard', f'shougang={s}/STANDARDS/shougang.classification.json',
+               '--grading-standard', f'shougang={s}/STANDARDS/shougang.grading.json', '--report', report, '--no-progress')
+
+
 @pytest.mark.verl
-def test_verl_rl_dry_run(setup, capsys):
+def test_verl_rl_dry_run(setup, capsys, tmp_path):
     pytest.importorskip('verl')
     t, a = setup
-    rc, out, err = run(capsys, 'verl-rl', '--release', t/'run/rl', '--model', t/'model', *tools_flags(a), '--output-dir', t/'launch-rl')
+    assert run(capsys, 'rollout-gate', '--from-dump', _gate_dump(t, tmp_path/'d.jsonl', 8), '--model', t/'model', '--report', tmp_path/'gate.json')[0] == 0
+    assert _audit(capsys, t, t/'run/canonical/shougang/all.json', tmp_path/'audit.json')[0] == 0
+    rl = ['verl-rl', '--release', t/'run/rl', '--sft-model', t/'model', *tools_flags(a), '--rollout-gate', tmp_path/'gate.json',
+          '--audit', tmp_path/'audit.json', '--reference', t/'model']
+    rc, out, err = run(capsys, *rl, '--output-dir', t/'launch-rl', '--nnodes', 2, '--gpus-per-node', 8, '--logger', 'console,tensorboard')
     assert rc == 0, err
     assert 'verl.trainer.main_ppo' in out and 'algorithm.adv_estimator=rloo' in out and 'reward.custom_reward_function.name=compute_score' in out
+    assert 'actor_rollout_ref.rollout.name=vllm' in out and 'trainer.nnodes=2' in out and 'trainer.n_gpus_per_node=8' in out
+    assert 'trainer.logger=[console,tensorboard]' in out
     rep = read_json(t/'launch-rl/launch_report.json')
     assert rep['checks']['validate_config'] and rep['checks']['tools'] == ['search_categories', 'read_category', 'list_children']
+    g = rep['gates']
+    assert g['sft_model']['sha256'] == read_json(tmp_path/'gate.json')['model']['sha256'] == g['reference']['sha256']
+    assert g['audit']['conflict_keys'] == 0 and len(g['audit']['canonical']) == 1
     assert (t/'launch-rl/tools.yaml').is_file() and 'adv_estimator: rloo' in (t/'launch-rl/config.yaml').read_text()
+    assert 'ray start --head' in (t/'launch-rl/command.sh').read_text()
+    # each rule refuses on its own, before anything is written
+    assert run(capsys, 'rollout-gate', '--from-dump', _gate_dump(t, tmp_path/'hi.jsonl', 2), '--model', t/'model', '--report', tmp_path/'hi.json')[0] == 1
+    assert run(capsys, 'rollout-gate', '--from-dump', tmp_path/'d.jsonl', '--model-sha256', '0' * 64, '--report', tmp_path/'other.json')[0] == 0
+    other_can = tmp_path/'all.json'; other_can.write_bytes((t/'run/canonical/shougang/all.json').read_bytes() + b'\n')
+    assert _audit(capsys, t, other_can, tmp_path/'audit-other.json')[0] == 0
+    bad_audit = read_json(tmp_path/'audit.json'); bad_audit.update(status='failed', conflict_keys=3)
+    (tmp_path/'audit-bad.json').write_text(json.dumps(bad_audit))
+    for swap, says in (({'--rollout-gate': tmp_path/'hi.json'}, 'rollout gate did not pass'),
+                       ({'--rollout-gate': tmp_path/'other.json'}, 'run on another model'),
+                       ({'--audit': tmp_path/'audit-bad.json'}, 'did not pass with 0 conflict keys'),
+                       ({'--audit': tmp_path/'audit-other.json'}, 'other canonical data'),
+                       ({'--reference': tmp_path/'nope'}, 'no such reference model folder'),
+                       ({'--rollout-engine': 'hf'}, '--rollout-engine must be one of vllm, sglang'),
+                       ({'--logger': 'console,slack'}, '--logger must be a comma list')):
+        argv = [*rl]
+        for k, v in swap.items():
+            if k in argv: argv[argv.index(k) + 1] = v
+            else: argv += [k, v]
+        rc, _, err = run(capsys, *argv, '--output-dir', tmp_path/'x')
+        assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and not (tmp_path/'x').exists(), (swap, err)
 
 
 @pytest.mark.verl
@@ -90,7 +135,7 @@ def test_launch_gate_refuses_wrong_release_and_unsupported_verl(setup, capsys, m
     rc, _, err = run(capsys, 'verl-sft', '--release', t/'run/rl', '--model', t/'model', '--output-dir', t/'x')
     assert rc == 2 and 'native-tool trajectory release' in err and not (t/'x').exists()
     monkeypatch.setattr(verl, '__version__', '0.8.3')
-    rc, _, err = run(capsys, 'verl-rl', '--release', t/'run/rl', '--model', t/'model', *tools_flags(a), '--output-dir', t/'y')
+    rc, _, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', t/'model', '--output-dir', t/'y', '--smoke')
     assert rc == 2 and 'verl 0.8.3 is not supported' in err and "'.[verl]'" in err and not (t/'y').exists()
 
 

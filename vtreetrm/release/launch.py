@@ -6,14 +6,16 @@
 from __future__ import annotations
 import contextlib, importlib, json, shlex, subprocess, sys
 from pathlib import Path
-from ..utils import UserError, atomic_dir, atomic_write, write_json
+from ..utils import UserError, atomic_dir, atomic_write, write_json, read_json, sha256_file
 from .trajectory import release_think_source
+from .rollout import weights_identity
 from .assets import SPLITS, required, make_report
 from .sft import open_parquet
 from .tools import write_tool_config
 
 # %% auto #0
-__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'check_verl', 'compose_verl_config', 'verl_sft', 'verl_rl']
+__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config', 'verl_sft',
+           'release_canonical', 'rl_gates', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #a121b2bd
 SUPPORTED_VERL = ('0.9.1', '0.10')   # >= first, < second
@@ -138,9 +140,63 @@ def verl_sft(release:str=None,         # validated trajectory release (train/val
                       launch_command=cmd, dry_run=dry_run)
     return _publish(output_dir, cmd, cfg, rep, dry_run)
 
+# %% ../../nbs/release/13_launch.ipynb #3e750ba4
+ROLLOUT_ENGINES = ('vllm', 'sglang')            # actor_rollout_ref.rollout.name values verl 0.9.1 accepts
+LOGGERS = ('console', 'wandb', 'tensorboard', 'mlflow')
+
+def _report_of(release) -> tuple[dict, Path]:
+    rel = Path(release)
+    f = rel/('mixture_report.json' if (rel/'mixture_report.json').is_file() else 'export_report.json')
+    if not f.is_file(): raise UserError("no export_report.json or mixture_report.json: not a published release", rel)
+    return read_json(f), f
+
+def release_canonical(release, depth:int=0) -> dict:
+    "{sha256: path} of the canonical files a release was exported from, through mixtures to their sources."
+    if depth > 8: raise UserError("release sources nest too deeply", release)
+    rep, f = _report_of(release)
+    prov = rep.get('provenance') or {}; params, inputs = prov.get('params') or {}, prov.get('inputs') or {}
+    if isinstance(params.get('canonical'), str):
+        sha = inputs.get(str(params['canonical'])) or inputs.get(str(Path(params['canonical'])))
+        if not sha: raise UserError("the release report does not record its canonical input's sha256", f, field='provenance.inputs')
+        return {sha: str(params['canonical'])}
+    out = {}
+    for spec in params.get('input') or []:
+        out.update(release_canonical(str(spec).partition('=')[2], depth + 1))
+    return out
+
+def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
+    "Check the rollout gate, the audit and the reference for a formal RLOO launch; returns what the launch report records."
+    required(sft_model=sft_model, rollout_gate=rollout_gate, audit=audit, reference=reference)
+    ident = weights_identity(sft_model)
+    g = read_json(rollout_gate)
+    if not isinstance(g, dict) or g.get('passed') is not True:
+        raise UserError(f"the rollout gate did not pass (status {g.get('status') if isinstance(g, dict) else None!r}): RLOO starts only from a "
+                        "model whose nonzero-reward rate is 5-30%", rollout_gate, field='passed')
+    gsha = (g.get('model') or {}).get('sha256')
+    if gsha != ident['sha256']:
+        raise UserError(f"the rollout gate was run on another model (sha256 {gsha}, --sft-model has {ident['sha256']})", rollout_gate, field='model.sha256')
+    a = read_json(audit)
+    if not isinstance(a, dict) or a.get('status') != 'passed' or a.get('conflict_keys') != 0:
+        raise UserError(f"the audit did not pass with 0 conflict keys (status {a.get('status')!r}, conflict_keys {a.get('conflict_keys')!r})",
+                        audit, field='conflict_keys')
+    aprov = a.get('provenance') or {}; ains = aprov.get('inputs') or {}
+    audited = {ains.get(str(Path(str(s).partition('=')[2]))) for s in (aprov.get('params') or {}).get('canonical') or []} - {None}
+    canon = release_canonical(release)
+    if not canon or not set(canon) <= audited:
+        raise UserError(f"the audit read other canonical data than the release was exported from (release: "
+                        f"{', '.join(sorted(canon.values())) or 'none recorded'}; audit: {len(audited)} file(s), none of them these)", audit, field='provenance.inputs')
+    if not Path(reference).is_dir(): raise UserError("no such reference model folder", reference)
+    return {'sft_model': ident, 'rollout_gate': {'path': str(Path(rollout_gate).resolve()), 'sha256': sha256_file(rollout_gate),
+                                                 'nonzero_reward_rate': g.get('nonzero_reward_rate')},
+            'audit': {'path': str(Path(audit).resolve()), 'sha256': sha256_file(audit), 'conflict_keys': 0, 'canonical': sorted(canon)},
+            'reference': weights_identity(reference)}
+
 # %% ../../nbs/release/13_launch.ipynb #7604ab8c
 def verl_rl(release:str=None,          # validated rl-cascade release (five-field parquet)
-            model:str=None,            # local model folder (a merged post-SFT checkpoint)
+            sft_model:str=None,        # local model folder: the merged post-SFT checkpoint RL starts from
+            rollout_gate:str=None,     # the post-SFT rollout gate report of --sft-model (must have passed)
+            audit:str=None,            # the prompt-conflict audit report of the release's canonical data (passed, 0 conflict keys)
+            reference:str=None,        # reference model folder (its identity is recorded)
             registry:str=None,         # leaf registry JSON (for the tools)
             corpus:str=None,           # corpus JSON (for the tools)
             task_config:str=None,      # task config JSON (for the tools)
@@ -149,20 +205,30 @@ def verl_rl(release:str=None,          # validated rl-cascade release (five-fiel
             train_batch_size:int=32,   # data.train_batch_size
             max_prompt_length:int=2048, # data.max_prompt_length
             max_response_length:int=1024, # data.max_response_length
-            n_gpus:int=1,              # GPUs per node
+            rollout_engine:str='vllm',  # actor_rollout_ref.rollout.name: vllm or sglang
+            nnodes:int=1,              # trainer.nnodes (a Ray cluster of this many nodes)
+            gpus_per_node:int=1,       # trainer.n_gpus_per_node
+            logger:str='console',      # trainer.logger: comma list of console, wandb, tensorboard, mlflow
             project:str='vtreetrm-release', # trainer.project_name
             experiment:str='rloo',     # trainer.experiment_name
             dry_run:bool=True,         # print the command instead of running it
             extra:list[str]=None):     # further Hydra overrides, passed verbatim
     "Gate and launch verl's PPO trainer with RLOO, our reward and our tools on an rl-cascade release."
-    required(release=release, model=model, registry=registry, corpus=corpus, task_config=task_config, output_dir=output_dir)
+    required(release=release, sft_model=sft_model, registry=registry, corpus=corpus, task_config=task_config, output_dir=output_dir)
     if rollout_n < 2: raise UserError("--rollout-n must be at least 2 for RLOO")
-    params = dict(release=release, model=model, registry=registry, corpus=corpus, task_config=task_config, output_dir=output_dir,
-                  rollout_n=rollout_n, train_batch_size=train_batch_size, max_prompt_length=max_prompt_length,
-                  max_response_length=max_response_length, n_gpus=n_gpus, project=project, experiment=experiment, dry_run=dry_run, extra=extra)
+    if rollout_engine not in ROLLOUT_ENGINES: raise UserError(f"--rollout-engine must be one of {', '.join(ROLLOUT_ENGINES)}, got {rollout_engine!r}")
+    loggers = [x.strip() for x in str(logger).split(',') if x.strip()]
+    if not loggers or set(loggers) - set(LOGGERS): raise UserError(f"--logger must be a comma list of {', '.join(LOGGERS)}, got {logger!r}")
+    if nnodes < 1 or gpus_per_node < 1: raise UserError("--nnodes and --gpus-per-node must be at least 1")
+    params = dict(release=release, sft_model=sft_model, rollout_gate=rollout_gate, audit=audit, reference=reference, registry=registry,
+                  corpus=corpus, task_config=task_config, output_dir=output_dir, rollout_n=rollout_n, train_batch_size=train_batch_size,
+                  max_prompt_length=max_prompt_length, max_response_length=max_response_length, rollout_engine=rollout_engine, nnodes=nnodes,
+                  gpus_per_node=gpus_per_node, logger=logger, project=project, experiment=experiment, dry_run=dry_run, extra=extra)
+    gates = rl_gates(release, sft_model, rollout_gate, audit, reference)
     verl = check_verl()
     files = _release_files(release, 'rl')
-    _tokenizer(model)
+    _tokenizer(sft_model)
+    model = sft_model
     out = Path(output_dir).resolve(); out.parent.mkdir(parents=True, exist_ok=True)
     tools_yaml = out.parent/f'.{out.name}.tools.yaml'
     write_tool_config(tools_yaml, registry, corpus, task_config)
@@ -181,8 +247,9 @@ def verl_rl(release:str=None,          # validated rl-cascade release (five-fiel
                  'actor_rollout_ref.rollout.multi_turn.enable=true', f'actor_rollout_ref.rollout.multi_turn.tool_config_path={final_yaml}',
                  'actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent',
                  f'reward.custom_reward_function.path={reward_py}', 'reward.custom_reward_function.name=compute_score',
-                 f'trainer.n_gpus_per_node={n_gpus}', 'trainer.nnodes=1', f'trainer.project_name={project}',
-                 f'trainer.experiment_name={experiment}', f'trainer.default_local_dir={out}/checkpoints', 'trainer.logger=[console]', *(extra or [])]
+                 f'actor_rollout_ref.rollout.name={rollout_engine}',
+                 f'trainer.n_gpus_per_node={gpus_per_node}', f'trainer.nnodes={nnodes}', f'trainer.project_name={project}',
+                 f'trainer.experiment_name={experiment}', f'trainer.default_local_dir={out}/checkpoints', f"trainer.logger=[{','.join(loggers)}]", *(extra or [])]
     cfg = compose_verl_config('ppo_trainer', overrides)
     from verl.utils.config import validate_config
     from verl.trainer.ppo.utils import need_reference_policy, need_critic
@@ -195,15 +262,20 @@ def verl_rl(release:str=None,          # validated rl-cascade release (five-fiel
     if fn is None or fn('x', '{"choice_id": "K0", "data_level": "L1"}', '{"choice_id": "K0", "data_level": "L1"}', {}) != 1.0:
         raise UserError(f"verl does not load the reward function from {reward_py}")
     cmd = [sys.executable, '-m', 'verl.trainer.main_ppo', *overrides]
-    rep = make_report('verl-rl', params, [*files.values(), registry, corpus, task_config], None, status='ready', verl_version=verl.__version__,
-                      config_name='ppo_trainer', checks={'verl_version': True, 'release_validated': True, 'validate_config': True,
+    if cfg.actor_rollout_ref.rollout.name not in ROLLOUT_ENGINES: raise UserError(f"actor_rollout_ref.rollout.name must be one of {', '.join(ROLLOUT_ENGINES)}")
+    rep = make_report('verl-rl', params, [*files.values(), registry, corpus, task_config, rollout_gate, audit], None, status='ready', verl_version=verl.__version__,
+                      config_name='ppo_trainer', gates=gates, rollout_engine=rollout_engine, nnodes=nnodes,
+                      checks={'verl_version': True, 'release_validated': True, 'validate_config': True, 'rollout_gate_passed': True,
+                              'audit_passed_same_data': True, 'reference_recorded': True,
                       'tools': [t.name for t in tools], 'reward_function': f"{reward_py}:compute_score", 'adv_estimator': 'rloo'},
                       launch_command=cmd, dry_run=dry_run)
     try:
         from omegaconf import OmegaConf
         with atomic_dir(out) as d:
             atomic_write(d/'config.yaml', OmegaConf.to_yaml(cfg)); atomic_write(d/'tools.yaml', tools_yaml.read_text(encoding='utf-8'))
-            atomic_write(d/'command.sh', '#!/usr/bin/env bash\nset -euo pipefail\n' + shlex.join(cmd) + '\n')
+            ray = ('' if nnodes == 1 else f"# {nnodes} nodes: on the head node `ray start --head --port 6379`, on each of the other {nnodes - 1} "
+                   "`ray start --address HEAD:6379`, then run this on the head node (verl's ray.init() joins the running cluster)\n")
+            atomic_write(d/'command.sh', '#!/usr/bin/env bash\nset -euo pipefail\n' + ray + shlex.join(cmd) + '\n')
             write_json(d/'launch_report.json', rep)
     finally: tools_yaml.unlink(missing_ok=True)
     print(shlex.join(cmd))
