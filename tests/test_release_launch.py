@@ -177,3 +177,52 @@ def test_rollout_gate_from_dump(setup, capsys, tmp_path):
     (tmp_path/'empty.jsonl').write_text('')
     rc, _, err = run(capsys, 'rollout-gate', '--from-dump', tmp_path/'empty.jsonl', '--model-sha256', sha, '--report', tmp_path/'e.json')
     assert rc == 2 and 'no rows' in err
+
+
+def _fsdp_checkpoint(t, d, world_size=1, extra=None):
+    "The layout verl's FSDP trainer saves for one rank (plain tensors; world size 1), from the tiny model: a fixture, not verl's saver."
+    import torch
+    from transformers import AutoModelForCausalLM
+    sd = AutoModelForCausalLM.from_pretrained(t/'model').state_dict()
+    (d/'huggingface').mkdir(parents=True)
+    torch.save({**sd, **(extra or {})}, d/f'model_world_size_{world_size}_rank_0.pt')
+    (d/'fsdp_config.json').write_text(json.dumps({'FSDP_version': 1, 'world_size': world_size}))
+    for f in (t/'model').iterdir():
+        if f.suffix != '.safetensors': shutil.copy(f, d/'huggingface'/f.name)
+    return d, sd
+
+
+class NotATensor:
+    pass
+
+
+@pytest.mark.verl
+def test_verl_merge_then_gate(setup, capsys, tmp_path):
+    """verl's own merger turns the FSDP layout into a transformers folder that loads with the same weights (in bf16),
+    and rollout-gate records its identity; unsafe or incomplete checkpoints and an existing target are refused."""
+    pytest.importorskip('verl')
+    import torch
+    from transformers import AutoModelForCausalLM
+    t, a = setup
+    ck, sd = _fsdp_checkpoint(t, tmp_path/'ckpt/global_step_10/actor')
+    rc, out, err = run(capsys, 'verl-merge', '--checkpoint', ck, '--out', tmp_path/'hf', '--dry-run')
+    assert rc == 0 and 'verl.model_merger merge --backend fsdp' in out and not (tmp_path/'hf').exists()
+    rc, out, err = run(capsys, 'verl-merge', '--checkpoint', ck, '--out', tmp_path/'hf')
+    assert rc == 0, err
+    m = AutoModelForCausalLM.from_pretrained(tmp_path/'hf').state_dict()
+    assert all(torch.allclose(m[k].float(), v.to(m[k].dtype).float()) for k, v in sd.items() if k in m) and set(sd) <= set(m)
+    sha = read_json(tmp_path/'hf/merge_report.json')['sha256']
+    assert f'sha256 {sha}' in out
+    rows = pq.read_table(t/'run/rl/train.parquet').to_pylist()[:20]
+    (tmp_path/'d.jsonl').write_text(''.join(json.dumps({'ground_truth': r['reward_model']['ground_truth'], 'response': r['reward_model']['ground_truth'] if i % 8 == 0 else ''}) + '\n' for i, r in enumerate(rows)))
+    run(capsys, 'rollout-gate', '--from-dump', tmp_path/'d.jsonl', '--model', tmp_path/'hf', '--report', tmp_path/'g.json')
+    assert read_json(tmp_path/'g.json')['model']['sha256'] == sha
+    # refusals, one line each, nothing written
+    rc, _, err = run(capsys, 'verl-merge', '--checkpoint', ck, '--out', tmp_path/'hf')
+    assert rc == 2 and 'exists (pass --overwrite' in err
+    evil, _ = _fsdp_checkpoint(t, tmp_path/'evil', extra={'note': NotATensor()})
+    rc, _, err = run(capsys, 'verl-merge', '--checkpoint', evil, '--out', tmp_path/'e')
+    assert rc == 2 and 'refusing' in err and not (tmp_path/'e').exists()
+    two, _ = _fsdp_checkpoint(t, tmp_path/'two', world_size=2)
+    rc, _, err = run(capsys, 'verl-merge', '--checkpoint', two, '--out', tmp_path/'w')
+    assert rc == 2 and 'missing shard of world size 2' in err and 'rank_1.pt' in err

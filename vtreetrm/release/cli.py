@@ -12,7 +12,7 @@ from .sft import sft_export, sft_validate
 from .rl import rl_export, rl_validate_cascade
 from .trajectory import trajectory_collect, trajectory_export, trajectory_validate, trajectory_stats
 from .trajectory_mixture import mixture_any
-from .launch import verl_sft, verl_rl
+from .launch import verl_sft, verl_rl, verl_merge
 from .rollout import rollout_gate
 
 # %% auto #0
@@ -36,5 +36,6 @@ CLI_COMMANDS = {
     'trajectory-stats': trajectory_stats,
     'verl-sft': verl_sft,
     'verl-rl': verl_rl,
+    'verl-merge': verl_merge,
     'rollout-gate': rollout_gate,
 }

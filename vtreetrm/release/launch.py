@@ -4,7 +4,7 @@
 
 # %% ../../nbs/release/13_launch.ipynb #32ea41ac
 from __future__ import annotations
-import contextlib, importlib, json, shlex, subprocess, sys
+import contextlib, importlib, json, math, shlex, subprocess, sys
 from pathlib import Path
 from ..utils import UserError, atomic_dir, atomic_write, write_json, read_json, sha256_file
 from .trajectory import release_think_source
@@ -15,7 +15,7 @@ from .tools import write_tool_config
 
 # %% auto #0
 __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config', 'verl_sft',
-           'release_canonical', 'rl_gates', 'verl_rl']
+           'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'rl_gates', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #a121b2bd
 SUPPORTED_VERL = ('0.9.1', '0.10')   # >= first, < second
@@ -139,6 +139,81 @@ def verl_sft(release:str=None,         # validated trajectory release (train/val
                       'custom_cls': 'not needed: verl MultiTurnSFTDataset masks assistant turns', 'multiturn_sft_dataset_rows': len(ds)},
                       launch_command=cmd, dry_run=dry_run)
     return _publish(output_dir, cmd, cfg, rep, dry_run)
+
+# %% ../../nbs/release/13_launch.ipynb #bb1fef0b
+def _safe_load_shard(path:Path):
+    "Load one FSDP shard with torch's restricted unpickler (tensors, DTensor and its spec only), memory-mapped."
+    import torch
+    safe = []
+    try:
+        from torch.distributed.tensor import DTensor, DeviceMesh, Shard, Replicate
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+        safe = [DTensor, DeviceMesh, Shard, Replicate, DTensorSpec, TensorMeta]
+    except ImportError: pass
+    try:
+        with torch.serialization.safe_globals(safe): sd = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    except Exception as e:
+        raise UserError(f"the shard holds more than tensors, or is damaged ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                        "verl's merger would unpickle it: refusing", path) from None
+    if not isinstance(sd, dict) or not sd: raise UserError("a shard must be a non-empty state dict", path)
+    return sd
+
+def check_fsdp_checkpoint(ckpt) -> dict:
+    "World size, shard files and parameter names of a verl FSDP actor checkpoint, every shard checked safe to load."
+    ck = Path(ckpt)
+    if not ck.is_dir(): raise UserError("no such checkpoint folder", ck)
+    cfg = read_json(ck/'fsdp_config.json')
+    ws = cfg.get('world_size') if isinstance(cfg, dict) else None
+    if not isinstance(ws, int) or isinstance(ws, bool) or ws < 1: raise UserError("world_size must be a positive integer", ck/'fsdp_config.json', field='world_size')
+    shards = [ck/f'model_world_size_{ws}_rank_{r}.pt' for r in range(ws)]
+    for s in shards:
+        if not s.is_file(): raise UserError(f"missing shard of world size {ws}", s)
+    if not (ck/'huggingface'/'config.json').is_file(): raise UserError("no huggingface/config.json beside the shards", ck, field='huggingface')
+    names = sorted(_safe_load_shard(shards[0]))
+    for s in shards[1:]: _safe_load_shard(s)
+    return {'world_size': ws, 'shards': [str(s) for s in shards], 'parameters': names}
+
+def check_merged(folder:Path) -> int:
+    "Check a merged folder against the model its config builds (meta device: shapes only); returns the parameter count."
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+    try:
+        with torch.device('meta'): model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder, local_files_only=True))
+    except (OSError, ValueError, KeyError) as e: raise UserError(f"the merged config does not build a causal LM: {e}", folder) from None
+    have = {}
+    for f in sorted(folder.glob('*.safetensors')):
+        with safe_open(str(f), 'pt') as st: have.update({k: tuple(st.get_slice(k).get_shape()) for k in st.keys()})
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    tied = set(getattr(model, '_tied_weights_keys', None) or ()) if getattr(model.config, 'tie_word_embeddings', False) else set()
+    missing = [k for k in want if k not in have and k not in tied]
+    wrong = [k for k in want if k in have and have[k] != want[k]]
+    if missing or wrong: raise UserError(f"the merged weights do not fit the model: missing {missing[:3]}, wrong shape {wrong[:3]}", folder)
+    return sum(math.prod(s) for s in have.values())
+
+def verl_merge(checkpoint:str=None,   # verl FSDP actor checkpoint (global_step_N/actor: shards, fsdp_config.json, huggingface/)
+               out:str=None,          # transformers folder to write (published whole)
+               overwrite:bool=False,  # replace an existing --out
+               dry_run:bool=False):   # print the merge command and check the checkpoint, write nothing
+    "Merge verl's FSDP SFT checkpoint into a transformers folder with verl's own merger; print its identity sha256."
+    required(checkpoint=checkpoint, out=out)
+    check_verl()
+    info = check_fsdp_checkpoint(checkpoint)
+    dest = Path(out)
+    if dest.exists() and not overwrite: raise UserError("the merge target exists (pass --overwrite to replace it)", dest)
+    cmd = [sys.executable, '-m', 'verl.model_merger', 'merge', '--backend', 'fsdp', '--local_dir', str(Path(checkpoint).resolve()), '--target_dir']
+    if dry_run:
+        print(shlex.join([*cmd, str(dest.resolve())])); return 0
+    with atomic_dir(dest) as tmp:
+        r = subprocess.run([*cmd, str(tmp)], capture_output=True, text=True)
+        if r.returncode: raise UserError(f"verl's merger failed: {(r.stderr.strip().splitlines() or ['(no output)'])[-1][:300]}", checkpoint)
+        n = check_merged(tmp)
+        ident = weights_identity(tmp)
+        write_json(tmp/'merge_report.json', make_report('verl-merge', dict(checkpoint=checkpoint, out=out, overwrite=overwrite), info['shards'], None,
+                                                        status='ok', world_size=info['world_size'], parameters=n, sha256=ident['sha256'],
+                                                        merge_command=[*cmd, str(dest.resolve())]))
+    print(f"merged {info['world_size']} shard(s), {n:,} parameters -> {dest} (sha256 {ident['sha256']})")
+    return 0
 
 # %% ../../nbs/release/13_launch.ipynb #3e750ba4
 ROLLOUT_ENGINES = ('vllm', 'sglang')            # actor_rollout_ref.rollout.name values verl 0.9.1 accepts
