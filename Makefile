@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env test test-slow demo lab bench export clean-nbs sysdeps
+.PHONY: env env-rl check-env-rl test test-slow demo lab bench export clean-nbs sysdeps
 
 $(STAMP): setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,18 @@ $(STAMP): setup.py settings.ini
 
 env: $(STAMP)
 
+# The RL environment (.venv-rl): verl 0.9.1 with its vllm extra and the torch/transformers it pins (CUDA wheels,
+# for GPU nodes), vtreetrm on top without its own pins. See requirements/verl-rl.txt.
+env-rl:
+	test -x .venv-rl/bin/python || $(PYTHON) -m venv .venv-rl
+	.venv-rl/bin/python -m pip install -q -U pip wheel
+	.venv-rl/bin/python -m pip install -q -r requirements/verl-rl.txt
+	.venv-rl/bin/python -m pip install -q --no-deps -e .
+
+# resolves requirements/verl-rl.txt with pip --dry-run (metadata only, about a minute) and checks the pinned versions
+check-env-rl: $(STAMP)
+	$(BIN)/python .ci/check_rl_env.py
+
 # headless Chromium for the report rendering and script-injection tests, strace for the kill-at-every-rename test
 # (installed when we are root on Debian; the tests skip otherwise and say so)
 sysdeps:
@@ -31,7 +43,7 @@ sysdeps:
 	@command -v strace >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -qq strace >/dev/null || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)) || echo "strace not installed: the kill-at-every-rename test will skip"; }
 
-test: $(STAMP) sysdeps
+test: $(STAMP) sysdeps check-env-rl
 	$(BIN)/python .ci/check_notebooks.py
 	$(BIN)/python .ci/import_all.py
 	$(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' $(NBDEV_TEST_FLAGS)

