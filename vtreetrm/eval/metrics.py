@@ -13,8 +13,8 @@ from ..utils import UserError, write_json, sha256_file, package_versions, proven
 from .parse import read_predictions, load_label_map, LabelMap, _dedup_pairs, parse_fields
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS', 'metrics_from_pairs', 'compute_metrics', 'score_file', 'write_metrics', 'find_predictions',
-           'metrics_cmd']
+__all__ = ['CLI_COMMANDS', 'first_predictions', 'metrics_from_pairs', 'compute_metrics', 'score_file', 'write_metrics',
+           'find_predictions', 'metrics_cmd']
 
 # %% ../../nbs/eval/01_metrics.ipynb #de325fcb
 def _encode(lists, index:dict) -> tuple[np.ndarray, np.ndarray]:
@@ -27,6 +27,14 @@ def _encode(lists, index:dict) -> tuple[np.ndarray, np.ndarray]:
             if j is None: j = index[l] = len(index)
             rows.append(i); cols.append(j)
     return np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+
+def first_predictions(n:int, pr, pc) -> np.ndarray:
+    "Each row's first predicted label index, -1 where it has none (`pr`, `pc`: predicted pairs row by row, first prediction first)."
+    pr, pc = np.asarray(pr, dtype=np.int64), np.asarray(pc, dtype=np.int64)
+    first = np.full(n, -1, np.int64)
+    is_first = np.ones(len(pr), bool); is_first[1:] = pr[1:] != pr[:-1]
+    first[pr[is_first]] = pc[is_first]
+    return first
 
 def metrics_from_pairs(n:int,              # number of samples
                        labels:list,        # label index: position -> label
@@ -50,9 +58,7 @@ def metrics_from_pairs(n:int,              # number of samples
     g_per = np.bincount(gr, minlength=n); p_per = np.bincount(pr, minlength=n)
     # Top1 over single-label samples: the row's first predicted label equals its gold label
     single = g_per == 1
-    first = np.full(n, -1, np.int64)
-    is_first = np.ones(len(pr), bool); is_first[1:] = pr[1:] != pr[:-1]
-    first[pr[is_first]] = pc[is_first]
+    first = first_predictions(n, pr, pc)
     gold_of = np.full(n, -2, np.int64); gold_of[gr] = gc
     top1 = float(np.mean(first[single] == gold_of[single])) if single.any() else None
     # sample-level

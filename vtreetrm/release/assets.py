@@ -14,8 +14,8 @@ from ..utils import UserError, path_component, read_json, sha256_file, provenanc
 __all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', 'dataset_note', 'normalize_cell', 'record_id',
            'Source', 'Target', 'Record', 'atomic_file', 'RecordWriter', 'write_records', 'iter_records', 'Category',
            'Registry', 'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig',
-           'ReleaseContext', 'required', 'cmdline', 'parse_named', 'make_report', 'load_grading_manifest',
-           'write_grading_manifest']
+           'ReleaseContext', 'required', 'cmdline', 'parse_named', 'release_report', 'make_report',
+           'load_grading_manifest', 'write_grading_manifest']
 
 # %% ../../nbs/release/00_assets.ipynb #518b3b7e
 FORMAL_DATASET = 'shougang'
@@ -388,6 +388,15 @@ def parse_named(items, flag:str) -> dict:
         if name in out: raise UserError(f"{flag} names {name!r} twice")
         out[name] = val
     return out
+
+def release_report(release) -> tuple[dict, Path]:
+    "(report, its path) of a published release: `mixture_report.json` for a mixture, else `export_report.json`."
+    rel = Path(release)
+    f = rel/('mixture_report.json' if (rel/'mixture_report.json').is_file() else 'export_report.json')
+    if not f.is_file(): raise UserError("the release has no export_report.json or mixture_report.json: publish it with the release commands", rel)
+    r = read_json(f)
+    if not isinstance(r, dict): raise UserError("a release report must be a JSON object", f)
+    return r, f
 
 def make_report(command:str, params:dict, inputs:Iterable, dataset:str=None, **body) -> dict:
     "A report dict: body, dataset flags and provenance."

@@ -4,12 +4,12 @@
 
 # %% ../../nbs/release/13_launch.ipynb #32ea41ac
 from __future__ import annotations
-import contextlib, importlib, json, math, shlex, subprocess, sys
+import contextlib, importlib, math, shlex, subprocess, sys
 from pathlib import Path
 from ..utils import UserError, atomic_dir, atomic_write, write_json, read_json, sha256_file
 from .trajectory import release_think_source
 from .rollout import weights_identity
-from .assets import SPLITS, required, make_report
+from .assets import SPLITS, required, make_report, release_report
 from .sft import open_parquet
 from .tools import write_tool_config
 
@@ -61,9 +61,7 @@ def _release_files(release, kind:str) -> dict:
             raise UserError("verl-sft trains on a native-tool trajectory release (no trajectory_format column)", p, None, 'trajectory_format')
         if kind == 'rl' and names != ['data_source', 'prompt', 'ability', 'reward_model', 'extra_info']:
             raise UserError(f"verl-rl needs the five-field RL parquet, got columns {', '.join(names)}", p, None, 'schema')
-    rep = rel/('mixture_report.json' if (rel/'mixture_report.json').exists() else 'export_report.json')
-    if not rep.is_file(): raise UserError("the release has no export_report.json or mixture_report.json: publish it with the release commands", rel)
-    r = json.loads(rep.read_text(encoding='utf-8'))
+    r, rep = release_report(rel)
     if not (r.get('validation') or {}).get('valid'): raise UserError("the release's report does not say it validated", rep, None, 'validation.valid')
     return {s: str(p.resolve()) for s, p in files.items()}
 
@@ -159,7 +157,7 @@ def _safe_load_shard(path:Path):
     return sd
 
 def check_fsdp_checkpoint(ckpt) -> dict:
-    "World size, shard files and parameter names of a verl FSDP actor checkpoint, every shard checked safe to load."
+    "World size and shard files of a verl FSDP actor checkpoint, every shard checked safe to load."
     ck = Path(ckpt)
     if not ck.is_dir(): raise UserError("no such checkpoint folder", ck)
     cfg = read_json(ck/'fsdp_config.json')
@@ -169,9 +167,8 @@ def check_fsdp_checkpoint(ckpt) -> dict:
     for s in shards:
         if not s.is_file(): raise UserError(f"missing shard of world size {ws}", s)
     if not (ck/'huggingface'/'config.json').is_file(): raise UserError("no huggingface/config.json beside the shards", ck, field='huggingface')
-    names = sorted(_safe_load_shard(shards[0]))
-    for s in shards[1:]: _safe_load_shard(s)
-    return {'world_size': ws, 'shards': [str(s) for s in shards], 'parameters': names}
+    for s in shards: _safe_load_shard(s)
+    return {'world_size': ws, 'shards': [str(s) for s in shards]}
 
 def check_merged(folder:Path) -> int:
     "Check a merged folder against the model its config builds (meta device: shapes only); returns the parameter count."
@@ -219,16 +216,10 @@ def verl_merge(checkpoint:str=None,   # verl FSDP actor checkpoint (global_step_
 ROLLOUT_ENGINES = ('vllm', 'sglang')            # actor_rollout_ref.rollout.name values verl 0.9.1 accepts
 LOGGERS = ('console', 'wandb', 'tensorboard', 'mlflow')
 
-def _report_of(release) -> tuple[dict, Path]:
-    rel = Path(release)
-    f = rel/('mixture_report.json' if (rel/'mixture_report.json').is_file() else 'export_report.json')
-    if not f.is_file(): raise UserError("no export_report.json or mixture_report.json: not a published release", rel)
-    return read_json(f), f
-
 def release_canonical(release, depth:int=0) -> dict:
     "{sha256: path} of the canonical files a release was exported from, through mixtures to their sources."
     if depth > 8: raise UserError("release sources nest too deeply", release)
-    rep, f = _report_of(release)
+    rep, f = release_report(release)
     prov = rep.get('provenance') or {}; params, inputs = prov.get('params') or {}, prov.get('inputs') or {}
     if isinstance(params.get('canonical'), str):
         sha = inputs.get(str(params['canonical'])) or inputs.get(str(Path(params['canonical'])))

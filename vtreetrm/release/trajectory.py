@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_dir, write_json, iter_jsonl, read_json
-from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note
+from ..utils import UserError, atomic_dir, write_json, iter_jsonl
+from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note, release_report
 from .prompts import native_messages, native_answer, candidates_for, parse_user
 from .reward import parse_final_answer
 from .sft import Errors, malformed, SplitWriter, iter_parquet, open_parquet, check_canonical_record, BATCH_ROWS
@@ -318,11 +318,8 @@ def trajectory_export(dataset:str=None,       # dataset name
 
 def release_think_source(release) -> tuple[str|None, Path]:
     "('file', 'mock', 'mixed' or None if unrecorded, the report it is read from) of a trajectory release or mixture."
-    rel = Path(release)
-    rep = rel/('mixture_report.json' if (rel/'mixture_report.json').is_file() else 'export_report.json')
-    r = read_json(rep) if rep.is_file() else {}
-    ts = r.get('think_source') if isinstance(r, dict) else None
-    return (ts if ts in ('file', 'mock', 'mixed') else None), rep
+    r, rep = release_report(release)
+    return (r.get('think_source') if r.get('think_source') in ('file', 'mock', 'mixed') else None), rep
 
 def trajectory_validate(dataset_dir:str=None,   # trajectory release folder
                         registry:str=None,      # leaf registry JSON

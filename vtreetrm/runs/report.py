@@ -14,8 +14,9 @@ from ..utils import UserError, read_json, write_json, atomic_write, provenance, 
 # %% auto #0
 __all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'NO_ANSWER', 'CLI_COMMANDS', 'parse_legacy_name',
            'run_conditions', 'collect_runs', 'simplification_tables', 'reference_m', 'comparison_tables',
-           'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table', 'collect_ladders', 'best_runs',
-           'per_class_f1', 'confusion', 'bootstrap_ci', 'training_curves', 'build_report', 'build_cmd']
+           'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table', 'collect_ladders',
+           'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1', 'confusion', 'training_curves', 'build_report',
+           'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {'qwen25_7b': 'Qwen2.5-7B', 'qwen2.5-7b': 'Qwen2.5-7B', 'qwen3_8b': 'Qwen3-8B', 'qwen3-8b': 'Qwen3-8B'}
@@ -68,9 +69,13 @@ def _p1_own(p:dict) -> bool:
     ds = _pretty(_first(p, 'train_dataset', 'dataset'), PRETTY_DATASETS)
     return ds is not None and {_pretty(str(x).strip(), PRETTY_DATASETS) for x in p1} == {ds}
 
+def _flat(params:dict) -> dict:
+    "A run's params with its nested `config` block (Phase-2's dataclass) read in, the outer keys winning."
+    return {**params['config'], **params} if isinstance(params.get('config'), dict) else params
+
 def run_conditions(params:dict, path=None) -> dict:
     "Normalized conditions of a run from its params.json (a nested `config` block is read too)."
-    p = {**(params.get('config') or {}), **params} if isinstance(params.get('config'), dict) else params
+    p = _flat(params)
     variant = _first(p, 'variant')
     if not variant:
         if p.get('shuffle_labels'): variant = 'shuffled-labels'
@@ -82,9 +87,9 @@ def run_conditions(params:dict, path=None) -> dict:
         else: variant = 'baseline'
     M = _first(p, 'num_queries', 'M', 'num_qformer_queries')
     ds = _pretty(_first(p, 'dataset', 'eval_dataset'), PRETTY_DATASETS)
-    model = _pretty(_first(p, 'llm_name', 'model', 'llm'), PRETTY_MODELS)
-    if p.get('synthetic') is True: model = f"synthetic {model or 'model'}"      # generated outputs, not a trained model's
-    return {'model': model, 'dataset': ds,
+    model, synthetic = _pretty(_first(p, 'llm_name', 'model', 'llm'), PRETTY_MODELS), p.get('synthetic') is True
+    if synthetic: model = f"synthetic {model or 'model'}"      # generated outputs, not a trained model's
+    return {'model': model, 'synthetic': synthetic, 'dataset': ds,
             'train_dataset': _pretty(_first(p, 'train_dataset'), PRETTY_DATASETS) or ds,
             'M': _num(M, path, 'num_queries', integer=True), 'answer_order': _first(p, 'answer_order') or 'actions_first',
             'label_mode': _first(p, 'label_mode') or 'official', 'variant': variant}
@@ -92,7 +97,7 @@ def run_conditions(params:dict, path=None) -> dict:
 # %% ../../nbs/runs/01_report.ipynb #962a4b77
 def _label_map_of(p:dict, run:Path) -> str|None:
     "The {official: simplified} file a run names or its dataset folder holds; relative paths from here or the run's `cwd`."
-    p = {**(p.get('config') or {}), **p} if isinstance(p.get('config'), dict) else p
+    p = _flat(p)
     cands = [p.get('label_map')] + [str(Path(*parts)/'label_map.json') for parts in ([p.get('data_dir'), p.get('dataset')], [p.get('dataset')])
                                      if all(isinstance(x, str) and x for x in parts)]
     rj = next((f for f in (run/'run.json', run.parent/'run.json') if f.is_file()), None)
@@ -115,7 +120,7 @@ def _run_row(mf:Path, m:dict) -> dict:
     if m.get('trained_on'): cond['train_dataset'] = _pretty(m['trained_on'], PRETTY_DATASETS)
     if m.get('evaluated_on'): cond['dataset'] = _pretty(m['evaluated_on'], PRETTY_DATASETS)
     if not cond.get('dataset') and m.get('datasets'): cond['dataset'] = _pretty(m['datasets'][0], PRETTY_DATASETS)
-    cond.setdefault('train_dataset', cond.get('dataset'))
+    cond.setdefault('train_dataset', cond.get('dataset')); cond.setdefault('synthetic', False)
     return {**cond, 'run': str(d), 'legacy_name': params is None, 'label_map': _label_map_of(params or {}, d),
             'top1': _num(m.get('top1_accuracy_single_label'), mf, 'top1_accuracy_single_label', unit=True),
             'macro_f1': _num(m.get('macro_f1'), mf, 'macro_f1', unit=True),
@@ -142,7 +147,7 @@ def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
                 rows.append(_run_row(mf, m))
             except UserError as e: bad.append({'run': str(mf.parent), 'error': str(e)})   # left out and listed, never a wrong row
     cols = ['model', 'dataset', 'train_dataset', 'M', 'answer_order', 'label_mode', 'variant', 'top1', 'macro_f1',
-            'num_samples', 'num_unparseable', 'chance_top1', 'majority_top1', 'run', 'legacy_name', 'label_map']
+            'num_samples', 'num_unparseable', 'chance_top1', 'majority_top1', 'run', 'legacy_name', 'label_map', 'synthetic']
     return pd.DataFrame(rows, columns=cols), missing, bad
 
 # %% ../../nbs/runs/01_report.ipynb #905c9d19
@@ -277,8 +282,9 @@ def query_figures(run:str|Path) -> dict:
     out = {'R_eff/M': q['effective_rank_ratio'], 'ceiling n/M': q['rank_bound_ratio'], 'Gini': q['gini'], 'output rank entropy': None}
     if (sf := _steps_file(d)) is not None:
         rows = [r for _, r in iter_jsonl(sf)]
+        epoch = rows[-1].get('epoch') if rows else None
         last = [_num(r['query_rank_entropy'], sf, 'query_rank_entropy', unit=True) for r in rows
-                if r.get('epoch') == rows[-1].get('epoch') and r.get('query_rank_entropy') is not None] if rows else []
+                if r.get('epoch') == epoch and r.get('query_rank_entropy') is not None]
         if last: out['output rank entropy'] = sum(last)/len(last)
     return out
 
@@ -297,7 +303,7 @@ def rankreg_table(runs:pd.DataFrame) -> pd.DataFrame|None:
         if not (g.variant == 'rankreg').any(): continue
         for _, r in g.sort_values('variant').iterrows():
             rows.append({'block': ' | '.join(map(str, k)), 'Model': f"{r.model} ({r.variant})", 'Dataset': r.dataset, 'M': int(r.M),
-                         'Top1': 100*r.top1, 'Macro-F1': 100*r.macro_f1, **_figures_or_why(r.run), 'run': r.get('name', r.run)})
+                         'Top1': 100*r.top1, 'Macro-F1': 100*r.macro_f1, **_figures_or_why(r.run), 'run': r.run})
     return pd.DataFrame(rows) if rows else None
 
 # %% ../../nbs/runs/01_report.ipynb #2cf90808
@@ -322,11 +328,40 @@ def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
             out.append((f"{_pretty(lad.get('dataset'), PRETTY_DATASETS) or '?'} {lad.get('split', 'test')} — {name}", t))
     return out
 
+# %% ../../nbs/runs/01_report.ipynb #f3ede848
+def sample_counts(run:str|Path) -> dict:
+    "Per-sample arrays of a run's parsed predictions: single-label mask, gold and first-predicted label, and per-class gold, predicted and true-positive counts."
+    from vtreetrm.eval.parse import read_predictions
+    from vtreetrm.eval.metrics import first_predictions
+    pr = read_predictions(Path(run)/'predictions.jsonl')
+    n, K = pr.n, len(pr.labels)
+    G = np.zeros((n, K)); G[pr.gold_rows, pr.gold_cols] = 1                 # a gold label given twice is one gold label
+    P = np.zeros((n, K)); np.add.at(P, (pr.pred_rows, pr.pred_cols), 1)
+    hit = G[pr.pred_rows, pr.pred_cols] > 0
+    T = np.zeros((n, K)); np.add.at(T, (pr.pred_rows[hit], pr.pred_cols[hit]), 1)
+    gold = np.full(n, -2); gold[pr.gold_rows] = pr.gold_cols
+    return {'labels': pr.labels, 'single': G.sum(1) == 1, 'gold': gold, 'first': first_predictions(n, pr.pred_rows, pr.pred_cols), 'T': T, 'P': P, 'G': G}
+
+def bootstrap_ci(run:str|Path, n_boot:int=1000, seed:int=0, level:float=0.95, weights:np.ndarray=None) -> dict:
+    "{'top1': (lo, hi), 'macro_f1': (lo, hi)} percentile intervals over resampled test samples (`weights` (B, n): fixed resamples)."
+    s = sample_counts(run)
+    single, T, P, G = s['single'], s['T'], s['P'], s['G']
+    correct, n = (s['first'] == s['gold']) & single, len(single)
+    W = weights if weights is not None else np.random.default_rng(seed).multinomial(n, np.full(n, 1/n), size=n_boot).astype(float)
+    ns = W @ single
+    top1 = np.divide(W @ correct, ns, out=np.full(len(W), np.nan), where=ns > 0)
+    tp, npred, sup = W @ T, W @ P, W @ G
+    f1 = np.divide(2*tp, npred + sup, out=np.zeros_like(tp), where=(npred + sup) > 0)
+    with np.errstate(invalid='ignore'): macro = np.where(sup > 0, f1, np.nan).sum(1) / (sup > 0).sum(1)
+    q = [(1 - level)/2*100, (1 + level)/2*100]
+    ci = lambda x: tuple(float(v) for v in np.nanpercentile(x, q)) if np.isfinite(x).any() else (None, None)
+    return {'top1': ci(top1), 'macro_f1': ci(macro), 'top1_boot': top1, 'macro_f1_boot': macro}
+
 # %% ../../nbs/runs/01_report.ipynb #86f399aa
 def best_runs(runs:pd.DataFrame) -> pd.DataFrame:
     "The highest-Top1 row of each evaluated dataset, preferring trained runs over controls and synthetic outputs."
     if runs.empty: return runs
-    r = runs.dropna(subset=['top1']).assign(_pref=lambda d: (d.variant == 'shuffled-labels') | d.model.fillna('').str.startswith('synthetic'))
+    r = runs.dropna(subset=['top1']).assign(_pref=lambda d: (d.variant == 'shuffled-labels') | d.synthetic.fillna(False).astype(bool))
     r = r.sort_values(['dataset', '_pref', 'top1', 'run'], ascending=[True, True, False, True], kind='stable')
     return r.groupby('dataset', sort=True).head(1).drop(columns=['_pref']).reset_index(drop=True)
 
@@ -342,45 +377,12 @@ NO_ANSWER = '(no answer)'
 
 def confusion(run:str|Path) -> pd.DataFrame:
     "Counts gold (rows) x first predicted action (columns) over the single-label samples of a run's predictions.jsonl."
-    from vtreetrm.eval.parse import read_predictions
-    pr = read_predictions(Path(run)/'predictions.jsonl')
-    per = np.bincount(pr.gold_rows, minlength=pr.n)
-    gold = np.full(pr.n, -1); gold[pr.gold_rows] = pr.gold_cols
-    first = np.full(pr.n, -1); first[pr.pred_rows[::-1]] = pr.pred_cols[::-1]      # the first prediction of each row wins
-    single = np.nonzero(per == 1)[0]
-    names = pr.labels + [NO_ANSWER]
+    s = sample_counts(run)
+    single, gold, first = np.nonzero(s['single'])[0], s['gold'], s['first']
+    names = s['labels'] + [NO_ANSWER]                                                    # first == -1: no answer
     g = pd.Categorical([names[i] for i in gold[single]], categories=sorted(set(names[i] for i in gold[single])))
     p = pd.Categorical([names[i] for i in first[single]], categories=[*g.categories, *sorted({names[i] for i in first[single]} - set(g.categories))])
     return pd.crosstab(g, p, dropna=False).rename_axis(index='gold', columns='predicted')
-
-# %% ../../nbs/runs/01_report.ipynb #f3ede848
-def _sample_counts(run:str|Path):
-    "Per-sample arrays of a run's predictions: (single-label mask, first-action hit, true-positive, predicted, gold counts per class)."
-    from vtreetrm.eval.parse import read_predictions
-    pr = read_predictions(Path(run)/'predictions.jsonl')
-    n, K = pr.n, len(pr.labels)
-    G = np.zeros((n, K)); G[pr.gold_rows, pr.gold_cols] = 1                 # a gold label given twice is one gold label
-    P = np.zeros((n, K)); np.add.at(P, (pr.pred_rows, pr.pred_cols), 1)
-    hit = G[pr.pred_rows, pr.pred_cols] > 0
-    T = np.zeros((n, K)); np.add.at(T, (pr.pred_rows[hit], pr.pred_cols[hit]), 1)
-    first = np.full(n, -1); first[pr.pred_rows[::-1]] = pr.pred_cols[::-1]
-    gold = np.full(n, -2); gold[pr.gold_rows] = pr.gold_cols
-    single = G.sum(1) == 1
-    return single, (first == gold) & single, T, P, G
-
-def bootstrap_ci(run:str|Path, n_boot:int=1000, seed:int=0, level:float=0.95, weights:np.ndarray=None) -> dict:
-    "{'top1': (lo, hi), 'macro_f1': (lo, hi)} percentile intervals over resampled test samples (`weights` (B, n): fixed resamples)."
-    single, correct, T, P, G = _sample_counts(run)
-    n = len(single)
-    W = weights if weights is not None else np.random.default_rng(seed).multinomial(n, np.full(n, 1/n), size=n_boot).astype(float)
-    ns = W @ single
-    top1 = np.divide(W @ correct, ns, out=np.full(len(W), np.nan), where=ns > 0)
-    tp, npred, sup = W @ T, W @ P, W @ G
-    f1 = np.divide(2*tp, npred + sup, out=np.zeros_like(tp), where=(npred + sup) > 0)
-    with np.errstate(invalid='ignore'): macro = np.where(sup > 0, f1, np.nan).sum(1) / (sup > 0).sum(1)
-    q = [(1 - level)/2*100, (1 + level)/2*100]
-    ci = lambda x: tuple(float(v) for v in np.nanpercentile(x, q)) if np.isfinite(x).any() else (None, None)
-    return {'top1': ci(top1), 'macro_f1': ci(macro), 'top1_boot': top1, 'macro_f1_boot': macro}
 
 # %% ../../nbs/runs/01_report.ipynb #b6cd7aef
 def training_curves(runs:pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -393,7 +395,7 @@ def training_curves(runs:pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         if h is None or h in done: continue                      # a cross-dataset evaluation shares its model's history
         done.add(h)
         try:
-            for i, e in iter_jsonl(h):
+            for _, e in iter_jsonl(h):
                 rows.append({'run': r.run, 'dataset': r.train_dataset, 'epoch': _num(e.get('epoch'), h, 'epoch', integer=True),
                              'train_loss': _num(e.get('train_loss'), h, 'train_loss'),
                              'val_top1': None if e.get('val_top1') is None else 100*_num(e['val_top1'], h, 'val_top1', unit=True)})
