@@ -63,12 +63,33 @@ def test_verl_sft_dry_run(setup, capsys):
     assert rc == 0, err
     assert out.strip().startswith('torchrun --standalone') and 'verl.trainer.sft_trainer' in out and 'data.enable_thinking_default=null' in out
     assert 'trainer.experiment_name=sft-trajectory-smoke' in out
+    assert 'data.custom_cls.path=pkg://vtreetrm.release.verl_dataset' in out and 'data.custom_cls.name=PrefixDiffSFTDataset' in out
     rep = read_json(t/'launch-sft/launch_report.json')
     assert rep['status'] == 'ready' and rep['checks']['multiturn_sft_dataset_rows'] > 0 and rep['verl_version'].startswith('0.9')
     assert rep['smoke'] is True and rep['think_source'] == 'mock'
     cfg = (t/'launch-sft/config.yaml').read_text()
     assert 'enable_thinking_default: null' in cfg and 'tools_key: tools' in cfg
     assert (t/'launch-sft/command.sh').read_text().count('torchrun') == 1
+    assert rep['checks']['custom_cls'] == 'pkg://vtreetrm.release.verl_dataset:PrefixDiffSFTDataset'
+
+
+@pytest.mark.verl
+def test_verl_sft_gate_with_qwen3_template(setup, capsys, tmp_path):
+    "A model whose tokenizer has a Qwen3-style template passes the gate (verl's per-message dataset would not)."
+    pytest.importorskip('verl')
+    t, a = setup
+    m = tmp_path/'qwen3-model'; shutil.copytree(t/'model', m)
+    (m/'chat_template.jinja').write_text((Path(__file__).parent/'fixtures/qwen3_rules_chat_template.jinja').read_text())
+    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', m, '--output-dir', tmp_path/'l', '--smoke')
+    assert rc == 0, err
+    assert read_json(tmp_path/'l/launch_report.json')['checks']['multiturn_sft_dataset_rows'] == 8
+    # a template that drops the reasoning of an earlier turn from inside the conversation is refused, naming the turn
+    (m/'chat_template.jinja').write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and loop.last %}"
+                                        "<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+                                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', m, '--output-dir', tmp_path/'l2', '--smoke')
+    assert rc == 2 and 'PrefixDiffSFTDataset rejects the data' in err and '(assistant)' in err and 'train.parquet' in err
+    assert not (tmp_path/'l2').exists()
 
 
 def _gate_dump(t, path, every:int):

@@ -141,3 +141,77 @@ def test_verl_loads_our_tools_for_rl_dataset(releases):
                             'cache_dir': str(t/'cache2'), 'tool_config_path': str(y)})
     ds = RLHFDataset(str(run/'rl-cascade/train.parquet'), tok, cfg)
     assert ds.tool_schemas == TOOL_SCHEMAS and len(ds) == pq.read_metadata(run/'rl-cascade/train.parquet').num_rows
+
+
+# ---------------------------------------------------------------- the same trajectories under Qwen3's chat template
+
+QWEN3_RULES = Path(__file__).parent/'fixtures/qwen3_rules_chat_template.jinja'
+
+
+def _qwen3_tokenizers(base):
+    "The fixture template on the in-process tokenizer; the published one too when a Qwen3 tokenizer folder is named."
+    import copy, os
+    rules = copy.deepcopy(base); rules.chat_template = QWEN3_RULES.read_text()
+    found = [('qwen3-rules', rules)]
+    if os.environ.get('VTREETRM_QWEN3_TOKENIZER'):
+        from transformers import AutoTokenizer
+        found.append(('qwen3-published', AutoTokenizer.from_pretrained(os.environ['VTREETRM_QWEN3_TOKENIZER'])))
+    else: print('published Qwen3 template not checked: set VTREETRM_QWEN3_TOKENIZER to a Qwen3 tokenizer folder')
+    return found
+
+
+def _sft_config():
+    return OmegaConf.create({'custom_cls': {'path': 'pkg://vtreetrm.release.verl_dataset', 'name': 'PrefixDiffSFTDataset'},
+                            'messages_key': 'messages', 'tools_key': 'tools', 'enable_thinking_default': None, 'max_length': 8192,
+                            'truncation': 'error', 'pad_mode': 'no_padding', 'ignore_input_ids_mismatch': False})
+
+
+def test_qwen3_template_loss_mask_is_the_assistant_turns(trajectories):
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+    from verl.utils.import_utils import load_extern_object
+    from vtreetrm.release.trajectory import _clean
+    d, rows, base = trajectories
+    for name, tok in _qwen3_tokenizers(base):
+        # verl's own per-message path loses the reasoning of every assistant turn under this template, and says so
+        plain = MultiTurnSFTDataset(str(d/'train.parquet'), tok, _sft_config())
+        with pytest.raises(AssertionError, match='each turn separately'): plain[0]
+        cfg = _sft_config()
+        ds = load_extern_object(cfg.custom_cls.path, cfg.custom_cls.name)(str(d/'train.parquet'), tok, cfg)
+        seen = set()
+        for i, row in enumerate(rows):
+            if row['trajectory_class'] in seen: continue
+            seen.add(row['trajectory_class'])
+            item = ds[i]                   # verl's whole-conversation check runs inside
+            msgs, tools = [_clean(m) for m in row['messages']], _clean(row['tools'])
+            whole = tok.apply_chat_template(msgs, tools=tools, tokenize=False)
+            assert tok.decode(item['input_ids']) == whole and 'null' not in whole.split('</tools>')[0]
+            # independent of the mask code: the assistant blocks of the rendered text, without their header
+            blocks = whole.split('<|im_start|>')[1:]
+            want = ''.join(b[len('assistant\n'):] for b in blocks if b.startswith('assistant\n'))
+            trained = tok.decode(item['input_ids'][item['loss_mask'].bool()])
+            assert trained == want, name
+            assert all(f"<think>\n{m['reasoning_content']}\n</think>" in trained for m in msgs if m['role'] == 'assistant')
+            assert all(f'"name": "{c["function"]["name"]}"' in trained for m in msgs for c in m.get('tool_calls') or [])
+            assert not any(m['content'] in trained for m in msgs if m['role'] in ('tool', 'user'))
+        assert seen == {'direct', 'single_tool', 'multi_tool', 'no_result'}
+
+
+def test_qwen3_grouped_tool_results_and_a_second_query():
+    "Parallel calls answered by consecutive tool messages (one user turn in Qwen3); a turn before a later query is refused."
+    from vtreetrm.release.verl_dataset import conversation_tokens
+    from vtreetrm.release.chat import build_chat_tokenizer
+    call = lambda n: {'type': 'function', 'function': {'name': n, 'arguments': '{"path": ""}'}}
+    conv = [{'role': 'system', 'content': 'S'}, {'role': 'user', 'content': 'Q'},
+            {'role': 'assistant', 'content': '', 'reasoning_content': 'two at once', 'tool_calls': [call('list_children'), call('read_category')]},
+            {'role': 'tool', 'content': 'R1'}, {'role': 'tool', 'content': 'R2'},
+            {'role': 'assistant', 'content': 'A', 'reasoning_content': 'done'}]
+    tok = build_chat_tokenizer([json.dumps(conv)] * 5, vocab_size=400); tok.chat_template = QWEN3_RULES.read_text()
+    ids, mask, cuts = conversation_tokens(tok, conv)
+    whole = tok.apply_chat_template(conv, tokenize=False)
+    assert whole.count('<|im_start|>user\n<tool_response>') == 1          # the two results share one turn
+    assert cuts[4] == cuts[5] and tok.decode(ids[cuts[3]:cuts[4]]).count('<tool_response>') == 2
+    trained = tok.decode([t for t, k in zip(ids, mask) if k])
+    assert trained.count('<think>') == 2 and trained.count('<tool_call>') == 2 and 'R1' not in trained
+    # a second user query after the first answer: Qwen3 drops the first answer's reasoning from the history
+    later = conv + [{'role': 'user', 'content': 'Q2'}, {'role': 'assistant', 'content': 'B', 'reasoning_content': 'again'}]
+    with pytest.raises(ValueError, match='message 2 \\(assistant\\)'): conversation_tokens(tok, later)

@@ -14,8 +14,9 @@ from .sft import open_parquet
 from .tools import write_tool_config
 
 # %% auto #0
-__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config', 'verl_sft',
-           'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'rl_gates', 'verl_rl']
+__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config',
+           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'rl_gates',
+           'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #a121b2bd
 SUPPORTED_VERL = ('0.9.1', '0.10')   # >= first, < second
@@ -86,6 +87,8 @@ def _publish(output_dir, command:list, cfg, report:dict, dry_run:bool) -> int:
     return subprocess.run(command).returncode
 
 # %% ../../nbs/release/13_launch.ipynb #304ba47a
+SFT_DATASET = ('pkg://vtreetrm.release.verl_dataset', 'PrefixDiffSFTDataset')   # data.custom_cls for verl's SFT trainer
+
 def verl_sft(release:str=None,         # validated trajectory release (train/val parquet)
              model:str=None,           # local model folder (config.json, weights, tokenizer with a chat template)
              output_dir:str=None,      # launch folder: launch_report.json, config.yaml, command.sh; checkpoints under it
@@ -113,7 +116,8 @@ def verl_sft(release:str=None,         # validated trajectory release (train/val
     out = Path(output_dir).resolve()
     overrides = [f"data.train_files={files['train']}", f"data.val_files={files['val']}", 'data.messages_key=messages', 'data.tools_key=tools',
                  'data.enable_thinking_default=null', 'data.ignore_input_ids_mismatch=false', f'data.max_length={max_length}',
-                 'data.truncation=error', f"model.path={Path(model).resolve()}", f'trainer.n_gpus_per_node={n_gpus}', 'trainer.nnodes=1',
+                 'data.truncation=error', f'data.custom_cls.path={SFT_DATASET[0]}', f'data.custom_cls.name={SFT_DATASET[1]}',
+                 f"model.path={Path(model).resolve()}", f'trainer.n_gpus_per_node={n_gpus}', 'trainer.nnodes=1',
                  f'trainer.project_name={project}', f'trainer.experiment_name={experiment}', f'trainer.default_local_dir={out}/checkpoints',
                  "trainer.logger=[console]", *(extra or [])]
     cfg = compose_verl_config('sft_trainer_engine', overrides)
@@ -123,18 +127,20 @@ def verl_sft(release:str=None,         # validated trajectory release (train/val
         with contextlib.redirect_stdout(sys.stderr):
             for part in ('model', 'engine', 'optim', 'checkpoint', 'profiler'): omega_conf_to_dataclass(cfg[part])
     except Exception as e: raise UserError(f"verl rejects the SFT config ({part}): {e}") from None
-    from omegaconf import OmegaConf
-    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+    from verl.utils.import_utils import load_extern_object
     try:
         with contextlib.redirect_stdout(sys.stderr):   # verl prints while loading; stdout carries only the command
-            ds = MultiTurnSFTDataset(files['train'], tok, cfg.data, max_samples=check_rows)
-            for i in range(len(ds)): ds[i]
-    except AssertionError as e: raise UserError(f"verl's MultiTurnSFTDataset rejects the data with this tokenizer: {str(e)[:300]}", files['train']) from None
+            dataset_cls = load_extern_object(cfg.data.custom_cls.path, cfg.data.custom_cls.name)
+            ds = dataset_cls(files['train'], tok, cfg.data, max_samples=check_rows)
+            for i in range(len(ds)):
+                if not ds[i]['loss_mask'].any(): raise ValueError(f'row {i} trains on no token')
+    except (AssertionError, ValueError) as e:
+        raise UserError(f"{cfg.data.custom_cls.name} rejects the data with this tokenizer: {str(e).splitlines()[0][:300]}", files['train']) from None
     cmd = ['torchrun', '--standalone', '--nnodes=1', f'--nproc_per_node={n_gpus}', '-m', 'verl.trainer.sft_trainer', *overrides]
     rep = make_report('verl-sft', params, [*files.values()], None, status='ready', verl_version=verl.__version__,
                       config_name='sft_trainer_engine', think_source=think, smoke=smoke,
                       checks={'verl_version': True, 'release_validated': True, 'chat_template': True, 'config_dataclasses': True,
-                      'custom_cls': 'not needed: verl MultiTurnSFTDataset masks assistant turns', 'multiturn_sft_dataset_rows': len(ds)},
+                      'custom_cls': ':'.join(SFT_DATASET), 'multiturn_sft_dataset_rows': len(ds)},
                       launch_command=cmd, dry_run=dry_run)
     return _publish(output_dir, cmd, cfg, rep, dry_run)
 
@@ -188,7 +194,7 @@ def check_merged(folder:Path) -> int:
     if missing or wrong: raise UserError(f"the merged weights do not fit the model: missing {missing[:3]}, wrong shape {wrong[:3]}", folder)
     return sum(math.prod(s) for s in have.values())
 
-def verl_merge(checkpoint:str=None,   # verl FSDP actor checkpoint (global_step_N/actor: shards, fsdp_config.json, huggingface/)
+def verl_merge(checkpoint:str=None,   # verl FSDP checkpoint (SFT: global_step_N, PPO: global_step_N/actor): shards, fsdp_config.json, huggingface/
                out:str=None,          # transformers folder to write (published whole)
                overwrite:bool=False,  # replace an existing --out
                dry_run:bool=False):   # print the merge command and check the checkpoint, write nothing
