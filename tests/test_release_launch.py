@@ -247,3 +247,17 @@ def test_verl_merge_then_gate(setup, capsys, tmp_path):
     two, _ = _fsdp_checkpoint(t, tmp_path/'two', world_size=2)
     rc, _, err = run(capsys, 'verl-merge', '--checkpoint', two, '--out', tmp_path/'w')
     assert rc == 2 and 'missing shard of world size 2' in err and 'rank_1.pt' in err
+
+
+@pytest.mark.verl
+def test_gpu_smoke_script_dry_run(tmp_path):
+    "benchmarks/verl_sft_smoke.sh up to the SFT gate (its GPU part needs CUDA): the script stays in step with the commands."
+    pytest.importorskip('verl')
+    import os
+    root = Path(__file__).parents[1]
+    env = {**os.environ, 'PATH': f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    p = subprocess.run(['bash', root/'benchmarks/verl_sft_smoke.sh', tmp_path/'w', '--dry-run'], capture_output=True, text=True, env=env, cwd=root)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rep = read_json(tmp_path/'w/sft/launch_report.json')
+    assert rep['status'] == 'ready' and rep['smoke'] is True and rep['checks']['multiturn_sft_dataset_rows'] == 8
+    assert 'trainer.total_training_steps=10' in (tmp_path/'w/sft/command.sh').read_text()
