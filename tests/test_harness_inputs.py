@@ -77,7 +77,7 @@ def test_bad_question_file_via_cli_exit_2(syn, cli, tmp_path):
     qdir = tmp_path / 'qs'; qdir.mkdir()
     (qdir / 'x.json').write_text(json.dumps([_q('q0', answer='Z')]))
     r = cli('harness', 'infer', '--store-dir', syn / 'store', '--workspace-dir', tmp_path / 'ws', '--questions', qdir,
-            '--set', 'embed.backend=hashing', '--quiet')
+            '--backend', 'simulated', '--set', 'embed.backend=hashing', '--quiet')
     assert r.returncode == 2 and "x.json:1: field 'answer'" in r.stderr and 'Traceback' not in r.stderr
     assert not (tmp_path / 'ws' / 'harness.db').exists()  # nothing written before the inputs are valid
 
@@ -228,7 +228,7 @@ def test_allow_duplicates_flag_via_cli(syn, tmp_path):
     src = json.loads((syn / 'store/questions/generated-v2-360/accepted_questions_action_recognition.json').read_text())
     (qdir / 'a.json').write_text(json.dumps(src[:3])); (qdir / 'b_backup.json').write_text(json.dumps(src[:2]))
     args = ['harness', 'infer', '--store-dir', str(syn / 'store'), '--workspace-dir', str(tmp_path / 'ws'), '--questions', str(qdir),
-            '--quiet', '--set', 'embed.backend=hashing']
+            '--backend', 'simulated', '--quiet', '--set', 'embed.backend=hashing']
     assert main(args) == 2
     assert main(args + ['--allow-duplicates']) == 0
     import sqlite3

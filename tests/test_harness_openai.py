@@ -82,3 +82,15 @@ def test_episodes_in_flight_never_exceed_concurrency(syn, monkeypatch, tmp_path)
                    '--backend', 'openai', '--base-url', s.url, '--model', 'stub', '--concurrency', '3', '--n-samples', '12',
                    '--quiet', '--set', 'embed.backend=hashing'])
         assert rc == 0 and s.stats['max_in_flight'] == 3 and s.stats['ok'] == 12 * 4
+
+
+def test_local_server_needs_no_key(syn, monkeypatch, tmp_path, capsys):
+    "A base URL alone is enough (a local vLLM has no key); neither a base URL nor a key stops the run before any question."
+    monkeypatch.delenv('OPENAI_API_KEY', raising=False); monkeypatch.chdir(tmp_path)   # no .env here either
+    with StubServer() as s:
+        rc = main(['harness', 'infer', '--store-dir', str(syn / 'store'), '--workspace-dir', str(tmp_path / 'ws'), '--run-id', 'nokey',
+                   '--backend', 'openai', '--base-url', s.url, '--model', 'stub', '--n-samples', '3', '--quiet', '--set', 'embed.backend=hashing'])
+        assert rc == 0 and s.stats['ok'] == 3 * 4
+    rc = main(['harness', 'infer', '--store-dir', str(syn / 'store'), '--workspace-dir', str(tmp_path / 'ws2'), '--backend', 'openai',
+               '--model', 'stub', '--quiet', '--set', 'embed.backend=hashing'])
+    assert rc == 2 and 'needs base_url' in capsys.readouterr().err and not (tmp_path / 'ws2/logs/episodes.jsonl').exists()

@@ -69,7 +69,7 @@ def test_bad_run_inputs_exit_2(syn, cli, tmp_path):
                 '--set', 'workspace_dir=ws_nokey', HASH, '--quiet', cwd=syn)
     finally:
         if env_before is not None: os.environ['OPENAI_API_KEY'] = env_before
-    assert r.returncode == 2 and 'needs an API key' in r.stderr
+    assert r.returncode == 2 and 'needs base_url' in r.stderr and 'or an API key' in r.stderr
     assert not (syn / 'ws_nokey' / 'logs' / 'episodes.jsonl').exists()   # no question was asked
 
 
@@ -128,7 +128,7 @@ def test_resume_after_sigkill_loses_nothing_and_reasks_nothing(syn):
 def test_early_stop_and_no_slow_momentum(syn):
     from vtreetrm.harness.config import RunConfig, EmbedConfig
     from vtreetrm.harness.runner import Runner
-    cfg = RunConfig(workspace_dir=syn / 'workspaces/es', store_dir=syn / 'store', mode='train', run_id='es', epochs=5,
+    cfg = RunConfig(workspace_dir=syn / 'workspaces/es', store_dir=syn / 'store', mode='train', backend='simulated', run_id='es', epochs=5,
                     early_stop_patience=1, use_slow_momentum=False, task_types=('Action Recognition',), pool_split_mode='per_category',
                     test_questions=str(syn / 'benchmarks/Video-MME'), test_size=5, embed=EmbedConfig(backend='hashing'), concurrency=4)
     res = Runner(cfg, progress=False).run()
@@ -148,7 +148,7 @@ def test_early_stop_and_no_slow_momentum(syn):
 def test_global_split_holds_out_test_without_test_folder(syn, capsys):
     from vtreetrm.harness.config import RunConfig, EmbedConfig
     from vtreetrm.harness.runner import Runner
-    cfg = RunConfig(workspace_dir=syn / 'workspaces/glob', store_dir=syn / 'store', mode='train', run_id='glob', epochs=1,
+    cfg = RunConfig(workspace_dir=syn / 'workspaces/glob', store_dir=syn / 'store', mode='train', backend='simulated', run_id='glob', epochs=1,
                     test_questions=None, test_size=12, val_size=6, diag_size=10, batch_size=12, embed=EmbedConfig(backend='hashing'),
                     use_slow_momentum=False)
     res = Runner(cfg, progress=False).run()
@@ -191,7 +191,7 @@ def test_rollback_after_acceptance_then_cooldown(tmp_path, monkeypatch):
     async def gate_then_shift(self, *a, **kw):
         rnd = await orig(self, *a, **kw); Rigged.shift = True; return rnd
     monkeypatch.setattr(Runner, 'gate_round', gate_then_shift)
-    cfg = RunConfig(workspace_dir=syn / 'ws', store_dir=syn / 'store', mode='train', run_id='rb', epochs=2, task_types=('Action Recognition',),
+    cfg = RunConfig(workspace_dir=syn / 'ws', store_dir=syn / 'store', mode='train', backend='simulated', run_id='rb', epochs=2, task_types=('Action Recognition',),
                     pool_split_mode='per_category', batch_size=12, diag_size=0, val_size=4, test_size=0, use_slow_momentum=False,
                     test_questions=str(syn / 'benchmarks/Video-MME'), gate_cooldown_steps=2, embed=EmbedConfig(backend='hashing'))
     res = Runner(cfg, backend=Rigged(), reflector=Reflector(), progress=False).run()

@@ -71,8 +71,10 @@ def test_local_embedder_pooling_follows_the_model_folder(tmp_path, cls_pooling):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token='[UNK]', pad_token='[PAD]', cls_token='[CLS]', sep_token='[SEP]')
     torch.manual_seed(0)
     model = BertModel(BertConfig(vocab_size=len(fast), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)).eval()
-    fast.save_pretrained(d); model.save_pretrained(d)
-    (d / '1_Pooling').mkdir(); (d / '1_Pooling' / 'config.json').write_text(json.dumps({'pooling_mode_cls_token': cls_pooling, 'pooling_mode_mean_tokens': not cls_pooling}))
+    fast.save_pretrained(d/'hf'); model.save_pretrained(d/'hf')
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Transformer, Pooling, Normalize   # the layout BGE / MiniLM ship
+    SentenceTransformer(modules=[Transformer(str(d/'hf')), Pooling(16, pooling_mode='cls' if cls_pooling else 'mean'), Normalize()]).save(str(d))
     e = LocalEmbedder(str(d))
     assert e.pooling == ('cls' if cls_pooling else 'mean') and e.dim == 16
     texts = ['a person is chopping', 'kitchen scene vegetables in the kitchen']

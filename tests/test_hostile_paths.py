@@ -55,7 +55,7 @@ def test_run_and_version_names_stay_in_the_workspace_and_store(store, tmp_path, 
     """`--fresh` removes versions/<run_id>: a run id (or a version) that leaves its folder is refused before anything is touched."""
     ws = tmp_path/'a'/'b'/'ws'
     victim = ws.parent/'victim'; victim.mkdir(parents=True); (victim/'keep.txt').write_text('keep me')   # = ws/versions/../../victim
-    rc = main(['harness', 'infer', '--store-dir', str(store), '--workspace-dir', str(ws), flag, name, '--fresh', '--n-samples', '2'])
+    rc = main(['harness', 'infer', '--store-dir', str(store), '--workspace-dir', str(ws), flag, name, '--fresh', '--n-samples', '2', '--backend', 'simulated'])
     err = capsys.readouterr().err
     assert rc == 2 and 'must be a single file or folder name' in err and flag[2:].replace('-', '_') in err, err
     assert (victim/'keep.txt').read_text() == 'keep me' and not ws.exists()

@@ -12,10 +12,10 @@ import numpy as np
 from ..utils import UserError
 
 # %% auto #0
-__all__ = ['SIM_BASE', 'SIM_GAIN', 'SIM_PENALTY', 'SIM_HINTS', 'SIM_BAD_HINTS', 'SIM_NEUTRAL_HINTS', 'ToolCall', 'ChatReply',
-           'BackendError', 'parse_openai_reply', 'load_api_key', 'OpenAIBackend', 'parse_tool_call_text',
+__all__ = ['OPENAI_URL', 'SIM_BASE', 'SIM_GAIN', 'SIM_PENALTY', 'SIM_HINTS', 'SIM_BAD_HINTS', 'SIM_NEUTRAL_HINTS', 'ToolCall',
+           'ChatReply', 'BackendError', 'parse_openai_reply', 'load_api_key', 'OpenAIBackend', 'parse_tool_call_text',
            'TransformersBackend', 'hints_for', 'sim_quality', 'sim_hint_signature', 'SimulatedBackend',
-           'default_minilm_path', 'HashingEmbedder', 'LocalEmbedder', 'make_embedder']
+           'default_minilm_path', 'HashingEmbedder', 'resolve_embed_model', 'LocalEmbedder', 'make_embedder']
 
 # %% ../../nbs/harness/05_backends.ipynb #da3f029c
 @dataclass
@@ -63,12 +63,16 @@ def load_api_key(env_name:str='OPENAI_API_KEY', env_file:str|Path='.env') -> Opt
             if m: return m.group(1).strip().strip('"').strip("'") or None
     return None
 
+OPENAI_URL = 'https://api.openai.com/v1'   # used when only a key is given
+
 class OpenAIBackend:
     "Chat completions with tool calls over HTTP (aiohttp), with retries, backoff, timeouts and a connection cap."
-    def __init__(self, base_url:str, model:str, api_key:str=None, timeout:float=60.0, max_retries:int=4,
+    def __init__(self, base_url:str=None, model:str='', api_key:str=None, timeout:float=60.0, max_retries:int=4,
                  backoff:float=0.5, max_backoff:float=8.0, temperature:float=0.0, max_connections:int=64):
-        if not api_key: raise UserError("no API key for the openai backend: set OPENAI_API_KEY (or api_key_env) in the environment or .env")
-        self.url, self.model, self.key = base_url.rstrip('/') + '/chat/completions', model, api_key
+        if not base_url and not api_key:
+            raise UserError("the openai backend needs a base_url (a local server such as vLLM needs no key) or an API key "
+                            "(OPENAI_API_KEY, or the variable api_key_env names, in the environment or .env)", None, None, 'base_url')
+        self.url, self.model, self.key = (base_url or OPENAI_URL).rstrip('/') + '/chat/completions', model, api_key
         self.timeout, self.max_retries, self.backoff, self.max_backoff, self.temperature = timeout, max_retries, backoff, max_backoff, temperature
         self.max_connections = max_connections
         self._session = None; self.stats = {'calls': 0, 'retries': 0, 'failures': 0}
@@ -86,7 +90,7 @@ class OpenAIBackend:
         import aiohttp
         body = {'model': self.model, 'messages': messages, 'temperature': self.temperature}
         if tools: body['tools'] = tools
-        headers = {'Authorization': f'Bearer {self.key}'}
+        headers = {'Authorization': f'Bearer {self.key}'} if self.key else {}
         last = ''
         for attempt in range(self.max_retries + 1):
             self.stats['calls'] += 1
@@ -118,6 +122,20 @@ def parse_tool_call_text(text:str) -> ChatReply:
         except json.JSONDecodeError: calls.append(ToolCall(f'call_{i}', '', m.group(1)))
     return ChatReply(_TOOL_RE.sub('', text).strip(), calls)
 
+def _template_message(m:dict) -> dict:
+    "A history message as chat templates take it: content a string, tool-call arguments an object when they parse."
+    out = {**m, 'content': m.get('content') or ''}
+    if m.get('tool_calls'):
+        calls = []
+        for tc in m['tool_calls']:
+            args = tc['function']['arguments']
+            if isinstance(args, str):
+                try: args = json.loads(args)
+                except json.JSONDecodeError: pass
+            calls.append({**tc, 'function': {**tc['function'], 'arguments': args}})
+        out['tool_calls'] = calls
+    return out
+
 class TransformersBackend:
     "A local causal LM (a model folder) behind the same `chat` coroutine."
     def __init__(self, model_path:str|Path, max_new_tokens:int=256, device:str='cpu', model=None, tokenizer=None):
@@ -129,10 +147,12 @@ class TransformersBackend:
             tokenizer = AutoTokenizer.from_pretrained(model_path); model = AutoModelForCausalLM.from_pretrained(model_path)
         self.model, self.tok, self.max_new_tokens = model.to(device).eval(), tokenizer, max_new_tokens
         self._lock = threading.Lock()
+    def prompt(self, messages:list, tools:list=None) -> str:
+        "The text the model is given: the whole history, tool calls (arguments as objects) and tool-call ids included."
+        return self.tok.apply_chat_template([_template_message(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False)
     def _generate(self, messages, tools):
         import torch
-        msgs = [{'role': m['role'], 'content': m.get('content') or ''} for m in messages]
-        ids = self.tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, return_tensors='pt', return_dict=True)
+        ids = self.tok(self.prompt(messages, tools), add_special_tokens=False, return_tensors='pt')
         with self._lock, torch.no_grad():
             out = self.model.generate(**{k: v.to(self.model.device) for k, v in ids.items()}, max_new_tokens=self.max_new_tokens,
                                       do_sample=False, pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id)
@@ -246,47 +266,47 @@ class HashingEmbedder:
             for t, v in zip(todo, self.vec.transform(todo).toarray().astype(np.float32)): self.memo[t] = v
         return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
+def resolve_embed_model(name:str) -> Path:
+    "A model folder: `name` itself, the packaged all-MiniLM-L6-v2, or a hub id's snapshot in the local Hugging Face cache."
+    if name in ('all-MiniLM-L6-v2', 'sentence-transformers/all-MiniLM-L6-v2') and not Path(name).exists(): return default_minilm_path()
+    if Path(name).is_dir(): return Path(name)
+    if Path(name).exists() or not re.fullmatch(r'[\w.-]+/[\w.-]+', name):
+        raise UserError("embedding model not found: give a model folder or a hub id (org/name) in the local Hugging Face cache",
+                        name, None, 'embed.model_name')
+    from huggingface_hub import snapshot_download
+    try: return Path(snapshot_download(name, local_files_only=True))   # offline: the cache only, never a download
+    except Exception:
+        from huggingface_hub.constants import HF_HUB_CACHE
+        raise UserError(f"{name} is not in the local Hugging Face cache ({HF_HUB_CACHE}); fetch it where the hub is reachable "
+                        f"(huggingface-cli download {name}) or give a model folder", None, None, 'embed.model_name') from None
+
 class LocalEmbedder:
-    "A sentence-transformers / transformers encoder folder: mean or CLS pooling (from 1_Pooling/config.json), unit vectors."
+    "A sentence-transformers model (its own pooling: mean for MiniLM, CLS for BGE), unit vectors, memoised per text."
     _cache: dict = {}
     def __init__(self, model_name:str='all-MiniLM-L6-v2', device:str='cpu', batch_size:int=64, embed_dim:int=None):
-        path = default_minilm_path() if model_name in ('all-MiniLM-L6-v2', 'sentence-transformers/all-MiniLM-L6-v2') else Path(model_name)
-        if not path.is_dir(): raise UserError("embedding model folder not found (model hubs are not used)", path, None, 'embed.model_name')
         import torch
+        path = resolve_embed_model(model_name)
         if device.startswith('cuda') and not torch.cuda.is_available(): device = 'cpu'
         self.path, self.device, self.batch_size = path, device, batch_size
-        key = (str(path), device)
+        key = (str(path.resolve()), device)
         if key not in LocalEmbedder._cache:
-            from transformers import AutoModel, AutoTokenizer
-            from transformers.utils import logging as hf_logging
-            hf_logging.disable_progress_bar()   # one weights file: no bar on the harness's output
-            LocalEmbedder._cache[key] = (AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device).eval(), {})
-        self.tok, self.model, self.memo = LocalEmbedder._cache[key]
-        pool_cfg = path/'1_Pooling'/'config.json'    # sentence-transformers pooling: mean (MiniLM) or CLS (bge)
-        self.pooling = 'cls' if pool_cfg.is_file() and json.loads(pool_cfg.read_text()).get('pooling_mode_cls_token') else 'mean'
-        self.dim = self.encode(['x']).shape[1]
+            from sentence_transformers import SentenceTransformer
+            try: LocalEmbedder._cache[key] = (SentenceTransformer(str(path), device=device, local_files_only=True), {})
+            except (OSError, ValueError) as e:
+                raise UserError(f"cannot load the embedding model: {str(e).splitlines()[0][:200]}", path, None, 'embed.model_name') from None
+        self.model, self.memo = LocalEmbedder._cache[key]
+        self.pooling = next((getattr(m, 'pooling_mode', None) for m in self.model if type(m).__name__ == 'Pooling'), None)   # mean, cls
+        dim = getattr(self.model, 'get_embedding_dimension', None) or self.model.get_sentence_embedding_dimension
+        self.dim = dim() or self.encode(['x']).shape[1]
         if embed_dim is not None and embed_dim != self.dim:
             raise UserError(f"embed_dim is {embed_dim} but the model {path} gives {self.dim}", None, None, 'embed.embed_dim')
-    def _encode(self, texts:list) -> np.ndarray:
-        # shapes are bucketed (batch to a power of two, length to a multiple of 8): CPU kernels are built per shape
-        import torch
-        n = len(texts); b = 1
-        while b < n: b *= 2
-        lens = self.tok(texts, truncation=True, max_length=256)['input_ids']
-        T = min(256, -(-max(map(len, lens)) // 8) * 8)
-        enc = self.tok(texts + [''] * (b - n), padding='max_length', truncation=True, max_length=T, return_tensors='pt').to(self.device)
-        with torch.inference_mode(): h = self.model(**enc).last_hidden_state     # (b, T, d)
-        mask = enc['attention_mask'].unsqueeze(-1).float()
-        if self.pooling == 'cls': v = h[:, 0]                                          # (b, d) CLS pooling
-        else: v = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)                      # (b, d) mean pooling
-        return torch.nn.functional.normalize(v, dim=-1)[:n].cpu().numpy().astype(np.float32)
     def encode(self, texts:list) -> np.ndarray:
         "Unit vectors for `texts` (memoised per text)."
         texts = list(texts)
         todo = list(dict.fromkeys(t for t in texts if t not in self.memo))
-        for i in range(0, len(todo), self.batch_size):
-            chunk = todo[i:i + self.batch_size]
-            for t, v in zip(chunk, self._encode(chunk)): self.memo[t] = v
+        if todo:
+            vs = self.model.encode(todo, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            for t, v in zip(todo, vs.astype(np.float32)): self.memo[t] = v
         return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
 def make_embedder(embed) -> Any:

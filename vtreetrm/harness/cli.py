@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, sys, tempfile
 from pathlib import Path
 from typing import Literal
-from ..utils import UserError, dumps_json
+from ..utils import UserError, dumps_json, path_component
 from .config import load_config, parse_set
 from .store import HarnessStore, extract_run_db as _extract_run_db, init_seed as _init_seed
 from .synthetic import make_synthetic as _make_synthetic
@@ -104,9 +104,12 @@ def init_seed(name:str,                     # seed name (store/seeds/NAME)
               from_db:str=None,             # harness.db holding the baseline run (extracted into the seed)
               run_id:str=None,              # baseline run id in --from-db
               parent:str=None,              # parent seed
-              description:str=''):          # what the seed is
+              description:str='',           # what the seed is
+              exist_ok:bool=False):         # a seed of that name already there: say so and skip (exit 0) instead of failing
     "Create store/seeds/NAME from skills, prompts and a baseline run."
     st = Path(store_dir)
+    if exist_ok and (st/'seeds'/path_component(name, 'name')/'seed.json').is_file():
+        print(f"seed {name!r} exists, skipped: {st/'seeds'/name}"); return 0
     sk, pr = Path(skills_dir or st/'skills'/'v1'), Path(prompts_dir or st/'prompts'/'v1')
     if from_db and not run_id: raise UserError("--from-db needs --run-id (the baseline run)")
     with tempfile.TemporaryDirectory() as tmp:

