@@ -4,9 +4,9 @@
 
 # %% ../../nbs/harness/05a_stub.ipynb #89f07c81
 from __future__ import annotations
-import argparse, asyncio, json, threading, time
+import argparse, asyncio, hashlib, json, threading, time
 from aiohttp import web
-from .backends import SimulatedBackend
+from .backends import SimulatedBackend, ChatReply
 
 # %% auto #0
 __all__ = ['STATS', 'make_stub_app', 'StubServer', 'main']
@@ -14,11 +14,22 @@ __all__ = ['STATS', 'make_stub_app', 'StubServer', 'main']
 # %% ../../nbs/harness/05a_stub.ipynb #24691c5d
 STATS = web.AppKey('stats', dict)
 
+def _caption_reply(messages:list):
+    "A captioner's request (an image, or a summary prompt without the agent's question layout) answered in kind; else None."
+    user = next((m['content'] for m in messages if m.get('role') == 'user'), '')
+    if isinstance(user, list):
+        url = next((p['image_url']['url'] for p in user if p.get('type') == 'image_url'), '')
+        return ChatReply(f"A frame whose image hash is {hashlib.sha256(url.encode()).hexdigest()[:8]}.")
+    if isinstance(user, str) and len(messages) == 1 and 'captions of consecutive keyframes' in user:   # trees.SUMMARY_PROMPT
+        return ChatReply('Summary: ' + user.splitlines()[-1].lstrip('- '))
+    return None
+
 def make_stub_app(latency_s:float=0.0,      # seconds before each reply
                   fail_500_every:int=0,     # every n-th request gets HTTP 500 (0 = never)
                   fail_429_every:int=0,     # every n-th request gets HTTP 429 with Retry-After: 0
                   hang_every:int=0,         # every n-th request sleeps `hang_s` (to trip client timeouts)
                   hang_s:float=5.0,
+                  garbage_every:int=0,      # every n-th request gets HTTP 200 with a body that is not JSON
                   api_key:str=None,         # required bearer token (None = any)
                   ) -> web.Application:
     "An aiohttp app serving simulated chat completions with faults."
@@ -33,8 +44,9 @@ def make_stub_app(latency_s:float=0.0,      # seconds before each reply
             if fail_500_every and n % fail_500_every == 0: return web.json_response({'error': 'boom'}, status=500)
             if fail_429_every and n % fail_429_every == 0: return web.json_response({'error': 'slow down'}, status=429, headers={'Retry-After': '0'})
             if hang_every and n % hang_every == 0: await asyncio.sleep(hang_s)
+            if garbage_every and n % garbage_every == 0: return web.Response(text='<html>upstream error</html>', status=200)
             if latency_s: await asyncio.sleep(latency_s)
-            r = await sim.chat(body['messages'], body.get('tools'))
+            r = _caption_reply(body['messages']) or await sim.chat(body['messages'], body.get('tools'))
             stats['ok'] += 1
             return web.json_response({'id': f'cmpl-{n}', 'object': 'chat.completion', 'model': body.get('model', 'stub'),
                                       'choices': [{'index': 0, 'finish_reason': 'tool_calls' if r.tool_calls else 'stop', 'message': r.message()}],
