@@ -129,6 +129,8 @@ def build_trees(videos:str=None,              # a folder of videos, or a list fi
                 fps:float=1.0,                # frames sampled per second for clustering
                 max_frames:int=512,           # at most this many sampled frames per video (long videos sample less often)
                 jobs:int=8,                   # captions in flight at once
+                request_timeout:float=120.0,  # openai: seconds per request
+                max_retries:int=4,            # openai: retries on timeouts, 429, 5xx and non-JSON replies (exponential backoff)
                 device:str='cpu',             # transformers captioner: torch device
                 cache_dir:str=None,           # features and captions cache (default: <out>/../.cache)
                 overwrite:bool=False,         # build every tree again, even one built from the same inputs
@@ -140,7 +142,7 @@ def build_trees(videos:str=None,              # a folder of videos, or a list fi
         if not v: raise UserError(f"{flag} is required")
     p = TreeParams(clips, segments_per_clip, frames_per_segment, jobs=jobs)
     if vision == 'tiny': print("note: --vision tiny is a random encoder (for tests); real videos want a DINOv2 checkpoint, e.g. --vision facebook/dinov2-base", file=sys.stderr)
-    cap = make_captioner(captioner, model, base_url, api_key_env, device, max_connections=jobs)
+    cap = make_captioner(captioner, model, base_url, api_key_env, device, max_connections=jobs, timeout=request_timeout, max_retries=max_retries)
     rep = _build(videos, out, cap, p, vision, fps, max_frames, cache_dir, overwrite, report, progress=not quiet)
     print(dumps_json({k: rep[k] for k in ('out', 'videos', 'counts', 'frames_per_second', 'captions_made', 'captions_cached', 'wall_seconds')}), end='')
     if rep['failed']:

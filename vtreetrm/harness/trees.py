@@ -283,13 +283,13 @@ async def build_tree(video_id:str, path:Path, features:FrameFeatures, captioner,
 
 # %% ../../nbs/harness/11_trees.ipynb #e15b5bdd
 def make_captioner(kind:str=None, model:str=None, base_url:str=None, api_key_env:str='OPENAI_API_KEY', device:str='cpu',
-                   max_connections:int=64):
+                   max_connections:int=64, timeout:float=120.0, max_retries:int=4):
     "The captioner `kind` names; none named is refused with the choices."
     if kind is None: raise UserError("no captioner named: --captioner openai, transformers or simulated (deterministic, from the pixels; for tests)", None, None, 'captioner')
     if kind == 'simulated': return SimulatedCaptioner()
     if kind == 'openai':
         if not model: raise UserError("the openai captioner needs --model (the served model's name)", None, None, 'model')
-        return OpenAICaptioner(model, base_url, load_api_key(api_key_env), max_connections=max_connections)
+        return OpenAICaptioner(model, base_url, load_api_key(api_key_env), timeout, max_retries, max_connections=max_connections)
     if kind == 'transformers': return TransformersCaptioner(model or '', device=device)
     raise UserError(f"unknown captioner {kind!r}: openai, transformers or simulated", None, None, 'captioner')
 
