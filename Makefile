@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/phase2_scale.py
 	$(BIN)/python benchmarks/release_chain.py --records 100000
 	$(BIN)/python benchmarks/harness_concurrency.py
+	$(BIN)/python benchmarks/build_trees.py
 
 export: $(STAMP)
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

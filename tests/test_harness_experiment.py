@@ -14,3 +14,16 @@ def test_harness_train_notebook_runs(tmp_path, cli):
     nb = json.loads((d / 'small.ipynb').read_text())
     outputs = json.dumps([c.get('outputs', []) for c in nb['cells'] if c['cell_type'] == 'code'])
     assert 'holdout not run' not in outputs and 'batch_accuracy' in outputs and 'candidate' in outputs   # four-way table, dual_metric shown
+
+
+def test_harness_videos_notebook_runs(tmp_path, cli):
+    "Videos -> build-trees -> Video-MME-layout questions -> infer and train; the HTML shows a tree and the accuracy table."
+    cli('run', 'harness_videos', '--runs-dir', tmp_path / 'runs', '--name', 'hv', '-p', 'n_videos=6', check=0)
+    d = tmp_path / 'runs' / 'hv'
+    m = json.loads((d / 'metrics.json').read_text())
+    assert m['trees'] == 6 and m['n_test'] == 3 * 4                       # 3 test videos x (3 colour questions + 1 order question)
+    assert m['boundary_at_scene_change'] == 1.0 and m['figure_colour_named'] >= 0.9   # the trees fit the rendered scenes
+    assert set(m['per_task_type']) == {'Object Recognition', 'Temporal Perception'}
+    assert 0 <= m['test_accuracy_train_final'] <= 1 and m['test_accuracy_baseline_infer'] == m['test_accuracy_train_start']
+    html = (d / 'hv.html').read_text()
+    assert 'segment span (s)' in html and 'train: final' in html and 'A dark black scene' in html

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 __all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
            'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir',
            'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file',
-           'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance']
+           'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -293,3 +293,11 @@ def provenance(params:dict=None,   # every parameter of the run
             'host': socket.gethostname(), 'platform': platform.platform(), 'cwd': os.getcwd(),   # relative paths above are relative to it
             'inputs': {str(p): sha256_file(p) for p in inputs if Path(p).is_file()},
             'created': now_iso()}
+
+# %% ../nbs/00_utils.ipynb #5e88d6cd
+def run_sync(coro):
+    "The result of coroutine `coro`, from plain code or from inside a running event loop (Jupyter)."
+    import asyncio, concurrent.futures
+    try: asyncio.get_running_loop()
+    except RuntimeError: return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()

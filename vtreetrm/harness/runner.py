@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 from fastcore.basics import patch
 from tqdm.auto import tqdm
-from ..utils import UserError, path_component, atomic_write, write_json, sha256_json, provenance, now_iso
+from ..utils import UserError, path_component, atomic_write, write_json, sha256_json, provenance, now_iso, run_sync
 from .questions import load_benchmark
 from .config import RunConfig
 from .pools import PoolConfig, POOL_STRATEGIES, make_batches
@@ -190,11 +190,7 @@ class Runner:
     # ---------- entry points ----------
     def run(self) -> dict:
         "Run to the end (resuming if the run exists) and return its summary."
-        try: asyncio.get_running_loop()
-        except RuntimeError: return asyncio.run(self.arun())
-        # inside a running loop (Jupyter): run on a worker thread with its own loop
-        import concurrent.futures
-        with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, self.arun()).result()
+        return run_sync(self.arun())
 
     async def arun(self) -> dict:
         try: self._setup()

@@ -9,15 +9,15 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 import av, numpy as np, torch
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_write, write_json, read_json, sha256_file, sha256_json, path_component, provenance
+from ..utils import UserError, atomic_write, write_json, read_json, sha256_file, sha256_json, path_component, provenance, run_sync
 from ..video.features import load_vision_encoder, encoder_identity, pixel_values, video_duration, Sampling
 from .backends import OpenAIBackend, BackendError, load_api_key
 
 # %% auto #0
-__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'list_videos', 'sample_frames', 'FrameFeatures',
-           'contiguous_clusters', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url', 'OpenAICaptioner',
-           'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'build_tree', 'make_captioner',
-           'build_trees']
+__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'VIDEOS_IN_FLIGHT', 'list_videos', 'sample_frames',
+           'FrameFeatures', 'contiguous_clusters', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
+           'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
+           'build_tree', 'make_captioner', 'build_trees']
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
 VIDEO_EXTS = ('.mp4', '.mkv', '.webm', '.avi', '.mov', '.m4v', '.mpg', '.mpeg')
@@ -51,7 +51,7 @@ def _scaled(w:int, h:int, short:int) -> tuple[int, int]:
     f = min(1.0, short / min(w, h))
     return max(2, int(round(w * f / 2)) * 2), max(2, int(round(h * f / 2)) * 2)
 
-def sample_frames(path:str|Path, fps:float=1.0, max_frames:int=512, short_side:int=448, times:list=None):
+def sample_frames(path:str|Path, fps:float=1.0, max_frames:int=512, short_side:int=448, times:list=None, seek_gap:float=2.0):
     "Yield `(t, frame (h, w, 3) uint8)` every 1/fps s (at most `max_frames`), or at the given `times`, decoding forward once."
     path = Path(path)
     if not path.is_file(): raise UserError("video file not found", path)
@@ -64,14 +64,19 @@ def sample_frames(path:str|Path, fps:float=1.0, max_frames:int=512, short_side:i
                 rate = fps if not dur else min(fps, max_frames / dur)
                 n = max_frames if not dur else max(1, min(max_frames, int(dur * rate)))
                 times = [(k + 0.5) / rate for k in range(n)]
-            times = sorted(times); j, prev, got = 0, None, 0
-            for f in c.decode(s):
+            times = sorted(times); j, prev, prev_t, got = 0, None, None, 0
+            frames = c.decode(s)
+            while j < len(times):
+                if prev is not None and times[j] - prev_t > seek_gap:         # far ahead: seek instead of decoding the gap
+                    c.seek(int(times[j] / s.time_base), stream=s, backward=True, any_frame=False); frames, prev = c.decode(s), None
+                f = next(frames, None)
+                if f is None: break
                 if f.time is None: continue
                 while j < len(times) and times[j] < f.time and prev is not None:   # times[j] falls before this frame
                     yield times[j], prev; j += 1; got += 1
                 if j == len(times): break
                 w, h = _scaled(f.width, f.height, short_side)
-                prev = f.to_ndarray(width=w, height=h, format='rgb24')
+                prev, prev_t = f.to_ndarray(width=w, height=h, format='rgb24'), f.time
             while prev is not None and j < len(times) and (dur is None or times[j] < dur + 1e-6):   # the stream ended
                 yield times[j], prev; j += 1; got += 1
     except UserError: raise
@@ -182,7 +187,8 @@ class OpenAICaptioner:
         if not r.content.strip(): raise BackendError("the captioner replied with no text")
         return ' '.join(r.content.split())
     async def caption(self, image:np.ndarray) -> str:
-        return await self._ask([{'type': 'text', 'text': self.prompt}, {'type': 'image_url', 'image_url': {'url': jpeg_data_url(image)}}])
+        url = await asyncio.to_thread(jpeg_data_url, image)
+        return await self._ask([{'type': 'text', 'text': self.prompt}, {'type': 'image_url', 'image_url': {'url': url}}])
     async def summarize(self, captions:list) -> str:
         return await self._ask(self.summary_prompt + '\n' + '\n'.join(f"- {c}" for c in captions))
     async def aclose(self): await self.backend.aclose()
@@ -239,7 +245,8 @@ class CaptionCache:
             try: self.hits += 1; return read_json(f)['text']
             except (UserError, KeyError, TypeError): self.hits -= 1      # a damaged entry is made again
         text = await make(); self.misses += 1
-        write_json(f, {'text': text}); return text
+        await asyncio.to_thread(write_json, f, {'text': text})   # the write's fsync stays off the event loop
+        return text
 
 def keyframe_indices(x:np.ndarray, a:int, b:int, n:int) -> list[int]:
     "In each of `n` equal parts of rows [a, b), the row nearest the mean of [a, b) (distinct, in order)."
@@ -254,29 +261,64 @@ def _span(t:np.ndarray, a:int, b:int, dur:float) -> tuple[float, float]:
     end = dur if b == len(t) else (t[b - 1] + t[b]) / 2
     return round(float(start), 3), round(float(end), 3)
 
-async def build_tree(video_id:str, path:Path, features:FrameFeatures, captioner, cache:CaptionCache, p:TreeParams) -> dict:
-    "The caption tree of one video (the schema `harness.agent.CaptionTree` reads)."
-    sha = sha256_file(path)
-    t, x = features(path, sha)
-    with av.open(str(path)) as c: dur = video_duration(c, c.streams.video[0]) or float(t[-1] + (t[1] - t[0] if len(t) > 1 else 0.5))
-    plan = []                                             # (clip runs, [segment runs per clip], keyframe rows per segment)
+async def _frames_in_thread(path:Path, times:list, short_side:int):
+    "`sample_frames` on a worker thread, each frame handed over as soon as it is decoded (captioning overlaps decoding)."
+    loop, q, END = asyncio.get_running_loop(), asyncio.Queue(), object()
+    def produce():
+        try:
+            for item in sample_frames(path, times=times, short_side=short_side): loop.call_soon_threadsafe(q.put_nowait, item)
+        except BaseException as e: loop.call_soon_threadsafe(q.put_nowait, e)
+        finally: loop.call_soon_threadsafe(q.put_nowait, END)
+    worker = asyncio.ensure_future(asyncio.to_thread(produce))
+    try:
+        while (item := await q.get()) is not END:
+            if isinstance(item, BaseException): raise item
+            yield item
+    finally: await worker
+
+async def _gather_all(coros) -> list:
+    "Run coroutines (from an iterable or an async iterable) concurrently; on the first error cancel the rest and raise it."
+    tasks = []
+    try:
+        if hasattr(coros, '__aiter__'):
+            async for c in coros: tasks.append(asyncio.ensure_future(c))
+        else: tasks = [asyncio.ensure_future(c) for c in coros]
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks: t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+def tree_plan(x:np.ndarray, p:TreeParams) -> list:
+    "`[((clip start, end), [((segment start, end), keyframe rows), ...]), ...]` in sampled-frame rows."
+    plan = []
     for ca, cb in contiguous_clusters(x, p.clips):
         segs = [(ca + a, ca + b) for a, b in contiguous_clusters(x[ca:cb], p.segments_per_clip)]
         plan.append(((ca, cb), [(s, keyframe_indices(x, *s, p.frames_per_segment)) for s in segs]))
+    return plan
+
+async def build_tree(video_id:str, path:Path, features:FrameFeatures, captioner, cache:CaptionCache, p:TreeParams,
+                     sem:asyncio.Semaphore=None, sha:str=None) -> dict:
+    "The caption tree of one video (the schema `harness.agent.CaptionTree` reads); `sem` bounds captions in flight."
+    sha = sha or await asyncio.to_thread(sha256_file, path)
+    t, x = await asyncio.to_thread(features, path, sha)           # decoding and encoding off the event loop
+    with av.open(str(path)) as c: dur = video_duration(c, c.streams.video[0]) or float(t[-1] + (t[1] - t[0] if len(t) > 1 else 0.5))
+    plan = await asyncio.to_thread(tree_plan, x, p)
     key_times = sorted({float(t[i]) for _, segs in plan for _, ks in segs for i in ks})
-    images = dict(sample_frames(path, times=key_times, short_side=p.caption_side))
-    sem = asyncio.Semaphore(p.jobs)
-    async def caption(tt):
-        img = images[tt]
-        async with sem: return await cache.get(cache.key('caption', hashlib.sha256(img.tobytes()).hexdigest(), img.shape), lambda: captioner.caption(img))
-    texts = dict(zip(key_times, await asyncio.gather(*(caption(tt) for tt in key_times))))
+    sem = sem or asyncio.Semaphore(p.jobs)
+    async def caption(tt, img):
+        async with sem: return tt, await cache.get(cache.key('caption', hashlib.sha256(img.tobytes()).hexdigest(), img.shape), lambda: captioner.caption(img))
+    texts = dict(await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, key_times, p.caption_side)))
     clips = []
     for ci, ((ca, cb), segs) in enumerate(plan):
         segments = [{'id': f"c{ci}s{si}", **dict(zip(('start', 'end'), _span(t, a, b, dur))), 'keyframes': [round(float(t[i]), 3) for i in ks],
                      'captions': [{'t': round(float(t[i]), 3), 'text': texts[float(t[i])]} for i in ks]} for si, ((a, b), ks) in enumerate(segs)]
-        caps = [c['text'] for s in segments for c in s['captions']]
-        async with sem: summary = await cache.get(cache.key('summary', caps), lambda: captioner.summarize(caps))
-        clips.append({'id': f"c{ci}", **dict(zip(('start', 'end'), _span(t, ca, cb, dur))), 'summary': summary, 'segments': segments})
+        clips.append({'id': f"c{ci}", **dict(zip(('start', 'end'), _span(t, ca, cb, dur))), 'segments': segments})
+    async def summary(c):
+        caps = [x['text'] for s in c['segments'] for x in s['captions']]
+        async with sem: c['summary'] = await cache.get(cache.key('summary', caps), lambda: captioner.summarize(caps))
+    await _gather_all(summary(c) for c in clips)
+    clips = [{k: c[k] for k in ('id', 'start', 'end', 'summary', 'segments')} for c in clips]
     return {'video_id': video_id, 'duration': round(float(dur), 3), 'clips': clips,
             'source': {'path': str(path), 'sha256': sha, 'frames_sampled': int(len(t)), 'encoder': features.identity['source'],
                        'encoder_key': features.identity['key'], 'captioner': cache.identity, 'params': asdict(p)}}
@@ -298,6 +340,8 @@ def _same_build(tree_path:Path, sha:str, want:dict) -> bool:
     except UserError: return False
     return src.get('sha256') == sha and all(src.get(k) == v for k, v in want.items())
 
+VIDEOS_IN_FLIGHT = 4   # videos decoded, encoded and captioned at once: captions of one overlap the decoding of the next
+
 def build_trees(videos:str|Path, out:str|Path, captioner, params:TreeParams=None, vision:str='tiny', fps:float=1.0,
                 max_frames:int=512, cache_dir:str|Path=None, overwrite:bool=False, report:str|Path=None, progress:bool=True) -> dict:
     "Build the caption tree of every video into `out`; returns (and writes) the build report."
@@ -307,27 +351,28 @@ def build_trees(videos:str|Path, out:str|Path, captioner, params:TreeParams=None
     feats = FrameFeatures(cache_dir/'frame-features', vision, fps, max_frames)
     cache = CaptionCache(cache_dir/'captions', captioner.identity)
     want = {'encoder_key': feats.identity['key'], 'captioner': captioner.identity, 'params': asdict(p)}
-    rows, t0 = [], time.perf_counter()
+    t0, bar = time.perf_counter(), tqdm(total=len(todo), desc='build trees', unit='video', disable=not progress)
+    async def one(vid, path, videos_sem, sem):
+        async with videos_sem:
+            dest, t1 = out/f"{vid}.json", time.perf_counter()
+            try:
+                if not path.is_file(): raise UserError("video file not found", path)
+                sha = await asyncio.to_thread(sha256_file, path)
+                if dest.is_file() and not overwrite and _same_build(dest, sha, want): return {'video_id': vid, 'status': 'kept', 'path': str(path)}
+                tree = await build_tree(vid, path, feats, captioner, cache, p, sem, sha)
+                write_json(dest, tree)
+                return {'video_id': vid, 'status': 'built', 'path': str(path), 'clips': len(tree['clips']),
+                        'captions': sum(len(s['captions']) for c in tree['clips'] for s in c['segments']), 'seconds': round(time.perf_counter() - t1, 3)}
+            except (UserError, BackendError) as e:
+                tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
+                return {'video_id': vid, 'status': 'failed', 'path': str(path), 'error': str(e)}
+            finally: bar.update()
     async def run_all():
-        try:
-            for vid, path in tqdm(todo, desc='build trees', unit='video', disable=not progress):
-                dest, t1 = out/f"{vid}.json", time.perf_counter()
-                try:
-                    sha = sha256_file(path) if path.is_file() else None
-                    if sha is None: raise UserError("video file not found", path)
-                    if dest.is_file() and not overwrite and _same_build(dest, sha, want):
-                        rows.append({'video_id': vid, 'status': 'kept', 'path': str(path)}); continue
-                    tree = await build_tree(vid, path, feats, captioner, cache, p)
-                    write_json(dest, tree)
-                    rows.append({'video_id': vid, 'status': 'built', 'path': str(path), 'clips': len(tree['clips']),
-                                 'captions': sum(len(s['captions']) for c in tree['clips'] for s in c['segments']),
-                                 'seconds': round(time.perf_counter() - t1, 3)})
-                except (UserError, BackendError) as e:
-                    rows.append({'video_id': vid, 'status': 'failed', 'path': str(path), 'error': str(e)})
-                    tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
+        videos_sem, sem = asyncio.Semaphore(VIDEOS_IN_FLIGHT), asyncio.Semaphore(p.jobs)
+        try: return await asyncio.gather(*(one(vid, path, videos_sem, sem) for vid, path in todo))
         finally:
             if hasattr(captioner, 'aclose'): await captioner.aclose()
-    asyncio.run(run_all())
+    rows = run_sync(run_all()); bar.close()
     wall = time.perf_counter() - t0
     rep = {'out': str(out), 'videos': len(rows), 'counts': {s: sum(r['status'] == s for r in rows) for s in ('built', 'kept', 'failed')},
            'failed': [r for r in rows if r['status'] == 'failed'], 'rows': rows, 'wall_seconds': round(wall, 3),
