@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_cli.ipynb #a159d7f6
 from __future__ import annotations
-import argparse, dataclasses, errno, importlib, inspect, math, sys, typing
+import argparse, dataclasses, errno, importlib, inspect, math, os, sys, typing
 from pathlib import Path
 from fastcore.docments import docments
 from fastcore.script import Param
@@ -116,9 +116,15 @@ def run_command(func, argv:list, prog:str):
 
 _ENV_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}  # the machine's, not ours
 
+def _quiet_hf_bars():
+    "No weight-loading bars from transformers / the hub where stderr is a log or captured: one error stays one line."
+    os.environ.setdefault('HF_HUB_DISABLE_PROGRESS_BARS', '1')
+    if 'transformers' in sys.modules: sys.modules['transformers'].utils.logging.disable_progress_bar()
+
 def main(argv:list=None) -> int:
     "The `vtreetrm` console script; returns the exit code."
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not sys.stderr.isatty(): _quiet_hf_bars()
     try:
         if not argv or argv[0] in ('-h', '--help', 'help'): print(_usage()); return 0 if argv else 2
         if argv[0] == '--version':
