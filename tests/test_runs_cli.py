@@ -37,7 +37,7 @@ def test_run_directory_contract(tmp_path, cli, nb):
 
 @pytest.mark.parametrize('args,msg', [
     (['-p', 'momentum=0.9'], "unknown parameter(s) 'momentum'"),
-    (['-p', 'lr'], "is not key=value")])
+    (['-p', 'lr'], "-p takes NAME VALUE (one parameter per -p) or KEY=VALUE")])
 def test_run_refuses_before_running(tmp_path, cli, nb, args, msg):
     r = cli('run', nb, '--name', 'x', '--runs-dir', tmp_path/'runs', *args, check=2)
     assert msg in r.stderr and 'Traceback' not in r.stderr

@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterator
 # %% auto #0
 __all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
            'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir',
-           'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file',
-           'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
+           'publish_dir', 'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml',
+           'sha256_file', 'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -136,20 +136,25 @@ def atomic_dir(dest:str|Path,                   # directory to publish
     try:
         yield tmp
         if validate is not None: validate(tmp)
-        (tmp/PUBLISHED_MARKER).write_text('')
-        if dest.is_dir() and not dest.is_symlink() and _exchange(tmp, dest):   # no instant without `dest`
-            shutil.rmtree(tmp, ignore_errors=True); return
-        old = None
-        if dest.exists():
-            old = dest.parent/f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(dest, old)
-        try: os.replace(tmp, dest)
-        except BaseException:
-            if old is not None: os.replace(old, dest)
-            raise
-        if old is not None: shutil.rmtree(old, ignore_errors=True)
+        publish_dir(tmp, dest)
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
+
+def publish_dir(src:Path, dest:Path):
+    "Put the finished folder `src` in place of `dest` (swapped in one step where the system can): never a moment without `dest`."
+    src, dest = Path(src), Path(os.path.abspath(dest))
+    (src/PUBLISHED_MARKER).write_text('')
+    if dest.is_dir() and not dest.is_symlink() and _exchange(src, dest):   # no instant without `dest`
+        shutil.rmtree(src, ignore_errors=True); return
+    old = None
+    if dest.exists():
+        old = dest.parent/f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(dest, old)
+    try: os.replace(src, dest)
+    except BaseException:
+        if old is not None: os.replace(old, dest)
+        raise
+    if old is not None: shutil.rmtree(old, ignore_errors=True)
 
 # %% ../nbs/00_utils.ipynb #5a1c0e78
 def path_component(name, what:str='name', path:str|Path=None, line:int=None) -> str:

@@ -4,16 +4,17 @@
 
 # %% ../../nbs/runs/00_papermill.ipynb #6e738e01
 from __future__ import annotations
-import ast, concurrent.futures as cf, itertools, multiprocessing as mp, os, re, shutil, sys, time, traceback
+import ast, concurrent.futures as cf, contextlib, itertools, multiprocessing as mp, os, re, shutil, sys, time, traceback
 from pathlib import Path
 import yaml
 from fastcore.script import Param
-from ..utils import UserError, load_yaml, write_json, read_json, provenance, atomic_dir, now_iso, sha256_file, PACKAGE_DIR
+from ..utils import (UserError, load_yaml, write_json, read_json, provenance, atomic_dir, now_iso, sha256_file, PACKAGE_DIR,
+                            make_parent, check_replaceable, recover_publication, publish_dir)
 
 # %% auto #0
-__all__ = ['REPORT_CSP', 'project_root', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'check_params',
-           'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep', 'run_sweep', 'run_cmd',
-           'sweep_cmd']
+__all__ = ['REPORT_CSP', 'project_root', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'gather_params',
+           'check_params', 'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep', 'run_sweep',
+           'run_cmd', 'sweep_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
 def project_root() -> Path:
@@ -46,6 +47,29 @@ def parse_param_pairs(pairs) -> dict:
         k, eq, v = s.partition('=')
         if not eq or not k.strip(): raise UserError(f"parameter {s!r} is not key=value")
         out[k.strip()] = load_yaml(v, f"-p {k.strip()}", text_fallback=True) if v.strip() else ''   # not YAML: the text
+    return out
+
+def gather_params(p:list=None,   # -p groups: [NAME, VALUE] (papermill's types) or [KEY=VALUE, ...] (YAML values)
+                  r:list=None,   # -r pairs: [NAME, VALUE], the value kept as text
+                  f:list=None,   # -f YAML files of parameters
+                  y:list=None,   # -y YAML mapping strings
+                  ) -> dict:
+    "Parameters as papermill's command line takes them: files (-f), then YAML (-y), then -p, then -r; later ones win."
+    from papermill.cli import _resolve_type      # papermill's own reading of `-p NAME VALUE`: True/False/None/int/float/text
+    out = {}
+    def mapping(data, where):
+        if data is None: return {}
+        if not isinstance(data, dict): raise UserError("parameters must be a YAML mapping (name: value)", where)
+        return data
+    for path in f or []:
+        if not Path(path).is_file(): raise UserError("no such parameters file", path)
+        out.update(mapping(load_yaml(Path(path).read_bytes(), path), path))
+    for text in y or []: out.update(mapping(load_yaml(text, '-y'), '-y'))
+    for group in p or []:
+        if '=' in group[0]: out.update(parse_param_pairs(group))
+        elif len(group) == 2: out[group[0]] = _resolve_type(group[1])
+        else: raise UserError(f"-p takes NAME VALUE (one parameter per -p) or KEY=VALUE ..., got {' '.join(group)!r}")
+    for key, value in r or []: out[key] = value
     return out
 
 def check_params(nb:Path, params:dict, declared:dict=None) -> dict:
@@ -103,6 +127,8 @@ def run_notebook(notebook:str|Path,            # notebook path or name in nbs/ex
                  force:bool=False,             # re-run even when a completed run has the same params
                  html:bool=True,               # render NAME.html without code cells
                  progress:bool=True,           # papermill's cell progress bar
+                 kernel:str='python3',         # Jupyter kernel that executes it
+                 log_output:bool=False,        # stream the cells' outputs to stderr as they run (papermill --log-output)
                  ) -> dict:
     "Execute a notebook into `runs_dir/name/`; returns its run.json (status `completed`, `failed` or `skipped`)."
     nb = resolve_notebook(notebook)
@@ -117,46 +143,79 @@ def run_notebook(notebook:str|Path,            # notebook path or name in nbs/ex
         raise UserError(f"run {name!r} exists with other parameters; choose another --name or pass --force", dest)
     import papermill as pm
     inputs = [nb] + [Path(v) for v in full.values() if isinstance(v, str) and len(v) < 4096 and Path(v).is_file()]
+    check_replaceable(Path(os.path.abspath(dest)))             # a folder this tool did not write is refused before running
     try:
-        return _execute(nb, name, dest, full, declared, inputs, prev, html, progress)
+        with _run_lock(dest): return _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel, log_output)
     except _Kept as k: return k.args[0]
 
-def _execute(nb, name, dest, full, declared, inputs, prev, html, progress) -> dict:
+@contextlib.contextmanager
+def _run_lock(dest:Path):
+    "One process per run name at a time (the lock goes with the process, so a killed run's name is free again)."
+    from filelock import FileLock, Timeout
+    make_parent(Path(os.path.abspath(dest)))          # the runs folder
+    lock = FileLock(str(dest.parent/f".{dest.name}.lock"))
+    try: lock.acquire(timeout=0)
+    except Timeout: raise UserError(f"run {dest.name!r} is being executed by another process; wait for it or choose another --name",
+                                    dest.parent/f"{dest.name}.running") from None
+    try: yield
+    finally: lock.release()
+
+def _running_dir(dest:Path, full:dict) -> tuple[Path, bool]:
+    "NAME.running beside NAME: kept, with its files (checkpoints), when an interrupted run had the same parameters."
+    work = dest.parent/f"{dest.name}.running"
+    if work.is_dir():
+        old = read_json(work/'params.json') if (work/'params.json').is_file() else None
+        if old == full: return work, True
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    return work, False
+
+def _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel='python3', log_output=False) -> dict:
     import papermill as pm
-    with atomic_dir(dest) as tmp:
-        write_json(tmp/'params.json', full)
-        run = {'status': 'running', 'name': name, 'notebook': str(nb), 'run_dir': str(dest.resolve()),
-               'started': now_iso(), **provenance(full, inputs)}
-        write_json(tmp/'run.json', run)
-        exec_params = dict(full)
-        if 'run_dir' in declared: exec_params['run_dir'] = str(tmp.resolve())
-        t0 = time.time()
-        try:
-            pm.execute_notebook(str(nb), str(tmp/f'{name}.ipynb'), parameters=exec_params, progress_bar=progress,
-                                kernel_name='python3', cwd=str(Path.cwd()))
-            run['status'] = 'completed'
-        except pm.PapermillExecutionError as e:
-            run.update(status='failed', error=f"{e.ename}: {e.evalue}", failed_cell=e.exec_count)
-        except Exception as e:
-            run.update(status='failed', error=f"{type(e).__name__}: {e}")
-        run.update(finished=now_iso(), duration_s=round(time.time() - t0, 3))
-        if html and (tmp/f'{name}.ipynb').is_file():
-            try: render_html(tmp/f'{name}.ipynb', tmp/f'{name}.html'); run['html'] = f'{name}.html'
-            except Exception as e: run['html_error'] = f"{type(e).__name__}: {e}"
-        if (tmp/'metrics.json').is_file(): run['metrics'] = 'metrics.json'
-        write_json(tmp/'run.json', run)
-        if run['status'] == 'failed' and prev and prev.get('status') == 'completed':
-            return _keep_completed(tmp, dest, run)   # a failed --force never replaces a completed run
+    work, resumed = _running_dir(dest, full)
+    write_json(work/'params.json', full)
+    run = {'status': 'running', 'name': name, 'notebook': str(nb), 'run_dir': str(dest.resolve()), 'running_dir': str(work.resolve()),
+           'pid': os.getpid(), 'resumed': resumed, 'started': now_iso(), **provenance(full, inputs)}
+    write_json(work/'run.json', run)
+    exec_params = dict(full)
+    if 'run_dir' in declared: exec_params['run_dir'] = str(work.resolve())
+    if log_output: _log_to_stderr()
+    t0 = time.time()
+    try:
+        pm.execute_notebook(str(nb), str(work/f'{name}.ipynb'), parameters=exec_params, progress_bar=progress,
+                            kernel_name=kernel, cwd=str(Path.cwd()), log_output=log_output)
+        run['status'] = 'completed'
+    except pm.PapermillExecutionError as e:
+        run.update(status='failed', error=f"{e.ename}: {e.evalue}", failed_cell=e.exec_count)
+    except Exception as e:
+        run.update(status='failed', error=f"{type(e).__name__}: {e}")
+    run.update(finished=now_iso(), duration_s=round(time.time() - t0, 3))
+    if html and (work/f'{name}.ipynb').is_file():
+        try: render_html(work/f'{name}.ipynb', work/f'{name}.html'); run['html'] = f'{name}.html'
+        except Exception as e: run['html_error'] = f"{type(e).__name__}: {e}"
+    if (work/'metrics.json').is_file(): run['metrics'] = 'metrics.json'
+    write_json(work/'run.json', run)
+    if run['status'] == 'failed' and prev and prev.get('status') == 'completed':
+        return _keep_completed(work, dest, run)   # a failed --force never replaces a completed run
+    recover_publication(dest); publish_dir(work, dest)
     return run
+
+def _log_to_stderr():
+    "papermill's --log-output: cell outputs go to the `papermill` logger; show them on stderr."
+    import logging
+    lg = logging.getLogger('papermill')
+    if not any(isinstance(h, logging.StreamHandler) for h in lg.handlers):
+        h = logging.StreamHandler(sys.stderr); h.setFormatter(logging.Formatter('%(message)s')); lg.addHandler(h)
+    lg.setLevel(logging.INFO)
 
 class _Kept(Exception): pass
 
-def _keep_completed(tmp:Path, dest:Path, run:dict) -> dict:
+def _keep_completed(work:Path, dest:Path, run:dict) -> dict:
     "Publish a failed re-run beside the completed run it was to replace (NAME.failed), leaving that run as it is."
     failed = dest.parent/f"{dest.name}.failed"
     run = {**run, 'run_dir': str(failed.resolve()), 'kept_completed_run': str(dest.resolve())}
-    write_json(tmp/'run.json', run)
-    with atomic_dir(failed) as ftmp: shutil.copytree(tmp, ftmp, dirs_exist_ok=True)
+    write_json(work/'run.json', run)
+    recover_publication(failed); check_replaceable(failed); publish_dir(work, failed)
     raise _Kept(run)
 
 # %% ../../nbs/runs/00_papermill.ipynb #8bfbac97
@@ -237,13 +296,19 @@ def run_sweep(path:str|Path, jobs:int=None, force:bool=False, runs_dir:str|Path=
 # %% ../../nbs/runs/00_papermill.ipynb #5e57a3d3
 def run_cmd(notebook:Param("notebook path, or a name in nbs/experiments/"),
             name:str=None,                 # run name (folder under --runs-dir); default: the notebook's name
-            p:Param("parameters as key=value (values read as YAML); repeatable", nargs='+', action='extend')=None,
+            p:Param("a parameter, as papermill takes it: -p NAME VALUE (True/False/None/numbers typed, else text); "
+                    "or -p KEY=VALUE ... (values read as YAML); repeatable", nargs='+', action='append')=None,
+            r:Param("a parameter kept as text: -r NAME VALUE; repeatable", nargs=2, action='append')=None,
+            f:Param("a YAML file of parameters; repeatable", action='append')=None,
+            y:Param("parameters as a YAML mapping, e.g. -y 'epochs: 3'; repeatable", action='append')=None,
+            k:str='python3',               # Jupyter kernel to execute with
+            log_output:bool=False,         # stream the cells' outputs to stderr as they run
             runs_dir:str='papermill_runs',  # where run folders are written
             force:bool=False,              # re-run even if a completed run has the same parameters
             no_html:bool=False):           # skip the HTML rendering
     "Execute a notebook with papermill into RUNS_DIR/NAME/ (params.json, run.json, metrics.json, notebook, HTML)."
     nb = resolve_notebook(notebook)
-    r = run_notebook(nb, name or nb.stem, parse_param_pairs(p), runs_dir, force=force, html=not no_html)
+    r = run_notebook(nb, name or nb.stem, gather_params(p, r, f, y), runs_dir, force=force, html=not no_html, kernel=k, log_output=log_output)
     print(f"{r['status']}: {Path(runs_dir)/_safe_name(name or nb.stem)}" + (f"  ({r['error']})" if r.get('error') else ''))
     return 0 if r['status'] in ('completed', 'skipped') else 1
 
