@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED := 1
 test test-slow demo bench: export HF_HUB_OFFLINE := 1
 test test-slow demo bench: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl check-env-rl test test-slow demo lab bench export clean-nbs sysdeps
+.PHONY: env env-rl check-env-rl test test-slow demo lab bench export readme clean-nbs sysdeps
 
 $(STAMP): setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,7 @@ sysdeps:
 
 test: $(STAMP) sysdeps check-env-rl
 	$(BIN)/python .ci/check_notebooks.py
+	$(BIN)/python .ci/readme.py --check
 	$(BIN)/python .ci/import_all.py
 	$(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' $(NBDEV_TEST_FLAGS)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -68,4 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/build_trees.py
 
 export: $(STAMP)
-	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python .ci/readme.py
+
+readme: $(STAMP)
+	$(BIN)/python .ci/readme.py
