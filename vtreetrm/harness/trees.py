@@ -4,7 +4,7 @@
 
 # %% ../../nbs/harness/11_trees.ipynb #12b6844f
 from __future__ import annotations
-import asyncio, base64, hashlib, io, os, re, sys, threading, time
+import asyncio, base64, hashlib, io, sys, threading, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import av, numpy as np, torch

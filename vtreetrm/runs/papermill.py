@@ -8,7 +8,7 @@ import ast, concurrent.futures as cf, contextlib, itertools, multiprocessing as 
 from pathlib import Path
 import yaml
 from fastcore.script import Param
-from ..utils import (UserError, load_yaml, write_json, read_json, provenance, atomic_dir, now_iso, sha256_file, PACKAGE_DIR,
+from ..utils import (UserError, load_yaml, write_json, read_json, provenance, now_iso, sha256_file, PACKAGE_DIR,
                             make_parent, check_replaceable, recover_publication, publish_dir)
 
 # %% auto #0
