@@ -182,7 +182,10 @@ def test_report_from_an_installed_wheel(demo, tmp_path):
     import os, sys, zipfile
     d, _ = demo
     root = Path(__file__).parents[1]
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', str(tmp_path/'dist'), str(root)],
+    src = tmp_path/'src'                                      # built from a copy: no build/ left in the checkout, nothing stale in it
+    top = {'.venv', '.venv-rl', 'build', 'dist', '.git', 'papermill_runs', 'reports', '.cache', '_docs', 'tests', 'benchmarks'}
+    shutil.copytree(root, src, ignore=lambda d, names: [n for n in names if (Path(d) == root and n in top) or n == '__pycache__' or n.endswith('.egg-info')])
+    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', str(tmp_path/'dist'), str(src)],
                    check=True, capture_output=True)
     whl = next((tmp_path/'dist').glob('vtreetrm-*.whl'))
     names = zipfile.ZipFile(whl).namelist()
