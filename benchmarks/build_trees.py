@@ -74,7 +74,7 @@ def main():
         side = 2 * ff.sampling.image_size                          # what FrameFeatures decodes to
         t0 = time.perf_counter(); n = sum(1 for _ in sample_frames(d/'long'/'long.mp4', fps=2, max_frames=100000, short_side=side))
         dec = time.perf_counter() - t0
-        t0 = time.perf_counter(); tt, _ = ff(d/'long'/'long.mp4'); enc = time.perf_counter() - t0
+        t0 = time.perf_counter(); tt, _, _ = ff(d/'long'/'long.mp4'); enc = time.perf_counter() - t0
         res['frames'] = {'video_seconds': 4 * secs, 'frame_size': a.size, 'sampled_frames': n, 'decode_only_fps': round(n / dec, 1),
                          'decode_and_embed_fps': round(len(tt) / enc, 1), 'embed_overhead_ratio': round(enc / dec, 2)}
         # 2. captions against a slow endpoint

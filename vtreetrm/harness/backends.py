@@ -70,7 +70,7 @@ class OpenAIBackend:
     def __init__(self, base_url:str=None, model:str='', api_key:str=None, timeout:float=60.0, max_retries:int=4,
                  backoff:float=0.5, max_backoff:float=8.0, temperature:float=0.0, max_connections:int=64):
         if not base_url and not api_key:
-            raise UserError("the openai backend needs a base_url (a local server such as vLLM needs no key) or an API key "
+            raise UserError("the openai backend needs base_url (a local server such as vLLM needs no key) or an API key "
                             "(OPENAI_API_KEY, or the variable api_key_env names, in the environment or .env)", None, None, 'base_url')
         self.url, self.model, self.key = (base_url or OPENAI_URL).rstrip('/') + '/chat/completions', model, api_key
         self.timeout, self.max_retries, self.backoff, self.max_backoff, self.temperature = timeout, max_retries, backoff, max_backoff, temperature

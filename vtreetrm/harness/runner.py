@@ -50,11 +50,7 @@ def make_backend(c:RunConfig):
                         None, None, 'backend')
     if c.backend == 'simulated': return SimulatedBackend(latency_s=c.sim_latency_s)
     if c.backend == 'openai':
-        key = load_api_key(c.api_key_env)
-        if not key and not c.base_url:
-            raise UserError(f"the openai backend needs base_url (a local server such as vLLM needs no key) or an API key in {c.api_key_env} "
-                            "(environment or .env)", None, None, 'base_url')
-        return OpenAIBackend(c.base_url, c.model, key, c.request_timeout, c.max_retries, temperature=c.temperature, max_connections=c.concurrency)
+        return OpenAIBackend(c.base_url, c.model, load_api_key(c.api_key_env), c.request_timeout, c.max_retries, temperature=c.temperature, max_connections=c.concurrency)
     return TransformersBackend(c.model, max_new_tokens=c.max_new_tokens, device=c.device)
 
 def accuracy(rows:list) -> Optional[float]: return sum(bool(r['correct']) for r in rows) / len(rows) if rows else None

@@ -15,7 +15,7 @@ from .backends import OpenAIBackend, BackendError, load_api_key
 
 # %% auto #0
 __all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'VIDEOS_IN_FLIGHT', 'list_videos', 'sample_frames',
-           'FrameFeatures', 'contiguous_clusters', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
+           'FrameFeatures', 'contiguous_clusters', 'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
            'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
            'build_tree', 'make_captioner', 'build_trees']
 
@@ -102,21 +102,23 @@ class FrameFeatures:
         h = self.model(pixel_values=x.to(next(self.model.parameters()).device, self.model.dtype)).last_hidden_state[:, 0].float()
         return torch.nn.functional.normalize(h, dim=-1).cpu().numpy()
 
-    def __call__(self, path:str|Path, sha:str=None) -> tuple[np.ndarray, np.ndarray]:
-        "(times (N,), features (N, D)) of one video."
+    def __call__(self, path:str|Path, sha:str=None) -> tuple[np.ndarray, np.ndarray, float]:
+        "(times (N,), features (N, D), duration in seconds) of one video."
         sha = sha or sha256_file(path)
         f = self.dir/sha[:2]/f"{sha}.npz"
         if f.is_file():
-            with np.load(f, allow_pickle=False) as z: self.stats['cached'] += 1; return z['times'], z['features']
+            with np.load(f, allow_pickle=False) as z: self.stats['cached'] += 1; return z['times'], z['features'], float(z['duration'])
         t0, times, feats, batch = time.perf_counter(), [], [], []
         for t, fr in sample_frames(path, self.fps, self.max_frames, short_side=2 * self.sampling.image_size):
             times.append(t); batch.append(fr)
             if len(batch) == self.batch_size: feats.append(self._encode(batch)); batch = []
         if batch: feats.append(self._encode(batch))
         times, feats = np.asarray(times, np.float64), np.concatenate(feats).astype(np.float32)
-        buf = io.BytesIO(); np.savez(buf, times=times, features=feats); atomic_write(f, buf.getvalue())
+        with av.open(str(path)) as c: dur = video_duration(c, c.streams.video[0])
+        dur = dur or float(times[-1] + (times[1] - times[0] if len(times) > 1 else 0.5))   # the file does not say: past the last sample
+        buf = io.BytesIO(); np.savez(buf, times=times, features=feats, duration=dur); atomic_write(f, buf.getvalue())
         self.stats['frames'] += len(times); self.stats['seconds'] += time.perf_counter() - t0
-        return times, feats
+        return times, feats, dur
 
 # %% ../../nbs/harness/11_trees.ipynb #2a0ec49f
 def contiguous_clusters(x:np.ndarray, k_max:int, min_silhouette:float=0.05) -> list[tuple[int, int]]:
@@ -144,19 +146,24 @@ COLOURS = {'black': (20, 20, 20), 'white': (240, 240, 240), 'grey': (128, 128, 1
            'orange': (230, 140, 30), 'yellow': (220, 200, 60), 'brown': (140, 90, 50), 'green': (40, 140, 50),
            'olive': (150, 165, 70), 'blue': (40, 80, 200), 'purple': (130, 60, 160), 'pink': (230, 150, 180)}
 
+_NAMES, _REF = np.array(list(COLOURS)), np.array(list(COLOURS.values()), np.float32)
+
+def colour_names(px:np.ndarray) -> np.ndarray:
+    "The nearest of `COLOURS` for each RGB row of `px` (N, 3)."
+    return _NAMES[np.argmin(((px[:, None, :].astype(np.float32) - _REF[None]) ** 2).sum(-1), axis=1)]
+
 def colour_name(rgb) -> str:
     "The nearest of `COLOURS`."
-    names, ref = list(COLOURS), np.array(list(COLOURS.values()), np.float32)
-    return names[int(np.argmin(((ref - np.asarray(rgb, np.float32)) ** 2).sum(1)))]
+    return str(colour_names(np.asarray(rgb, np.float32).reshape(1, 3))[0])
 
 class SimulatedCaptioner:
     "Deterministic captions from the pixels, for tests and the demo (no model)."
     identity = {'kind': 'simulated', 'version': 1}
     async def caption(self, image:np.ndarray) -> str:
         px = image.reshape(-1, 3).astype(np.float32)
-        names = np.array([colour_name(p) for p in px[::max(1, len(px) // 2048)]])
+        names = colour_names(px[::max(1, len(px) // 2048)])
         vals, counts = np.unique(names, return_counts=True)
-        bg = vals[np.argmax(counts)]
+        bg = str(vals[np.argmax(counts)])
         light = 'bright' if px.mean() > 150 else 'dark' if px.mean() < 70 else 'dim'
         ref = np.array(COLOURS[bg], np.float32)
         fg = np.linalg.norm(px - ref, axis=1) > 90
@@ -242,8 +249,9 @@ class CaptionCache:
     async def get(self, key:str, make) -> str:
         f = self.dir/key[:2]/f"{key}.json"
         if f.is_file():
-            try: self.hits += 1; return read_json(f)['text']
-            except (UserError, KeyError, TypeError): self.hits -= 1      # a damaged entry is made again
+            try: text = read_json(f)['text']
+            except (UserError, KeyError, TypeError): text = None          # a damaged entry is made again
+            if isinstance(text, str): self.hits += 1; return text
         text = await make(); self.misses += 1
         await asyncio.to_thread(write_json, f, {'text': text})   # the write's fsync stays off the event loop
         return text
@@ -301,8 +309,7 @@ async def build_tree(video_id:str, path:Path, features:FrameFeatures, captioner,
                      sem:asyncio.Semaphore=None, sha:str=None) -> dict:
     "The caption tree of one video (the schema `harness.agent.CaptionTree` reads); `sem` bounds captions in flight."
     sha = sha or await asyncio.to_thread(sha256_file, path)
-    t, x = await asyncio.to_thread(features, path, sha)           # decoding and encoding off the event loop
-    with av.open(str(path)) as c: dur = video_duration(c, c.streams.video[0]) or float(t[-1] + (t[1] - t[0] if len(t) > 1 else 0.5))
+    t, x, dur = await asyncio.to_thread(features, path, sha)      # decoding and encoding off the event loop
     plan = await asyncio.to_thread(tree_plan, x, p)
     key_times = sorted({float(t[i]) for _, segs in plan for _, ks in segs for i in ks})
     sem = sem or asyncio.Semaphore(p.jobs)
@@ -313,12 +320,11 @@ async def build_tree(video_id:str, path:Path, features:FrameFeatures, captioner,
     for ci, ((ca, cb), segs) in enumerate(plan):
         segments = [{'id': f"c{ci}s{si}", **dict(zip(('start', 'end'), _span(t, a, b, dur))), 'keyframes': [round(float(t[i]), 3) for i in ks],
                      'captions': [{'t': round(float(t[i]), 3), 'text': texts[float(t[i])]} for i in ks]} for si, ((a, b), ks) in enumerate(segs)]
-        clips.append({'id': f"c{ci}", **dict(zip(('start', 'end'), _span(t, ca, cb, dur))), 'segments': segments})
+        clips.append({'id': f"c{ci}", **dict(zip(('start', 'end'), _span(t, ca, cb, dur))), 'summary': None, 'segments': segments})
     async def summary(c):
         caps = [x['text'] for s in c['segments'] for x in s['captions']]
         async with sem: c['summary'] = await cache.get(cache.key('summary', caps), lambda: captioner.summarize(caps))
     await _gather_all(summary(c) for c in clips)
-    clips = [{k: c[k] for k in ('id', 'start', 'end', 'summary', 'segments')} for c in clips]
     return {'video_id': video_id, 'duration': round(float(dur), 3), 'clips': clips,
             'source': {'path': str(path), 'sha256': sha, 'frames_sampled': int(len(t)), 'encoder': features.identity['source'],
                        'encoder_key': features.identity['key'], 'captioner': cache.identity, 'params': asdict(p)}}
