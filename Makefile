@@ -4,16 +4,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU build from this machine's disk; GPU users: make env TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,verl,harness
+EXTRAS ?= dev,verl,harness,docs
 STAMP := $(VENV)/.env-$(EXTRAS)
 NBDEV_TEST_FLAGS ?=
 PYTEST_ARGS ?= -m "not slow" -n 2
 export PYTHONUNBUFFERED := 1
 # tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
-test test-slow demo bench: export HF_HUB_OFFLINE := 1
-test test-slow demo bench: export TRANSFORMERS_OFFLINE := 1
+test test-slow demo bench docs docs-serve: export HF_HUB_OFFLINE := 1
+test test-slow demo bench docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl check-env-rl test test-slow demo lab bench export readme clean-nbs sysdeps
+.PHONY: env env-rl check-env-rl test test-slow demo lab bench export readme docs docs-serve clean-nbs sysdeps
 
 $(STAMP): setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,3 +73,10 @@ export: $(STAMP)
 
 readme: $(STAMP)
 	$(BIN)/python .ci/readme.py
+
+# the documentation site in _site/ (every notebook a page, API entries from the exported modules, search)
+docs: $(STAMP)
+	$(BIN)/python .ci/docs.py
+
+docs-serve: $(STAMP)
+	$(BIN)/python .ci/docs.py --serve

