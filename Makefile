@@ -10,10 +10,10 @@ NBDEV_TEST_FLAGS ?=
 PYTEST_ARGS ?= -m "not slow" -n 2
 export PYTHONUNBUFFERED := 1
 # tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
-test test-slow demo bench docs docs-serve: export HF_HUB_OFFLINE := 1
-test test-slow demo bench docs docs-serve: export TRANSFORMERS_OFFLINE := 1
+test test-suite test-slow demo bench docs docs-serve: export HF_HUB_OFFLINE := 1
+test test-suite test-slow demo bench docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl check-env-rl test test-slow demo lab bench export readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl check-env-rl check-wheel test test-suite test-slow demo lab bench export readme docs docs-serve clean-nbs sysdeps
 
 $(STAMP): setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,12 +44,21 @@ sysdeps:
 	@command -v strace >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -qq strace >/dev/null || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)) || echo "strace not installed: the kill-at-every-rename test will skip"; }
 
-test: $(STAMP) sysdeps check-env-rl
+# the suite, with the two checks that mostly wait on the package index (the RL environment's resolution and the wheel
+# in a fresh venv) running beside it
+test: $(STAMP) sysdeps
+	$(MAKE) --no-print-directory -j3 check-env-rl check-wheel test-suite
+
+test-suite: $(STAMP)
 	$(BIN)/python .ci/check_notebooks.py
 	$(BIN)/python .ci/readme.py --check
 	$(BIN)/python .ci/import_all.py
 	$(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' $(NBDEV_TEST_FLAGS)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the wheel installed (not editable) in a fresh venv, its dependencies resolved from the index, used outside the checkout
+check-wheel:
+	TORCH_SPEC="$(TORCH_SPEC)" .ci/check_wheel.sh $(PYTHON)
 
 test-slow:
 	$(MAKE) test NBDEV_TEST_FLAGS="--flags slow" PYTEST_ARGS=""

@@ -57,7 +57,9 @@ def test_every_page_loads_and_no_internal_link_is_broken(site, server):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page()
         page.on('pageerror', lambda e: problems.append(f'{page.url}: script error {e}'))
-        page.on('requestfailed', lambda r: problems.append(f'{page.url}: request failed {r.url}'))
+        # a resource that is missing (HTTP error) or fails to load; a load cut short by moving to the next page is neither
+        page.on('response', lambda r: r.status >= 400 and problems.append(f'{page.url}: HTTP {r.status} for {r.url}'))
+        page.on('requestfailed', lambda r: 'ERR_ABORTED' not in (r.failure or '') and problems.append(f'{page.url}: {r.failure} for {r.url}'))
         page.on('console', lambda m: m.type == 'error' and problems.append(f'{page.url}: console {m.text}'))
         while todo:
             url = todo.pop()

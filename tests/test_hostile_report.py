@@ -89,20 +89,27 @@ BAD_VALUES = [('metrics', 'macro_f1', 'abc'), ('metrics', 'macro_f1', {'a': 1}),
               ('metrics', 'macro_f1', 7.5), ('params', 'num_queries', 'abc'), ('params', 'num_queries', 6.5)]
 
 
-@pytest.mark.parametrize('where,field,value', BAD_VALUES, ids=lambda v: str(v))
-def test_report_inputs_of_the_wrong_kind_are_flagged_not_tabled(runs, tmp_path, capsys, where, field, value):
-    """One run with a value of the wrong kind is left out of every table and listed with its file and field; the other
-    runs are reported as before."""
+@pytest.mark.parametrize('cases', [BAD_VALUES, *[pytest.param([c], marks=pytest.mark.slow, id=str(c)) for c in BAD_VALUES]],
+                         ids=lambda v: 'every-kind' if len(v) > 1 else str(v[0]))
+def test_report_inputs_of_the_wrong_kind_are_flagged_not_tabled(runs, tmp_path, capsys, cases):
+    """Each run with a value of the wrong kind is left out of every table and listed with its file and field; the other
+    runs are reported as before. Every kind at once (each in a run of its own) in the fast tier, each alone in the slow."""
     shutil.copytree(runs/'runs', tmp_path/'runs')
     scored = [f for f in sorted((tmp_path/'runs').rglob('metrics.json')) if 'macro_f1' in json.loads(f.read_text())]
-    f = scored[0].parent/f'{where}.json'
-    obj = json.loads(f.read_text()); obj[field] = value; f.write_text(json.dumps(obj))
+    bad = {}   # run folder -> (the file made bad, its field)
+    for (where, field, value), m in zip(cases, scored):
+        f = m.parent/f'{where}.json'
+        obj = json.loads(f.read_text()); obj[field] = value; f.write_text(json.dumps(obj))
+        bad[str(m.parent)] = (f, field)
     capsys.readouterr()
     assert main(['report', 'build', str(tmp_path/'runs'), '--out', str(tmp_path/'r.html')]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f'{where}.json' in err[0] and f"field '{field}'" in err[0], err
+    assert len(err) == len(cases), err
+    for f, field in bad.values():
+        assert sum(f.name in line and f.parent.name in line and f"field '{field}'" in line for line in err) == 1, (f, err)
     html = (tmp_path/'r.html').read_text()
     left = html[html.index('Runs left out'):]
-    assert f"field &#x27;{field}&#x27;" in left or f"field '{field}'" in left
+    for _, field in bad.values(): assert f"field &#x27;{field}&#x27;" in left or f"field '{field}'" in left
     rep = json.loads((tmp_path/'r.json').read_text())
-    assert rep['num_runs'] == len(scored) - 1 and len(rep['left_out']) == 1 and str(f.parent) in rep['left_out'][0]['run']
+    assert rep['num_runs'] == len(scored) - len(cases)
+    assert sorted(next(r for r in bad if r in lo['run']) for lo in rep['left_out']) == sorted(bad)

@@ -7,12 +7,21 @@ from __future__ import annotations
 import argparse, dataclasses, errno, importlib, inspect, math, os, sys, typing
 from pathlib import Path
 from fastcore.docments import docments
-from fastcore.script import Param
 from .utils import UserError
 
 # %% auto #0
-__all__ = ['TOP_COMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'config_fields', 'command_parser', 'run_command', 'main',
+__all__ = ['TOP_COMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'command_parser', 'run_command', 'main',
            'console_main', 'parameters_source', 'check_config']
+
+# %% ../nbs/01_cli.ipynb #ab2e19d4
+@dataclasses.dataclass(frozen=True)
+class Param:
+    "Annotation for a command argument: its help and the argparse options it needs beyond its type."
+    help:str=''          # help text (the argument's comment is used when this is empty)
+    type:type=None       # the value's type (str when neither this nor the annotation says)
+    nargs:int|str=None   # argparse nargs: '+', '*', 2, ...
+    choices:list=None    # allowed values
+    action:str=None      # argparse action: 'append', 'extend', ...
 
 # %% ../nbs/01_cli.ipynb #33bf85c4
 def _flags(name): return (f'-{name}', f'--{name}') if len(name) == 1 else ('--' + name.replace('_', '-'),)

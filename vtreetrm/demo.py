@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, math
 from pathlib import Path
 import numpy as np
-from fastcore.script import Param
+from .cli import Param
 from tqdm.auto import tqdm
 from .utils import UserError, write_json, write_jsonl, atomic_dir, sha256_json
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE

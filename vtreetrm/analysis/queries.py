@@ -8,7 +8,7 @@ import math, re, sys
 from collections import defaultdict
 from pathlib import Path
 import numpy as np
-from fastcore.script import Param
+from ..cli import Param
 from ..utils import UserError, write_json, sha256_file, provenance, atomic_dir
 
 # %% auto #0

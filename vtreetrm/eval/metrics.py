@@ -8,7 +8,7 @@ import os, sys
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
-from fastcore.script import Param
+from ..cli import Param
 from ..utils import UserError, write_json, sha256_file, package_versions, provenance
 from .parse import read_predictions, load_label_map, LabelMap, _dedup_pairs, parse_fields
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast, concurrent.futures as cf, contextlib, itertools, multiprocessing as mp, os, re, shutil, sys, time, traceback
 from pathlib import Path
 import yaml
-from fastcore.script import Param
+from ..cli import Param
 from ..utils import (UserError, load_yaml, write_json, read_json, provenance, now_iso, sha256_file, PACKAGE_DIR,
                             make_parent, check_replaceable, recover_publication, publish_dir)
 

@@ -8,7 +8,7 @@ import html, json, math, re, shutil, sys, tempfile
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from fastcore.script import Param
+from ..cli import Param
 from ..utils import UserError, read_json, write_json, atomic_write, provenance, sha256_file
 
 # %% auto #0
