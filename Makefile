@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED := 1
 test test-suite test-slow demo bench docs docs-serve: export HF_HUB_OFFLINE := 1
 test test-suite test-slow demo bench docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl check-env-rl check-wheel test test-suite test-slow demo lab bench export readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl check-env-rl check-wheel test test-suite test-slow demo lab bench export format lint readme docs docs-serve clean-nbs sysdeps
 
 $(STAMP): setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,7 +49,7 @@ sysdeps:
 test: $(STAMP) sysdeps
 	$(MAKE) --no-print-directory -j3 check-env-rl check-wheel test-suite
 
-test-suite: $(STAMP)
+test-suite: $(STAMP) lint
 	$(BIN)/python .ci/check_notebooks.py
 	$(BIN)/python .ci/readme.py --check
 	$(BIN)/python .ci/import_all.py
@@ -78,7 +78,15 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/build_trees.py
 
 export: $(STAMP)
-	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python .ci/readme.py
+	$(BIN)/nbdev_export && $(BIN)/ruff format -q vtreetrm && $(BIN)/nbdev_clean && $(BIN)/python .ci/readme.py
+
+# ruff on the notebooks (the source) and on what is not exported; `make export` then formats the library to match
+format: $(STAMP)
+	$(BIN)/ruff format nbs tests benchmarks .ci && $(BIN)/ruff check --fix nbs tests benchmarks .ci && $(MAKE) export
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check nbs vtreetrm tests benchmarks .ci
+	$(BIN)/ruff check nbs vtreetrm tests benchmarks .ci
 
 readme: $(STAMP)
 	$(BIN)/python .ci/readme.py

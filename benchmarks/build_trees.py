@@ -12,20 +12,38 @@
 
     .venv/bin/python benchmarks/build_trees.py [--minutes 1] [--size 512] [--videos 16] [--latency 0.05] [--jobs 8]
 """
-import argparse, json, subprocess, sys, tempfile, time
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
+
 import numpy as np
-from vtreetrm.video.synthetic import render_frames, write_mp4, SPECIES, ENVIRONMENTS
-from harness_concurrency import start_stub      # the stub server in its own process (this folder)
-from vtreetrm.harness.trees import FrameFeatures, OpenAICaptioner, SimulatedCaptioner, TreeParams, build_trees, sample_frames
+from harness_concurrency import start_stub  # the stub server in its own process (this folder)
+
+from vtreetrm.harness.trees import (
+    FrameFeatures,
+    OpenAICaptioner,
+    SimulatedCaptioner,
+    TreeParams,
+    build_trees,
+    sample_frames,
+)
+from vtreetrm.video.synthetic import ENVIRONMENTS, SPECIES, render_frames, write_mp4
 
 
 def long_video(path, seconds, size, fps=10, seed=0):
     "Scenes of 15 s (environment, figure), rendered at 64 px and scaled up to `size`."
-    rng = np.random.default_rng(seed); envs, sps = list(ENVIRONMENTS), list(SPECIES)
+    rng = np.random.default_rng(seed)
+    envs, sps = list(ENVIRONMENTS), list(SPECIES)
     chunks = []
     for k in range(max(1, seconds // 15)):
-        fr = render_frames([(*SPECIES[sps[k % len(sps)]], 'right')], envs[k % len(envs)], n_frames=15 * fps, size=64, rng=rng)
+        fr = render_frames(
+            [(*SPECIES[sps[k % len(sps)]], "right")], envs[k % len(envs)], n_frames=15 * fps, size=64, rng=rng
+        )
         chunks.append(np.repeat(np.repeat(fr, size // 64, axis=1), size // 64, axis=2))
     return write_mp4(path, np.concatenate(chunks), fps=fps)
 
@@ -33,15 +51,35 @@ def long_video(path, seconds, size, fps=10, seed=0):
 def raw_client_seconds(url, n, jobs):
     "The same number of caption-shaped requests sent straight through `OpenAIBackend`, `jobs` at a time: the baseline."
     import asyncio
+
     from vtreetrm.harness.backends import OpenAIBackend
     from vtreetrm.harness.trees import jpeg_data_url
+
     img = jpeg_data_url(np.random.default_rng(0).integers(0, 255, (128, 128, 3), dtype=np.uint8))
+
     async def go():
-        b, sem = OpenAIBackend(url, 'stub', max_connections=jobs), asyncio.Semaphore(jobs)
+        b, sem = OpenAIBackend(url, "stub", max_connections=jobs), asyncio.Semaphore(jobs)
+
         async def one():
-            async with sem: await b.chat([{'role': 'user', 'content': [{'type': 'text', 'text': 'Describe.'}, {'type': 'image_url', 'image_url': {'url': img}}]}])
-        t0 = time.perf_counter(); await asyncio.gather(*(one() for _ in range(n))); w = time.perf_counter() - t0
-        await b.aclose(); return w
+            async with sem:
+                await b.chat(
+                    [
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "text", "text": "Describe."},
+                                {"type": "image_url", "image_url": {"url": img}},
+                            ],
+                        }
+                    ]
+                )
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+        w = time.perf_counter() - t0
+        await b.aclose()
+        return w
+
     return asyncio.run(go())
 
 
@@ -54,50 +92,92 @@ print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split(
 
 
 def peak_rss_mib(videos_dir, out):
-    r = subprocess.run([sys.executable, '-c', CHILD, str(videos_dir), str(out)], capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, str(videos_dir), str(out)], capture_output=True, text=True, check=True
+    )
     return int(r.stdout.split()[-1]) / 1024
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--minutes', type=float, default=1.0); ap.add_argument('--size', type=int, default=512)
-    ap.add_argument('--videos', type=int, default=16)
-    ap.add_argument('--latency', type=float, default=0.05); ap.add_argument('--jobs', type=int, default=8)
+    ap.add_argument("--minutes", type=float, default=1.0)
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--videos", type=int, default=16)
+    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--jobs", type=int, default=8)
     a = ap.parse_args()
     res = {}
     with tempfile.TemporaryDirectory() as d:
-        d = Path(d); secs = int(a.minutes * 60)
-        (d/'short').mkdir(); (d/'long').mkdir()
-        long_video(d/'short'/'short.mp4', secs, a.size); long_video(d/'long'/'long.mp4', 4 * secs, a.size, seed=1)
+        d = Path(d)
+        secs = int(a.minutes * 60)
+        (d / "short").mkdir()
+        (d / "long").mkdir()
+        long_video(d / "short" / "short.mp4", secs, a.size)
+        long_video(d / "long" / "long.mp4", 4 * secs, a.size, seed=1)
         # 1. frames
-        ff = FrameFeatures(d/'cache'/'frame-features', 'tiny', fps=2, max_frames=100000)
-        side = 2 * ff.sampling.image_size                          # what FrameFeatures decodes to
-        t0 = time.perf_counter(); n = sum(1 for _ in sample_frames(d/'long'/'long.mp4', fps=2, max_frames=100000, short_side=side))
+        ff = FrameFeatures(d / "cache" / "frame-features", "tiny", fps=2, max_frames=100000)
+        side = 2 * ff.sampling.image_size  # what FrameFeatures decodes to
+        t0 = time.perf_counter()
+        n = sum(1 for _ in sample_frames(d / "long" / "long.mp4", fps=2, max_frames=100000, short_side=side))
         dec = time.perf_counter() - t0
-        t0 = time.perf_counter(); tt, _, _ = ff(d/'long'/'long.mp4'); enc = time.perf_counter() - t0
-        res['frames'] = {'video_seconds': 4 * secs, 'frame_size': a.size, 'sampled_frames': n, 'decode_only_fps': round(n / dec, 1),
-                         'decode_and_embed_fps': round(len(tt) / enc, 1), 'embed_overhead_ratio': round(enc / dec, 2)}
+        t0 = time.perf_counter()
+        tt, _, _ = ff(d / "long" / "long.mp4")
+        enc = time.perf_counter() - t0
+        res["frames"] = {
+            "video_seconds": 4 * secs,
+            "frame_size": a.size,
+            "sampled_frames": n,
+            "decode_only_fps": round(n / dec, 1),
+            "decode_and_embed_fps": round(len(tt) / enc, 1),
+            "embed_overhead_ratio": round(enc / dec, 2),
+        }
         # 2. captions against a slow endpoint
-        many = d/'many'; many.mkdir()
-        for i in range(a.videos): long_video(many/f"v{i:02d}.mp4", 60, 128, seed=10 + i)
-        build_trees(many, d/'trees-sim', SimulatedCaptioner(), TreeParams(jobs=a.jobs), fps=2, cache_dir=d/'cache', progress=False)   # features
+        many = d / "many"
+        many.mkdir()
+        for i in range(a.videos):
+            long_video(many / f"v{i:02d}.mp4", 60, 128, seed=10 + i)
+        build_trees(
+            many,
+            d / "trees-sim",
+            SimulatedCaptioner(),
+            TreeParams(jobs=a.jobs),
+            fps=2,
+            cache_dir=d / "cache",
+            progress=False,
+        )  # features
         stub, url = start_stub(a.latency)
         try:
-            cap = OpenAICaptioner('stub', url, max_connections=a.jobs)
+            cap = OpenAICaptioner("stub", url, max_connections=a.jobs)
             t0 = time.perf_counter()
-            rep = build_trees(many, d/'trees', cap, TreeParams(jobs=a.jobs), fps=2, cache_dir=d/'cache', progress=False)
+            rep = build_trees(
+                many, d / "trees", cap, TreeParams(jobs=a.jobs), fps=2, cache_dir=d / "cache", progress=False
+            )
             wall = time.perf_counter() - t0
-            raw = raw_client_seconds(url, rep['captions_made'], a.jobs)
-        finally: stub.kill()
-        ideal = rep['captions_made'] * a.latency / a.jobs
-        res['captions'] = {'videos': a.videos, 'requests': rep['captions_made'], 'latency_s': a.latency, 'jobs': a.jobs, 'wall_s': round(wall, 3),
-                           'ideal_s': round(ideal, 3), 'ratio_to_ideal': round(wall / ideal, 3),
-                           'raw_client_s': round(raw, 3), 'ratio_to_raw_client': round(wall / raw, 3), 'captions_per_s': round(rep['captions_made'] / wall, 1)}
+            raw = raw_client_seconds(url, rep["captions_made"], a.jobs)
+        finally:
+            stub.kill()
+        ideal = rep["captions_made"] * a.latency / a.jobs
+        res["captions"] = {
+            "videos": a.videos,
+            "requests": rep["captions_made"],
+            "latency_s": a.latency,
+            "jobs": a.jobs,
+            "wall_s": round(wall, 3),
+            "ideal_s": round(ideal, 3),
+            "ratio_to_ideal": round(wall / ideal, 3),
+            "raw_client_s": round(raw, 3),
+            "ratio_to_raw_client": round(wall / raw, 3),
+            "captions_per_s": round(rep["captions_made"] / wall, 1),
+        }
         # 3. memory
-        short, long_ = peak_rss_mib(d/'short', d/'t-short'), peak_rss_mib(d/'long', d/'t-long')
-        res['memory'] = {'peak_rss_mib_short': round(short, 1), 'peak_rss_mib_4x_longer': round(long_, 1), 'ratio': round(long_ / short, 3)}
+        short, long_ = peak_rss_mib(d / "short", d / "t-short"), peak_rss_mib(d / "long", d / "t-long")
+        res["memory"] = {
+            "peak_rss_mib_short": round(short, 1),
+            "peak_rss_mib_4x_longer": round(long_, 1),
+            "ratio": round(long_ / short, 3),
+        }
     print(json.dumps(res, indent=1))
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

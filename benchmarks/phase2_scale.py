@@ -15,121 +15,199 @@ its own batch of `--batch-size`, DDP averaging the gradients) and prints its sam
 On a GPU it adds the Qwen2.5-7B width (hidden 3584, 28 heads, 4 KV heads, intermediate 18944) cut to
 `--gpu-layers` layers, in bf16, with and without gradient checkpointing. The 7B width is never built on the CPU.
 """
-import argparse, json, math, os, resource, subprocess, sys, time
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from vtreetrm.video.labels import LOTE_SIMPLE
-from vtreetrm.video.phase2 import (Phase2Config, VideoQFormerLM, build_tokenizer, encode_prompt, make_accelerator,
-                                   make_optimizer, resolve_dtype)
+from vtreetrm.video.phase2 import (
+    Phase2Config,
+    VideoQFormerLM,
+    build_tokenizer,
+    encode_prompt,
+    make_accelerator,
+    make_optimizer,
+    resolve_dtype,
+)
 
 QWEN25_05B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864)
 QWEN25_7B = dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944)
 BLIP2_QFORMER = dict(qformer_hidden=768, qformer_heads=12, qformer_layers=2, cross_attention_frequency=2)
-FEATURES = (8, 17, 768)   # (T, P, D): 8 frames, CLS + 4x4 pooled patches, DINOv2-B width
+FEATURES = (8, 17, 768)  # (T, P, D): 8 frames, CLS + 4x4 pooled patches, DINOv2-B width
 
 
-def variant(spec:dict) -> dict:
+def variant(spec: dict) -> dict:
     "Build one variant, time its training steps; returns the measurements."
-    torch.set_num_threads(spec['threads'])
-    dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    torch.set_num_threads(spec["threads"])
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tok = build_tokenizer()
-    widths = QWEN25_7B if spec['llm'] == '7b' else QWEN25_05B
+    widths = QWEN25_7B if spec["llm"] == "7b" else QWEN25_05B
     torch.manual_seed(0)
-    llm = Qwen2ForCausalLM(Qwen2Config(**widths, num_hidden_layers=spec['layers'], vocab_size=len(tok), tie_word_embeddings=True,
-                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
-    cfg = Phase2Config(llm='bench', num_queries=spec['num_queries'], dtype=spec['dtype'], gradient_checkpointing=spec['ckpt'],
-                       **BLIP2_QFORMER)
+    llm = Qwen2ForCausalLM(
+        Qwen2Config(
+            **widths,
+            num_hidden_layers=spec["layers"],
+            vocab_size=len(tok),
+            tie_word_embeddings=True,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
+    cfg = Phase2Config(
+        llm="bench",
+        num_queries=spec["num_queries"],
+        dtype=spec["dtype"],
+        gradient_checkpointing=spec["ckpt"],
+        **BLIP2_QFORMER,
+    )
     dtype = resolve_dtype(cfg.dtype, dev.type)
     model = VideoQFormerLM(cfg, llm.to(dtype), FEATURES, len(LOTE_SIMPLE), tiny=False).train()
-    frozen_bytes = model.parameter_counts()['frozen_llm_bytes']
-    opt, sched = make_optimizer(model, cfg, spec['steps'] + 1)
-    acc = make_accelerator(dtype)                              # DDP when started by torchrun with several processes
+    frozen_bytes = model.parameter_counts()["frozen_llm_bytes"]
+    opt, sched = make_optimizer(model, cfg, spec["steps"] + 1)
+    acc = make_accelerator(dtype)  # DDP when started by torchrun with several processes
     model, opt = acc.prepare(model, opt)
-    B = spec['batch_size']
+    B = spec["batch_size"]
     pre, post = encode_prompt(tok, list(LOTE_SIMPLE))
-    tgt = tok("<predicted_actions>Walking</predicted_actions>\nAnalysis: the video shows a deer in a forest scene; "
-              "its movement matches Walking.<|im_end|>", add_special_tokens=False)['input_ids']
+    tgt = tok(
+        "<predicted_actions>Walking</predicted_actions>\nAnalysis: the video shows a deer in a forest scene; "
+        "its movement matches Walking.<|im_end|>",
+        add_special_tokens=False,
+    )["input_ids"]
     tokens = B * (len(pre) + cfg.num_queries + len(post) + len(tgt))
 
     def step():
         feats = torch.randn(B, *FEATURES, device=dev)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == 'cuda' and dtype == torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda" and dtype == torch.bfloat16):
             loss = model(feats, [pre] * B, [post] * B, [tgt] * B)
         acc.backward(loss)
-        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    step()                                                     # warm-up
-    if dev.type == 'cuda': torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+    step()  # warm-up
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    losses = [step() for _ in range(spec['steps'])]
-    if dev.type == 'cuda': torch.cuda.synchronize()
+    losses = [step() for _ in range(spec["steps"])]
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated() if dev.type == 'cuda' else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = (
+        torch.cuda.max_memory_allocated()
+        if dev.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
     W = acc.num_processes
-    n_llm = sum(p.numel() for n, p in acc.unwrap_model(model).llm.named_parameters() if 'lora_' not in n)
+    n_llm = sum(p.numel() for n, p in acc.unwrap_model(model).llm.named_parameters() if "lora_" not in n)
     # frozen LLM: forward 2N and input-gradient 2N FLOPs per token (no weight gradients); recomputation is not counted
-    mfu = (4 * n_llm * tokens * spec['steps'] * W / dt) / (spec['peak_tflops'] * 1e12 * W) if dev.type == 'cuda' else None
-    return {**spec, 'mfu': mfu, 'device': dev.type, 'processes': W, 'samples_per_s': spec['steps'] * B * W / dt, 'tokens_per_s': spec['steps'] * tokens * W / dt,
-            'peak_memory_mib': peak / 2**20, 'frozen_llm_bytes': frozen_bytes, 'loss_finite': all(math.isfinite(x) for x in losses)}
+    mfu = (
+        (4 * n_llm * tokens * spec["steps"] * W / dt) / (spec["peak_tflops"] * 1e12 * W) if dev.type == "cuda" else None
+    )
+    return {
+        **spec,
+        "mfu": mfu,
+        "device": dev.type,
+        "processes": W,
+        "samples_per_s": spec["steps"] * B * W / dt,
+        "tokens_per_s": spec["steps"] * tokens * W / dt,
+        "peak_memory_mib": peak / 2**20,
+        "frozen_llm_bytes": frozen_bytes,
+        "loss_finite": all(math.isfinite(x) for x in losses),
+    }
 
 
-def run_variant(spec:dict, procs:int=1) -> dict:
-    launch = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(procs)] if procs > 1 else [sys.executable]
-    out = subprocess.run([*launch, __file__, '--one', json.dumps(spec)], capture_output=True, text=True)
-    line = next((l for l in out.stdout.splitlines() if l.startswith('{')), None)
-    if out.returncode or line is None: sys.exit(f"variant {spec} failed:\n{out.stderr[-2000:]}")
+def run_variant(spec: dict, procs: int = 1) -> dict:
+    launch = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
+        if procs > 1
+        else [sys.executable]
+    )
+    out = subprocess.run([*launch, __file__, "--one", json.dumps(spec)], capture_output=True, text=True)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("{")), None)
+    if out.returncode or line is None:
+        sys.exit(f"variant {spec} failed:\n{out.stderr[-2000:]}")
     return json.loads(line)
 
 
-PEAK_BF16_TFLOPS = {'H200': 989, 'H100': 989, 'A100': 312, 'L40S': 362, 'A10': 125}   # dense, per GPU
+PEAK_BF16_TFLOPS = {"H200": 989, "H100": 989, "A100": 312, "L40S": 362, "A10": 125}  # dense, per GPU
+
 
 def gpu_peak_tflops() -> float:
-    name = torch.cuda.get_device_name() if torch.cuda.is_available() else ''
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), float('nan'))
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), float("nan"))
 
-def show(r:dict):
-    print(f"{r['llm']:>5} x{r['layers']} {r['dtype']:<5} procs={r['processes']} ckpt={'on ' if r['ckpt'] else 'off'}  {r['samples_per_s']:8.2f} samples/s "
-          f"{r['tokens_per_s']:10.1f} tokens/s   peak {r['peak_memory_mib']:9.1f} MiB   frozen LLM {r['frozen_llm_bytes'] / 2**20:8.1f} MiB"
-          + (f"   MFU {100 * r['mfu']:.1f}% of {r['peak_tflops']} TFLOP/s" if r.get('mfu') is not None else ''))
+
+def show(r: dict):
+    print(
+        f"{r['llm']:>5} x{r['layers']} {r['dtype']:<5} procs={r['processes']} ckpt={'on ' if r['ckpt'] else 'off'}  {r['samples_per_s']:8.2f} samples/s "
+        f"{r['tokens_per_s']:10.1f} tokens/s   peak {r['peak_memory_mib']:9.1f} MiB   frozen LLM {r['frozen_llm_bytes'] / 2**20:8.1f} MiB"
+        + (f"   MFU {100 * r['mfu']:.1f}% of {r['peak_tflops']} TFLOP/s" if r.get("mfu") is not None else "")
+    )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--steps', type=int, default=3)
-    ap.add_argument('--batch-size', type=int, default=4)
-    ap.add_argument('--threads', type=int, default=2)
-    ap.add_argument('--num-queries', type=int, default=32)
-    ap.add_argument('--gpu-layers', type=int, default=4, help='layers of the 7B-wide LLM on a GPU')
-    ap.add_argument('--one', help=argparse.SUPPRESS)
-    ap.add_argument('--procs', type=int, default=1, help='also time the fp32 variant on this many processes')
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--num-queries", type=int, default=32)
+    ap.add_argument("--gpu-layers", type=int, default=4, help="layers of the 7B-wide LLM on a GPU")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--procs", type=int, default=1, help="also time the fp32 variant on this many processes")
     args = ap.parse_args()
     if args.one:
         r = variant(json.loads(args.one))
-        if int(os.environ.get('RANK', 0)) == 0: print(json.dumps(r))
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(json.dumps(r))
         return
-    base = dict(llm='0.5b', layers=2, steps=args.steps, batch_size=args.batch_size, threads=args.threads,
-                num_queries=args.num_queries, ckpt=False, peak_tflops=gpu_peak_tflops())
-    fp32, bf16 = run_variant({**base, 'dtype': 'fp32'}), run_variant({**base, 'dtype': 'bf16'})
-    for r in (fp32, bf16): show(r)
-    print(f"bf16 / fp32: frozen LLM bytes {bf16['frozen_llm_bytes'] / fp32['frozen_llm_bytes']:.3f}x, "
-          f"samples/s {bf16['samples_per_s'] / fp32['samples_per_s']:.2f}x, peak memory {bf16['peak_memory_mib'] / fp32['peak_memory_mib']:.2f}x "
-          f"(device {fp32['device']}, batch {args.batch_size}, M={args.num_queries}, {args.steps} steps)")
+    base = dict(
+        llm="0.5b",
+        layers=2,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        num_queries=args.num_queries,
+        ckpt=False,
+        peak_tflops=gpu_peak_tflops(),
+    )
+    fp32, bf16 = run_variant({**base, "dtype": "fp32"}), run_variant({**base, "dtype": "bf16"})
+    for r in (fp32, bf16):
+        show(r)
+    print(
+        f"bf16 / fp32: frozen LLM bytes {bf16['frozen_llm_bytes'] / fp32['frozen_llm_bytes']:.3f}x, "
+        f"samples/s {bf16['samples_per_s'] / fp32['samples_per_s']:.2f}x, peak memory {bf16['peak_memory_mib'] / fp32['peak_memory_mib']:.2f}x "
+        f"(device {fp32['device']}, batch {args.batch_size}, M={args.num_queries}, {args.steps} steps)"
+    )
     if args.procs > 1:
-        many = run_variant({**base, 'dtype': 'fp32', 'threads': max(1, args.threads // args.procs)}, args.procs)
+        many = run_variant({**base, "dtype": "fp32", "threads": max(1, args.threads // args.procs)}, args.procs)
         show(many)
-        print(f"{args.procs} processes / 1 process (fp32, {args.threads} threads in all, batch {args.batch_size} per process): "
-              f"samples/s {many['samples_per_s'] / fp32['samples_per_s']:.2f}x")
+        print(
+            f"{args.procs} processes / 1 process (fp32, {args.threads} threads in all, batch {args.batch_size} per process): "
+            f"samples/s {many['samples_per_s'] / fp32['samples_per_s']:.2f}x"
+        )
     if not torch.cuda.is_available():
-        print("no GPU: the Qwen2.5-7B-width variants run only on a GPU"); return
-    big = {**base, 'llm': '7b', 'layers': args.gpu_layers, 'dtype': 'bf16'}
-    off, on = run_variant(big), run_variant({**big, 'ckpt': True})
-    for r in (off, on): show(r)
-    print(f"gradient checkpointing on / off: peak memory {on['peak_memory_mib'] / off['peak_memory_mib']:.2f}x, "
-          f"samples/s {on['samples_per_s'] / off['samples_per_s']:.2f}x")
+        print("no GPU: the Qwen2.5-7B-width variants run only on a GPU")
+        return
+    big = {**base, "llm": "7b", "layers": args.gpu_layers, "dtype": "bf16"}
+    off, on = run_variant(big), run_variant({**big, "ckpt": True})
+    for r in (off, on):
+        show(r)
+    print(
+        f"gradient checkpointing on / off: peak memory {on['peak_memory_mib'] / off['peak_memory_mib']:.2f}x, "
+        f"samples/s {on['samples_per_s'] / off['samples_per_s']:.2f}x"
+    )
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

@@ -1,8 +1,13 @@
 """`vtreetrm harness build-trees` end to end: synthetic videos encoded with PyAV, the simulated captioner, an
 OpenAI-compatible stub (faults, retries), a tiny transformers image-text-to-text captioner built from a config,
 bad inputs, and a build killed mid-video that resumes."""
-import json, os, signal, subprocess, sys, time
-from pathlib import Path
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -10,127 +15,218 @@ import pytest
 from vtreetrm.cli import main
 from vtreetrm.harness.agent import CaptionTree
 from vtreetrm.harness.stub import StubServer
-from vtreetrm.video.synthetic import render_frames, write_mp4, SPECIES
+from vtreetrm.video.synthetic import SPECIES, render_frames, write_mp4
 
-SMALL = ['--clips', '3', '--segments-per-clip', '2', '--frames-per-segment', '2', '--fps', '2', '--quiet']
+SMALL = ["--clips", "3", "--segments-per-clip", "2", "--frames-per-segment", "2", "--fps", "2", "--quiet"]
 
 
 def scene_video(path, scenes, secs=4, fps=8, size=64):
     rng = np.random.default_rng(len(scenes))
-    return write_mp4(path, np.concatenate([render_frames([(*SPECIES[sp], 'right')], env, n_frames=secs * fps, size=size, rng=rng)
-                                           for env, sp in scenes]), fps=fps)
+    return write_mp4(
+        path,
+        np.concatenate(
+            [
+                render_frames([(*SPECIES[sp], "right")], env, n_frames=secs * fps, size=size, rng=rng)
+                for env, sp in scenes
+            ]
+        ),
+        fps=fps,
+    )
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def videos(tmp_path_factory):
-    d = tmp_path_factory.mktemp('videos')
-    scene_video(d/'forest_snow.mp4', [('forest', 'giant panda'), ('snow', 'takin')])
-    scene_video(d/'night.mp4', [('night', 'golden monkey')])
+    d = tmp_path_factory.mktemp("videos")
+    scene_video(d / "forest_snow.mp4", [("forest", "giant panda"), ("snow", "takin")])
+    scene_video(d / "night.mp4", [("night", "golden monkey")])
     return d
 
 
 def run(*argv):
-    return main(['harness', 'build-trees', *map(str, argv)])
+    return main(["harness", "build-trees", *map(str, argv)])
 
 
 def test_build_trees_simulated_then_kept(videos, tmp_path, capsys):
-    rc = run('--videos', videos, '--out', tmp_path/'store/trees', '--captioner', 'simulated', *SMALL)
+    rc = run("--videos", videos, "--out", tmp_path / "store/trees", "--captioner", "simulated", *SMALL)
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out['counts'] == {'built': 2, 'kept': 0, 'failed': 0} and out['captions_made'] > 0
-    t = CaptionTree.load(tmp_path/'store/trees/forest_snow.json')         # the agent's loader accepts it
-    assert [(c['start'], c['end']) for c in t.data['clips']] == [(0.0, 4.0), (4.0, 8.0)]
-    assert 'green' in t.read_captions('c0')['captions'][0] and 'white' in t.read_captions('c1')['captions'][0]
-    assert all(s['keyframes'] == [c['t'] for c in s['captions']] for c in t.data['clips'] for s in c['segments'])
-    assert t.search_captions('white scene', k=1)['hits'][0]['node_id'].startswith('c1')
-    rep = json.loads((tmp_path/'store/trees_build_report.json').read_text())
-    assert rep['frames_embedded'] == 16 + 8 and rep['provenance']['params']['captioner']['kind'] == 'simulated'
-    rc = run('--videos', videos, '--out', tmp_path/'store/trees', '--captioner', 'simulated', *SMALL)
-    assert rc == 0 and json.loads(capsys.readouterr().out)['counts']['kept'] == 2
+    assert rc == 0 and out["counts"] == {"built": 2, "kept": 0, "failed": 0} and out["captions_made"] > 0
+    t = CaptionTree.load(tmp_path / "store/trees/forest_snow.json")  # the agent's loader accepts it
+    assert [(c["start"], c["end"]) for c in t.data["clips"]] == [(0.0, 4.0), (4.0, 8.0)]
+    assert "green" in t.read_captions("c0")["captions"][0] and "white" in t.read_captions("c1")["captions"][0]
+    assert all(s["keyframes"] == [c["t"] for c in s["captions"]] for c in t.data["clips"] for s in c["segments"])
+    assert t.search_captions("white scene", k=1)["hits"][0]["node_id"].startswith("c1")
+    rep = json.loads((tmp_path / "store/trees_build_report.json").read_text())
+    assert rep["frames_embedded"] == 16 + 8 and rep["provenance"]["params"]["captioner"]["kind"] == "simulated"
+    rc = run("--videos", videos, "--out", tmp_path / "store/trees", "--captioner", "simulated", *SMALL)
+    assert rc == 0 and json.loads(capsys.readouterr().out)["counts"]["kept"] == 2
 
 
 def test_bad_videos_are_listed_and_the_rest_built(videos, tmp_path, capsys):
-    d = tmp_path/'v'; d.mkdir()
-    (d/'good.mp4').write_bytes((videos/'night.mp4').read_bytes())
-    (d/'broken.mp4').write_bytes(b'\x00' * 64)
+    d = tmp_path / "v"
+    d.mkdir()
+    (d / "good.mp4").write_bytes((videos / "night.mp4").read_bytes())
+    (d / "broken.mp4").write_bytes(b"\x00" * 64)
     import av
-    with av.open(str(d/'empty.mp4'), 'w') as c:          # a container with no frame in it
-        st = c.add_stream('mpeg4', rate=8); st.width = st.height = 64; st.pix_fmt = 'yuv420p'; c.start_encoding()
-    lst = tmp_path/'list.txt'
-    lst.write_text(f"{d/'good.mp4'}\n{d/'broken.mp4'}\nempty\t{d/'empty.mp4'}\nmissing\t{d/'nope.mp4'}\n")
-    rc = run('--videos', lst, '--out', tmp_path/'trees', '--captioner', 'simulated', *SMALL)
+
+    with av.open(str(d / "empty.mp4"), "w") as c:  # a container with no frame in it
+        st = c.add_stream("mpeg4", rate=8)
+        st.width = st.height = 64
+        st.pix_fmt = "yuv420p"
+        c.start_encoding()
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{d / 'good.mp4'}\n{d / 'broken.mp4'}\nempty\t{d / 'empty.mp4'}\nmissing\t{d / 'nope.mp4'}\n")
+    rc = run("--videos", lst, "--out", tmp_path / "trees", "--captioner", "simulated", *SMALL)
     cap = capsys.readouterr()
-    assert rc == 1 and json.loads(cap.out)['counts'] == {'built': 1, 'kept': 0, 'failed': 3}
-    lines = [l for l in cap.err.splitlines() if l.startswith('failed: ')]
-    assert any('broken' in l and 'cannot decode' in l for l in lines) and any('empty' in l and ('no decodable frame' in l or 'no video stream' in l) for l in lines)
-    assert any('missing' in l and 'not found' in l for l in lines) and 'Traceback' not in cap.err
-    assert sorted(p.name for p in (tmp_path/'trees').iterdir()) == ['good.json']
-    lst.write_text(f"../escape\t{d/'good.mp4'}\n")
-    assert run('--videos', lst, '--out', tmp_path/'trees', '--captioner', 'simulated') == 2
+    assert rc == 1 and json.loads(cap.out)["counts"] == {"built": 1, "kept": 0, "failed": 3}
+    lines = [l for l in cap.err.splitlines() if l.startswith("failed: ")]
+    assert any("broken" in l and "cannot decode" in l for l in lines) and any(
+        "empty" in l and ("no decodable frame" in l or "no video stream" in l) for l in lines
+    )
+    assert any("missing" in l and "not found" in l for l in lines) and "Traceback" not in cap.err
+    assert sorted(p.name for p in (tmp_path / "trees").iterdir()) == ["good.json"]
+    lst.write_text(f"../escape\t{d / 'good.mp4'}\n")
+    assert run("--videos", lst, "--out", tmp_path / "trees", "--captioner", "simulated") == 2
     assert "list.txt:1: field 'video_id'" in capsys.readouterr().err
-    assert run('--videos', d, '--out', tmp_path/'t2') == 2 and 'no captioner named' in capsys.readouterr().err
+    assert run("--videos", d, "--out", tmp_path / "t2") == 2 and "no captioner named" in capsys.readouterr().err
 
 
 def test_openai_captioner_retries_faults_and_resumes(videos, tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv('OPENAI_API_KEY', raising=False)
-    args = ['--videos', videos, '--out', tmp_path/'trees', '--captioner', 'openai', '--model', 'stub', *SMALL]
-    with StubServer(fail_500_every=1) as s:            # the endpoint is down: each video fails after its retries
-        assert run(*args, '--base-url', s.url, '--max-retries', '1') == 1
-    assert 'HTTP 500' in capsys.readouterr().err and not (tmp_path/'trees').exists()
-    with StubServer(garbage_every=3, fail_429_every=5) as s:   # non-JSON bodies and 429s are retried
-        assert run(*args, '--base-url', s.url) == 0
-        assert s.stats['ok'] > 0 and s.stats['requests'] > s.stats['ok']
-    t = json.loads((tmp_path/'trees/night.json').read_text())
-    assert t['clips'][0]['segments'][0]['captions'][0]['text'].startswith('A frame whose image hash is')
-    assert t['clips'][0]['summary'].startswith('Summary: ') and t['source']['captioner']['model'] == 'stub'
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    args = ["--videos", videos, "--out", tmp_path / "trees", "--captioner", "openai", "--model", "stub", *SMALL]
+    with StubServer(fail_500_every=1) as s:  # the endpoint is down: each video fails after its retries
+        assert run(*args, "--base-url", s.url, "--max-retries", "1") == 1
+    assert "HTTP 500" in capsys.readouterr().err and not (tmp_path / "trees").exists()
+    with StubServer(garbage_every=3, fail_429_every=5) as s:  # non-JSON bodies and 429s are retried
+        assert run(*args, "--base-url", s.url) == 0
+        assert s.stats["ok"] > 0 and s.stats["requests"] > s.stats["ok"]
+    t = json.loads((tmp_path / "trees/night.json").read_text())
+    assert t["clips"][0]["segments"][0]["captions"][0]["text"].startswith("A frame whose image hash is")
+    assert t["clips"][0]["summary"].startswith("Summary: ") and t["source"]["captioner"]["model"] == "stub"
 
 
 def test_killed_build_resumes_from_cached_captions(videos, tmp_path):
     "Killed while captioning: no tree is half-written, and the next run reuses the captions made before the kill."
     with StubServer(latency_s=0.15) as s:
-        cmd = [sys.executable, '-c', 'from vtreetrm.cli import console_main; console_main()', 'harness', 'build-trees',
-               '--videos', str(videos), '--out', str(tmp_path/'trees'), '--captioner', 'openai', '--model', 'stub',
-               '--base-url', s.url, '--jobs', '1', *SMALL]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, 'HF_HUB_OFFLINE': '1'})
-        caps = tmp_path/'.cache/captions'
+        cmd = [
+            sys.executable,
+            "-c",
+            "from vtreetrm.cli import console_main; console_main()",
+            "harness",
+            "build-trees",
+            "--videos",
+            str(videos),
+            "--out",
+            str(tmp_path / "trees"),
+            "--captioner",
+            "openai",
+            "--model",
+            "stub",
+            "--base-url",
+            s.url,
+            "--jobs",
+            "1",
+            *SMALL,
+        ]
+        p = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        )
+        caps = tmp_path / ".cache/captions"
         deadline = time.time() + 120
-        while time.time() < deadline and len(list(caps.rglob('*.json'))) < 3: time.sleep(0.05)
-        assert p.poll() is None, p.communicate()[1][-2000:]           # still running when killed
-        p.send_signal(signal.SIGKILL); p.wait()
-        made = len(list(caps.rglob('*.json')))
+        while time.time() < deadline and len(list(caps.rglob("*.json"))) < 3:
+            time.sleep(0.05)
+        assert p.poll() is None, p.communicate()[1][-2000:]  # still running when killed
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        made = len(list(caps.rglob("*.json")))
         assert made >= 3
-        assert all(json.loads(f.read_text()) for f in (tmp_path/'trees').glob('*.json')) if (tmp_path/'trees').exists() else True
-        assert not list((tmp_path/'trees').glob('.*tmp*')) if (tmp_path/'trees').exists() else True
-        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, 'HF_HUB_OFFLINE': '1'})
+        assert (
+            all(json.loads(f.read_text()) for f in (tmp_path / "trees").glob("*.json"))
+            if (tmp_path / "trees").exists()
+            else True
+        )
+        assert not list((tmp_path / "trees").glob(".*tmp*")) if (tmp_path / "trees").exists() else True
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
-    assert out['captions_cached'] >= made - 1 and out['counts']['failed'] == 0
+    assert out["captions_cached"] >= made - 1 and out["counts"]["failed"] == 0
 
 
 def test_transformers_captioner_tiny_llava(videos, tmp_path, capsys):
     "A LLaVA-shaped image-text-to-text model built from a config (CLIP vision tower, Llama text model, its processor)."
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
-                              LlavaProcessor, PreTrainedTokenizerFast)
-    special = ['<|endoftext|>', '<image>', '<|im_start|>', '<|im_end|>']
-    tk = Tokenizer(models.BPE()); tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False); tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(['Describe what is visible in this video frame: a panda walks in the forest.'] * 20,
-                           trainers.BpeTrainer(vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token='<|im_end|>', pad_token='<|endoftext|>', extra_special_tokens={'image_token': '<image>'})
-    template = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.content %}{% if c.type == 'image' %}<image>"
-                "{% else %}{{ c.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    proc = LlavaProcessor(image_processor=CLIPImageProcessor(size={'shortest_edge': 32}, crop_size={'height': 32, 'width': 32}),
-                          tokenizer=tok, patch_size=8, vision_feature_select_strategy='default', chat_template=template,
-                          num_additional_image_tokens=1)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
+
+    special = ["<|endoftext|>", "<image>", "<|im_start|>", "<|im_end|>"]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(
+        ["Describe what is visible in this video frame: a panda walks in the forest."] * 20,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens={"image_token": "<image>"},
+    )
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.content %}{% if c.type == 'image' %}<image>"
+        "{% else %}{{ c.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    proc = LlavaProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+        tokenizer=tok,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        chat_template=template,
+        num_additional_image_tokens=1,
+    )
     torch.manual_seed(0)
-    cfg = LlavaConfig(vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                                     image_size=32, patch_size=8),
-                      text_config=LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                              num_attention_heads=2, num_key_value_heads=1),
-                      image_token_index=tok.convert_tokens_to_ids('<image>'))
-    LlavaForConditionalGeneration(cfg).save_pretrained(tmp_path/'llava'); proc.save_pretrained(tmp_path/'llava')
-    rc = run('--videos', videos, '--out', tmp_path/'trees', '--captioner', 'transformers', '--model', tmp_path/'llava', *SMALL)
+    cfg = LlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        text_config=LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        ),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+    )
+    LlavaForConditionalGeneration(cfg).save_pretrained(tmp_path / "llava")
+    proc.save_pretrained(tmp_path / "llava")
+    rc = run(
+        "--videos",
+        videos,
+        "--out",
+        tmp_path / "trees",
+        "--captioner",
+        "transformers",
+        "--model",
+        tmp_path / "llava",
+        *SMALL,
+    )
     assert rc == 0, capsys.readouterr().err
-    t = json.loads((tmp_path/'trees/night.json').read_text())
-    caps = [c for cl in t['clips'] for s in cl['segments'] for c in s['captions']]
-    assert caps and all(isinstance(c['text'], str) for c in caps) and t['source']['captioner']['kind'] == 'transformers'
+    t = json.loads((tmp_path / "trees/night.json").read_text())
+    caps = [c for cl in t["clips"] for s in cl["segments"] for c in s["captions"]]
+    assert caps and all(isinstance(c["text"], str) for c in caps) and t["source"]["captioner"]["kind"] == "transformers"

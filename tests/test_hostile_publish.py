@@ -1,5 +1,6 @@
 """Publication under attack: a kill at every rename never loses the published output, a folder or file this tool
 did not write is never replaced, and published files get the umask's mode. Each family runs on several commands."""
+
 import json
 import os
 import shutil
@@ -11,81 +12,121 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-EXE = Path(sys.executable).parent/'vtreetrm'
-STRACE = shutil.which('strace')
-CALLS = 'rename,renameat,renameat2,unlink,unlinkat,rmdir'   # strace counts each call on its own: when=K hits the K-th of each
+EXE = Path(sys.executable).parent / "vtreetrm"
+STRACE = shutil.which("strace")
+CALLS = "rename,renameat,renameat2,unlink,unlinkat,rmdir"  # strace counts each call on its own: when=K hits the K-th of each
 
 
 def cli(*args, umask=None, prefix=()):
     pre = (lambda: os.umask(umask)) if umask is not None else None
-    return subprocess.run([*prefix, str(EXE), *map(str, args)], capture_output=True, text=True, timeout=300, preexec_fn=pre,
-                          env={**os.environ, 'HF_HUB_OFFLINE': '1', 'PYTHONDONTWRITEBYTECODE': '1'})
+    return subprocess.run(
+        [*prefix, str(EXE), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=pre,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp('pub')
-    save_file({'query_tokens': np.random.default_rng(0).normal(size=(1, 8, 16)).astype(np.float32)}, str(d/'q.safetensors'))
-    return d/'q.safetensors'
+    d = tmp_path_factory.mktemp("pub")
+    save_file(
+        {"query_tokens": np.random.default_rng(0).normal(size=(1, 8, 16)).astype(np.float32)}, str(d / "q.safetensors")
+    )
+    return d / "q.safetensors"
 
 
-COMMANDS = {   # name -> (args with OUT, a file that proves the output is whole)
-    'analyze queries': (lambda ck, out: ['analyze', 'queries', ck, '--out', out, '--no-plots'], 'summary.json'),
-    'release make-synthetic': (lambda ck, out: ['release', 'make-synthetic', '--out', out, '--records', 40, '--no-progress'], None),
-    'harness make-synthetic': (lambda ck, out: ['harness', 'make-synthetic', '--out', out], None),
+COMMANDS = {  # name -> (args with OUT, a file that proves the output is whole)
+    "analyze queries": (lambda ck, out: ["analyze", "queries", ck, "--out", out, "--no-plots"], "summary.json"),
+    "release make-synthetic": (
+        lambda ck, out: ["release", "make-synthetic", "--out", out, "--records", 40, "--no-progress"],
+        None,
+    ),
+    "harness make-synthetic": (lambda ck, out: ["harness", "make-synthetic", "--out", out], None),
 }
 
 
-def _whole(out:Path, proof):
-    assert out.is_dir() and (out/'.vtreetrm-published').is_file(), sorted(os.listdir(out.parent))
-    if proof: json.loads((out/proof).read_text())
+def _whole(out: Path, proof):
+    assert out.is_dir() and (out / ".vtreetrm-published").is_file(), sorted(os.listdir(out.parent))
+    if proof:
+        json.loads((out / proof).read_text())
 
 
-@pytest.mark.skipif(STRACE is None, reason='strace is not installed')
-@pytest.mark.parametrize('name', ['analyze queries', pytest.param('harness make-synthetic', marks=pytest.mark.slow),
-                                  pytest.param('release make-synthetic', marks=pytest.mark.slow)])
+@pytest.mark.skipif(STRACE is None, reason="strace is not installed")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "analyze queries",
+        pytest.param("harness make-synthetic", marks=pytest.mark.slow),
+        pytest.param("release make-synthetic", marks=pytest.mark.slow),
+    ],
+)
 def test_kill_at_every_rename_keeps_the_output(ckpt, tmp_path, name):
     args, proof = COMMANDS[name]
-    out = tmp_path/'out'
+    out = tmp_path / "out"
     assert cli(*args(ckpt, out)).returncode == 0
     killed = 0
     for k in range(1, 200):
-        trap = [STRACE, '-f', '-qq', '-o', '/dev/null', '-e', f'trace={CALLS}',
-                '-e', f'inject={CALLS}:signal=SIGKILL:when={k}']
+        trap = [
+            STRACE,
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-e",
+            f"trace={CALLS}",
+            "-e",
+            f"inject={CALLS}:signal=SIGKILL:when={k}",
+        ]
         r = cli(*args(ckpt, out), prefix=trap)
-        _whole(out, proof)                                # the old or the new output, whole, after every kill
-        if r.returncode == 0: break
+        _whole(out, proof)  # the old or the new output, whole, after every kill
+        if r.returncode == 0:
+            break
         killed += 1
-    assert killed >= 2                                     # renames were really interrupted
-    assert cli(*args(ckpt, out)).returncode == 0          # the next run recovers: no stale temp or old folders remain
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith('.out.')] == []
+    assert killed >= 2  # renames were really interrupted
+    assert cli(*args(ckpt, out)).returncode == 0  # the next run recovers: no stale temp or old folders remain
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
 
 
-@pytest.mark.parametrize('name', list(COMMANDS))
-@pytest.mark.parametrize('target', ['user folder', 'file', 'symlink'])
+@pytest.mark.parametrize("name", list(COMMANDS))
+@pytest.mark.parametrize("target", ["user folder", "file", "symlink"])
 def test_outputs_replace_only_what_this_tool_wrote(ckpt, tmp_path, name, target):
     args, _ = COMMANDS[name]
-    out = tmp_path/'out'
-    if target == 'user folder': out.mkdir(); (out/'notes.txt').write_text('keep me')
-    elif target == 'file': out.write_text('keep me')
-    else: (tmp_path/'elsewhere').mkdir(); out.symlink_to(tmp_path/'elsewhere')
+    out = tmp_path / "out"
+    if target == "user folder":
+        out.mkdir()
+        (out / "notes.txt").write_text("keep me")
+    elif target == "file":
+        out.write_text("keep me")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        out.symlink_to(tmp_path / "elsewhere")
     r = cli(*args(ckpt, out))
-    assert r.returncode == 2 and 'refusing to replace' in r.stderr and str(out) in r.stderr, r.stderr
-    assert len([l for l in r.stderr.splitlines() if l.startswith('error: ')]) == 1 and 'Traceback' not in r.stderr
-    if target == 'user folder': assert (out/'notes.txt').read_text() == 'keep me'
-    elif target == 'file': assert out.read_text() == 'keep me'
-    else: assert out.is_symlink() and list((tmp_path/'elsewhere').iterdir()) == []
+    assert r.returncode == 2 and "refusing to replace" in r.stderr and str(out) in r.stderr, r.stderr
+    assert len([l for l in r.stderr.splitlines() if l.startswith("error: ")]) == 1 and "Traceback" not in r.stderr
+    if target == "user folder":
+        assert (out / "notes.txt").read_text() == "keep me"
+    elif target == "file":
+        assert out.read_text() == "keep me"
+    else:
+        assert out.is_symlink() and list((tmp_path / "elsewhere").iterdir()) == []
 
 
-@pytest.mark.parametrize('umask', [0o022, 0o002, 0o077])
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
 def test_published_files_get_the_umask_mode(ckpt, tmp_path, umask):
-    out = tmp_path/'out'
-    assert cli('analyze', 'queries', ckpt, '--out', out, umask=umask).returncode == 0
+    out = tmp_path / "out"
+    assert cli("analyze", "queries", ckpt, "--out", out, umask=umask).returncode == 0
     assert out.stat().st_mode & 0o777 == 0o777 & ~umask
-    assert (out/'summary.json').stat().st_mode & 0o777 == 0o666 & ~umask
-    preds = tmp_path/'p'
+    assert (out / "summary.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    preds = tmp_path / "p"
     preds.mkdir()
-    (preds/'predictions.jsonl').write_text(json.dumps({'id': 'a', 'gold': ['x'], 'output': '<predicted_actions>x</predicted_actions>',
-                                                       'candidates': ['x', 'y']}) + '\n')
-    assert cli('eval', 'metrics', preds, umask=umask).returncode == 0
-    assert (preds/'metrics.json').stat().st_mode & 0o777 == 0o666 & ~umask
+    (preds / "predictions.jsonl").write_text(
+        json.dumps(
+            {"id": "a", "gold": ["x"], "output": "<predicted_actions>x</predicted_actions>", "candidates": ["x", "y"]}
+        )
+        + "\n"
+    )
+    assert cli("eval", "metrics", preds, umask=umask).returncode == 0
+    assert (preds / "metrics.json").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -1,215 +1,483 @@
 """Launch gates (verl-sft, verl-rl in --dry-run) and the post-SFT rollout gate, on a tiny local model built in-process."""
-import json, shutil, subprocess, sys
+
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
 import pyarrow.parquet as pq
+import pytest
 
 from vtreetrm.cli import main
-from vtreetrm.utils import read_json
 from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS, write_grading_manifest
+from vtreetrm.utils import read_json
 
-MF = ['--metadata-fields', *NATIVE_PROMPT_FIELDS]
+MF = ["--metadata-fields", *NATIVE_PROMPT_FIELDS]
 
 
 def run(capsys, *argv):
-    rc = main(['release', *map(str, argv)])
+    rc = main(["release", *map(str, argv)])
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from vtreetrm.release.synthetic import make_synthetic
-    from vtreetrm.release.preprocess import preprocess
+
     from vtreetrm.release.canonical import canonical, split
-    from vtreetrm.release.rl import rl_export
-    from vtreetrm.release.mixture import mixture
-    from vtreetrm.release.trajectory import trajectory_export, _clean
     from vtreetrm.release.chat import build_chat_tokenizer
-    t = tmp_path_factory.mktemp('launch'); s, r = t/'syn', t/'run'
+    from vtreetrm.release.mixture import mixture
+    from vtreetrm.release.preprocess import preprocess
+    from vtreetrm.release.rl import rl_export
+    from vtreetrm.release.synthetic import make_synthetic
+    from vtreetrm.release.trajectory import _clean, trajectory_export
+
+    t = tmp_path_factory.mktemp("launch")
+    s, r = t / "syn", t / "run"
     make_synthetic(s, records=80, progress=False)
-    preprocess(s/'RAW/shougang.xlsx', s/'ASSETS/mappings/shougang.mapping.json', r/'processed/shougang/all.json', progress=False)
-    canonical(r/'processed', r/'canonical', s/'CFG/datasets.json', s/'ASSETS/registries', s/'ASSETS/corpora', progress=False)
-    split(r/'canonical', progress=False)
-    a = dict(registry=s/'ASSETS/registries/shougang.registry.json', corpus=s/'ASSETS/corpora/shougang.corpus.json',
-             metadata_fields=list(NATIVE_PROMPT_FIELDS), task_config=s/'CFG/shougang.task.json')
-    g = s/'STANDARDS/shougang.grading.json'
-    rl_export(r/'canonical/shougang/all.json', r/'rl-source', 'shougang', grading_config=g, progress=False, **a)
-    shutil.copy(g, r/'grading.json'); write_grading_manifest(r/'grading-manifest.json', {'shougang': 'grading.json'})
-    mixture('rl-cascade', [f'shougang={r}/rl-source'], r/'grading-manifest.json', output_dir=r/'rl', progress=False, **a)
-    trajectory_export('shougang', r/'canonical/shougang/all.json', output_dir=r/'traj', grading_config=g, progress=False, **a)
-    rows = pq.read_table(r/'traj/train.parquet').to_pylist()
-    tok = build_chat_tokenizer([json.dumps([_clean(m) for m in x['messages']], ensure_ascii=False) for x in rows] * 2, vocab_size=1500)
-    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                     num_attention_heads=2, num_key_value_heads=1))
-    m.save_pretrained(t/'model'); tok.save_pretrained(t/'model')
+    preprocess(
+        s / "RAW/shougang.xlsx",
+        s / "ASSETS/mappings/shougang.mapping.json",
+        r / "processed/shougang/all.json",
+        progress=False,
+    )
+    canonical(
+        r / "processed",
+        r / "canonical",
+        s / "CFG/datasets.json",
+        s / "ASSETS/registries",
+        s / "ASSETS/corpora",
+        progress=False,
+    )
+    split(r / "canonical", progress=False)
+    a = dict(
+        registry=s / "ASSETS/registries/shougang.registry.json",
+        corpus=s / "ASSETS/corpora/shougang.corpus.json",
+        metadata_fields=list(NATIVE_PROMPT_FIELDS),
+        task_config=s / "CFG/shougang.task.json",
+    )
+    g = s / "STANDARDS/shougang.grading.json"
+    rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", grading_config=g, progress=False, **a)
+    shutil.copy(g, r / "grading.json")
+    write_grading_manifest(r / "grading-manifest.json", {"shougang": "grading.json"})
+    mixture(
+        "rl-cascade", [f"shougang={r}/rl-source"], r / "grading-manifest.json", output_dir=r / "rl", progress=False, **a
+    )
+    trajectory_export(
+        "shougang", r / "canonical/shougang/all.json", output_dir=r / "traj", grading_config=g, progress=False, **a
+    )
+    rows = pq.read_table(r / "traj/train.parquet").to_pylist()
+    tok = build_chat_tokenizer(
+        [json.dumps([_clean(m) for m in x["messages"]], ensure_ascii=False) for x in rows] * 2, vocab_size=1500
+    )
+    m = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
+    m.save_pretrained(t / "model")
+    tok.save_pretrained(t / "model")
     return t, a
 
 
 def tools_flags(a):
-    return ['--registry', a['registry'], '--corpus', a['corpus'], '--task-config', a['task_config']]
+    return ["--registry", a["registry"], "--corpus", a["corpus"], "--task-config", a["task_config"]]
 
 
 @pytest.mark.verl
 def test_verl_sft_dry_run(setup, capsys):
-    pytest.importorskip('verl')
+    pytest.importorskip("verl")
     t, a = setup
     # the fixture's release was exported with mock <think> text: a CPU smoke, refused as a formal SFT
-    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', t/'model', '--output-dir', t/'launch-sft')
-    assert rc == 2 and "think_source is mock" in err and '--smoke' in err and 'export_report.json' in err and not (t/'launch-sft').exists()
-    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', t/'model', '--output-dir', t/'launch-sft', '--smoke')
+    rc, out, err = run(
+        capsys, "verl-sft", "--release", t / "run/traj", "--model", t / "model", "--output-dir", t / "launch-sft"
+    )
+    assert (
+        rc == 2
+        and "think_source is mock" in err
+        and "--smoke" in err
+        and "export_report.json" in err
+        and not (t / "launch-sft").exists()
+    )
+    rc, out, err = run(
+        capsys,
+        "verl-sft",
+        "--release",
+        t / "run/traj",
+        "--model",
+        t / "model",
+        "--output-dir",
+        t / "launch-sft",
+        "--smoke",
+    )
     assert rc == 0, err
-    assert out.strip().startswith('torchrun --standalone') and 'verl.trainer.sft_trainer' in out and 'data.enable_thinking_default=null' in out
-    assert 'trainer.experiment_name=sft-trajectory-smoke' in out
-    assert 'data.custom_cls.path=pkg://vtreetrm.release.verl_dataset' in out and 'data.custom_cls.name=PrefixDiffSFTDataset' in out
-    rep = read_json(t/'launch-sft/launch_report.json')
-    assert rep['status'] == 'ready' and rep['checks']['multiturn_sft_dataset_rows'] > 0 and rep['verl_version'].startswith('0.9')
-    assert rep['smoke'] is True and rep['think_source'] == 'mock'
-    cfg = (t/'launch-sft/config.yaml').read_text()
-    assert 'enable_thinking_default: null' in cfg and 'tools_key: tools' in cfg
-    assert (t/'launch-sft/command.sh').read_text().count('torchrun') == 1
-    assert rep['checks']['custom_cls'] == 'pkg://vtreetrm.release.verl_dataset:PrefixDiffSFTDataset'
+    assert (
+        out.strip().startswith("torchrun --standalone")
+        and "verl.trainer.sft_trainer" in out
+        and "data.enable_thinking_default=null" in out
+    )
+    assert "trainer.experiment_name=sft-trajectory-smoke" in out
+    assert (
+        "data.custom_cls.path=pkg://vtreetrm.release.verl_dataset" in out
+        and "data.custom_cls.name=PrefixDiffSFTDataset" in out
+    )
+    rep = read_json(t / "launch-sft/launch_report.json")
+    assert (
+        rep["status"] == "ready"
+        and rep["checks"]["multiturn_sft_dataset_rows"] > 0
+        and rep["verl_version"].startswith("0.9")
+    )
+    assert rep["smoke"] is True and rep["think_source"] == "mock"
+    cfg = (t / "launch-sft/config.yaml").read_text()
+    assert "enable_thinking_default: null" in cfg and "tools_key: tools" in cfg
+    assert (t / "launch-sft/command.sh").read_text().count("torchrun") == 1
+    assert rep["checks"]["custom_cls"] == "pkg://vtreetrm.release.verl_dataset:PrefixDiffSFTDataset"
 
 
 @pytest.mark.verl
 def test_verl_sft_gate_with_qwen3_template(setup, capsys, tmp_path):
     "A model whose tokenizer has a Qwen3-style template passes the gate (verl's per-message dataset would not)."
-    pytest.importorskip('verl')
+    pytest.importorskip("verl")
     t, a = setup
-    m = tmp_path/'qwen3-model'; shutil.copytree(t/'model', m)
-    (m/'chat_template.jinja').write_text((Path(__file__).parent/'fixtures/qwen3_rules_chat_template.jinja').read_text())
-    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', m, '--output-dir', tmp_path/'l', '--smoke')
+    m = tmp_path / "qwen3-model"
+    shutil.copytree(t / "model", m)
+    (m / "chat_template.jinja").write_text(
+        (Path(__file__).parent / "fixtures/qwen3_rules_chat_template.jinja").read_text()
+    )
+    rc, out, err = run(
+        capsys, "verl-sft", "--release", t / "run/traj", "--model", m, "--output-dir", tmp_path / "l", "--smoke"
+    )
     assert rc == 0, err
-    assert read_json(tmp_path/'l/launch_report.json')['checks']['multiturn_sft_dataset_rows'] == 8
+    assert read_json(tmp_path / "l/launch_report.json")["checks"]["multiturn_sft_dataset_rows"] == 8
     # a template that drops the reasoning of an earlier turn from inside the conversation is refused, naming the turn
-    (m/'chat_template.jinja').write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and loop.last %}"
-                                        "<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
-                                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    rc, out, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', m, '--output-dir', tmp_path/'l2', '--smoke')
-    assert rc == 2 and 'PrefixDiffSFTDataset rejects the data' in err and '(assistant)' in err and 'train.parquet' in err
-    assert not (tmp_path/'l2').exists()
+    (m / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and loop.last %}"
+        "<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    rc, out, err = run(
+        capsys, "verl-sft", "--release", t / "run/traj", "--model", m, "--output-dir", tmp_path / "l2", "--smoke"
+    )
+    assert (
+        rc == 2 and "PrefixDiffSFTDataset rejects the data" in err and "(assistant)" in err and "train.parquet" in err
+    )
+    assert not (tmp_path / "l2").exists()
 
 
-def _gate_dump(t, path, every:int):
+def _gate_dump(t, path, every: int):
     "A rollout dump of the RL release whose every `every`-th response is right."
-    rows = pq.read_table(t/'run/rl/train.parquet').to_pylist()
-    path.write_text(''.join(json.dumps({'sample_id': r['extra_info']['sample_id'], 'ground_truth': r['reward_model']['ground_truth'],
-                                        'response': r['reward_model']['ground_truth'] if i % every == 0 else '{"choice_id": "K00000000", "data_level": "L1"}'}) + '\n'
-                            for i, r in enumerate(rows[:40])))
+    rows = pq.read_table(t / "run/rl/train.parquet").to_pylist()
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "sample_id": r["extra_info"]["sample_id"],
+                    "ground_truth": r["reward_model"]["ground_truth"],
+                    "response": r["reward_model"]["ground_truth"]
+                    if i % every == 0
+                    else '{"choice_id": "K00000000", "data_level": "L1"}',
+                }
+            )
+            + "\n"
+            for i, r in enumerate(rows[:40])
+        )
+    )
     return path
 
 
 def _audit(capsys, t, canonical, report):
-    s = t/'syn'
-    return run(capsys, 'audit', '--bundle', '--canonical', f'shougang={canonical}', '--classification-standard', f'shougang={s}/STANDARDS/shougang.classification.json',
-               '--grading-standard', f'shougang={s}/STANDARDS/shougang.grading.json', '--report', report, '--no-progress')
+    s = t / "syn"
+    return run(
+        capsys,
+        "audit",
+        "--bundle",
+        "--canonical",
+        f"shougang={canonical}",
+        "--classification-standard",
+        f"shougang={s}/STANDARDS/shougang.classification.json",
+        "--grading-standard",
+        f"shougang={s}/STANDARDS/shougang.grading.json",
+        "--report",
+        report,
+        "--no-progress",
+    )
 
 
 @pytest.mark.verl
 def test_verl_rl_dry_run(setup, capsys, tmp_path):
-    pytest.importorskip('verl')
+    pytest.importorskip("verl")
     t, a = setup
-    assert run(capsys, 'rollout-gate', '--from-dump', _gate_dump(t, tmp_path/'d.jsonl', 8), '--model', t/'model', '--report', tmp_path/'gate.json')[0] == 0
-    assert _audit(capsys, t, t/'run/canonical/shougang/all.json', tmp_path/'audit.json')[0] == 0
-    rl = ['verl-rl', '--release', t/'run/rl', '--sft-model', t/'model', *tools_flags(a), '--rollout-gate', tmp_path/'gate.json',
-          '--audit', tmp_path/'audit.json', '--reference', t/'model']
-    rc, out, err = run(capsys, *rl, '--output-dir', t/'launch-rl', '--nnodes', 2, '--gpus-per-node', 8, '--logger', 'console,tensorboard')
+    assert (
+        run(
+            capsys,
+            "rollout-gate",
+            "--from-dump",
+            _gate_dump(t, tmp_path / "d.jsonl", 8),
+            "--model",
+            t / "model",
+            "--report",
+            tmp_path / "gate.json",
+        )[0]
+        == 0
+    )
+    assert _audit(capsys, t, t / "run/canonical/shougang/all.json", tmp_path / "audit.json")[0] == 0
+    rl = [
+        "verl-rl",
+        "--release",
+        t / "run/rl",
+        "--sft-model",
+        t / "model",
+        *tools_flags(a),
+        "--rollout-gate",
+        tmp_path / "gate.json",
+        "--audit",
+        tmp_path / "audit.json",
+        "--reference",
+        t / "model",
+    ]
+    rc, out, err = run(
+        capsys,
+        *rl,
+        "--output-dir",
+        t / "launch-rl",
+        "--nnodes",
+        2,
+        "--gpus-per-node",
+        8,
+        "--logger",
+        "console,tensorboard",
+    )
     assert rc == 0, err
-    assert 'verl.trainer.main_ppo' in out and 'algorithm.adv_estimator=rloo' in out and 'reward.custom_reward_function.name=compute_score' in out
-    assert 'actor_rollout_ref.rollout.name=vllm' in out and 'trainer.nnodes=2' in out and 'trainer.n_gpus_per_node=8' in out
-    assert 'trainer.logger=[console,tensorboard]' in out
-    rep = read_json(t/'launch-rl/launch_report.json')
-    assert rep['checks']['validate_config'] and rep['checks']['tools'] == ['search_categories', 'read_category', 'list_children']
-    g = rep['gates']
-    assert g['sft_model']['sha256'] == read_json(tmp_path/'gate.json')['model']['sha256'] == g['reference']['sha256']
-    assert g['audit']['conflict_keys'] == 0 and len(g['audit']['canonical']) == 1
-    assert (t/'launch-rl/tools.yaml').is_file() and 'adv_estimator: rloo' in (t/'launch-rl/config.yaml').read_text()
-    assert 'ray start --head' in (t/'launch-rl/command.sh').read_text()
+    assert (
+        "verl.trainer.main_ppo" in out
+        and "algorithm.adv_estimator=rloo" in out
+        and "reward.custom_reward_function.name=compute_score" in out
+    )
+    assert (
+        "actor_rollout_ref.rollout.name=vllm" in out
+        and "trainer.nnodes=2" in out
+        and "trainer.n_gpus_per_node=8" in out
+    )
+    assert "trainer.logger=[console,tensorboard]" in out
+    rep = read_json(t / "launch-rl/launch_report.json")
+    assert rep["checks"]["validate_config"] and rep["checks"]["tools"] == [
+        "search_categories",
+        "read_category",
+        "list_children",
+    ]
+    g = rep["gates"]
+    assert g["sft_model"]["sha256"] == read_json(tmp_path / "gate.json")["model"]["sha256"] == g["reference"]["sha256"]
+    assert g["audit"]["conflict_keys"] == 0 and len(g["audit"]["canonical"]) == 1
+    assert (t / "launch-rl/tools.yaml").is_file() and "adv_estimator: rloo" in (t / "launch-rl/config.yaml").read_text()
+    assert "ray start --head" in (t / "launch-rl/command.sh").read_text()
     # each rule refuses on its own, before anything is written
-    assert run(capsys, 'rollout-gate', '--from-dump', _gate_dump(t, tmp_path/'hi.jsonl', 2), '--model', t/'model', '--report', tmp_path/'hi.json')[0] == 1
-    assert run(capsys, 'rollout-gate', '--from-dump', tmp_path/'d.jsonl', '--model-sha256', '0' * 64, '--report', tmp_path/'other.json')[0] == 0
-    other_can = tmp_path/'all.json'; other_can.write_bytes((t/'run/canonical/shougang/all.json').read_bytes() + b'\n')
-    assert _audit(capsys, t, other_can, tmp_path/'audit-other.json')[0] == 0
-    bad_audit = read_json(tmp_path/'audit.json'); bad_audit.update(status='failed', conflict_keys=3)
-    (tmp_path/'audit-bad.json').write_text(json.dumps(bad_audit))
-    for swap, says in (({'--rollout-gate': tmp_path/'hi.json'}, 'rollout gate did not pass'),
-                       ({'--rollout-gate': tmp_path/'other.json'}, 'run on another model'),
-                       ({'--audit': tmp_path/'audit-bad.json'}, 'did not pass with 0 conflict keys'),
-                       ({'--audit': tmp_path/'audit-other.json'}, 'other canonical data'),
-                       ({'--reference': tmp_path/'nope'}, 'no such reference model folder'),
-                       ({'--rollout-engine': 'hf'}, '--rollout-engine must be one of vllm, sglang'),
-                       ({'--logger': 'console,slack'}, '--logger must be a comma list')):
+    assert (
+        run(
+            capsys,
+            "rollout-gate",
+            "--from-dump",
+            _gate_dump(t, tmp_path / "hi.jsonl", 2),
+            "--model",
+            t / "model",
+            "--report",
+            tmp_path / "hi.json",
+        )[0]
+        == 1
+    )
+    assert (
+        run(
+            capsys,
+            "rollout-gate",
+            "--from-dump",
+            tmp_path / "d.jsonl",
+            "--model-sha256",
+            "0" * 64,
+            "--report",
+            tmp_path / "other.json",
+        )[0]
+        == 0
+    )
+    other_can = tmp_path / "all.json"
+    other_can.write_bytes((t / "run/canonical/shougang/all.json").read_bytes() + b"\n")
+    assert _audit(capsys, t, other_can, tmp_path / "audit-other.json")[0] == 0
+    bad_audit = read_json(tmp_path / "audit.json")
+    bad_audit.update(status="failed", conflict_keys=3)
+    (tmp_path / "audit-bad.json").write_text(json.dumps(bad_audit))
+    for swap, says in (
+        ({"--rollout-gate": tmp_path / "hi.json"}, "rollout gate did not pass"),
+        ({"--rollout-gate": tmp_path / "other.json"}, "run on another model"),
+        ({"--audit": tmp_path / "audit-bad.json"}, "did not pass with 0 conflict keys"),
+        ({"--audit": tmp_path / "audit-other.json"}, "other canonical data"),
+        ({"--reference": tmp_path / "nope"}, "no such reference model folder"),
+        ({"--rollout-engine": "hf"}, "--rollout-engine must be one of vllm, sglang"),
+        ({"--logger": "console,slack"}, "--logger must be a comma list"),
+    ):
         argv = [*rl]
         for k, v in swap.items():
-            if k in argv: argv[argv.index(k) + 1] = v
-            else: argv += [k, v]
-        rc, _, err = run(capsys, *argv, '--output-dir', tmp_path/'x')
-        assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and not (tmp_path/'x').exists(), (swap, err)
+            if k in argv:
+                argv[argv.index(k) + 1] = v
+            else:
+                argv += [k, v]
+        rc, _, err = run(capsys, *argv, "--output-dir", tmp_path / "x")
+        assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x").exists(), (
+            swap,
+            err,
+        )
 
 
 @pytest.mark.verl
 def test_launch_gate_refuses_wrong_release_and_unsupported_verl(setup, capsys, monkeypatch):
-    verl = pytest.importorskip('verl')
+    verl = pytest.importorskip("verl")
     t, a = setup
-    rc, _, err = run(capsys, 'verl-sft', '--release', t/'run/rl', '--model', t/'model', '--output-dir', t/'x')
-    assert rc == 2 and 'native-tool trajectory release' in err and not (t/'x').exists()
-    monkeypatch.setattr(verl, '__version__', '0.8.3')
-    rc, _, err = run(capsys, 'verl-sft', '--release', t/'run/traj', '--model', t/'model', '--output-dir', t/'y', '--smoke')
-    assert rc == 2 and 'verl 0.8.3 is not supported' in err and "'.[verl]'" in err and not (t/'y').exists()
+    rc, _, err = run(capsys, "verl-sft", "--release", t / "run/rl", "--model", t / "model", "--output-dir", t / "x")
+    assert rc == 2 and "native-tool trajectory release" in err and not (t / "x").exists()
+    monkeypatch.setattr(verl, "__version__", "0.8.3")
+    rc, _, err = run(
+        capsys, "verl-sft", "--release", t / "run/traj", "--model", t / "model", "--output-dir", t / "y", "--smoke"
+    )
+    assert rc == 2 and "verl 0.8.3 is not supported" in err and "'.[verl]'" in err and not (t / "y").exists()
 
 
 def test_launch_gate_without_verl(setup):
     t, a = setup
-    code = ("import sys; sys.modules['verl'] = None\nfrom vtreetrm.cli import main\n"
-            f"sys.exit(main(['release', 'verl-sft', '--release', {str(t/'run/traj')!r}, '--model', {str(t/'model')!r}, '--output-dir', {str(t/'z')!r}]))")
-    p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
-    assert p.returncode == 2 and 'verl is not installed' in p.stderr and "pip install -e '.[verl]'" in p.stderr
+    code = (
+        "import sys; sys.modules['verl'] = None\nfrom vtreetrm.cli import main\n"
+        f"sys.exit(main(['release', 'verl-sft', '--release', {str(t / 'run/traj')!r}, '--model', {str(t / 'model')!r}, '--output-dir', {str(t / 'z')!r}]))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 2 and "verl is not installed" in p.stderr and "pip install -e '.[verl]'" in p.stderr
 
 
 def test_rollout_gate_tiny_model_fails_with_cause(setup, capsys):
     t, a = setup
-    rc, out, err = run(capsys, 'rollout-gate', '--model', t/'model', '--release', t/'run/rl', '-n', 3, '--split', 'train', *tools_flags(a),
-                       '--report', t/'gate.json', '--max-new-tokens', 12, '--max-turns', 2, '--no-progress')
-    rep = read_json(t/'gate.json')
-    assert rc == 1 and rep['denominator'] == 3 and rep['nonzero_reward_rate'] == 0 and rep['status'] == 'failed'
-    assert 'parser found no answers' in rep['likely_cause'] and rep['model']['sha256'] and rep['release']['mixture_report_sha256']
-    assert rep['agent_loop']['max_turns'] == 2 and rep['parser']['reward'].endswith('compute_score')
+    rc, out, err = run(
+        capsys,
+        "rollout-gate",
+        "--model",
+        t / "model",
+        "--release",
+        t / "run/rl",
+        "-n",
+        3,
+        "--split",
+        "train",
+        *tools_flags(a),
+        "--report",
+        t / "gate.json",
+        "--max-new-tokens",
+        12,
+        "--max-turns",
+        2,
+        "--no-progress",
+    )
+    rep = read_json(t / "gate.json")
+    assert rc == 1 and rep["denominator"] == 3 and rep["nonzero_reward_rate"] == 0 and rep["status"] == "failed"
+    assert (
+        "parser found no answers" in rep["likely_cause"]
+        and rep["model"]["sha256"]
+        and rep["release"]["mixture_report_sha256"]
+    )
+    assert rep["agent_loop"]["max_turns"] == 2 and rep["parser"]["reward"].endswith("compute_score")
 
 
 def test_rollout_gate_from_dump(setup, capsys, tmp_path):
     t, a = setup
-    rows = pq.read_table(t/'run/rl/train.parquet').to_pylist()
+    rows = pq.read_table(t / "run/rl/train.parquet").to_pylist()
+
     def dump(name, k):
-        lines = [{'sample_id': r['extra_info']['sample_id'], 'ground_truth': r['reward_model']['ground_truth'],
-                  'response': r['reward_model']['ground_truth'] if i % k == 0 else '{"choice_id": "K00000000", "data_level": "L1"}'} for i, r in enumerate(rows[:40])]
-        (tmp_path/name).write_text(''.join(json.dumps(l) + '\n' for l in lines)); return tmp_path/name
-    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', dump('ok.jsonl', 8), '--report', tmp_path/'ok.json')
-    assert rc == 2 and '--model HF_DIR or --model-sha256' in err and not (tmp_path/'ok.json').exists()   # a gate of no model is no gate
-    rc, out, _ = run(capsys, 'rollout-gate', '--from-dump', dump('ok.jsonl', 8), '--model', t/'model', '--report', tmp_path/'ok.json')
-    ok = read_json(tmp_path/'ok.json')
-    assert rc == 0 and ok['nonzero_reward_numerator'] == 5 and 'passed' in out and ok['model']['files'][0] == 'config.json'
-    sha = ok['model']['sha256']
-    rc, _, _ = run(capsys, 'rollout-gate', '--from-dump', dump('hi.jsonl', 2), '--model-sha256', sha, '--report', tmp_path/'hi.json')
-    assert rc == 1 and read_json(tmp_path/'hi.json')['nonzero_reward_rate'] == 0.5 and read_json(tmp_path/'hi.json')['model']['sha256'] == sha
-    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', dump('hi.jsonl', 2), '--model', t/'model', '--model-sha256', '0' * 64, '--report', tmp_path/'x.json')
-    assert rc == 2 and 'is not the folder' in err
-    (tmp_path/'empty.jsonl').write_text('')
-    rc, _, err = run(capsys, 'rollout-gate', '--from-dump', tmp_path/'empty.jsonl', '--model-sha256', sha, '--report', tmp_path/'e.json')
-    assert rc == 2 and 'no rows' in err
+        lines = [
+            {
+                "sample_id": r["extra_info"]["sample_id"],
+                "ground_truth": r["reward_model"]["ground_truth"],
+                "response": r["reward_model"]["ground_truth"]
+                if i % k == 0
+                else '{"choice_id": "K00000000", "data_level": "L1"}',
+            }
+            for i, r in enumerate(rows[:40])
+        ]
+        (tmp_path / name).write_text("".join(json.dumps(l) + "\n" for l in lines))
+        return tmp_path / name
+
+    rc, _, err = run(capsys, "rollout-gate", "--from-dump", dump("ok.jsonl", 8), "--report", tmp_path / "ok.json")
+    assert (
+        rc == 2 and "--model HF_DIR or --model-sha256" in err and not (tmp_path / "ok.json").exists()
+    )  # a gate of no model is no gate
+    rc, out, _ = run(
+        capsys,
+        "rollout-gate",
+        "--from-dump",
+        dump("ok.jsonl", 8),
+        "--model",
+        t / "model",
+        "--report",
+        tmp_path / "ok.json",
+    )
+    ok = read_json(tmp_path / "ok.json")
+    assert (
+        rc == 0 and ok["nonzero_reward_numerator"] == 5 and "passed" in out and ok["model"]["files"][0] == "config.json"
+    )
+    sha = ok["model"]["sha256"]
+    rc, _, _ = run(
+        capsys,
+        "rollout-gate",
+        "--from-dump",
+        dump("hi.jsonl", 2),
+        "--model-sha256",
+        sha,
+        "--report",
+        tmp_path / "hi.json",
+    )
+    assert (
+        rc == 1
+        and read_json(tmp_path / "hi.json")["nonzero_reward_rate"] == 0.5
+        and read_json(tmp_path / "hi.json")["model"]["sha256"] == sha
+    )
+    rc, _, err = run(
+        capsys,
+        "rollout-gate",
+        "--from-dump",
+        dump("hi.jsonl", 2),
+        "--model",
+        t / "model",
+        "--model-sha256",
+        "0" * 64,
+        "--report",
+        tmp_path / "x.json",
+    )
+    assert rc == 2 and "is not the folder" in err
+    (tmp_path / "empty.jsonl").write_text("")
+    rc, _, err = run(
+        capsys,
+        "rollout-gate",
+        "--from-dump",
+        tmp_path / "empty.jsonl",
+        "--model-sha256",
+        sha,
+        "--report",
+        tmp_path / "e.json",
+    )
+    assert rc == 2 and "no rows" in err
 
 
 def _fsdp_checkpoint(t, d, world_size=1, extra=None):
     "The layout verl's FSDP trainer saves for one rank (plain tensors; world size 1), from the tiny model: a fixture, not verl's saver."
     import torch
     from transformers import AutoModelForCausalLM
-    sd = AutoModelForCausalLM.from_pretrained(t/'model').state_dict()
-    (d/'huggingface').mkdir(parents=True)
-    torch.save({**sd, **(extra or {})}, d/f'model_world_size_{world_size}_rank_0.pt')
-    (d/'fsdp_config.json').write_text(json.dumps({'FSDP_version': 1, 'world_size': world_size}))
-    for f in (t/'model').iterdir():
-        if f.suffix != '.safetensors': shutil.copy(f, d/'huggingface'/f.name)
+
+    sd = AutoModelForCausalLM.from_pretrained(t / "model").state_dict()
+    (d / "huggingface").mkdir(parents=True)
+    torch.save({**sd, **(extra or {})}, d / f"model_world_size_{world_size}_rank_0.pt")
+    (d / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 1, "world_size": world_size}))
+    for f in (t / "model").iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, d / "huggingface" / f.name)
     return d, sd
 
 
@@ -221,43 +489,73 @@ class NotATensor:
 def test_verl_merge_then_gate(setup, capsys, tmp_path):
     """verl's own merger turns the FSDP layout into a transformers folder that loads with the same weights (in bf16),
     and rollout-gate records its identity; unsafe or incomplete checkpoints and an existing target are refused."""
-    pytest.importorskip('verl')
+    pytest.importorskip("verl")
     import torch
     from transformers import AutoModelForCausalLM
+
     t, a = setup
-    ck, sd = _fsdp_checkpoint(t, tmp_path/'ckpt/global_step_10/actor')
-    rc, out, err = run(capsys, 'verl-merge', '--checkpoint', ck, '--out', tmp_path/'hf', '--dry-run')
-    assert rc == 0 and 'verl.model_merger merge --backend fsdp' in out and not (tmp_path/'hf').exists()
-    rc, out, err = run(capsys, 'verl-merge', '--checkpoint', ck, '--out', tmp_path/'hf')
+    ck, sd = _fsdp_checkpoint(t, tmp_path / "ckpt/global_step_10/actor")
+    rc, out, err = run(capsys, "verl-merge", "--checkpoint", ck, "--out", tmp_path / "hf", "--dry-run")
+    assert rc == 0 and "verl.model_merger merge --backend fsdp" in out and not (tmp_path / "hf").exists()
+    rc, out, err = run(capsys, "verl-merge", "--checkpoint", ck, "--out", tmp_path / "hf")
     assert rc == 0, err
-    m = AutoModelForCausalLM.from_pretrained(tmp_path/'hf').state_dict()
-    assert all(torch.allclose(m[k].float(), v.to(m[k].dtype).float()) for k, v in sd.items() if k in m) and set(sd) <= set(m)
-    sha = read_json(tmp_path/'hf/merge_report.json')['sha256']
-    assert f'sha256 {sha}' in out
-    rows = pq.read_table(t/'run/rl/train.parquet').to_pylist()[:20]
-    (tmp_path/'d.jsonl').write_text(''.join(json.dumps({'ground_truth': r['reward_model']['ground_truth'], 'response': r['reward_model']['ground_truth'] if i % 8 == 0 else ''}) + '\n' for i, r in enumerate(rows)))
-    run(capsys, 'rollout-gate', '--from-dump', tmp_path/'d.jsonl', '--model', tmp_path/'hf', '--report', tmp_path/'g.json')
-    assert read_json(tmp_path/'g.json')['model']['sha256'] == sha
+    m = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").state_dict()
+    assert all(torch.allclose(m[k].float(), v.to(m[k].dtype).float()) for k, v in sd.items() if k in m) and set(
+        sd
+    ) <= set(m)
+    sha = read_json(tmp_path / "hf/merge_report.json")["sha256"]
+    assert f"sha256 {sha}" in out
+    rows = pq.read_table(t / "run/rl/train.parquet").to_pylist()[:20]
+    (tmp_path / "d.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "ground_truth": r["reward_model"]["ground_truth"],
+                    "response": r["reward_model"]["ground_truth"] if i % 8 == 0 else "",
+                }
+            )
+            + "\n"
+            for i, r in enumerate(rows)
+        )
+    )
+    run(
+        capsys,
+        "rollout-gate",
+        "--from-dump",
+        tmp_path / "d.jsonl",
+        "--model",
+        tmp_path / "hf",
+        "--report",
+        tmp_path / "g.json",
+    )
+    assert read_json(tmp_path / "g.json")["model"]["sha256"] == sha
     # refusals, one line each, nothing written
-    rc, _, err = run(capsys, 'verl-merge', '--checkpoint', ck, '--out', tmp_path/'hf')
-    assert rc == 2 and 'exists (pass --overwrite' in err
-    evil, _ = _fsdp_checkpoint(t, tmp_path/'evil', extra={'note': NotATensor()})
-    rc, _, err = run(capsys, 'verl-merge', '--checkpoint', evil, '--out', tmp_path/'e')
-    assert rc == 2 and 'refusing' in err and not (tmp_path/'e').exists()
-    two, _ = _fsdp_checkpoint(t, tmp_path/'two', world_size=2)
-    rc, _, err = run(capsys, 'verl-merge', '--checkpoint', two, '--out', tmp_path/'w')
-    assert rc == 2 and 'missing shard of world size 2' in err and 'rank_1.pt' in err
+    rc, _, err = run(capsys, "verl-merge", "--checkpoint", ck, "--out", tmp_path / "hf")
+    assert rc == 2 and "exists (pass --overwrite" in err
+    evil, _ = _fsdp_checkpoint(t, tmp_path / "evil", extra={"note": NotATensor()})
+    rc, _, err = run(capsys, "verl-merge", "--checkpoint", evil, "--out", tmp_path / "e")
+    assert rc == 2 and "refusing" in err and not (tmp_path / "e").exists()
+    two, _ = _fsdp_checkpoint(t, tmp_path / "two", world_size=2)
+    rc, _, err = run(capsys, "verl-merge", "--checkpoint", two, "--out", tmp_path / "w")
+    assert rc == 2 and "missing shard of world size 2" in err and "rank_1.pt" in err
 
 
 @pytest.mark.verl
 def test_gpu_smoke_script_dry_run(tmp_path):
     "benchmarks/verl_sft_smoke.sh up to the SFT gate (its GPU part needs CUDA): the script stays in step with the commands."
-    pytest.importorskip('verl')
+    pytest.importorskip("verl")
     import os
+
     root = Path(__file__).parents[1]
-    env = {**os.environ, 'PATH': f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    p = subprocess.run(['bash', root/'benchmarks/verl_sft_smoke.sh', tmp_path/'w', '--dry-run'], capture_output=True, text=True, env=env, cwd=root)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    p = subprocess.run(
+        ["bash", root / "benchmarks/verl_sft_smoke.sh", tmp_path / "w", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    rep = read_json(tmp_path/'w/sft/launch_report.json')
-    assert rep['status'] == 'ready' and rep['smoke'] is True and rep['checks']['multiturn_sft_dataset_rows'] == 8
-    assert 'trainer.total_training_steps=10' in (tmp_path/'w/sft/command.sh').read_text()
+    rep = read_json(tmp_path / "w/sft/launch_report.json")
+    assert rep["status"] == "ready" and rep["smoke"] is True and rep["checks"]["multiturn_sft_dataset_rows"] == 8
+    assert "trainer.total_training_steps=10" in (tmp_path / "w/sft/command.sh").read_text()

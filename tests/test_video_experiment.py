@@ -1,4 +1,5 @@
 """The Phase-2 experiment notebook runs under papermill with tiny parameters and leaves the run contract."""
+
 import json
 
 import pytest
@@ -8,51 +9,83 @@ from vtreetrm.cli import main
 
 @pytest.mark.slow
 def test_phase2_notebook_run(tmp_path):
-    assert main(['video', 'make-synthetic', '--out', str(tmp_path/'syn'), '--scale', 'tiny']) == 0
-    rc = main(['run', 'phase2_sft', '--name', 'nb', '--runs-dir', str(tmp_path/'runs'), '--no-html', '-p',
-               f"data_dir={tmp_path/'syn'}", f"cache_dir={tmp_path/'cache'}", 'phase1=none', 'epochs=1',
-               'num_queries=8', 'label_mode=simple', 'eval_dataset=mammalnet'])
+    assert main(["video", "make-synthetic", "--out", str(tmp_path / "syn"), "--scale", "tiny"]) == 0
+    rc = main(
+        [
+            "run",
+            "phase2_sft",
+            "--name",
+            "nb",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--no-html",
+            "-p",
+            f"data_dir={tmp_path / 'syn'}",
+            f"cache_dir={tmp_path / 'cache'}",
+            "phase1=none",
+            "epochs=1",
+            "num_queries=8",
+            "label_mode=simple",
+            "eval_dataset=mammalnet",
+        ]
+    )
     assert rc == 0
-    run = tmp_path/'runs'/'nb'
-    for f in ('params.json', 'run.json', 'metrics.json', 'predictions.jsonl', 'query_tokens.safetensors', 'query_diversity.json'):
-        assert (run/f).is_file(), f
-    m = json.loads((run/'metrics.json').read_text())
-    assert m['trained_on'] == 'lote' and m['evaluated_on'] == 'mammalnet'
-    assert json.loads((run/'query_diversity.json').read_text())['effective_rank'] > 0
-    lad = json.loads((run/'ladder.json').read_text())        # the ladder section: on the evaluated dataset's test split
-    assert lad['dataset'] == 'mammalnet' and [g['stage'] for g in lad['rungs']][1:] == ['Phase-2 cls head', 'Phase-2 generated answer']
-    assert lad['rungs'][-1]['top1'] == pytest.approx(m['top1_accuracy_single_label'])
+    run = tmp_path / "runs" / "nb"
+    for f in (
+        "params.json",
+        "run.json",
+        "metrics.json",
+        "predictions.jsonl",
+        "query_tokens.safetensors",
+        "query_diversity.json",
+    ):
+        assert (run / f).is_file(), f
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["trained_on"] == "lote" and m["evaluated_on"] == "mammalnet"
+    assert json.loads((run / "query_diversity.json").read_text())["effective_rank"] > 0
+    lad = json.loads((run / "ladder.json").read_text())  # the ladder section: on the evaluated dataset's test split
+    assert lad["dataset"] == "mammalnet" and [g["stage"] for g in lad["rungs"]][1:] == [
+        "Phase-2 cls head",
+        "Phase-2 generated answer",
+    ]
+    assert lad["rungs"][-1]["top1"] == pytest.approx(m["top1_accuracy_single_label"])
 
 
 @pytest.mark.slow
 def test_video_demo_quick(tmp_path):
     from vtreetrm.video.demo import run_video_demo
-    s = run_video_demo(tmp_path/'demo', quick=True, threads=1, progress=False)
+
+    s = run_video_demo(tmp_path / "demo", quick=True, threads=1, progress=False)
     from vtreetrm.video.demo import demo_runs
-    assert len(s['rows']) == len(demo_runs(quick=True)) + 1 and (tmp_path/'demo'/'summary.json').is_file()
-    assert {r['dataset'] for r in s['rows']} == {'lote', 'mammalnet'}
-    for r in s['rows']:
-        assert 0 <= r['top1'] <= 1 and (tmp_path/'demo'/'runs'/r['run']/'metrics.json').is_file()
-    head = tmp_path/'demo'/'runs'/s['rows'][0]['run']
-    stages = [r['stage'] for r in json.loads((head/'ladder.json').read_text())['rungs']]
-    assert stages[0] == 'linear probe: frozen encoder features' and stages[-1] == 'Phase-2 generated answer'
+
+    assert len(s["rows"]) == len(demo_runs(quick=True)) + 1 and (tmp_path / "demo" / "summary.json").is_file()
+    assert {r["dataset"] for r in s["rows"]} == {"lote", "mammalnet"}
+    for r in s["rows"]:
+        assert 0 <= r["top1"] <= 1 and (tmp_path / "demo" / "runs" / r["run"] / "metrics.json").is_file()
+    head = tmp_path / "demo" / "runs" / s["rows"][0]["run"]
+    stages = [r["stage"] for r in json.loads((head / "ladder.json").read_text())["rungs"]]
+    assert stages[0] == "linear probe: frozen encoder features" and stages[-1] == "Phase-2 generated answer"
     # the report: the rankreg pair side by side with its query figures, and the headline's ladder
-    from vtreetrm.runs.report import build_report, rankreg_table, collect_runs
-    rr = rankreg_table(collect_runs([tmp_path/'demo'/'runs'])[0])
-    assert rr['Model'].str.endswith('(baseline)').sum() == 1 and rr['Model'].str.endswith('(rankreg)').sum() == 1
-    assert rr[['R_eff/M', 'Gini', 'output rank entropy']].notna().all().all() and (rr['ceiling n/M'] == 1).all()
-    html = build_report([tmp_path/'demo'/'runs'], tmp_path/'r.html').read_text()
-    assert 'Query-diversity regulariser (rankreg) vs baseline' in html and 'Learnability ladder' in html
-    assert 'linear probe: Phase-1 behaviour embedding' in html and 'small_lote_m16_simple_actions_first_rankreg' in html
+    from vtreetrm.runs.report import build_report, collect_runs, rankreg_table
+
+    rr = rankreg_table(collect_runs([tmp_path / "demo" / "runs"])[0])
+    assert rr["Model"].str.endswith("(baseline)").sum() == 1 and rr["Model"].str.endswith("(rankreg)").sum() == 1
+    assert rr[["R_eff/M", "Gini", "output rank entropy"]].notna().all().all() and (rr["ceiling n/M"] == 1).all()
+    html = build_report([tmp_path / "demo" / "runs"], tmp_path / "r.html").read_text()
+    assert "Query-diversity regulariser (rankreg) vs baseline" in html and "Learnability ladder" in html
+    assert "linear probe: Phase-1 behaviour embedding" in html and "small_lote_m16_simple_actions_first_rankreg" in html
 
 
 def test_phase2_notebook_parameters_are_phase2config():
     """The Phase2Config block of the experiment notebook's parameters cell is what the dataclass generates."""
-    import nbformat
     from pathlib import Path
+
+    import nbformat
+
     from vtreetrm.cli import parameters_source
     from vtreetrm.video.phase2 import Phase2Config
-    nb = nbformat.read(Path(__file__).parents[1]/'nbs'/'experiments'/'phase2_sft.ipynb', as_version=4)
-    cell = next(c for c in nb.cells if 'parameters' in c.metadata.get('tags', []))
+
+    nb = nbformat.read(Path(__file__).parents[1] / "nbs" / "experiments" / "phase2_sft.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     want = parameters_source(Phase2Config)
     assert want in cell.source, f"regenerate the parameters cell's Phase2Config block:\n{want}"

@@ -4,57 +4,94 @@
 
 # %% ../nbs/01_cli.ipynb #a159d7f6
 from __future__ import annotations
-import argparse, dataclasses, errno, importlib, inspect, math, os, sys, typing
+
+import argparse
+import dataclasses
+import errno
+import importlib
+import inspect
+import math
+import os
+import sys
+import types
+import typing
 from pathlib import Path
+
 from fastcore.docments import docments
+
 from .utils import UserError
 
 # %% auto #0
-__all__ = ['TOP_COMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'command_parser', 'run_command', 'main',
-           'console_main', 'parameters_source', 'check_config']
+__all__ = [
+    "TOP_COMMANDS",
+    "GROUPS",
+    "PARAMETERS_HEADER",
+    "Param",
+    "config_fields",
+    "command_parser",
+    "run_command",
+    "main",
+    "console_main",
+    "parameters_source",
+    "check_config",
+]
+
 
 # %% ../nbs/01_cli.ipynb #ab2e19d4
 @dataclasses.dataclass(frozen=True)
 class Param:
     "Annotation for a command argument: its help and the argparse options it needs beyond its type."
-    help:str=''          # help text (the argument's comment is used when this is empty)
-    type:type=None       # the value's type (str when neither this nor the annotation says)
-    nargs:int|str=None   # argparse nargs: '+', '*', 2, ...
-    choices:list=None    # allowed values
-    action:str=None      # argparse action: 'append', 'extend', ...
+
+    help: str = ""  # help text (the argument's comment is used when this is empty)
+    type: type = None  # the value's type (str when neither this nor the annotation says)
+    nargs: int | str = None  # argparse nargs: '+', '*', 2, ...
+    choices: list = None  # allowed values
+    action: str = None  # argparse action: 'append', 'extend', ...
+
 
 # %% ../nbs/01_cli.ipynb #33bf85c4
-def _flags(name): return (f'-{name}', f'--{name}') if len(name) == 1 else ('--' + name.replace('_', '-'),)
+def _flags(name):
+    return (f"-{name}", f"--{name}") if len(name) == 1 else ("--" + name.replace("_", "-"),)
 
-def _add_option(p, name:str, anno, default, help_:str):
+
+def _add_option(p, name: str, anno, default, help_: str):
     "Add one argument for a parameter (or config field) `name` to parser or group `p`."
     kw = {}
     if isinstance(anno, Param):
-        kw = {k: v for k, v in dict(type=anno.type, nargs=anno.nargs, choices=anno.choices,
-                                    action=anno.action).items() if v is not None}
+        kw = {
+            k: v
+            for k, v in dict(type=anno.type, nargs=anno.nargs, choices=anno.choices, action=anno.action).items()
+            if v is not None
+        }
         help_ = anno.help or help_
         anno = anno.type or str
     has_default = default is not inspect._empty
     origin = typing.get_origin(anno)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(anno) if a is not type(None)]
         anno = args[0] if args else str
         origin = typing.get_origin(anno)
     if origin is typing.Literal:
-        kw.setdefault('choices', list(typing.get_args(anno)))
+        kw.setdefault("choices", list(typing.get_args(anno)))
         anno = type(typing.get_args(anno)[0])
-    elif origin in (list, tuple):   # a repeated flag accumulates: --set a=1 --set b=2
-        kw.setdefault('nargs', '+' if not has_default else '*')
+    elif origin in (list, tuple):  # a repeated flag accumulates: --set a=1 --set b=2
+        kw.setdefault("nargs", "+" if not has_default else "*")
         anno = (typing.get_args(anno) or (str,))[0]
-        if has_default: kw.setdefault('action', 'extend')
+        if has_default:
+            kw.setdefault("action", "extend")
     if anno is bool:
-        if has_default and default: p.add_argument('--no-' + name.replace('_', '-'), dest=name, action='store_false', help=help_)
-        else: p.add_argument(*_flags(name), dest=name, action='store_true', help=help_)
+        if has_default and default:
+            p.add_argument("--no-" + name.replace("_", "-"), dest=name, action="store_false", help=help_)
+        else:
+            p.add_argument(*_flags(name), dest=name, action="store_true", help=help_)
         return
-    if kw.get('action') not in ('store_true', 'store_false', 'count'):
-        kw.setdefault('type', anno if anno in (str, int, float, Path) else str)
-    if has_default: p.add_argument(*_flags(name), dest=name, default=default, help=help_, **kw)
-    else: p.add_argument(name, help=help_, **kw)
+    if kw.get("action") not in ("store_true", "store_false", "count"):
+        kw.setdefault("type", anno if anno in (str, int, float, Path) else str)
+    if has_default:
+        p.add_argument(*_flags(name), dest=name, default=default, help=help_, **kw)
+    else:
+        p.add_argument(name, help=help_, **kw)
+
 
 # %% ../nbs/01_cli.ipynb #3e6f1b0d
 def config_fields(cls) -> dict:
@@ -63,154 +100,233 @@ def config_fields(cls) -> dict:
     docs = docments(cls, full=True, returns=False)
     out = {}
     for f in dataclasses.fields(cls):
-        if not f.init: continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else inspect._empty)
-        out[f.name] = (hints[f.name], default, (docs[f.name].docment or '') if f.name in docs else '')
+        if not f.init:
+            continue
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else inspect._empty)
+        )
+        out[f.name] = (hints[f.name], default, (docs[f.name].docment or "") if f.name in docs else "")
     return out
 
-def _is_config(anno) -> bool: return isinstance(anno, type) and dataclasses.is_dataclass(anno)
 
-def command_parser(func, prog:str=None) -> argparse.ArgumentParser:
+def _is_config(anno) -> bool:
+    return isinstance(anno, type) and dataclasses.is_dataclass(anno)
+
+
+def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
-    p = argparse.ArgumentParser(prog=prog, description=(func.__doc__ or '').strip(),
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.configs = {}   # parameter -> (dataclass, its field names)
+    p = argparse.ArgumentParser(
+        prog=prog, description=(func.__doc__ or "").strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.configs = {}  # parameter -> (dataclass, its field names)
     for name, d in docments(func, full=True, returns=False, eval_str=True).items():
         if _is_config(d.anno):
             fields = config_fields(d.anno)
-            g = p.add_argument_group(f"{d.anno.__name__}", (d.anno.__doc__ or '').strip())
-            for fname, (anno, default, help_) in fields.items(): _add_option(g, fname, anno, default, help_)
+            g = p.add_argument_group(f"{d.anno.__name__}", (d.anno.__doc__ or "").strip())
+            for fname, (anno, default, help_) in fields.items():
+                _add_option(g, fname, anno, default, help_)
             p.configs[name] = (d.anno, list(fields))
-        else: _add_option(p, name, d.anno, d.default, d.docment or '')
+        else:
+            _add_option(p, name, d.anno, d.default, d.docment or "")
     return p
 
-# %% ../nbs/01_cli.ipynb #980b710f
-TOP_COMMANDS = {'run': 'vtreetrm.runs.papermill:run_cmd',
-                'sweep': 'vtreetrm.runs.papermill:sweep_cmd',
-                'demo': 'vtreetrm.demo:demo_cmd'}
-GROUPS = {'eval': ('vtreetrm.eval.metrics', 'score model outputs'),
-          'analyze': ('vtreetrm.analysis.queries', 'analyse checkpoints (Q-former query diversity)'),
-          'report': ('vtreetrm.runs.report', 'build HTML reports from runs'),
-          'video': ('vtreetrm.video.cli', 'video behaviour recognition: data, features, Phase-1/2, predict'),
-          'release': ('vtreetrm.release.cli', 'classification data-release chain'),
-          'harness': ('vtreetrm.harness.cli', 'skill-evolution harness for video QA')}
 
-def _load(ref:str):
-    mod, _, fn = ref.partition(':')
+# %% ../nbs/01_cli.ipynb #980b710f
+TOP_COMMANDS = {
+    "run": "vtreetrm.runs.papermill:run_cmd",
+    "sweep": "vtreetrm.runs.papermill:sweep_cmd",
+    "demo": "vtreetrm.demo:demo_cmd",
+}
+GROUPS = {
+    "eval": ("vtreetrm.eval.metrics", "score model outputs"),
+    "analyze": ("vtreetrm.analysis.queries", "analyse checkpoints (Q-former query diversity)"),
+    "report": ("vtreetrm.runs.report", "build HTML reports from runs"),
+    "video": ("vtreetrm.video.cli", "video behaviour recognition: data, features, Phase-1/2, predict"),
+    "release": ("vtreetrm.release.cli", "classification data-release chain"),
+    "harness": ("vtreetrm.harness.cli", "skill-evolution harness for video QA"),
+}
+
+
+def _load(ref: str):
+    mod, _, fn = ref.partition(":")
     return getattr(importlib.import_module(mod), fn)
 
-def _group_commands(group:str) -> dict:
-    try: mod = importlib.import_module(GROUPS[group][0])
+
+def _group_commands(group: str) -> dict:
+    try:
+        mod = importlib.import_module(GROUPS[group][0])
     except ModuleNotFoundError as e:
-        if e.name and e.name.startswith('vtreetrm'): raise UserError(f"command group {group!r} is not available in this install") from None
+        if e.name and e.name.startswith("vtreetrm"):
+            raise UserError(f"command group {group!r} is not available in this install") from None
         raise UserError(f"command group {group!r} needs the package {e.name!r}: pip install it") from None
     return mod.CLI_COMMANDS
 
+
 def _usage() -> str:
-    lines = ['usage: vtreetrm <group> <command> [flags]   (add --help anywhere)', '', 'commands:']
-    lines += [f"  run       execute a notebook with papermill into papermill_runs/NAME/",
-              f"  sweep     expand a sweep YAML into runs and execute them",
-              f"  demo      the main job on the embedded default data"]
+    lines = ["usage: vtreetrm <group> <command> [flags]   (add --help anywhere)", "", "commands:"]
+    lines += [
+        "  run       execute a notebook with papermill into papermill_runs/NAME/",
+        "  sweep     expand a sweep YAML into runs and execute them",
+        "  demo      the main job on the embedded default data",
+    ]
     lines += [f"  {g:<9} {desc}" for g, (_, desc) in GROUPS.items()]
-    return '\n'.join(lines)
+    return "\n".join(lines)
+
 
 # %% ../nbs/01_cli.ipynb #7693c9af
-def run_command(func, argv:list, prog:str):
+def run_command(func, argv: list, prog: str):
     "Parse `argv` for `func` and call it."
     p = command_parser(func, prog=prog)
     ns = vars(p.parse_args(argv))
-    for name, (cls, fields) in p.configs.items(): ns[name] = cls(**{f: ns.pop(f) for f in fields})
+    for name, (cls, fields) in p.configs.items():
+        ns[name] = cls(**{f: ns.pop(f) for f in fields})
     return func(**ns)
 
-_ENV_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}  # the machine's, not ours
+
+_ENV_ERRNOS = {
+    errno.ENOSPC,
+    errno.EFBIG,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EIO,
+}  # the machine's, not ours
+
 
 def _quiet_hf_bars():
     "No weight-loading bars from transformers / the hub where stderr is a log or captured: one error stays one line."
-    os.environ.setdefault('HF_HUB_DISABLE_PROGRESS_BARS', '1')
-    if 'transformers' in sys.modules: sys.modules['transformers'].utils.logging.disable_progress_bar()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
-def main(argv:list=None) -> int:
+
+def main(argv: list = None) -> int:
     "The `vtreetrm` console script; returns the exit code."
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not sys.stderr.isatty(): _quiet_hf_bars()
+    if not sys.stderr.isatty():
+        _quiet_hf_bars()
     try:
-        if not argv or argv[0] in ('-h', '--help', 'help'): print(_usage()); return 0 if argv else 2
-        if argv[0] == '--version':
-            from vtreetrm import __version__; print(__version__); return 0
+        if not argv or argv[0] in ("-h", "--help", "help"):
+            print(_usage())
+            return 0 if argv else 2
+        if argv[0] == "--version":
+            from vtreetrm import __version__
+
+            print(__version__)
+            return 0
         head, rest = argv[0], argv[1:]
-        if head in TOP_COMMANDS: res = run_command(_load(TOP_COMMANDS[head]), rest, f'vtreetrm {head}')
+        if head in TOP_COMMANDS:
+            res = run_command(_load(TOP_COMMANDS[head]), rest, f"vtreetrm {head}")
         elif head in GROUPS:
             cmds = _group_commands(head)
-            if not rest or rest[0] in ('-h', '--help'):
+            if not rest or rest[0] in ("-h", "--help"):
                 print(f"usage: vtreetrm {head} <command> [flags]\n\ncommands:")
-                for k, f in cmds.items(): print(f"  {k:<22} {(f.__doc__ or '').strip().splitlines()[0]}")
+                for k, f in cmds.items():
+                    print(f"  {k:<22} {(f.__doc__ or '').strip().splitlines()[0]}")
                 return 0 if rest else 2
-            if rest[0] not in cmds: raise UserError(f"unknown command 'vtreetrm {head} {rest[0]}'; choose from: {', '.join(cmds)}")
-            res = run_command(cmds[rest[0]], rest[1:], f'vtreetrm {head} {rest[0]}')
-        else: raise UserError(f"unknown command {head!r}; run 'vtreetrm --help'")
+            if rest[0] not in cmds:
+                raise UserError(f"unknown command 'vtreetrm {head} {rest[0]}'; choose from: {', '.join(cmds)}")
+            res = run_command(cmds[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}")
+        else:
+            raise UserError(f"unknown command {head!r}; run 'vtreetrm --help'")
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr); return 2
-    except OSError as e:   # a path the system refuses (a file where a folder must be, no permission, disk full): one line
-        if e.filename is None and e.errno not in _ENV_ERRNOS: raise
-        where = f"{e.filename} -> {e.filename2}: " if e.filename2 else f"{e.filename}: " if e.filename else ''
-        print(f"error: {where}{e.strerror or e}" + ('' if e.filename else ' (while writing the outputs)'), file=sys.stderr); return 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (
+        OSError
+    ) as e:  # a path the system refuses (a file where a folder must be, no permission, disk full): one line
+        if e.filename is None and e.errno not in _ENV_ERRNOS:
+            raise
+        where = f"{e.filename} -> {e.filename2}: " if e.filename2 else f"{e.filename}: " if e.filename else ""
+        print(
+            f"error: {where}{e.strerror or e}" + ("" if e.filename else " (while writing the outputs)"), file=sys.stderr
+        )
+        return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr); return 130
+        print("interrupted", file=sys.stderr)
+        return 130
     return res if isinstance(res, int) else 0
+
 
 def console_main():
     "Console-script wrapper around `main`."
     sys.exit(main())
 
+
 # %% ../nbs/01_cli.ipynb #8b3f2a50
-PARAMETERS_HEADER = "# {name}: generated from the dataclass by vtreetrm.cli.parameters_source; edit the dataclass, not these lines"
+PARAMETERS_HEADER = (
+    "# {name}: generated from the dataclass by vtreetrm.cli.parameters_source; edit the dataclass, not these lines"
+)
+
 
 def parameters_source(cls) -> str:
-    "Python assignments `field = default  # comment` for every field of config dataclass `cls`."
-    lines = [PARAMETERS_HEADER.format(name=cls.__name__)]
+    "Python assignments `field = default  # comment` for every field of config dataclass `cls` (ruff leaves them as made)."
+    lines = ["# fmt: off", PARAMETERS_HEADER.format(name=cls.__name__)]
     for name, (_, default, help_) in config_fields(cls).items():
-        if '=' in help_: raise ValueError(f"{cls.__name__}.{name}: papermill cannot parse a parameter comment holding '=': {help_!r}")
+        if "=" in help_:
+            raise ValueError(
+                f"{cls.__name__}.{name}: papermill cannot parse a parameter comment holding '=': {help_!r}"
+            )
         code = f"{name} = {default!r}"
         lines.append(f"{code:<40}  # {help_}" if help_ else code)
-    return '\n'.join(lines)
+    return "\n".join([*lines, "# fmt: on"])
+
 
 # %% ../nbs/01_cli.ipynb #0a5b3c68
-def _coerce(value, anno, flag:str):
+def _coerce(value, anno, flag: str):
     origin, args = typing.get_origin(anno), typing.get_args(anno)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        if value is None and type(None) in args: return None
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], flag) if len(inner) == 1 else value
     if origin is typing.Literal:
-        if value not in args: raise UserError(f"{flag} must be one of {', '.join(map(str, args))}, got {value!r}")
+        if value not in args:
+            raise UserError(f"{flag} must be one of {', '.join(map(str, args))}, got {value!r}")
         return value
     if anno is bool:
-        if isinstance(value, bool): return value
-        if isinstance(value, str) and value.lower() in ('true', 'false'): return value.lower() == 'true'
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
         raise UserError(f"{flag} must be true or false, got {value!r}")
     if anno is int:
-        if isinstance(value, bool): raise UserError(f"{flag} must be an integer, got {value!r}")
-        if isinstance(value, float) and value.is_integer(): return int(value)
-        try: return int(value) if isinstance(value, (int, str)) else _bad(flag, 'an integer', value)
-        except ValueError: _bad(flag, 'an integer', value)
+        if isinstance(value, bool):
+            raise UserError(f"{flag} must be an integer, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(value) if isinstance(value, (int, str)) else _bad(flag, "an integer", value)
+        except ValueError:
+            _bad(flag, "an integer", value)
     if anno is float:
-        if isinstance(value, bool): _bad(flag, 'a number', value)
-        try: v = float(value) if isinstance(value, (int, float, str)) else _bad(flag, 'a number', value)
-        except ValueError: _bad(flag, 'a number', value)
-        if not math.isfinite(v): _bad(flag, 'a finite number', value)
+        if isinstance(value, bool):
+            _bad(flag, "a number", value)
+        try:
+            v = float(value) if isinstance(value, (int, float, str)) else _bad(flag, "a number", value)
+        except ValueError:
+            _bad(flag, "a number", value)
+        if not math.isfinite(v):
+            _bad(flag, "a finite number", value)
         return v
     if anno is str:
-        if not isinstance(value, str): _bad(flag, 'text', value)
+        if not isinstance(value, str):
+            _bad(flag, "text", value)
         return value
     return value
 
-def _bad(flag, what, value): raise UserError(f"{flag} must be {what}, got {value!r}")
+
+def _bad(flag, what, value):
+    raise UserError(f"{flag} must be {what}, got {value!r}")
+
 
 def check_config(cfg):
     "Check (and convert from text) every field of config dataclass `cfg` against its annotation."
     hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
-        flag = '--' + f.name.replace('_', '-')
+        flag = "--" + f.name.replace("_", "-")
         object.__setattr__(cfg, f.name, _coerce(getattr(cfg, f.name), hints[f.name], flag))
     return cfg

@@ -4,160 +4,268 @@
 
 # %% ../nbs/90_demo.ipynb #e9da97fd
 from __future__ import annotations
-import json, math
+
 from pathlib import Path
+
 import numpy as np
-from .cli import Param
 from tqdm.auto import tqdm
-from .utils import UserError, write_json, write_jsonl, atomic_dir, sha256_json
+
+from .utils import atomic_dir, sha256_json, write_json, write_jsonl
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
-__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'synthetic_conditions', 'synthetic_run', 'run_name', 'make_synthetic_eval',
-           'demo_cmd']
+__all__ = [
+    "DATASETS",
+    "MODELS",
+    "COLLAPSE",
+    "synthetic_conditions",
+    "synthetic_run",
+    "run_name",
+    "make_synthetic_eval",
+    "demo_cmd",
+]
 
 # %% ../nbs/90_demo.ipynb #13947ad3
-DATASETS = {'LoTE-Animal': ('lote', LOTE_SIMPLE, 600), 'MammalNet': ('mammalnet', MAMMALNET_SIMPLE, 400)}
-MODELS = {'Qwen2.5-7B': 'qwen25_7b', 'Qwen3-8B': 'qwen3_8b'}
+DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
+MODELS = {"Qwen2.5-7B": "qwen25_7b", "Qwen3-8B": "qwen3_8b"}
+
 
 def synthetic_conditions() -> list[dict]:
     "The seed's experiment grid with a target Top1 per run (close to its tables)."
     runs = []
-    def add(model, ds, M=64, order='actions_first', mode='simple', variant='baseline', train=None, top1=0.6):
-        runs.append(dict(model=model, dataset=ds, train_dataset=train or ds, M=M, answer_order=order,
-                         label_mode=mode, variant=variant, target_top1=top1))
+
+    def add(model, ds, M=64, order="actions_first", mode="simple", variant="baseline", train=None, top1=0.6):
+        runs.append(
+            dict(
+                model=model,
+                dataset=ds,
+                train_dataset=train or ds,
+                M=M,
+                answer_order=order,
+                label_mode=mode,
+                variant=variant,
+                target_top1=top1,
+            )
+        )
+
     for m, q in MODELS.items():
-        for ds, base in (('LoTE-Animal', 0.60 if q == 'qwen25_7b' else 0.63), ('MammalNet', 0.70)):
-            add(m, ds, mode='official', top1=base - 0.2)
+        for ds, base in (("LoTE-Animal", 0.60 if q == "qwen25_7b" else 0.63), ("MammalNet", 0.70)):
+            add(m, ds, mode="official", top1=base - 0.2)
             for M, delta in ((32, -0.02), (64, 0.0), (128, -0.02), (512, -0.03)):
                 add(m, ds, M=M, top1=base + delta)
-                add(m, ds, M=M, order='analysis_first', top1=base + 0.05 + delta/2)
-            for v, delta in (('cls', -0.03), ('p1-own', -0.02), ('e2-drop10', 0.01), ('flip-balanced', -0.05)):
+                add(m, ds, M=M, order="analysis_first", top1=base + 0.05 + delta / 2)
+            for v, delta in (("cls", -0.03), ("p1-own", -0.02), ("e2-drop10", 0.01), ("flip-balanced", -0.05)):
                 add(m, ds, variant=v, top1=base + delta)
-        add(m, 'LoTE-Animal', train='MammalNet', top1=0.2)
-        add(m, 'MammalNet', train='LoTE-Animal', top1=0.3)
+        add(m, "LoTE-Animal", train="MammalNet", top1=0.2)
+        add(m, "MammalNet", train="LoTE-Animal", top1=0.3)
     return runs
 
-def _class_probs(n:int, rng) -> np.ndarray:
-    p = 1/np.arange(1, n + 1)**1.1          # Zipf-like long tail
-    return p/p.sum()
 
-def _output(actions:list, order:str, rng, cut:bool) -> str:
-    tag = '<predicted_actions>' + ', '.join(actions) + ('' if cut else '</predicted_actions>')
-    why = 'The animal moves its head towards the ground and the body stays low.'
-    return f"{tag} {why}" if order == 'actions_first' and not cut else f"{why}\n{tag}"
+def _class_probs(n: int, rng) -> np.ndarray:
+    p = 1 / np.arange(1, n + 1) ** 1.1  # Zipf-like long tail
+    return p / p.sum()
 
-def synthetic_run(cond:dict, seed:int=0) -> list[dict]:
+
+def _output(actions: list, order: str, rng, cut: bool) -> str:
+    tag = "<predicted_actions>" + ", ".join(actions) + ("" if cut else "</predicted_actions>")
+    why = "The animal moves its head towards the ground and the body stays low."
+    return f"{tag} {why}" if order == "actions_first" and not cut else f"{why}\n{tag}"
+
+
+def synthetic_run(cond: dict, seed: int = 0) -> list[dict]:
     "Prediction rows of one run with per-class controlled accuracy."
-    key, mapping, n = DATASETS[cond['dataset']]
-    rng = np.random.default_rng([seed, int(sha256_json(cond)[:8], 16)])   # a stable hash: the same rows in every process
-    official = list(mapping); K = len(official)
+    key, mapping, n = DATASETS[cond["dataset"]]
+    rng = np.random.default_rng([seed, int(sha256_json(cond)[:8], 16)])  # a stable hash: the same rows in every process
+    official = list(mapping)
+    K = len(official)
     probs = _class_probs(K, rng)
-    show = (lambda l: mapping[l]) if cond['label_mode'] == 'simple' else (lambda l: l)
+    show = (lambda l: mapping[l]) if cond["label_mode"] == "simple" else (lambda l: l)
     # per-class accuracy: head classes easier; scaled so the expected Top1 is the target
-    w = (probs/probs.mean())**0.35; acc = np.clip(cond['target_top1']*w/(probs @ w), 0.02, 0.98)
+    w = (probs / probs.mean()) ** 0.35
+    acc = np.clip(cond["target_top1"] * w / (probs @ w), 0.02, 0.98)
     rows = []
     for i in range(n):
-        g = int(rng.choice(K, p=probs)); gold = [official[g]]
-        if rng.random() < 0.03: gold.append(official[int(rng.choice([k for k in range(K) if k != g]))])
-        if rng.random() < acc[g]: pred = g
+        g = int(rng.choice(K, p=probs))
+        gold = [official[g]]
+        if rng.random() < 0.03:
+            gold.append(official[int(rng.choice([k for k in range(K) if k != g]))])
+        if rng.random() < acc[g]:
+            pred = g
         else:
-            q = probs.copy(); q[g] = 0; pred = int(rng.choice(K, p=q/q.sum()))
+            q = probs.copy()
+            q[g] = 0
+            pred = int(rng.choice(K, p=q / q.sum()))
         cands = [show(l) for l in rng.permutation(official)]
         u = rng.random()
-        out = 'I cannot tell what the animal is doing.' if u < 0.01 else _output([show(official[pred])], cond['answer_order'], rng, cut=u < 0.03)
-        rows.append({'id': f"{key}_{i:05d}", 'gold': gold, 'output': out, 'candidates': cands, 'dataset': cond['dataset'],
-                     'video': f"{key}/clip_{i:05d}.mp4"})
+        out = (
+            "I cannot tell what the animal is doing."
+            if u < 0.01
+            else _output([show(official[pred])], cond["answer_order"], rng, cut=u < 0.03)
+        )
+        rows.append(
+            {
+                "id": f"{key}_{i:05d}",
+                "gold": gold,
+                "output": out,
+                "candidates": cands,
+                "dataset": cond["dataset"],
+                "video": f"{key}/clip_{i:05d}.mp4",
+            }
+        )
     return rows
 
-def run_name(c:dict) -> str:
+
+def run_name(c: dict) -> str:
     "A legacy-style folder name for a synthetic run."
-    parts = ['sft', MODELS[c['model']], DATASETS[c['dataset']][0], f"m{c['M']}", c['label_mode']]
-    if c['variant'] != 'baseline': parts.append(c['variant'].replace('-', ''))
-    if c['train_dataset'] != c['dataset']: parts.append('from_' + DATASETS[c['train_dataset']][0])
-    return '_'.join(parts + ['best_test', c['answer_order']])
+    parts = ["sft", MODELS[c["model"]], DATASETS[c["dataset"]][0], f"m{c['M']}", c["label_mode"]]
+    if c["variant"] != "baseline":
+        parts.append(c["variant"].replace("-", ""))
+    if c["train_dataset"] != c["dataset"]:
+        parts.append("from_" + DATASETS[c["train_dataset"]][0])
+    return "_".join(parts + ["best_test", c["answer_order"]])
+
 
 # %% ../nbs/90_demo.ipynb #c98ec97a
-def _spectrum_matrix(M:int, d:int, a:float, rng) -> np.ndarray:
+def _spectrum_matrix(M: int, d: int, a: float, rng) -> np.ndarray:
     U = np.linalg.qr(rng.normal(size=(M, M)))[0]
-    V = np.linalg.qr(rng.normal(size=(d, M)))[0].T                       # (M, d) orthonormal rows
-    s = np.exp(-a*np.arange(M)/M) * (1 + 0.05*rng.normal(size=M))
+    V = np.linalg.qr(rng.normal(size=(d, M)))[0].T  # (M, d) orthonormal rows
+    s = np.exp(-a * np.arange(M) / M) * (1 + 0.05 * rng.normal(size=M))
     return (U * np.abs(s)) @ V
 
-COLLAPSE = {32: 1.0, 64: 1.2, 128: 3.0, 512: 5.5}   # spectrum decay per M: larger M, faster decay
 
-def make_synthetic_eval(out:str|Path, seed:int=0, d:int=768) -> Path:
+COLLAPSE = {32: 1.0, 64: 1.2, 128: 3.0, 512: 5.5}  # spectrum decay per M: larger M, faster decay
+
+
+def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
     "Write `out/eval_outputs/<run>/{predictions.jsonl, params.json}`, label maps and `out/checkpoints/*.safetensors`."
     import torch
     from safetensors.torch import save_file
+
     out = Path(out)
     with atomic_dir(out) as tmp:
-        for key, mapping, _ in DATASETS.values(): write_json(tmp/'label_mappings'/f'{key}_simple.json', mapping)
-        for c in tqdm(synthetic_conditions(), desc='synthetic runs', unit='run'):
-            d_ = tmp/'eval_outputs'/run_name(c)
-            write_jsonl(d_/'predictions.jsonl', synthetic_run(c, seed))
-            key = DATASETS[c['dataset']][0]
-            write_json(d_/'params.json', {**{k: c[k] for k in ('model', 'dataset', 'train_dataset', 'answer_order', 'label_mode', 'variant')},
-                                          'num_queries': c['M'], 'synthetic': True, 'synthetic_target_top1': c['target_top1'], 'seed': seed,
-                                          'label_map': str((out/'label_mappings'/f'{key}_simple.json').resolve()) if c['label_mode'] == 'simple' else None})
+        for key, mapping, _ in DATASETS.values():
+            write_json(tmp / "label_mappings" / f"{key}_simple.json", mapping)
+        for c in tqdm(synthetic_conditions(), desc="synthetic runs", unit="run"):
+            d_ = tmp / "eval_outputs" / run_name(c)
+            write_jsonl(d_ / "predictions.jsonl", synthetic_run(c, seed))
+            key = DATASETS[c["dataset"]][0]
+            write_json(
+                d_ / "params.json",
+                {
+                    **{k: c[k] for k in ("model", "dataset", "train_dataset", "answer_order", "label_mode", "variant")},
+                    "num_queries": c["M"],
+                    "synthetic": True,
+                    "synthetic_target_top1": c["target_top1"],
+                    "seed": seed,
+                    "label_map": str((out / "label_mappings" / f"{key}_simple.json").resolve())
+                    if c["label_mode"] == "simple"
+                    else None,
+                },
+            )
         rng = np.random.default_rng(seed)
         for M, a in COLLAPSE.items():
             for model in MODELS.values():
-                for ds in ('lote', 'mammalnet'):
+                for ds in ("lote", "mammalnet"):
                     q = torch.tensor(_spectrum_matrix(M, d, a, rng), dtype=torch.float32)[None]
-                    (tmp/'checkpoints').mkdir(exist_ok=True)
-                    save_file({'qformer.query_tokens': q}, str(tmp/'checkpoints'/f'{model}_{ds}_m{M}.safetensors'))
-        write_json(tmp/'README.json', {'what': 'synthetic evaluation set (see vtreetrm.demo)', 'seed': seed, 'd': d,
-                                       'runs': len(synthetic_conditions()), 'collapse': COLLAPSE})
+                    (tmp / "checkpoints").mkdir(exist_ok=True)
+                    save_file({"qformer.query_tokens": q}, str(tmp / "checkpoints" / f"{model}_{ds}_m{M}.safetensors"))
+        write_json(
+            tmp / "README.json",
+            {
+                "what": "synthetic evaluation set (see vtreetrm.demo)",
+                "seed": seed,
+                "d": d,
+                "runs": len(synthetic_conditions()),
+                "collapse": COLLAPSE,
+            },
+        )
     return out
+
 
 # %% ../nbs/90_demo.ipynb #e9c49bc1
 def _run_or_fail(nb, name, params, runs_dir, force):
     from vtreetrm.runs.papermill import run_notebook
-    r = run_notebook(nb, name, params, runs_dir, force=force)
-    if r['status'] == 'failed': raise RuntimeError(f"{nb} failed: {r.get('error')} (see {Path(runs_dir)/name})")
-    return Path(runs_dir)/name
 
-def demo_cmd(out:str='reports/group_meeting.html',  # the group-meeting report to write
-             runs_dir:str='papermill_runs',         # where data, runs and papermill runs go
-             seed:int=0,                            # seed of the synthetic evaluation set (--synthetic-eval)
-             fresh:bool=False,                      # rebuild everything even if present
-             synthetic_eval:bool=False,             # only the report on the synthetic evaluation set (no training)
-             quick:bool=False,                      # tiny video data and 2 epochs (a smoke run of the whole job)
-             skip_release:bool=False,               # leave out the data-release chain
-             skip_harness:bool=False):              # leave out the skill-evolution harness
+    r = run_notebook(nb, name, params, runs_dir, force=force)
+    if r["status"] == "failed":
+        raise RuntimeError(f"{nb} failed: {r.get('error')} (see {Path(runs_dir) / name})")
+    return Path(runs_dir) / name
+
+
+def demo_cmd(
+    out: str = "reports/group_meeting.html",  # the group-meeting report to write
+    runs_dir: str = "papermill_runs",  # where data, runs and papermill runs go
+    seed: int = 0,  # seed of the synthetic evaluation set (--synthetic-eval)
+    fresh: bool = False,  # rebuild everything even if present
+    synthetic_eval: bool = False,  # only the report on the synthetic evaluation set (no training)
+    quick: bool = False,  # tiny video data and 2 epochs (a smoke run of the whole job)
+    skip_release: bool = False,  # leave out the data-release chain
+    skip_harness: bool = False,  # leave out the skill-evolution harness
+):
     "Run the main job on the embedded default data and print the path of the HTML report."
-    import shutil, time
+    import shutil
+    import time
+
     from vtreetrm.runs.report import build_report
-    t0 = time.time(); runs_dir = Path(runs_dir)
+
+    t0 = time.time()
+    runs_dir = Path(runs_dir)
     if synthetic_eval:
-        data = runs_dir/f'demo-data-seed{seed}'
-        if fresh or not (data/'README.json').is_file(): make_synthetic_eval(data, seed)
-        run = _run_or_fail('eval_and_analyze', f'demo-eval-seed{seed}',
-                           {'eval_dir': str(data/'eval_outputs'), 'checkpoints': str(data/'checkpoints'/'*.safetensors')}, runs_dir, fresh)
-        p = build_report([data/'eval_outputs'], out, analysis=run/'analysis', title='Phase-2 SFT results (synthetic evaluation set)')
+        data = runs_dir / f"demo-data-seed{seed}"
+        if fresh or not (data / "README.json").is_file():
+            make_synthetic_eval(data, seed)
+        run = _run_or_fail(
+            "eval_and_analyze",
+            f"demo-eval-seed{seed}",
+            {"eval_dir": str(data / "eval_outputs"), "checkpoints": str(data / "checkpoints" / "*.safetensors")},
+            runs_dir,
+            fresh,
+        )
+        p = build_report(
+            [data / "eval_outputs"],
+            out,
+            analysis=run / "analysis",
+            title="Phase-2 SFT results (synthetic evaluation set)",
+        )
         print(f"report: {p.resolve()}")
         return 0
     from vtreetrm.video.demo import run_video_demo
-    vdir = runs_dir/('video_demo_quick' if quick else 'video_demo')
-    if fresh and vdir.exists(): shutil.rmtree(vdir)
+
+    vdir = runs_dir / ("video_demo_quick" if quick else "video_demo")
+    if fresh and vdir.exists():
+        shutil.rmtree(vdir)
     print("[1/5] video: synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions", flush=True)
     run_video_demo(vdir, quick=quick)
     print("[2/5] metrics and query diversity (papermill)", flush=True)
-    ana = _run_or_fail('eval_and_analyze', vdir.name + '-analysis',
-                       {'eval_dir': str(vdir/'runs'), 'checkpoints': str(vdir/'runs'/'*'/'query_tokens.safetensors'),
-                        'only_missing': True}, runs_dir, True)
+    ana = _run_or_fail(
+        "eval_and_analyze",
+        vdir.name + "-analysis",
+        {
+            "eval_dir": str(vdir / "runs"),
+            "checkpoints": str(vdir / "runs" / "*" / "query_tokens.safetensors"),
+            "only_missing": True,
+        },
+        runs_dir,
+        True,
+    )
     extra = []
     if not skip_release:
         print("[3/5] classification data-release chain (papermill)", flush=True)
-        extra.append(_run_or_fail('release_smoke', 'demo-release', {'records': 400 if quick else 2000}, runs_dir, fresh))
+        extra.append(
+            _run_or_fail("release_smoke", "demo-release", {"records": 400 if quick else 2000}, runs_dir, fresh)
+        )
     if not skip_harness:
         print("[4/5] skill-evolution harness (papermill)", flush=True)
-        extra.append(_run_or_fail('harness_train', 'demo-harness', {'epochs': 1 if quick else 3}, runs_dir, fresh))
+        extra.append(_run_or_fail("harness_train", "demo-harness", {"epochs": 1 if quick else 3}, runs_dir, fresh))
     print("[5/5] group-meeting report", flush=True)
-    p = build_report([vdir/'runs'], out, analysis=ana/'analysis',
-                     title='Phase-2 SFT results (synthetic clips, tiny models)' + (' — quick run' if quick else ''))
-    for d in extra: print(f"{d.name}: {(d/(d.name + '.html')).resolve()}")
+    p = build_report(
+        [vdir / "runs"],
+        out,
+        analysis=ana / "analysis",
+        title="Phase-2 SFT results (synthetic clips, tiny models)" + (" — quick run" if quick else ""),
+    )
+    for d in extra:
+        print(f"{d.name}: {(d / (d.name + '.html')).resolve()}")
     print(f"done in {time.time() - t0:.0f} s")
     print(f"report: {p.resolve()}")
     return 0

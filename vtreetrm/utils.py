@@ -4,81 +4,160 @@
 
 # %% ../nbs/00_utils.ipynb #fa73fc53
 from __future__ import annotations
-import contextlib, datetime as dt, functools, hashlib, importlib.util, json, math, os, platform, shutil, socket, subprocess, sys, tempfile, uuid
+
+import contextlib
+import datetime as dt
+import functools
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 # %% auto #0
-__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
-           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir',
-           'publish_dir', 'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml',
-           'sha256_file', 'sha256_json', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
+__all__ = [
+    "PUBLISHED_MARKER",
+    "YAML_MAX_VALUES",
+    "PACKAGE_DIR",
+    "TRACKED_PACKAGES",
+    "UserError",
+    "check_parent",
+    "make_parent",
+    "atomic_write",
+    "dumps_json",
+    "write_json",
+    "recover_publication",
+    "check_replaceable",
+    "atomic_dir",
+    "publish_dir",
+    "path_component",
+    "loads_json",
+    "read_json",
+    "iter_jsonl",
+    "write_jsonl",
+    "load_yaml",
+    "sha256_file",
+    "sha256_json",
+    "package_versions",
+    "git_info",
+    "now_iso",
+    "provenance",
+    "run_sync",
+]
+
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
     "A mistake in the user's input: reported as one line and exit code 2, without a traceback."
-    def __init__(self, msg:str,          # what is wrong and how to fix it
-                 path:str|Path=None,     # the file at fault
-                 line:int=None,          # 1-based line or row number in `path`
-                 field:str=None):        # the field at fault
-        self.msg,self.path,self.line,self.field = msg,path,line,field
-        loc = (f"{path}" + (f":{line}" if line is not None else '')) if path is not None else (f"line {line}" if line is not None else '')
-        where = ': '.join(x for x in (loc, f"field {field!r}" if field is not None else '') if x)
-        if len(msg) > 800: msg = msg[:800] + f"… ({len(msg):,} characters in all)"   # a value quoted from data stays short
+
+    def __init__(
+        self,
+        msg: str,  # what is wrong and how to fix it
+        path: str | Path = None,  # the file at fault
+        line: int = None,  # 1-based line or row number in `path`
+        field: str = None,  # the field at fault
+    ):
+        self.msg, self.path, self.line, self.field = msg, path, line, field
+        loc = (
+            (f"{path}" + (f":{line}" if line is not None else ""))
+            if path is not None
+            else (f"line {line}" if line is not None else "")
+        )
+        where = ": ".join(x for x in (loc, f"field {field!r}" if field is not None else "") if x)
+        if len(msg) > 800:
+            msg = msg[:800] + f"… ({len(msg):,} characters in all)"  # a value quoted from data stays short
         self.msg = msg
         super().__init__(f"{where}: {msg}" if where else msg)
+
 
 # %% ../nbs/00_utils.ipynb #bc017b53
 def _umask() -> int:
     "The process umask, read without changing it where /proc allows (os.umask would race with other threads)."
     with contextlib.suppress(OSError, ValueError):
-        for line in open('/proc/self/status'):
-            if line.startswith('Umask:'): return int(line.split()[1], 8)
-    m = os.umask(0); os.umask(m); return m
+        for line in open("/proc/self/status"):
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    m = os.umask(0)
+    os.umask(m)
+    return m
 
-def check_parent(path:Path):
+
+def check_parent(path: Path):
     "Refuse, in one line, a path with a file where one of its folders must be."
     bad = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
-    if bad is not None: raise UserError(f"cannot write {Path(path).name!r} here: {bad} is a file, not a folder", path)
+    if bad is not None:
+        raise UserError(f"cannot write {Path(path).name!r} here: {bad} is a file, not a folder", path)
 
-def make_parent(path:Path):
+
+def make_parent(path: Path):
     "Create the folder `path` goes in, or say in one line which part of it is not a folder."
-    try: path.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError): check_parent(path); raise
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        check_parent(path)
+        raise
 
-def atomic_write(path:str|Path,   # destination file
-                 data:str|bytes):  # full contents
+
+def atomic_write(
+    path: str | Path,  # destination file
+    data: str | bytes,  # full contents
+):
     "Write `data` to `path` through a temporary sibling and `os.replace` (a link at `path` is replaced, never followed)."
-    path = Path(path); make_parent(path)
+    path = Path(path)
+    make_parent(path)
     if path.is_dir() and not path.is_symlink():
         raise UserError("refusing to replace a folder with a file: name a file, not a folder", path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600; the file gets the mode a plain open() would give
-        with os.fdopen(fd, 'wb' if isinstance(data, bytes) else 'w', **({} if isinstance(data, bytes) else {'encoding': 'utf-8'})) as f:
-            f.write(data); f.flush(); os.fsync(f.fileno())
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets the mode a plain open() would give
+        with os.fdopen(
+            fd, "wb" if isinstance(data, bytes) else "w", **({} if isinstance(data, bytes) else {"encoding": "utf-8"})
+        ) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
     return path
 
+
 def _json_default(o):
-    if isinstance(o, Path): return str(o)
-    if hasattr(o, 'tolist'): return o.tolist()
-    if hasattr(o, 'item'): return o.item()
-    if isinstance(o, (set, frozenset, tuple)): return sorted(o) if isinstance(o, (set, frozenset)) else list(o)
-    if isinstance(o, (dt.datetime, dt.date)): return o.isoformat()
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset, tuple)):
+        return sorted(o) if isinstance(o, (set, frozenset)) else list(o)
+    if isinstance(o, (dt.datetime, dt.date)):
+        return o.isoformat()
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
 
 def dumps_json(obj, indent=2) -> str:
     "JSON text with numpy/Path support, NaN refused (strict JSON)."
-    return json.dumps(obj, indent=indent, ensure_ascii=False, default=_json_default, allow_nan=False) + '\n'
+    return json.dumps(obj, indent=indent, ensure_ascii=False, default=_json_default, allow_nan=False) + "\n"
 
-def write_json(path:str|Path, obj:Any):
+
+def write_json(path: str | Path, obj: Any):
     "Write `obj` as strict JSON to `path`, atomically."
     return atomic_write(path, dumps_json(obj))
+
 
 # %% ../nbs/00_utils.ipynb #32ef6024
 @functools.cache
@@ -86,223 +165,356 @@ def _renameat2():
     "libc's renameat2, or None where the system has none."
     try:
         import ctypes
-        return ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError): return None
 
-def _exchange(a:Path, b:Path) -> bool:
+        return ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+
+
+def _exchange(a: Path, b: Path) -> bool:
     "Swap two paths in one step (Linux `renameat2(RENAME_EXCHANGE)`); False where the system cannot."
     f = _renameat2()
-    if f is None: return False
+    if f is None:
+        return False
     AT_FDCWD, RENAME_EXCHANGE = -100, 2
     return f(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
 
-PUBLISHED_MARKER = '.vtreetrm-published'   # in every folder atomic_dir publishes: only such folders are ever replaced
 
-def _pid_alive(pid:int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
+PUBLISHED_MARKER = ".vtreetrm-published"  # in every folder atomic_dir publishes: only such folders are ever replaced
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True
 
-def recover_publication(dest:Path):
+
+def recover_publication(dest: Path):
     "Undo what a killed publish of `dest` left: put a moved-aside old version back, remove temp folders of dead processes."
     dest = Path(dest)
     for p in sorted(dest.parent.glob(f".{dest.name}.old-*")):
-        if not dest.exists(): os.replace(p, dest)             # killed between moving the old one aside and the new one in
-        else: shutil.rmtree(p, ignore_errors=True)
+        if not dest.exists():
+            os.replace(p, dest)  # killed between moving the old one aside and the new one in
+        else:
+            shutil.rmtree(p, ignore_errors=True)
     for p in dest.parent.glob(f".{dest.name}.tmp-*-*"):
-        pid = p.name[len(f".{dest.name}.tmp-"):].split('-')[0]
+        pid = p.name[len(f".{dest.name}.tmp-") :].split("-")[0]
         if pid.isdigit() and not _pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
-def check_replaceable(dest:Path):
+
+def check_replaceable(dest: Path):
     "Refuse to publish over a file, a symlink, or a non-empty folder this tool did not write."
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise UserError("refusing to replace it: the output must be a folder (this path is a file or a link)", dest)
-    if dest.is_dir() and not (dest/PUBLISHED_MARKER).exists() and any(dest.iterdir()):
-        raise UserError(f"refusing to replace a folder this tool did not write (it has no {PUBLISHED_MARKER}); "
-                        "move it away or choose another output", dest)
+    if dest.is_dir() and not (dest / PUBLISHED_MARKER).exists() and any(dest.iterdir()):
+        raise UserError(
+            f"refusing to replace a folder this tool did not write (it has no {PUBLISHED_MARKER}); "
+            "move it away or choose another output",
+            dest,
+        )
+
 
 @contextlib.contextmanager
-def atomic_dir(dest:str|Path,                   # directory to publish
-               validate:Callable[[Path],None]=None, # called on the finished temp dir; raise to abort
-               ) -> Iterator[Path]:
+def atomic_dir(
+    dest: str | Path,  # directory to publish
+    validate: Callable[[Path], None] = None,  # called on the finished temp dir; raise to abort
+) -> Iterator[Path]:
     "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`."
-    dest = Path(os.path.abspath(dest)); make_parent(dest)   # absolute and normalized: '.' and 'a/..' name real folders
+    dest = Path(os.path.abspath(dest))
+    make_parent(dest)  # absolute and normalized: '.' and 'a/..' name real folders
     recover_publication(dest)
     check_replaceable(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
-    os.chmod(tmp, 0o777 & ~_umask())   # mkdtemp makes 0700; published folders get the umask's mode
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; published folders get the umask's mode
     try:
         yield tmp
-        if validate is not None: validate(tmp)
+        if validate is not None:
+            validate(tmp)
         publish_dir(tmp, dest)
     finally:
-        if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
-def publish_dir(src:Path, dest:Path):
+
+def publish_dir(src: Path, dest: Path):
     "Put the finished folder `src` in place of `dest` (swapped in one step where the system can): never a moment without `dest`."
     src, dest = Path(src), Path(os.path.abspath(dest))
-    (src/PUBLISHED_MARKER).write_text('')
-    if dest.is_dir() and not dest.is_symlink() and _exchange(src, dest):   # no instant without `dest`
-        shutil.rmtree(src, ignore_errors=True); return
+    (src / PUBLISHED_MARKER).write_text("")
+    if dest.is_dir() and not dest.is_symlink() and _exchange(src, dest):  # no instant without `dest`
+        shutil.rmtree(src, ignore_errors=True)
+        return
     old = None
     if dest.exists():
-        old = dest.parent/f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
+        old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
         os.replace(dest, old)
-    try: os.replace(src, dest)
+    try:
+        os.replace(src, dest)
     except BaseException:
-        if old is not None: os.replace(old, dest)
+        if old is not None:
+            os.replace(old, dest)
         raise
-    if old is not None: shutil.rmtree(old, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
 
 # %% ../nbs/00_utils.ipynb #5a1c0e78
-def path_component(name, what:str='name', path:str|Path=None, line:int=None) -> str:
+def path_component(name, what: str = "name", path: str | Path = None, line: int = None) -> str:
     "`name` if it is a single, plain path component; a `UserError` naming `what` otherwise."
-    s = str(name) if name is not None else ''
-    bad = (not s or s in ('.', '..') or s.startswith('.') or '/' in s or '\\' in s or len(s) > 200
-           or any(ord(c) < 32 or c == '\x7f' for c in s))
-    if bad: raise UserError(f"{what} {s!r} must be a single file or folder name (no '/', '..', leading '.' or control characters)", path, line, what)
+    s = str(name) if name is not None else ""
+    bad = (
+        not s
+        or s in (".", "..")
+        or s.startswith(".")
+        or "/" in s
+        or "\\" in s
+        or len(s) > 200
+        or any(ord(c) < 32 or c == "\x7f" for c in s)
+    )
+    if bad:
+        raise UserError(
+            f"{what} {s!r} must be a single file or folder name (no '/', '..', leading '.' or control characters)",
+            path,
+            line,
+            what,
+        )
     return s
 
+
 # %% ../nbs/00_utils.ipynb #b13652ba
-def _no_constant(name): raise ValueError(f"{name} is not a number JSON allows")
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number JSON allows")
 
-def loads_json(text:str|bytes, path=None, line:int=None) -> Any:
+
+def loads_json(text: str | bytes, path=None, line: int = None) -> Any:
     "Strict JSON: NaN/Infinity and nesting too deep for the parser are errors naming `path` (and `line`)."
-    try: return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as e: raise UserError(f"invalid JSON: {e.msg} (column {e.colno})", path, line or e.lineno) from None
-    except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text: {e.reason}", path, line) from None
-    except RecursionError: raise UserError("invalid JSON: nested too deeply", path, line) from None
-    except ValueError as e: raise UserError(f"invalid JSON: {e}", path, line) from None
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise UserError(f"invalid JSON: {e.msg} (column {e.colno})", path, line or e.lineno) from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"not UTF-8 text: {e.reason}", path, line) from None
+    except RecursionError:
+        raise UserError("invalid JSON: nested too deeply", path, line) from None
+    except ValueError as e:
+        raise UserError(f"invalid JSON: {e}", path, line) from None
 
-def read_json(path:str|Path) -> Any:
+
+def read_json(path: str | Path) -> Any:
     "Parse a JSON file, naming the file and position on error."
     path = Path(path)
-    if not path.is_file(): raise UserError("no such file", path)
+    if not path.is_file():
+        raise UserError("no such file", path)
     return loads_json(path.read_bytes(), path)
 
-def iter_jsonl(path:str|Path,           # a JSON Lines file
-               skip_blank:bool=True,     # ignore empty lines instead of failing
-               ) -> Iterator[tuple[int, dict]]:
+
+def iter_jsonl(
+    path: str | Path,  # a JSON Lines file
+    skip_blank: bool = True,  # ignore empty lines instead of failing
+) -> Iterator[tuple[int, dict]]:
     "Yield `(line_number, object)` for each line; a line that is not a JSON object is a `UserError`."
     path = Path(path)
-    if not path.is_file(): raise UserError("no such file", path)
-    with open(path, 'rb') as f:
+    if not path.is_file():
+        raise UserError("no such file", path)
+    with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
             if not raw.strip():
-                if skip_blank: continue
+                if skip_blank:
+                    continue
                 raise UserError("empty line", path, i)
-            try: obj = json.loads(raw, parse_constant=_no_constant)
-            except (ValueError, RecursionError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
-                raise UserError(f"invalid JSON ({getattr(e, 'msg', None) or e or 'nested too deeply'}); truncated line?", path, i) from None
-            if not isinstance(obj, dict): raise UserError(f"expected a JSON object, got {type(obj).__name__}", path, i)
+            try:
+                obj = json.loads(raw, parse_constant=_no_constant)
+            except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                raise UserError(
+                    f"invalid JSON ({getattr(e, 'msg', None) or e or 'nested too deeply'}); truncated line?", path, i
+                ) from None
+            if not isinstance(obj, dict):
+                raise UserError(f"expected a JSON object, got {type(obj).__name__}", path, i)
             yield i, obj
 
-def write_jsonl(path:str|Path, rows) -> Path:
+
+def write_jsonl(path: str | Path, rows) -> Path:
     "Write an iterable of dicts as JSON Lines, atomically."
-    return atomic_write(path, ''.join(json.dumps(r, ensure_ascii=False, default=_json_default) + '\n' for r in rows))
+    return atomic_write(path, "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in rows))
+
 
 # %% ../nbs/00_utils.ipynb #7a5d20c2
-YAML_MAX_VALUES = 100_000   # far above any config or sweep; a nested-alias bomb passes it within a few levels
+YAML_MAX_VALUES = 100_000  # far above any config or sweep; a nested-alias bomb passes it within a few levels
 
-def _check_plain(v, path, where=''):
+
+def _check_plain(v, path, where=""):
     "Only JSON's kinds of value: text, finite numbers, true/false, null, lists and mappings with text keys."
-    if v is None or isinstance(v, (bool, int, str)): return
+    if v is None or isinstance(v, (bool, int, str)):
+        return
     if isinstance(v, float):
-        if not math.isfinite(v): raise UserError(f"{v} is not a finite number", path, None, where or None)
+        if not math.isfinite(v):
+            raise UserError(f"{v} is not a finite number", path, None, where or None)
     elif isinstance(v, list):
-        for i, x in enumerate(v): _check_plain(x, path, f"{where}[{i}]")
+        for i, x in enumerate(v):
+            _check_plain(x, path, f"{where}[{i}]")
     elif isinstance(v, dict):
         for k, x in v.items():
-            if not isinstance(k, (str, int)) or isinstance(k, bool): raise UserError(f"keys must be text, got {k!r}", path, None, where or None)
+            if not isinstance(k, (str, int)) or isinstance(k, bool):
+                raise UserError(f"keys must be text, got {k!r}", path, None, where or None)
             _check_plain(x, path, f"{where}.{k}" if where else str(k))
-    else: raise UserError(f"a {type(v).__name__} value is not allowed (only text, numbers, true/false, null, lists, mappings)", path, None, where or None)
+    else:
+        raise UserError(
+            f"a {type(v).__name__} value is not allowed (only text, numbers, true/false, null, lists, mappings)",
+            path,
+            None,
+            where or None,
+        )
 
-def load_yaml(text:str|bytes,               # YAML text (bytes must be UTF-8)
-              path=None,                     # where it came from, for messages
-              text_fallback:bool=False,      # return `text` itself when it is not valid YAML (papermill's `-p k=v`)
-              max_values:int=YAML_MAX_VALUES):
+
+def load_yaml(
+    text: str | bytes,  # YAML text (bytes must be UTF-8)
+    path=None,  # where it came from, for messages
+    text_fallback: bool = False,  # return `text` itself when it is not valid YAML (papermill's `-p k=v`)
+    max_values: int = YAML_MAX_VALUES,
+):
     "Parse user YAML: bounded alias expansion, duplicate keys refused, only plain JSON-like values."
     import yaml
+
     if isinstance(text, bytes):
-        try: text = text.decode('utf-8')
-        except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text (byte {e.start})", path) from None
-    loader = yaml.SafeLoader(text)             # one parse: the node graph is checked, then built
-    try: root = loader.get_single_node()
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"not UTF-8 text (byte {e.start})", path) from None
+    loader = yaml.SafeLoader(text)  # one parse: the node graph is checked, then built
+    try:
+        root = loader.get_single_node()
     except yaml.YAMLError as e:
         loader.dispose()
-        if text_fallback: return text
-        mark = getattr(e, 'problem_mark', None)
-        raise UserError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path, mark.line + 1 if mark else None) from None
+        if text_fallback:
+            return text
+        mark = getattr(e, "problem_mark", None)
+        raise UserError(
+            f"invalid YAML: {getattr(e, 'problem', None) or e}", path, mark.line + 1 if mark else None
+        ) from None
     count, stack = 0, [root] if root is not None else []
-    while stack:                               # aliases are shared nodes: each visit is one value of the expansion
-        n = stack.pop(); count += 1
-        if count > max_values: raise UserError(f"YAML expands to more than {max_values:,} values (nested aliases?); not loaded", path)
+    while stack:  # aliases are shared nodes: each visit is one value of the expansion
+        n = stack.pop()
+        count += 1
+        if count > max_values:
+            raise UserError(f"YAML expands to more than {max_values:,} values (nested aliases?); not loaded", path)
         if isinstance(n, yaml.MappingNode):
             seen = {}
             for k, v in n.value:
-                if isinstance(k, yaml.ScalarNode) and k.value != '<<':
-                    if k.value in seen: raise UserError(f"duplicate key {k.value!r} (first on line {seen[k.value]})", path, k.start_mark.line + 1)
+                if isinstance(k, yaml.ScalarNode) and k.value != "<<":
+                    if k.value in seen:
+                        raise UserError(
+                            f"duplicate key {k.value!r} (first on line {seen[k.value]})", path, k.start_mark.line + 1
+                        )
                     seen[k.value] = k.start_mark.line + 1
                 stack += [k, v]
-        elif isinstance(n, yaml.SequenceNode): stack += n.value
-    try: data = loader.construct_document(root) if root is not None else None
-    finally: loader.dispose()
+        elif isinstance(n, yaml.SequenceNode):
+            stack += n.value
+    try:
+        data = loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
     _check_plain(data, path)
     return data
 
+
 # %% ../nbs/00_utils.ipynb #4fc62632
-def sha256_file(path:str|Path, chunk:int=1<<20) -> str:
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     "Hex sha256 of a file's bytes."
     h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for b in iter(lambda: f.read(chunk), b''): h.update(b)
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(chunk), b""):
+            h.update(b)
     return h.hexdigest()
 
-def sha256_json(obj:Any) -> str:
+
+def sha256_json(obj: Any) -> str:
     "Hex sha256 of the canonical JSON form of `obj` (sorted keys)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
 
+
 # %% ../nbs/00_utils.ipynb #09089160
-PACKAGE_DIR = Path(importlib.util.find_spec("vtreetrm").origin).parent if importlib.util.find_spec("vtreetrm") else Path.cwd()
-TRACKED_PACKAGES = ('vtreetrm', 'torch', 'transformers', 'peft', 'accelerate', 'numpy', 'pandas', 'pyarrow',
-                    'scikit-learn', 'papermill', 'nbconvert', 'nbdev', 'av', 'verl')
+PACKAGE_DIR = (
+    Path(importlib.util.find_spec("vtreetrm").origin).parent if importlib.util.find_spec("vtreetrm") else Path.cwd()
+)
+TRACKED_PACKAGES = (
+    "vtreetrm",
+    "torch",
+    "transformers",
+    "peft",
+    "accelerate",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "scikit-learn",
+    "papermill",
+    "nbconvert",
+    "nbdev",
+    "av",
+    "verl",
+)
+
 
 def package_versions(names=TRACKED_PACKAGES) -> dict:
     "Installed versions of the packages that shape results (absent ones omitted)."
-    out = {'python': platform.python_version()}
+    out = {"python": platform.python_version()}
     for n in names:
-        with contextlib.suppress(metadata.PackageNotFoundError): out[n] = metadata.version(n)
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[n] = metadata.version(n)
     return out
 
-def git_info(path:str|Path='.') -> dict:
+
+def git_info(path: str | Path = ".") -> dict:
     "The git sha of the checkout holding `path` and whether it has uncommitted changes."
+
     def _git(*args):
-        return subprocess.run(['git', *args], cwd=path, capture_output=True, text=True, timeout=10).stdout.strip()
-    try: sha = _git('rev-parse', 'HEAD')
-    except (OSError, subprocess.SubprocessError): sha = ''
-    if not sha: return {'git_sha': None, 'git_dirty': None}
+        return subprocess.run(["git", *args], cwd=path, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        sha = _git("rev-parse", "HEAD")
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    if not sha:
+        return {"git_sha": None, "git_dirty": None}
     # --no-optional-locks: a provenance probe never takes index.lock (a killed probe would leave the lock behind)
-    return {'git_sha': sha, 'git_dirty': bool(_git('--no-optional-locks', 'status', '--porcelain', '-uno'))}
+    return {"git_sha": sha, "git_dirty": bool(_git("--no-optional-locks", "status", "--porcelain", "-uno"))}
 
-def now_iso() -> str: return dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')
 
-def provenance(params:dict=None,   # every parameter of the run
-               inputs=(),          # input files to hash
-               command:list=None,  # the command line (defaults to sys.argv)
-               ) -> dict:
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def provenance(
+    params: dict = None,  # every parameter of the run
+    inputs=(),  # input files to hash
+    command: list = None,  # the command line (defaults to sys.argv)
+) -> dict:
     "What produced an output: command, params, git, versions, host, input sha256s."
-    return {'command': list(sys.argv if command is None else command), 'params': params or {},
-            **git_info(PACKAGE_DIR), 'versions': package_versions(),
-            'host': socket.gethostname(), 'platform': platform.platform(), 'cwd': os.getcwd(),   # relative paths above are relative to it
-            'inputs': {str(p): sha256_file(p) for p in inputs if Path(p).is_file()},
-            'created': now_iso()}
+    return {
+        "command": list(sys.argv if command is None else command),
+        "params": params or {},
+        **git_info(PACKAGE_DIR),
+        "versions": package_versions(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cwd": os.getcwd(),  # relative paths above are relative to it
+        "inputs": {str(p): sha256_file(p) for p in inputs if Path(p).is_file()},
+        "created": now_iso(),
+    }
+
 
 # %% ../nbs/00_utils.ipynb #5e88d6cd
 def run_sync(coro):
     "The result of coroutine `coro`, from plain code or from inside a running event loop (Jupyter)."
-    import asyncio, concurrent.futures
-    try: asyncio.get_running_loop()
-    except RuntimeError: return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
+    import asyncio
+    import concurrent.futures
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, coro).result()

@@ -4,196 +4,316 @@
 
 # %% ../../nbs/analysis/00_queries.ipynb #b761855d
 from __future__ import annotations
-import math, re, sys
+
+import math
 from collections import defaultdict
 from pathlib import Path
+
 import numpy as np
+
 from ..cli import Param
-from ..utils import UserError, write_json, sha256_file, provenance, atomic_dir
+from ..utils import UserError, atomic_dir, provenance, write_json
 
 # %% auto #0
-__all__ = ['COS_BINS', 'SCALARS', 'CURVES', 'CLI_COMMANDS', 'load_query_tokens', 'effective_rank', 'gini', 'pairwise_abs_cos',
-           'query_diversity', 'summarize', 'plot_summary', 'rank_gini_figure', 'analyze_checkpoints', 'queries_cmd']
+__all__ = [
+    "COS_BINS",
+    "SCALARS",
+    "CURVES",
+    "CLI_COMMANDS",
+    "load_query_tokens",
+    "effective_rank",
+    "gini",
+    "pairwise_abs_cos",
+    "query_diversity",
+    "summarize",
+    "plot_summary",
+    "rank_gini_figure",
+    "analyze_checkpoints",
+    "queries_cmd",
+]
+
 
 # %% ../../nbs/analysis/00_queries.ipynb #44e6e5d7
-def _flatten(d, prefix=''):
+def _flatten(d, prefix=""):
     for k, v in d.items():
-        key = f'{prefix}{k}'
-        if isinstance(v, dict): yield from _flatten(v, key + '.')
-        else: yield key, v
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from _flatten(v, key + ".")
+        else:
+            yield key, v
 
-def load_query_tokens(path:str|Path) -> np.ndarray:
+
+def load_query_tokens(path: str | Path) -> np.ndarray:
     "The (M, d) float64 query-token matrix stored in a checkpoint."
     path = Path(path)
-    if path.is_dir() and (path/'model.safetensors').is_file(): path = path/'model.safetensors'   # a checkpoint folder (RUN/best)
-    if not path.is_file(): raise UserError("no such checkpoint file", path)
+    if path.is_dir() and (path / "model.safetensors").is_file():
+        path = path / "model.safetensors"  # a checkpoint folder (RUN/best)
+    if not path.is_file():
+        raise UserError("no such checkpoint file", path)
     suf = path.suffix.lower()
     try:
-        if suf == '.npy': tensors = {'query_tokens': np.load(path, allow_pickle=False)}
-        elif suf == '.safetensors':
+        if suf == ".npy":
+            tensors = {"query_tokens": np.load(path, allow_pickle=False)}
+        elif suf == ".safetensors":
             from safetensors.numpy import load_file
-            try: tensors = load_file(str(path))
+
+            try:
+                tensors = load_file(str(path))
             except Exception:  # bf16 has no numpy dtype: go through torch
                 from safetensors.torch import load_file as tload
+
                 tensors = {k: v.float().numpy() for k, v in tload(str(path)).items()}
-        elif suf in ('.pt', '.pth', '.bin', '.ckpt'):
+        elif suf in (".pt", ".pth", ".bin", ".ckpt"):
             import torch
-            sd = torch.load(path, map_location='cpu', weights_only=True)
-            if not isinstance(sd, dict): raise UserError(f"expected a state dict, got {type(sd).__name__}", path)
-            tensors = {k: v for k, v in _flatten(sd) if hasattr(v, 'shape')}
-        else: raise UserError(f"unknown checkpoint format {suf!r}; use .safetensors, .pt/.pth/.bin or .npy", path)
-    except UserError: raise
-    except Exception as e:   # torch's refusal of a pickle runs over many lines: keep the first
-        first = (str(e).strip().splitlines() or [''])[0][:200]
+
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(sd, dict):
+                raise UserError(f"expected a state dict, got {type(sd).__name__}", path)
+            tensors = {k: v for k, v in _flatten(sd) if hasattr(v, "shape")}
+        else:
+            raise UserError(f"unknown checkpoint format {suf!r}; use .safetensors, .pt/.pth/.bin or .npy", path)
+    except UserError:
+        raise
+    except Exception as e:  # torch's refusal of a pickle runs over many lines: keep the first
+        first = (str(e).strip().splitlines() or [""])[0][:200]
         raise UserError(f"cannot read checkpoint: {type(e).__name__}: {first}", path) from None
-    keys = [k for k in tensors if k.endswith('query_tokens')]
-    if not keys: raise UserError(f"no tensor whose key ends in 'query_tokens' (keys: {', '.join(list(tensors)[:8])}{' …' if len(tensors) > 8 else ''})", path)
-    if len(keys) > 1: raise UserError(f"several query_tokens tensors: {', '.join(keys)}", path)
+    keys = [k for k in tensors if k.endswith("query_tokens")]
+    if not keys:
+        raise UserError(
+            f"no tensor whose key ends in 'query_tokens' (keys: {', '.join(list(tensors)[:8])}{' …' if len(tensors) > 8 else ''})",
+            path,
+        )
+    if len(keys) > 1:
+        raise UserError(f"several query_tokens tensors: {', '.join(keys)}", path)
     t = tensors[keys[0]]
-    if not isinstance(t, np.ndarray): t = t.double().numpy() if t.is_floating_point() else t.numpy()   # torch: no float32 detour
+    if not isinstance(t, np.ndarray):
+        t = t.double().numpy() if t.is_floating_point() else t.numpy()  # torch: no float32 detour
     if t.dtype == bool or not (np.issubdtype(t.dtype, np.floating) or np.issubdtype(t.dtype, np.integer)):
         raise UserError(f"query_tokens must hold real numbers, got dtype {t.dtype}", path, field=keys[0])
     q = t.astype(np.float64)
-    if q.ndim == 3 and q.shape[0] == 1: q = q[0]
-    if q.ndim != 2: raise UserError(f"query_tokens has shape {tuple(t.shape)}; expected (1, M, d) or (M, d)", path, field=keys[0])
-    if not np.isfinite(q).all(): raise UserError(f"query_tokens contains {int((~np.isfinite(q)).sum())} NaN/inf values", path, field=keys[0])
-    if min(q.shape) == 0: raise UserError(f"query_tokens is empty, shape {q.shape}", path, field=keys[0])
+    if q.ndim == 3 and q.shape[0] == 1:
+        q = q[0]
+    if q.ndim != 2:
+        raise UserError(f"query_tokens has shape {tuple(t.shape)}; expected (1, M, d) or (M, d)", path, field=keys[0])
+    if not np.isfinite(q).all():
+        raise UserError(f"query_tokens contains {int((~np.isfinite(q)).sum())} NaN/inf values", path, field=keys[0])
+    if min(q.shape) == 0:
+        raise UserError(f"query_tokens is empty, shape {q.shape}", path, field=keys[0])
     return q
 
+
 # %% ../../nbs/analysis/00_queries.ipynb #ff485f66
-def effective_rank(s:np.ndarray) -> float:
+def effective_rank(s: np.ndarray) -> float:
     "exp of the entropy of the normalized singular values (Roy & Vetterli 2007)."
-    s = np.asarray(s, float); tot = s.sum()
-    if tot <= 0: return 0.0
-    p = s[s > 0]/tot
-    return float(math.exp(-(p*np.log(p)).sum()))
+    s = np.asarray(s, float)
+    tot = s.sum()
+    if tot <= 0:
+        return 0.0
+    p = s[s > 0] / tot
+    return float(math.exp(-(p * np.log(p)).sum()))
 
-def gini(s:np.ndarray) -> float:
+
+def gini(s: np.ndarray) -> float:
     "Gini coefficient Σᵢⱼ|sᵢ−sⱼ| / (2n² mean s); 0 when all values are equal."
-    x = np.sort(np.asarray(s, float)); n = len(x)
-    if n == 0 or x.sum() <= 0: return 0.0
+    x = np.sort(np.asarray(s, float))
+    n = len(x)
+    if n == 0 or x.sum() <= 0:
+        return 0.0
     i = np.arange(1, n + 1)
-    return float((2*i - n - 1) @ x / (n*n*x.mean()))   # = Σᵢⱼ|xᵢ−xⱼ| / (2n² mean), O(n log n)
+    return float((2 * i - n - 1) @ x / (n * n * x.mean()))  # = Σᵢⱼ|xᵢ−xⱼ| / (2n² mean), O(n log n)
 
-def pairwise_abs_cos(q:np.ndarray) -> np.ndarray:
+
+def pairwise_abs_cos(q: np.ndarray) -> np.ndarray:
     "|cos| between every pair of rows i < j (zero rows count as orthogonal to everything)."
     norms = np.linalg.norm(q, axis=1, keepdims=True)
     qn = np.divide(q, norms, out=np.zeros_like(q), where=norms > 0)
     c = np.abs(qn @ qn.T)
     return c[np.triu_indices(len(q), k=1)]
 
+
 COS_BINS = np.linspace(0, 1, 51)
 
-def query_diversity(q:np.ndarray) -> dict:
+
+def query_diversity(q: np.ndarray) -> dict:
     "Every measure of the analysis for one (M, d) matrix."
-    q = np.asarray(q, np.float64); M, d = q.shape
+    q = np.asarray(q, np.float64)
+    M, d = q.shape
     scale = float(np.abs(q).max()) if q.size else 0.0
-    if scale > 0: q = q/scale   # every measure is scale-free: 1e200 must not overflow s², nor 1e-310 underflow
+    if scale > 0:
+        q = q / scale  # every measure is scale-free: 1e200 must not overflow s², nor 1e-310 underflow
     s = np.linalg.svd(q, compute_uv=False)
-    energy = np.cumsum(s**2)/np.sum(s**2) if s.sum() > 0 else np.zeros_like(s)
+    energy = np.cumsum(s**2) / np.sum(s**2) if s.sum() > 0 else np.zeros_like(s)
     k90 = int(np.searchsorted(energy, 0.90 - 1e-12) + 1) if s.sum() > 0 else len(s)
     cos = pairwise_abs_cos(q) if M > 1 else np.zeros(0)
     er = effective_rank(s)
-    return {'M': M, 'd': d, 'effective_rank': er, 'effective_rank_ratio': er/M, 'gini': gini(s),
-            'rank_bound': min(M, d), 'rank_bound_ratio': min(M, d)/M,   # M queries of width d span at most min(M, d) dimensions
-            'energy90_fraction': k90/M, 'mean_abs_cos': float(cos.mean()) if len(cos) else 0.0,
-            'singular_values': (s*scale if scale > 0 else s).tolist(), 'normalized_spectrum': (s/s[0] if s[0] > 0 else s).tolist(),
-            'cumulative_energy': energy.tolist(),
-            'abs_cos_hist': np.histogram(cos, bins=COS_BINS, density=True)[0].tolist() if len(cos) else [],
-            'abs_cos_bins': COS_BINS.tolist()}
+    return {
+        "M": M,
+        "d": d,
+        "effective_rank": er,
+        "effective_rank_ratio": er / M,
+        "gini": gini(s),
+        "rank_bound": min(M, d),
+        "rank_bound_ratio": min(M, d) / M,  # M queries of width d span at most min(M, d) dimensions
+        "energy90_fraction": k90 / M,
+        "mean_abs_cos": float(cos.mean()) if len(cos) else 0.0,
+        "singular_values": (s * scale if scale > 0 else s).tolist(),
+        "normalized_spectrum": (s / s[0] if s[0] > 0 else s).tolist(),
+        "cumulative_energy": energy.tolist(),
+        "abs_cos_hist": np.histogram(cos, bins=COS_BINS, density=True)[0].tolist() if len(cos) else [],
+        "abs_cos_bins": COS_BINS.tolist(),
+    }
+
 
 # %% ../../nbs/analysis/00_queries.ipynb #6eabe424
-SCALARS = ('effective_rank', 'effective_rank_ratio', 'gini', 'energy90_fraction', 'mean_abs_cos', 'rank_bound_ratio')
-CURVES = ('normalized_spectrum', 'cumulative_energy', 'abs_cos_hist')
+SCALARS = ("effective_rank", "effective_rank_ratio", "gini", "energy90_fraction", "mean_abs_cos", "rank_bound_ratio")
+CURVES = ("normalized_spectrum", "cumulative_energy", "abs_cos_hist")
+
 
 def _mean_curves(curves):
     n = len(curves[0])
-    if all(len(c) == n for c in curves): return np.mean(curves, axis=0).tolist()
+    if all(len(c) == n for c in curves):
+        return np.mean(curves, axis=0).tolist()
     grid = np.linspace(0, 1, n)
     return np.mean([np.interp(grid, np.linspace(0, 1, len(c)), c) for c in curves], axis=0).tolist()
 
-def summarize(entries:list) -> dict:
+
+def summarize(entries: list) -> dict:
     "`{'checkpoints': entries, 'by_M': {M: means}}` for entries from `query_diversity`."
     groups = defaultdict(list)
-    for e in entries: groups[e['M']].append(e)
+    for e in entries:
+        groups[e["M"]].append(e)
     by_m = {}
     for M, es in sorted(groups.items()):
-        b = {'M': M, 'num_checkpoints': len(es), 'paths': [e.get('path') for e in es], 'd': sorted({e['d'] for e in es}),
-             'rank_bound': min(e['rank_bound'] for e in es)}
-        for k in SCALARS: b[k] = float(np.mean([e[k] for e in es])); b[k + '_std'] = float(np.std([e[k] for e in es]))
-        for k in CURVES: b[k] = _mean_curves([e[k] for e in es]) if es[0][k] else []
-        b['abs_cos_bins'] = es[0]['abs_cos_bins']
+        b = {
+            "M": M,
+            "num_checkpoints": len(es),
+            "paths": [e.get("path") for e in es],
+            "d": sorted({e["d"] for e in es}),
+            "rank_bound": min(e["rank_bound"] for e in es),
+        }
+        for k in SCALARS:
+            b[k] = float(np.mean([e[k] for e in es]))
+            b[k + "_std"] = float(np.std([e[k] for e in es]))
+        for k in CURVES:
+            b[k] = _mean_curves([e[k] for e in es]) if es[0][k] else []
+        b["abs_cos_bins"] = es[0]["abs_cos_bins"]
         by_m[str(M)] = b
-    return {'checkpoints': entries, 'by_M': by_m}
+    return {"checkpoints": entries, "by_M": by_m}
+
 
 # %% ../../nbs/analysis/00_queries.ipynb #4248409e
-def plot_summary(summary:dict, out_dir:str|Path) -> list[Path]:
+def plot_summary(summary: dict, out_dir: str | Path) -> list[Path]:
     "Write spectrum.png, energy.png, abs_cos.png and rank_gini.png; returns their paths."
-    import matplotlib; matplotlib.use('Agg')
-    import matplotlib.pyplot as plt, seaborn as sns, pandas as pd
-    sns.set_theme(style='whitegrid', context='notebook')
-    out_dir = Path(out_dir); by_m = summary['by_M']
-    pal = dict(zip(by_m, sns.color_palette('viridis', len(by_m))))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    out_dir = Path(out_dir)
+    by_m = summary["by_M"]
+    pal = dict(zip(by_m, sns.color_palette("viridis", len(by_m))))
+
     def _curve(key, M, b):
-        y = np.asarray(b[key]); return pd.DataFrame({'k/M': np.arange(1, len(y) + 1)/int(M), 'y': y, 'M': f'M={M}'})
+        y = np.asarray(b[key])
+        return pd.DataFrame({"k/M": np.arange(1, len(y) + 1) / int(M), "y": y, "M": f"M={M}"})
+
     paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
-    df = pd.concat([_curve('normalized_spectrum', M, b) for M, b in by_m.items()])
-    sns.lineplot(df, x='k/M', y='y', hue='M', ax=ax, palette=list(pal.values()))
-    ax.set_yscale('log'); ax.set(ylabel='σ_k / σ_1 (log)', title='Normalized singular spectrum')
-    paths.append(out_dir/'spectrum.png'); fig.tight_layout(); fig.savefig(paths[-1], dpi=110); plt.close(fig)
+    df = pd.concat([_curve("normalized_spectrum", M, b) for M, b in by_m.items()])
+    sns.lineplot(df, x="k/M", y="y", hue="M", ax=ax, palette=list(pal.values()))
+    ax.set_yscale("log")
+    ax.set(ylabel="σ_k / σ_1 (log)", title="Normalized singular spectrum")
+    paths.append(out_dir / "spectrum.png")
+    fig.tight_layout()
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
     fig, ax = plt.subplots(figsize=(6, 4))
-    df = pd.concat([_curve('cumulative_energy', M, b) for M, b in by_m.items()])
-    sns.lineplot(df, x='k/M', y='y', hue='M', ax=ax, palette=list(pal.values()))
-    ax.plot([0, 1], [0, 1], ls='--', c='grey', label='uniform'); ax.axhline(0.9, ls='--', c='black', lw=1, label='90% energy')
-    ax.set(ylabel='cumulative energy', title='Cumulative energy', xlim=(0, 1), ylim=(0, 1.02)); ax.legend()
-    paths.append(out_dir/'energy.png'); fig.tight_layout(); fig.savefig(paths[-1], dpi=110); plt.close(fig)
+    df = pd.concat([_curve("cumulative_energy", M, b) for M, b in by_m.items()])
+    sns.lineplot(df, x="k/M", y="y", hue="M", ax=ax, palette=list(pal.values()))
+    ax.plot([0, 1], [0, 1], ls="--", c="grey", label="uniform")
+    ax.axhline(0.9, ls="--", c="black", lw=1, label="90% energy")
+    ax.set(ylabel="cumulative energy", title="Cumulative energy", xlim=(0, 1), ylim=(0, 1.02))
+    ax.legend()
+    paths.append(out_dir / "energy.png")
+    fig.tight_layout()
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
     fig, ax = plt.subplots(figsize=(6, 4))
     for M, b in by_m.items():
-        if b['abs_cos_hist']:
-            bins = np.asarray(b['abs_cos_bins']); ax.plot((bins[1:] + bins[:-1])/2, b['abs_cos_hist'], label=f'M={M}', c=pal[M])
-    ax.set(xlabel='|cos| between queries', ylabel='density', title='Pairwise |cos| of query tokens'); ax.legend()
-    paths.append(out_dir/'abs_cos.png'); fig.tight_layout(); fig.savefig(paths[-1], dpi=110); plt.close(fig)
+        if b["abs_cos_hist"]:
+            bins = np.asarray(b["abs_cos_bins"])
+            ax.plot((bins[1:] + bins[:-1]) / 2, b["abs_cos_hist"], label=f"M={M}", c=pal[M])
+    ax.set(xlabel="|cos| between queries", ylabel="density", title="Pairwise |cos| of query tokens")
+    ax.legend()
+    paths.append(out_dir / "abs_cos.png")
+    fig.tight_layout()
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
     fig = rank_gini_figure(summary, pal)
-    paths.append(out_dir/'rank_gini.png'); fig.tight_layout(); fig.savefig(paths[-1], dpi=110); plt.close(fig)
+    paths.append(out_dir / "rank_gini.png")
+    fig.tight_layout()
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
     return paths
 
-def rank_gini_figure(summary:dict, palette:dict=None):
+
+def rank_gini_figure(summary: dict, palette: dict = None):
     "Bars of R_eff/M and Gini per M (mean ± sd over checkpoints), M in numeric order whatever order the checkpoints came in."
-    import matplotlib.pyplot as plt, seaborn as sns, pandas as pd
-    order = sorted(summary['by_M'], key=int)
-    palette = palette or dict(zip(order, sns.color_palette('viridis', len(order))))
-    rows = pd.DataFrame([{'M': str(e['M']), **{k: e[k] for k in ('effective_rank_ratio', 'gini')}} for e in summary['checkpoints']])
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    order = sorted(summary["by_M"], key=int)
+    palette = palette or dict(zip(order, sns.color_palette("viridis", len(order))))
+    rows = pd.DataFrame(
+        [{"M": str(e["M"]), **{k: e[k] for k in ("effective_rank_ratio", "gini")}} for e in summary["checkpoints"]]
+    )
     fig, axs = plt.subplots(1, 2, figsize=(9, 3.8))
-    for ax, k, t in zip(axs, ('effective_rank_ratio', 'gini'), ('R_eff / M', 'Gini of singular values')):
-        sns.barplot(rows, x='M', y=k, ax=ax, order=order, hue='M', hue_order=order, palette=palette, legend=False, errorbar='sd')
+    for ax, k, t in zip(axs, ("effective_rank_ratio", "gini"), ("R_eff / M", "Gini of singular values")):
+        sns.barplot(
+            rows, x="M", y=k, ax=ax, order=order, hue="M", hue_order=order, palette=palette, legend=False, errorbar="sd"
+        )
         ax.set(title=t, ylabel=t)
     return fig
 
+
 # %% ../../nbs/analysis/00_queries.ipynb #6311268e
-def analyze_checkpoints(ckpts:list, out:str|Path, plots:bool=True) -> dict:
+def analyze_checkpoints(ckpts: list, out: str | Path, plots: bool = True) -> dict:
     "Load, measure, summarize and plot; publishes `out` atomically."
-    if not ckpts: raise UserError("no checkpoints given")
+    if not ckpts:
+        raise UserError("no checkpoints given")
     entries = []
     for c in ckpts:
-        e = query_diversity(load_query_tokens(c)); e['path'] = str(c); entries.append(e)
+        e = query_diversity(load_query_tokens(c))
+        e["path"] = str(c)
+        entries.append(e)
     summary = summarize(entries)
-    summary['provenance'] = provenance({'checkpoints': [str(c) for c in ckpts], 'out': str(out)}, inputs=ckpts)
+    summary["provenance"] = provenance({"checkpoints": [str(c) for c in ckpts], "out": str(out)}, inputs=ckpts)
     with atomic_dir(out) as tmp:
-        write_json(tmp/'summary.json', summary)
-        if plots: summary['figures'] = [p.name for p in plot_summary(summary, tmp)]
-        write_json(tmp/'summary.json', summary)
+        write_json(tmp / "summary.json", summary)
+        if plots:
+            summary["figures"] = [p.name for p in plot_summary(summary, tmp)]
+        write_json(tmp / "summary.json", summary)
     return summary
 
-def queries_cmd(ckpts:Param("checkpoints (.safetensors, .pt, .npy) holding a *query_tokens tensor", nargs='+'),
-                out:str='qformer_diversity_analysis',  # output folder (replaced atomically)
-                no_plots:bool=False):                  # skip the PNG figures
+
+def queries_cmd(
+    ckpts: Param("checkpoints (.safetensors, .pt, .npy) holding a *query_tokens tensor", nargs="+"),
+    out: str = "qformer_diversity_analysis",  # output folder (replaced atomically)
+    no_plots: bool = False,  # skip the PNG figures
+):
     "Query-diversity analysis of Q-former checkpoints: summary.json and the four figures."
     s = analyze_checkpoints(ckpts, out, plots=not no_plots)
-    for M, b in s['by_M'].items():
-        print(f"M={M:<5} n={b['num_checkpoints']}  R_eff/M={b['effective_rank_ratio']:.3f}  gini={b['gini']:.3f}  "
-              f"energy90={b['energy90_fraction']:.3f}  mean|cos|={b['mean_abs_cos']:.3f}")
-    print(f"wrote {Path(out)/'summary.json'}")
+    for M, b in s["by_M"].items():
+        print(
+            f"M={M:<5} n={b['num_checkpoints']}  R_eff/M={b['effective_rank_ratio']:.3f}  gini={b['gini']:.3f}  "
+            f"energy90={b['energy90_fraction']:.3f}  mean|cos|={b['mean_abs_cos']:.3f}"
+        )
+    print(f"wrote {Path(out) / 'summary.json'}")
     return 0
 
-CLI_COMMANDS = {'queries': queries_cmd}
+
+CLI_COMMANDS = {"queries": queries_cmd}

@@ -4,168 +4,237 @@
 
 # %% ../../nbs/eval/01_metrics.ipynb #45376bdf
 from __future__ import annotations
-import os, sys
+
+import os
 from pathlib import Path
+
 import numpy as np
 from tqdm.auto import tqdm
+
 from ..cli import Param
-from ..utils import UserError, write_json, sha256_file, package_versions, provenance
-from .parse import read_predictions, load_label_map, LabelMap, _dedup_pairs, parse_fields
+from .parse import LabelMap, _dedup_pairs, load_label_map, parse_fields, read_predictions
+from ..utils import UserError, package_versions, provenance, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS', 'first_predictions', 'metrics_from_pairs', 'compute_metrics', 'score_file', 'write_metrics',
-           'find_predictions', 'metrics_cmd']
+__all__ = [
+    "CLI_COMMANDS",
+    "first_predictions",
+    "metrics_from_pairs",
+    "compute_metrics",
+    "score_file",
+    "write_metrics",
+    "find_predictions",
+    "metrics_cmd",
+]
+
 
 # %% ../../nbs/eval/01_metrics.ipynb #de325fcb
-def _encode(lists, index:dict) -> tuple[np.ndarray, np.ndarray]:
+def _encode(lists, index: dict) -> tuple[np.ndarray, np.ndarray]:
     "Flatten label lists into (sample, class) index arrays, growing `index` with unseen labels."
     rows, cols = [], []
     for i, labs in enumerate(lists):
-        if not labs: continue
+        if not labs:
+            continue
         for l in labs:
             j = index.get(l)
-            if j is None: j = index[l] = len(index)
-            rows.append(i); cols.append(j)
+            if j is None:
+                j = index[l] = len(index)
+            rows.append(i)
+            cols.append(j)
     return np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
 
-def first_predictions(n:int, pr, pc) -> np.ndarray:
+
+def first_predictions(n: int, pr, pc) -> np.ndarray:
     "Each row's first predicted label index, -1 where it has none (`pr`, `pc`: predicted pairs row by row, first prediction first)."
     pr, pc = np.asarray(pr, dtype=np.int64), np.asarray(pc, dtype=np.int64)
     first = np.full(n, -1, np.int64)
-    is_first = np.ones(len(pr), bool); is_first[1:] = pr[1:] != pr[:-1]
+    is_first = np.ones(len(pr), bool)
+    is_first[1:] = pr[1:] != pr[:-1]
     first[pr[is_first]] = pc[is_first]
     return first
 
-def metrics_from_pairs(n:int,              # number of samples
-                       labels:list,        # label index: position -> label
-                       gr, gc,             # gold (row, label) pairs
-                       pr, pc,             # predicted (row, label) pairs, each row's first prediction first
-                       unparseable=None,   # bool per row: output had no answer tag
-                       ) -> dict:
+
+def metrics_from_pairs(
+    n: int,  # number of samples
+    labels: list,  # label index: position -> label
+    gr,
+    gc,  # gold (row, label) pairs
+    pr,
+    pc,  # predicted (row, label) pairs, each row's first prediction first
+    unparseable=None,  # bool per row: output had no answer tag
+) -> dict:
     "All scores of DESIGN.md's metrics.json from label pairs."
-    if n == 0: raise UserError("no samples to score")
+    if n == 0:
+        raise UserError("no samples to score")
     gr, gc, pr, pc = (np.asarray(a, dtype=np.int64) for a in (gr, gc, pr, pc))
     K = len(labels)
-    gr, gc = _dedup_pairs(gr, gc, K + 1)   # a gold label given twice for a sample is one gold label
-    hit = np.isin(pr*K + pc, gr*K + gc)
+    gr, gc = _dedup_pairs(gr, gc, K + 1)  # a gold label given twice for a sample is one gold label
+    hit = np.isin(pr * K + pc, gr * K + gc)
     tp = np.bincount(pc[hit], minlength=K).astype(float)
     support = np.bincount(gc, minlength=K).astype(float)
     npred = np.bincount(pc, minlength=K).astype(float)
     prec = np.divide(tp, npred, out=np.zeros(K), where=npred > 0)
     rec = np.divide(tp, support, out=np.zeros(K), where=support > 0)
-    f1 = np.divide(2*tp, npred + support, out=np.zeros(K), where=(npred + support) > 0)
+    f1 = np.divide(2 * tp, npred + support, out=np.zeros(K), where=(npred + support) > 0)
     supported = support > 0
-    g_per = np.bincount(gr, minlength=n); p_per = np.bincount(pr, minlength=n)
+    g_per = np.bincount(gr, minlength=n)
+    p_per = np.bincount(pr, minlength=n)
     # Top1 over single-label samples: the row's first predicted label equals its gold label
     single = g_per == 1
     first = first_predictions(n, pr, pc)
-    gold_of = np.full(n, -2, np.int64); gold_of[gr] = gc
+    gold_of = np.full(n, -2, np.int64)
+    gold_of[gr] = gc
     top1 = float(np.mean(first[single] == gold_of[single])) if single.any() else None
     # sample-level
     hits_per = np.bincount(pr[hit], minlength=n).astype(float)
     sp = np.divide(hits_per, p_per, out=np.zeros(n), where=p_per > 0)
     sr = np.divide(hits_per, g_per, out=np.zeros(n), where=g_per > 0)
-    sf = np.divide(2*hits_per, p_per + g_per, out=np.zeros(n), where=(p_per + g_per) > 0)
+    sf = np.divide(2 * hits_per, p_per + g_per, out=np.zeros(n), where=(p_per + g_per) > 0)
     unp = np.zeros(n, bool) if unparseable is None else np.asarray(unparseable, bool)
     return {
-        'top1_accuracy_single_label': top1,
-        'macro_f1': float(f1[supported].mean()) if supported.any() else 0.0,
-        'num_samples': int(n), 'num_single_label': int(single.sum()),
-        'num_unparseable': int(unp.sum()), 'num_empty_prediction': int(((p_per == 0) & ~unp).sum()),
-        'per_class': {labels[k]: {'precision': float(prec[k]), 'recall': float(rec[k]), 'f1': float(f1[k]),
-                                  'support': int(support[k])} for k in sorted(range(K), key=lambda k: labels[k])},
-        'sample_precision': float(sp.mean()), 'sample_recall': float(sr.mean()), 'sample_f1': float(sf.mean()),
-        'label_space': sorted(labels),
+        "top1_accuracy_single_label": top1,
+        "macro_f1": float(f1[supported].mean()) if supported.any() else 0.0,
+        "num_samples": int(n),
+        "num_single_label": int(single.sum()),
+        "num_unparseable": int(unp.sum()),
+        "num_empty_prediction": int(((p_per == 0) & ~unp).sum()),
+        "per_class": {
+            labels[k]: {
+                "precision": float(prec[k]),
+                "recall": float(rec[k]),
+                "f1": float(f1[k]),
+                "support": int(support[k]),
+            }
+            for k in sorted(range(K), key=lambda k: labels[k])
+        },
+        "sample_precision": float(sp.mean()),
+        "sample_recall": float(sr.mean()),
+        "sample_f1": float(sf.mean()),
+        "label_space": sorted(labels),
     }
 
-def compute_metrics(gold:list,              # per sample, the list of gold labels
-                    pred:list,              # per sample, predicted labels in order, or None if unparseable
-                    candidates:list=None,   # per sample, the candidate list (adds labels to `label_space`)
-                    ) -> dict:
+
+def compute_metrics(
+    gold: list,  # per sample, the list of gold labels
+    pred: list,  # per sample, predicted labels in order, or None if unparseable
+    candidates: list = None,  # per sample, the candidate list (adds labels to `label_space`)
+) -> dict:
     "All scores of DESIGN.md's metrics.json for parsed predictions given as Python lists."
     n = len(gold)
-    if len(pred) != n: raise ValueError(f"{len(pred)} predictions for {n} gold rows")
+    if len(pred) != n:
+        raise ValueError(f"{len(pred)} predictions for {n} gold rows")
     index = {}
     if n and all(len(g) == 1 for g in gold) and all(p is not None and len(p) <= 1 for p in pred):
         # single gold label and at most one prediction per sample: encode without per-pair loops
         gc = np.fromiter((index.setdefault(g[0], len(index)) for g in gold), np.int64, n)
         pi = np.fromiter((index.setdefault(p[0], len(index)) if p else -1 for p in pred), np.int64, n)
-        gr = np.arange(n, dtype=np.int64); has = pi >= 0; pr, pc = np.nonzero(has)[0], pi[has]
+        gr = np.arange(n, dtype=np.int64)
+        has = pi >= 0
+        pr, pc = np.nonzero(has)[0], pi[has]
     else:
         gr, gc = _encode([list(dict.fromkeys(g)) for g in gold], index)
         dedup = [list(dict.fromkeys(p)) if p else p for p in pred]
         pr, pc = _encode(dedup, index)
-    for cs in (candidates or ()):
-        for c in cs or (): index.setdefault(c, len(index))
+    for cs in candidates or ():
+        for c in cs or ():
+            index.setdefault(c, len(index))
     return metrics_from_pairs(n, list(index), gr, gc, pr, pc, [p is None for p in pred])
 
+
 # %% ../../nbs/eval/01_metrics.ipynb #58f3d910
-def score_file(predictions_path:str|Path,   # a predictions.jsonl
-               label_map:LabelMap=None,      # mapping applied to gold, candidates and predictions
-               write:bool=True,              # write metrics.json beside the predictions
-               fields:dict=None,             # our field -> the file's key (files written by other code)
-               ) -> dict:
+def score_file(
+    predictions_path: str | Path,  # a predictions.jsonl
+    label_map: LabelMap = None,  # mapping applied to gold, candidates and predictions
+    write: bool = True,  # write metrics.json beside the predictions
+    fields: dict = None,  # our field -> the file's key (files written by other code)
+) -> dict:
     "Score one predictions file; returns (and by default writes) its metrics.json contents."
     path = Path(predictions_path)
     pr = read_predictions(path, label_map, fields=fields)
     m = metrics_from_pairs(pr.n, pr.labels, pr.gold_rows, pr.gold_cols, pr.pred_rows, pr.pred_cols, pr.unparseable)
-    m['datasets'] = sorted(pr.datasets)
+    m["datasets"] = sorted(pr.datasets)
     # what the numbers depend on stays in metrics.json (same inputs -> same bytes); where and when goes beside it
-    m['provenance'] = {'predictions_sha256': sha256_file(path),
-                       'label_map_sha256': sha256_file(label_map.path) if label_map and label_map.path else None,
-                       'label_map_direction': label_map.direction if label_map else None,
-                       'fields': fields or None,
-                       'versions': package_versions(('vtreetrm', 'numpy'))}
-    if write: write_metrics(path.parent, m, label_map)
+    m["provenance"] = {
+        "predictions_sha256": sha256_file(path),
+        "label_map_sha256": sha256_file(label_map.path) if label_map and label_map.path else None,
+        "label_map_direction": label_map.direction if label_map else None,
+        "fields": fields or None,
+        "versions": package_versions(("vtreetrm", "numpy")),
+    }
+    if write:
+        write_metrics(path.parent, m, label_map)
     return m
 
-def write_metrics(folder:Path, m:dict, label_map:LabelMap=None, command:list=None):
+
+def write_metrics(folder: Path, m: dict, label_map: LabelMap = None, command: list = None):
     "Write `metrics.json` and, beside it, `metrics.provenance.json` (paths, time, command, host)."
     folder = Path(folder)
-    write_json(folder/'metrics.json', m)
-    write_json(folder/'metrics.provenance.json', provenance({'label_map': label_map.path if label_map else None},
-               inputs=[folder/'predictions.jsonl'] + ([label_map.path] if label_map and label_map.path else []), command=command))
+    write_json(folder / "metrics.json", m)
+    write_json(
+        folder / "metrics.provenance.json",
+        provenance(
+            {"label_map": label_map.path if label_map else None},
+            inputs=[folder / "predictions.jsonl"] + ([label_map.path] if label_map and label_map.path else []),
+            command=command,
+        ),
+    )
 
-def _check_writable(folder:Path):
-    for name in ('metrics.json', 'metrics.provenance.json'):
-        if (folder/name).is_dir() and not (folder/name).is_symlink(): raise UserError("is a folder: cannot write the metrics file here", folder/name)
-    if not os.access(folder, os.W_OK | os.X_OK): raise UserError("cannot write metrics.json here: the folder is not writable", folder)
+
+def _check_writable(folder: Path):
+    for name in ("metrics.json", "metrics.provenance.json"):
+        if (folder / name).is_dir() and not (folder / name).is_symlink():
+            raise UserError("is a folder: cannot write the metrics file here", folder / name)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError("cannot write metrics.json here: the folder is not writable", folder)
+
 
 def find_predictions(paths) -> list[Path]:
     "Every predictions.jsonl named directly or found recursively under the given folders."
     found = []
     for p in map(Path, paths):
-        if p.is_file(): found.append(p)
+        if p.is_file():
+            found.append(p)
         elif p.is_dir():
-            hits = sorted(p.rglob('predictions.jsonl'))
-            if not hits: raise UserError("no predictions.jsonl found under this folder", p)
+            hits = sorted(p.rglob("predictions.jsonl"))
+            if not hits:
+                raise UserError("no predictions.jsonl found under this folder", p)
             found += hits
-        else: raise UserError("no such file or folder", p)
+        else:
+            raise UserError("no such file or folder", p)
     return list(dict.fromkeys(found))
 
+
 # %% ../../nbs/eval/01_metrics.ipynb #7e561e52
-def metrics_cmd(paths:Param("predictions.jsonl files or folders searched recursively", nargs='+'),
-                label_map:str=None,          # JSON mapping {official: simplified} applied to gold, candidates, predictions
-                map_direction:str='to_simple', # 'to_simple' (official -> simplified) or 'to_official' (back)
-                only_missing:bool=False,     # score only folders that have predictions.jsonl but no metrics.json
-                field:list[str]=None,        # OURS=THEIRS key names for files written by other code, e.g. gold=labels output=response
-                quiet:bool=False):           # do not print the summary table
+def metrics_cmd(
+    paths: Param("predictions.jsonl files or folders searched recursively", nargs="+"),
+    label_map: str = None,  # JSON mapping {official: simplified} applied to gold, candidates, predictions
+    map_direction: str = "to_simple",  # 'to_simple' (official -> simplified) or 'to_official' (back)
+    only_missing: bool = False,  # score only folders that have predictions.jsonl but no metrics.json
+    field: list[str] = None,  # OURS=THEIRS key names for files written by other code, e.g. gold=labels output=response
+    quiet: bool = False,  # do not print the summary table
+):
     "Write metrics.json beside each predictions.jsonl."
     files = find_predictions(paths)
     lm = load_label_map(label_map, map_direction) if label_map else None
     fields = parse_fields(field)
-    todo = [f for f in files if not (only_missing and (f.parent/'metrics.json').exists())]
+    todo = [f for f in files if not (only_missing and (f.parent / "metrics.json").exists())]
     results = []
-    with tqdm(todo, desc='scoring', unit='file', disable=quiet or len(todo) < 2) as bar:
-        for f in bar: results.append((f, score_file(f, lm, write=False, fields=fields)))
-    for f, _ in results: _check_writable(f.parent)   # every folder can take its files before the first is written
-    for f, m in results: write_metrics(f.parent, m, lm)
+    with tqdm(todo, desc="scoring", unit="file", disable=quiet or len(todo) < 2) as bar:
+        for f in bar:
+            results.append((f, score_file(f, lm, write=False, fields=fields)))
+    for f, _ in results:
+        _check_writable(f.parent)  # every folder can take its files before the first is written
+    for f, m in results:
+        write_metrics(f.parent, m, lm)
     if not quiet:
         for f, m in results:
-            t1 = m['top1_accuracy_single_label']
-            print(f"{str(f.parent):<60} n={m['num_samples']:<7} top1={'n/a' if t1 is None else f'{100*t1:6.2f}'}  "
-                  f"macro_f1={100*m['macro_f1']:6.2f}  unparseable={m['num_unparseable']}")
+            t1 = m["top1_accuracy_single_label"]
+            print(
+                f"{str(f.parent):<60} n={m['num_samples']:<7} top1={'n/a' if t1 is None else f'{100 * t1:6.2f}'}  "
+                f"macro_f1={100 * m['macro_f1']:6.2f}  unparseable={m['num_unparseable']}"
+            )
         print(f"scored {len(results)} file(s), skipped {len(files) - len(todo)} with metrics.json")
     return 0
 
-CLI_COMMANDS = {'metrics': metrics_cmd}
+
+CLI_COMMANDS = {"metrics": metrics_cmd}

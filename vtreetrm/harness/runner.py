@@ -4,75 +4,157 @@
 
 # %% ../../nbs/harness/09_runner.ipynb #628308be
 from __future__ import annotations
-import asyncio, collections, json, os, shutil, sys, time
+
+import asyncio
+import collections
+import json
+import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+
 from fastcore.basics import patch
 from tqdm.auto import tqdm
-from ..utils import UserError, path_component, atomic_write, write_json, sha256_json, provenance, now_iso, run_sync
-from .questions import load_benchmark
+
+from .agent import CaptionTree, run_episode, select_skills
+from vtreetrm.harness.backends import (
+    OpenAIBackend,
+    SimulatedBackend,
+    TransformersBackend,
+    _u,
+    load_api_key,
+    make_embedder,
+)
 from .config import RunConfig
-from .pools import PoolConfig, POOL_STRATEGIES, make_batches
+from .evolution import LLMReflector, Patch, SimulatedReflector, apply_patches, edit_budget, is_bad_patch
 from .gate import GateParams, GateRound, Watch
+from .pools import POOL_STRATEGIES, PoolConfig, make_batches
+from .questions import load_benchmark
 from .store import HarnessStore, load_seed
-from .backends import (SimulatedBackend, OpenAIBackend, TransformersBackend, load_api_key, make_embedder, _u)
-from .agent import CaptionTree, run_episode, select_skills, parse_skills
-from .evolution import (Patch, apply_patches, edit_budget, SimulatedReflector, LLMReflector, is_bad_patch)
+from vtreetrm.utils import (
+    UserError,
+    atomic_write,
+    now_iso,
+    path_component,
+    provenance,
+    run_sync,
+    sha256_json,
+    write_json,
+)
 
 # %% auto #0
-__all__ = ['Version', 'read_version_dir', 'resolve_questions', 'make_backend', 'accuracy', 'per_task', 'Runner']
+__all__ = ["Version", "read_version_dir", "resolve_questions", "make_backend", "accuracy", "per_task", "Runner"]
+
 
 # %% ../../nbs/harness/09_runner.ipynb #94e47664
 @dataclass
 class Version:
     "A skills or prompts version: name, content and its hash."
-    kind: str; name: str; files: dict; sha: str
+
+    kind: str
+    name: str
+    files: dict
+    sha: str
+
     @property
-    def text(self) -> str: return self.files.get('skills.md', '') if self.kind == 'skills' else self.files.get('system.md', '')
+    def text(self) -> str:
+        return self.files.get("skills.md", "") if self.kind == "skills" else self.files.get("system.md", "")
 
-def read_version_dir(d:Path, kind:str) -> dict:
+
+def read_version_dir(d: Path, kind: str) -> dict:
     "The text files of a version folder; skills need skills.md, prompts system.md."
-    need = 'skills.md' if kind == 'skills' else 'system.md'
-    if not (Path(d)/need).is_file(): raise UserError(f"{kind} version has no {need} (is the store initialised?)", d)
-    return {p.name: p.read_text(encoding='utf-8') for p in sorted(Path(d).iterdir()) if p.is_file() and p.suffix in ('.md', '.txt')}
+    need = "skills.md" if kind == "skills" else "system.md"
+    if not (Path(d) / need).is_file():
+        raise UserError(f"{kind} version has no {need} (is the store initialised?)", d)
+    return {
+        p.name: p.read_text(encoding="utf-8")
+        for p in sorted(Path(d).iterdir())
+        if p.is_file() and p.suffix in (".md", ".txt")
+    }
 
-def resolve_questions(value:str, store_dir:Path, field:str='questions') -> Path:
+
+def resolve_questions(value: str, store_dir: Path, field: str = "questions") -> Path:
     "A question folder given as a path or as a name under `<store_dir>/questions`."
-    for p in (Path(value), Path(store_dir)/'questions'/value):
-        if p.exists(): return p
-    raise UserError(f"question folder {value!r} not found (looked at ./{value} and {Path(store_dir)/'questions'/value})", None, None, field)
+    for p in (Path(value), Path(store_dir) / "questions" / value):
+        if p.exists():
+            return p
+    raise UserError(
+        f"question folder {value!r} not found (looked at ./{value} and {Path(store_dir) / 'questions' / value})",
+        None,
+        None,
+        field,
+    )
 
-def make_backend(c:RunConfig):
+
+def make_backend(c: RunConfig):
     "The LLM backend a config asks for (the openai key is checked here, before any question)."
     if c.backend is None:
-        raise UserError("no LLM backend named: set harness.backend in the config, or --backend, to simulated (offline), openai or transformers",
-                        None, None, 'backend')
-    if c.backend == 'simulated': return SimulatedBackend(latency_s=c.sim_latency_s)
-    if c.backend == 'openai':
-        return OpenAIBackend(c.base_url, c.model, load_api_key(c.api_key_env), c.request_timeout, c.max_retries, temperature=c.temperature, max_connections=c.concurrency)
+        raise UserError(
+            "no LLM backend named: set harness.backend in the config, or --backend, to simulated (offline), openai or transformers",
+            None,
+            None,
+            "backend",
+        )
+    if c.backend == "simulated":
+        return SimulatedBackend(latency_s=c.sim_latency_s)
+    if c.backend == "openai":
+        return OpenAIBackend(
+            c.base_url,
+            c.model,
+            load_api_key(c.api_key_env),
+            c.request_timeout,
+            c.max_retries,
+            temperature=c.temperature,
+            max_connections=c.concurrency,
+        )
     return TransformersBackend(c.model, max_new_tokens=c.max_new_tokens, device=c.device)
 
-def accuracy(rows:list) -> Optional[float]: return sum(bool(r['correct']) for r in rows) / len(rows) if rows else None
 
-def per_task(rows:list) -> dict:
+def accuracy(rows: list) -> float | None:
+    return sum(bool(r["correct"]) for r in rows) / len(rows) if rows else None
+
+
+def per_task(rows: list) -> dict:
     "Accuracy and count per task type."
     by = collections.defaultdict(list)
-    for r in rows: by[r['task_type']].append(r)
-    return {t: {'accuracy': accuracy(v), 'n': len(v)} for t, v in sorted(by.items())}
+    for r in rows:
+        by[r["task_type"]].append(r)
+    return {t: {"accuracy": accuracy(v), "n": len(v)} for t, v in sorted(by.items())}
+
 
 # %% ../../nbs/harness/09_runner.ipynb #b97df378
-_RESUME_FREE = {'concurrency', 'sim_latency_s', 'request_timeout', 'max_retries', 'base_url', 'api_key_env', 'workspace_dir', 'store_dir', 'device'}
+_RESUME_FREE = {
+    "concurrency",
+    "sim_latency_s",
+    "request_timeout",
+    "max_retries",
+    "base_url",
+    "api_key_env",
+    "workspace_dir",
+    "store_dir",
+    "device",
+}
+
 
 class Runner:
     "Run `infer` or `train` for a `RunConfig` against a workspace's harness.db."
-    def __init__(self, config:RunConfig, fresh:bool=False, seed_name:str=None, backend=None, reflector=None,
-                 embedder=None, progress:bool=True):
+
+    def __init__(
+        self,
+        config: RunConfig,
+        fresh: bool = False,
+        seed_name: str = None,
+        backend=None,
+        reflector=None,
+        embedder=None,
+        progress: bool = True,
+    ):
         self.c, self.fresh, self.seed_name, self.progress = config, fresh, seed_name, progress
-        self.run_id = f"infer_{config.name}" if config.mode == 'infer' else config.name
-        path_component(config.name, 'run_id')   # it names versions/<run_id>, which --fresh removes
+        self.run_id = f"infer_{config.name}" if config.mode == "infer" else config.name
+        path_component(config.name, "run_id")  # it names versions/<run_id>, which --fresh removes
         self.ws = Path(config.workspace_dir)
-        self.vdir = self.ws/'versions'/self.run_id
+        self.vdir = self.ws / "versions" / self.run_id
         self._backend, self._reflector, self._embedder = backend, reflector, embedder
         self.gp = GateParams.from_run_config(config)
         self.trees: dict = {}
@@ -82,106 +164,186 @@ class Runner:
         c = self.c
         if self.seed_name:
             self.seed = load_seed(c.store_dir, self.seed_name)
-            sk_dir, pr_dir = self.seed['skills_dir'], self.seed['prompts_dir']
+            sk_dir, pr_dir = self.seed["skills_dir"], self.seed["prompts_dir"]
         else:
             self.seed = None
-            sk_dir, pr_dir = c.store_dir/'skills'/c.skills_version, c.store_dir/'prompts'/c.prompts_version
-            if not sk_dir.is_dir(): raise UserError(f"the store has no skills {c.skills_version}", sk_dir, None, 'skills_version')
-            if not pr_dir.is_dir(): raise UserError(f"the store has no prompts {c.prompts_version}", pr_dir, None, 'prompts_version')
-        sk_files, pr_files = read_version_dir(sk_dir, 'skills'), read_version_dir(pr_dir, 'prompts')
+            sk_dir, pr_dir = c.store_dir / "skills" / c.skills_version, c.store_dir / "prompts" / c.prompts_version
+            if not sk_dir.is_dir():
+                raise UserError(f"the store has no skills {c.skills_version}", sk_dir, None, "skills_version")
+            if not pr_dir.is_dir():
+                raise UserError(f"the store has no prompts {c.prompts_version}", pr_dir, None, "prompts_version")
+        sk_files, pr_files = read_version_dir(sk_dir, "skills"), read_version_dir(pr_dir, "prompts")
         qdir = resolve_questions(c.questions, c.store_dir)
         qs = load_benchmark(qdir, allow_duplicates=c.allow_duplicates, task_types=c.task_types)
-        if c.n_samples: qs = qs[:c.n_samples]
-        if not qs: raise UserError("no questions left after filtering by task_types / n_samples", qdir, None, 'task_types')
+        if c.n_samples:
+            qs = qs[: c.n_samples]
+        if not qs:
+            raise UserError("no questions left after filtering by task_types / n_samples", qdir, None, "task_types")
         self.questions, self.qdir = qs, qdir
-        self.test_dir = resolve_questions(c.test_questions, c.store_dir, 'test_questions') if (c.mode == 'train' and c.test_questions) else None
-        self.store = HarnessStore(self.ws/'harness.db')   # before the models load: a foreign or locked db fails in a second
+        self.test_dir = (
+            resolve_questions(c.test_questions, c.store_dir, "test_questions")
+            if (c.mode == "train" and c.test_questions)
+            else None
+        )
+        self.store = HarnessStore(
+            self.ws / "harness.db"
+        )  # before the models load: a foreign or locked db fails in a second
         self.backend = self._backend or make_backend(c)
-        self.judges_edits = isinstance(self.backend, SimulatedBackend)   # only the simulator knows which edits harm it
+        self.judges_edits = isinstance(self.backend, SimulatedBackend)  # only the simulator knows which edits harm it
         self.embedder = self._embedder or make_embedder(c.embed)
-        self.reflector = self._reflector or (SimulatedReflector() if c.backend == 'simulated' else LLMReflector(self.backend, pr_files.get('reflect.md', '')))
+        self.reflector = self._reflector or (
+            SimulatedReflector()
+            if c.backend == "simulated"
+            else LLMReflector(self.backend, pr_files.get("reflect.md", ""))
+        )
         if self.fresh:
-            self.store.delete_run(self.run_id); shutil.rmtree(self.vdir, ignore_errors=True)
+            self.store.delete_run(self.run_id)
+            shutil.rmtree(self.vdir, ignore_errors=True)
         prev = self.store.run(self.run_id)
         self.resumed = prev is not None
-        if prev:   # a resumed run replays its plan: say when the plan-relevant settings changed
-            old = json.loads(prev['config_json'] or '{}'); new = {**c.to_dict(), 'seed_name': self.seed_name}
+        if prev:  # a resumed run replays its plan: say when the plan-relevant settings changed
+            old = json.loads(prev["config_json"] or "{}")
+            new = {**c.to_dict(), "seed_name": self.seed_name}
             changed = sorted(k for k in new if k not in _RESUME_FREE and old.get(k) != new[k])
-            if changed: print(f"warning: resuming {self.run_id} with changed settings {', '.join(changed)}; use --fresh to start over", file=sys.stderr)
-        self.store.start_run(self.run_id, c.mode, {**c.to_dict(), 'seed_name': self.seed_name}, c.skills_version, c.prompts_version)
-        self.S0 = self.version('skills', sk_files, None, c.skills_version)
-        self.P0 = self.version('prompts', pr_files, None, c.prompts_version)
+            if changed:
+                print(
+                    f"warning: resuming {self.run_id} with changed settings {', '.join(changed)}; use --fresh to start over",
+                    file=sys.stderr,
+                )
+        self.store.start_run(
+            self.run_id, c.mode, {**c.to_dict(), "seed_name": self.seed_name}, c.skills_version, c.prompts_version
+        )
+        self.S0 = self.version("skills", sk_files, None, c.skills_version)
+        self.P0 = self.version("prompts", pr_files, None, c.prompts_version)
         self.sem = asyncio.Semaphore(c.concurrency)
-        (self.ws/'logs').mkdir(parents=True, exist_ok=True)
-        self._log = open(self.ws/'logs'/'episodes.jsonl', 'a', buffering=1)   # line-buffered: each line reaches the OS at once
+        (self.ws / "logs").mkdir(parents=True, exist_ok=True)
+        self._log = open(
+            self.ws / "logs" / "episodes.jsonl", "a", buffering=1
+        )  # line-buffered: each line reaches the OS at once
         self.prepare_trees([q.video_id for q in qs])
-        self.embedder.encode([q.question for q in qs])   # one batched pass; search queries that repeat a question are then free
+        self.embedder.encode(
+            [q.question for q in qs]
+        )  # one batched pass; search queries that repeat a question are then free
 
-    def version(self, kind:str, files:dict, parent:Optional[Version], name:str=None) -> Version:
+    def version(self, kind: str, files: dict, parent: Version | None, name: str = None) -> Version:
         "Register (or find, by content) a version and write its files under the workspace."
         sha = sha256_json(files)[:16]
         have = self.store.versions(self.run_id, kind)
         for n, s in have.items():
-            if s == sha: return Version(kind, n, files, sha)
+            if s == sha:
+                return Version(kind, n, files, sha)
         if name is None or name in have:
-            nums = [int(n[1:]) for n in have if n[1:].isdigit()] + [int(self.c.skills_version[1:]) if kind == 'skills' and self.c.skills_version[1:].isdigit() else 1]
+            nums = [int(n[1:]) for n in have if n[1:].isdigit()] + [
+                int(self.c.skills_version[1:]) if kind == "skills" and self.c.skills_version[1:].isdigit() else 1
+            ]
             name = f"v{max(nums) + 1}"
-        d = self.vdir/kind/name; d.mkdir(parents=True, exist_ok=True)
-        for fn, txt in files.items(): atomic_write(d/fn, txt)
+        d = self.vdir / kind / name
+        d.mkdir(parents=True, exist_ok=True)
+        for fn, txt in files.items():
+            atomic_write(d / fn, txt)
         self.store.put_version(self.run_id, kind, name, sha, parent.name if parent else None)
         return Version(kind, name, files, sha)
 
-    def tree(self, video_id:str) -> CaptionTree:
-        if video_id not in self.trees: self.prepare_trees([video_id])
+    def tree(self, video_id: str) -> CaptionTree:
+        if video_id not in self.trees:
+            self.prepare_trees([video_id])
         return self.trees[video_id]
 
     def prepare_trees(self, video_ids):
         "Load the trees of `video_ids` and their caption embeddings (one batched encode, cached under <store>/.cache)."
         import numpy as np
+
         new = [v for v in dict.fromkeys(video_ids) if v not in self.trees]
-        for v in new: self.trees[v] = CaptionTree.load(self.c.store_dir/'trees'/f"{v}.json", self.embedder)
-        eid = sha256_json([type(self.embedder).__name__, str(getattr(self.embedder, 'path', '')), getattr(self.embedder, 'dim', None)])[:12]
-        cdir = self.c.store_dir/'.cache'/'embeddings'/eid
+        for v in new:
+            self.trees[v] = CaptionTree.load(self.c.store_dir / "trees" / f"{v}.json", self.embedder)
+        eid = sha256_json(
+            [type(self.embedder).__name__, str(getattr(self.embedder, "path", "")), getattr(self.embedder, "dim", None)]
+        )[:12]
+        cdir = self.c.store_dir / ".cache" / "embeddings" / eid
         todo = []
         for v in new:
-            t = self.trees[v]; texts = [c['text'] for _, c in t.captions]
-            f = cdir/f"{v}-{sha256_json(texts)[:12]}.npy"
+            t = self.trees[v]
+            texts = [c["text"] for _, c in t.captions]
+            f = cdir / f"{v}-{sha256_json(texts)[:12]}.npy"
             if f.is_file():
-                try: t._emb = np.load(f); continue
-                except (OSError, ValueError): pass
+                try:
+                    t._emb = np.load(f)
+                    continue
+                except (OSError, ValueError):
+                    pass
             todo.append((t, texts, f))
-        if not todo: return
+        if not todo:
+            return
         allt = [x for _, texts, _ in todo for x in texts]
-        emb = self.embedder.encode(allt); i = 0
+        emb = self.embedder.encode(allt)
+        i = 0
         cdir.mkdir(parents=True, exist_ok=True)
         for t, texts, f in todo:
-            t._emb = emb[i:i + len(texts)]; i += len(texts)
-            tmp = f.with_name(f".{f.stem}.{os.getpid()}.npy"); np.save(tmp, t._emb); os.replace(tmp, f)
+            t._emb = emb[i : i + len(texts)]
+            i += len(texts)
+            tmp = f.with_name(f".{f.stem}.{os.getpid()}.npy")
+            np.save(tmp, t._emb)
+            os.replace(tmp, f)
 
     # ---------- answering ----------
-    async def answer(self, q, S:Version, P:Version, ctx:dict) -> dict:
+    async def answer(self, q, S: Version, P: Version, ctx: dict) -> dict:
         "The answer of `q` under (S, P): from the db, or from a new episode committed at once."
         row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
-        if row: return row
+        if row:
+            return row
         async with self.sem:
             row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
-            if row: return row
-            self._log.write(json.dumps({'run_id': self.run_id, 'question_id': q.question_id, 'skills_sha': S.sha, 'prompts_sha': P.sha}) + '\n')
-            ep = await run_episode(self.backend, q, self.tree(q.video_id), P.text, select_skills(S.text, q.task_type, self.c.skill_mode), self.c.max_steps)
-        row = dict(run_id=self.run_id, question_id=q.question_id, skills_sha=S.sha, prompts_sha=P.sha, task_type=q.task_type,
-                   phase=ctx.get('phase'), epoch=ctx.get('epoch'), step=ctx.get('step'), skills_version=S.name, prompts_version=P.name,
-                   answer=ep.answer, gold=q.answer, correct=int(ep.correct), n_steps=ep.n_steps, error=ep.error,
-                   trajectory_json=json.dumps(ep.trajectory, ensure_ascii=False, default=str), created=now_iso())
+            if row:
+                return row
+            self._log.write(
+                json.dumps(
+                    {"run_id": self.run_id, "question_id": q.question_id, "skills_sha": S.sha, "prompts_sha": P.sha}
+                )
+                + "\n"
+            )
+            ep = await run_episode(
+                self.backend,
+                q,
+                self.tree(q.video_id),
+                P.text,
+                select_skills(S.text, q.task_type, self.c.skill_mode),
+                self.c.max_steps,
+            )
+        row = dict(
+            run_id=self.run_id,
+            question_id=q.question_id,
+            skills_sha=S.sha,
+            prompts_sha=P.sha,
+            task_type=q.task_type,
+            phase=ctx.get("phase"),
+            epoch=ctx.get("epoch"),
+            step=ctx.get("step"),
+            skills_version=S.name,
+            prompts_version=P.name,
+            answer=ep.answer,
+            gold=q.answer,
+            correct=int(ep.correct),
+            n_steps=ep.n_steps,
+            error=ep.error,
+            trajectory_json=json.dumps(ep.trajectory, ensure_ascii=False, default=str),
+            created=now_iso(),
+        )
         self.store.put_answer(**row)
         return row
 
-    async def answer_many(self, qs:list, S:Version, P:Version, ctx:dict, desc:str='') -> list:
+    async def answer_many(self, qs: list, S: Version, P: Version, ctx: dict, desc: str = "") -> list:
         "Answer `qs` concurrently (at most `concurrency` episodes at once), in order."
-        bar = tqdm(total=len(qs), desc=desc or ctx.get('phase', ''), leave=False, disable=not self.progress)
+        bar = tqdm(total=len(qs), desc=desc or ctx.get("phase", ""), leave=False, disable=not self.progress)
+
         async def one(q):
-            r = await self.answer(q, S, P, ctx); bar.update(1); return r
-        try: return list(await asyncio.gather(*(one(q) for q in qs)))
-        finally: bar.close()
+            r = await self.answer(q, S, P, ctx)
+            bar.update(1)
+            return r
+
+        try:
+            return list(await asyncio.gather(*(one(q) for q in qs)))
+        finally:
+            bar.close()
 
     # ---------- entry points ----------
     def run(self) -> dict:
@@ -189,175 +351,287 @@ class Runner:
         return run_sync(self.arun())
 
     async def arun(self) -> dict:
-        try: self._setup()
+        try:
+            self._setup()
         except BaseException:
-            if hasattr(self, 'store'): self.store.finish_run(self.run_id, 'failed', note='setup failed'); self.store.close()
-            if hasattr(self, '_log'): self._log.close()
+            if hasattr(self, "store"):
+                self.store.finish_run(self.run_id, "failed", note="setup failed")
+                self.store.close()
+            if hasattr(self, "_log"):
+                self._log.close()
             raise
         try:
-            res = await (self._infer() if self.c.mode == 'infer' else self._train())
-            self.store.finish_run(self.run_id, 'done', res.get('skills_version'), res.get('prompts_version'))
+            res = await (self._infer() if self.c.mode == "infer" else self._train())
+            self.store.finish_run(self.run_id, "done", res.get("skills_version"), res.get("prompts_version"))
             return res
         except BaseException as e:
-            self.store.finish_run(self.run_id, 'failed', note=f"{type(e).__name__}: {e}"); raise
+            self.store.finish_run(self.run_id, "failed", note=f"{type(e).__name__}: {e}")
+            raise
         finally:
-            if hasattr(self.backend, 'aclose'): await self.backend.aclose()
-            self.store.close(); self._log.close()
+            if hasattr(self.backend, "aclose"):
+                await self.backend.aclose()
+            self.store.close()
+            self._log.close()
 
     async def _infer(self) -> dict:
-        rows = await self.answer_many(self.questions, self.S0, self.P0, {'phase': 'infer'}, 'infer')
-        res = {'run_id': self.run_id, 'mode': 'infer', 'accuracy': accuracy(rows), 'n': len(rows), 'per_task_type': per_task(rows),
-               'unanswered': sum(r['answer'] is None for r in rows), 'skills_version': self.S0.name, 'prompts_version': self.P0.name,
-               'resumed': self.resumed, 'db': str(self.ws/'harness.db')}
-        write_json(self.ws/'analyses'/f"{self.run_id}.json", {**res, 'provenance': provenance(self.c.to_dict(), [])})
+        rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "infer"}, "infer")
+        res = {
+            "run_id": self.run_id,
+            "mode": "infer",
+            "accuracy": accuracy(rows),
+            "n": len(rows),
+            "per_task_type": per_task(rows),
+            "unanswered": sum(r["answer"] is None for r in rows),
+            "skills_version": self.S0.name,
+            "prompts_version": self.P0.name,
+            "resumed": self.resumed,
+            "db": str(self.ws / "harness.db"),
+        }
+        write_json(
+            self.ws / "analyses" / f"{self.run_id}.json", {**res, "provenance": provenance(self.c.to_dict(), [])}
+        )
         return res
+
 
 # %% ../../nbs/harness/09_runner.ipynb #67dd4cd8
 @patch
-async def gate_round(self:Runner, S:Version, C:Version, P:Version, batch:list, key:str, ctx:dict) -> GateRound:
+async def gate_round(self: Runner, S: Version, C: Version, P: Version, batch: list, key: str, ctx: dict) -> GateRound:
     "Paired evaluation of candidate `C` against incumbent `S` (see the gate notebook)."
     seen, pool = set(), []
     for q in list(batch) + list(self.pools.diag):
-        if q.question_id not in seen: seen.add(q.question_id); pool.append(q)
-    inc = {r['question_id']: bool(r['correct']) for r in await self.answer_many(pool, S, P, {**ctx, 'phase': 'gate_incumbent'})}
-    probes = sorted((q for q in pool if inc[q.question_id]), key=lambda q: _u(key, 'p', q.question_id))
-    rest = sorted((q for q in pool if not inc[q.question_id]), key=lambda q: _u(key, 'r', q.question_id))
+        if q.question_id not in seen:
+            seen.add(q.question_id)
+            pool.append(q)
+    inc = {
+        r["question_id"]: bool(r["correct"])
+        for r in await self.answer_many(pool, S, P, {**ctx, "phase": "gate_incumbent"})
+    }
+    probes = sorted((q for q in pool if inc[q.question_id]), key=lambda q: _u(key, "p", q.question_id))
+    rest = sorted((q for q in pool if not inc[q.question_id]), key=lambda q: _u(key, "r", q.question_id))
     order, n_probe = [], 0
     while probes or rest:
-        if probes and (not rest or n_probe < self.gp.probe_quota * (len(order) + 1)): order.append((probes.pop(0), True)); n_probe += 1
-        else: order.append((rest.pop(0), False))
+        if probes and (not rest or n_probe < self.gp.probe_quota * (len(order) + 1)):
+            order.append((probes.pop(0), True))
+            n_probe += 1
+        else:
+            order.append((rest.pop(0), False))
     rnd = GateRound(self.gp)
     for i in range(0, len(order), self.gp.block):
-        chunk = order[i:i + self.gp.block]
-        rows = await self.answer_many([q for q, _ in chunk], C, P, {**ctx, 'phase': 'gate_candidate'})
+        chunk = order[i : i + self.gp.block]
+        rows = await self.answer_many([q for q, _ in chunk], C, P, {**ctx, "phase": "gate_candidate"})
         for (q, probe), r in zip(chunk, rows):
-            rnd.add(inc[q.question_id], bool(r['correct']), probe=probe)
-            if rnd.done: break
-        if rnd.done: break
+            rnd.add(inc[q.question_id], bool(r["correct"]), probe=probe)
+            if rnd.done:
+                break
+        if rnd.done:
+            break
     return rnd
+
 
 # %% ../../nbs/harness/09_runner.ipynb #60f9b93f
 @patch
-async def _reflect(self:Runner, text:str, failures:list, budget:int, key:str) -> list:
+async def _reflect(self: Runner, text: str, failures: list, budget: int, key: str) -> list:
     "Memoised reflection: the same inputs give the same patches, also after a restart."
     got = self.store.get_reflection(self.run_id, key)
-    if got is not None: return [Patch(**p) for p in got]
-    fails = [{'task_type': r['task_type'], 'question': self.qmap[r['question_id']].question, 'options': list(self.qmap[r['question_id']].options),
-              'gold': r['gold'], 'answer': r['answer'], 'trajectory': json.loads(r['trajectory_json'] or '[]')} for r in failures]
+    if got is not None:
+        return [Patch(**p) for p in got]
+    fails = [
+        {
+            "task_type": r["task_type"],
+            "question": self.qmap[r["question_id"]].question,
+            "options": list(self.qmap[r["question_id"]].options),
+            "gold": r["gold"],
+            "answer": r["answer"],
+            "trajectory": json.loads(r["trajectory_json"] or "[]"),
+        }
+        for r in failures
+    ]
     patches = await self.reflector.propose(text, fails, budget, key=key)
     self.store.put_reflection(self.run_id, key, [p.to_dict() for p in patches])
     return patches
 
+
 @patch
-async def _baseline(self:Runner) -> tuple[dict, str]:
+async def _baseline(self: Runner) -> tuple[dict, str]:
     "Baseline correctness: the seed's db, `baseline_run_id`, or a baseline pass with the starting versions."
     c = self.c
-    if self.seed and self.seed.get('baseline_db') and self.seed.get('baseline_run_id'):
-        st = HarnessStore(self.seed['baseline_db'])
-        try: corr = st.correctness(self.seed['baseline_run_id'])
-        finally: st.close()
+    if self.seed and self.seed.get("baseline_db") and self.seed.get("baseline_run_id"):
+        st = HarnessStore(self.seed["baseline_db"])
+        try:
+            corr = st.correctness(self.seed["baseline_run_id"])
+        finally:
+            st.close()
         return corr, f"seed:{self.seed_name}/{self.seed['baseline_run_id']}"
     if c.baseline_run_id:
         corr = self.store.correctness(c.baseline_run_id)
-        if not corr: raise UserError(f"baseline run {c.baseline_run_id!r} has no answers in {self.store.path}", None, None, 'baseline_run_id')
+        if not corr:
+            raise UserError(
+                f"baseline run {c.baseline_run_id!r} has no answers in {self.store.path}", None, None, "baseline_run_id"
+            )
         return corr, c.baseline_run_id
-    rows = await self.answer_many(self.questions, self.S0, self.P0, {'phase': 'baseline'}, 'baseline')
-    return {r['question_id']: bool(r['correct']) for r in rows}, f"{self.run_id}/baseline"
+    rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "baseline"}, "baseline")
+    return {r["question_id"]: bool(r["correct"]) for r in rows}, f"{self.run_id}/baseline"
+
 
 @patch
-def _record_gate(self:Runner, key, epoch, step, kind, S, C, dec:dict, patches:list):
-    self.store.put_gate(self.run_id, key, epoch=epoch, step=step, kind=kind, incumbent_version=S.name if S else None,
-                        candidate_version=C.name if C else None, decision=dec['decision'], reason=dec.get('reason', ''),
-                        e_value=dec.get('e_value'), e_reverse=dec.get('e_reverse'), n_pairs=dec.get('n_pairs', 0), wins=dec.get('wins', 0),
-                        losses=dec.get('losses', 0), n_probe=dec.get('n_probe', 0), probe_errors=dec.get('probe_errors', 0),
-                        bad_edits=sum(map(is_bad_patch, patches)) if self.judges_edits else None, detail={'patches': [p.to_dict() for p in patches]})
+def _record_gate(self: Runner, key, epoch, step, kind, S, C, dec: dict, patches: list):
+    self.store.put_gate(
+        self.run_id,
+        key,
+        epoch=epoch,
+        step=step,
+        kind=kind,
+        incumbent_version=S.name if S else None,
+        candidate_version=C.name if C else None,
+        decision=dec["decision"],
+        reason=dec.get("reason", ""),
+        e_value=dec.get("e_value"),
+        e_reverse=dec.get("e_reverse"),
+        n_pairs=dec.get("n_pairs", 0),
+        wins=dec.get("wins", 0),
+        losses=dec.get("losses", 0),
+        n_probe=dec.get("n_probe", 0),
+        probe_errors=dec.get("probe_errors", 0),
+        bad_edits=sum(map(is_bad_patch, patches)) if self.judges_edits else None,
+        detail={"patches": [p.to_dict() for p in patches]},
+    )
+
 
 @patch
-def _bad_edit_counts(self:Runner, gates:list, accepted:list) -> dict:
+def _bad_edit_counts(self: Runner, gates: list, accepted: list) -> dict:
     "Harmful edits proposed, accepted and rolled back: known only to the simulator (its SIM_BAD_HINTS); None with a real model."
     if not self.judges_edits:
-        return {'bad_edits_proposed': None, 'bad_edits_accepted': None, 'bad_edits_rolled_back': None,
-                'bad_edits_note': 'not counted: which edits are harmful is known only for the simulated backend'}
-    return {'bad_edits_proposed': sum(g['bad_edits'] or 0 for g in gates if g['kind'] != 'watch'),
-            'bad_edits_accepted': sum(g['bad_edits'] or 0 for g in accepted),
-            'bad_edits_rolled_back': sum(g['bad_edits'] or 0 for g in gates if g['decision'] == 'rollback'),
-            'bad_edits_note': "counted against the simulated backend's known harmful hints (SIM_BAD_HINTS)"}
+        return {
+            "bad_edits_proposed": None,
+            "bad_edits_accepted": None,
+            "bad_edits_rolled_back": None,
+            "bad_edits_note": "not counted: which edits are harmful is known only for the simulated backend",
+        }
+    return {
+        "bad_edits_proposed": sum(g["bad_edits"] or 0 for g in gates if g["kind"] != "watch"),
+        "bad_edits_accepted": sum(g["bad_edits"] or 0 for g in accepted),
+        "bad_edits_rolled_back": sum(g["bad_edits"] or 0 for g in gates if g["decision"] == "rollback"),
+        "bad_edits_note": "counted against the simulated backend's known harmful hints (SIM_BAD_HINTS)",
+    }
+
 
 @patch
-async def _try_edit(self:Runner, S, P, patches, batch, key, epoch, step, kind):
+async def _try_edit(self: Runner, S, P, patches, batch, key, epoch, step, kind):
     "Gate one candidate; returns the new incumbent (or S) and the decision."
-    if not patches: return S, None
+    if not patches:
+        return S, None
     C_text = apply_patches(S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold)
-    if C_text == S.text: return S, None
-    C = self.version('skills', {**S.files, 'skills.md': C_text}, S)
+    if C_text == S.text:
+        return S, None
+    C = self.version("skills", {**S.files, "skills.md": C_text}, S)
     if not self.c.gate_enabled:
-        dec = {'decision': 'accept_ungated', 'reason': 'gate disabled'}
+        dec = {"decision": "accept_ungated", "reason": "gate disabled"}
         self._record_gate(key, epoch, step, kind, S, C, dec, patches)
         return C, dec
-    rnd = await self.gate_round(S, C, P, batch, key, {'epoch': epoch, 'step': step})
+    rnd = await self.gate_round(S, C, P, batch, key, {"epoch": epoch, "step": step})
     dec = rnd.decision().to_dict()
-    dec['e_reverse'] = None
+    dec["e_reverse"] = None
     self._record_gate(key, epoch, step, kind, S, C, dec, patches)
-    if dec['decision'] in ('confirm', 'provisional'):
-        self.watch = Watch(self.gp, rnd.fwd, 'confirmed' if dec['decision'] == 'confirm' else 'provisional')
+    if dec["decision"] in ("confirm", "provisional"):
+        self.watch = Watch(self.gp, rnd.fwd, "confirmed" if dec["decision"] == "confirm" else "provisional")
         self.watch.parent, self.watch.edit, self.watch.patches = S, C, patches
         return C, dec
     return S, dec
 
+
 @patch
-async def _follow_watch(self:Runner, S, P, batch, epoch, step):
+async def _follow_watch(self: Runner, S, P, batch, epoch, step):
     "Feed the watched edit's pairs on this batch; roll back or confirm. Returns the incumbent."
     w = self.watch
-    if w is None or w.edit.sha != S.sha: self.watch = None; return S
+    if w is None or w.edit.sha != S.sha:
+        self.watch = None
+        return S
     w.new_step()
-    par = await self.answer_many(batch, w.parent, P, {'phase': 'watch_parent', 'epoch': epoch, 'step': step})
-    cur = {r['question_id']: bool(r['correct']) for r in await self.answer_many(batch, S, P, {'phase': 'batch', 'epoch': epoch, 'step': step})}
+    par = await self.answer_many(batch, w.parent, P, {"phase": "watch_parent", "epoch": epoch, "step": step})
+    cur = {
+        r["question_id"]: bool(r["correct"])
+        for r in await self.answer_many(batch, S, P, {"phase": "batch", "epoch": epoch, "step": step})
+    }
     for r in par:
-        ev = w.add(bool(r['correct']), cur[r['question_id']])
+        ev = w.add(bool(r["correct"]), cur[r["question_id"]])
         if ev:
-            dec = {'decision': ev, 'reason': f"watch after {w.pairs} pairs", 'e_value': w.fwd.k, 'e_reverse': w.rev.k,
-                   'n_pairs': w.pairs, 'wins': w.fwd.wins, 'losses': w.fwd.losses}
-            self._record_gate(f"watch/{epoch}/{step}", epoch, step, 'watch', S, w.parent if ev == 'rollback' else S, dec, w.patches)
-            if ev == 'rollback':
+            dec = {
+                "decision": ev,
+                "reason": f"watch after {w.pairs} pairs",
+                "e_value": w.fwd.k,
+                "e_reverse": w.rev.k,
+                "n_pairs": w.pairs,
+                "wins": w.fwd.wins,
+                "losses": w.fwd.losses,
+            }
+            self._record_gate(
+                f"watch/{epoch}/{step}", epoch, step, "watch", S, w.parent if ev == "rollback" else S, dec, w.patches
+            )
+            if ev == "rollback":
                 self.cooldown_until, self.watch = step + self.gp.cooldown_steps, None
                 return w.parent
             break
-    if self.watch is not None and self.watch.settled: self.watch = None
+    if self.watch is not None and self.watch.settled:
+        self.watch = None
     return S
 
-@patch
-async def _val_acc(self:Runner, S, P, epoch, step):
-    if not self.pools.val: return None
-    return accuracy(await self.answer_many(self.pools.val, S, P, {'phase': 'val', 'epoch': epoch, 'step': step}, 'val'))
 
 @patch
-async def _slow_update(self:Runner, S, P, epoch, step, budget):
+async def _val_acc(self: Runner, S, P, epoch, step):
+    if not self.pools.val:
+        return None
+    return accuracy(await self.answer_many(self.pools.val, S, P, {"phase": "val", "epoch": epoch, "step": step}, "val"))
+
+
+@patch
+async def _slow_update(self: Runner, S, P, epoch, step, budget):
     "End-of-epoch update from the momentum buffer: gated skills candidate, four-way holdout for prompts."
-    fails = [r for r in self.momentum if not r['correct']]
-    if not fails: return S, P
+    fails = [r for r in self.momentum if not r["correct"]]
+    if not fails:
+        return S, P
     patches = await self._reflect(S.text, fails, max(1, budget), f"slow/{epoch}/{S.sha}/{P.sha}")
-    mq = [self.qmap[r['question_id']] for r in self.momentum]
-    S_new, _ = await self._try_edit(S, P, patches, mq, f"slow/{epoch}", epoch, step, 'slow')
+    mq = [self.qmap[r["question_id"]] for r in self.momentum]
+    S_new, _ = await self._try_edit(S, P, patches, mq, f"slow/{epoch}", epoch, step, "slow")
     # prompts candidate: one line proposed for the system prompt
     pp = await self._reflect(P.text, fails, 1, f"slow-prompt/{epoch}/{S.sha}/{P.sha}")
-    if not pp or pp[0].op != 'add' or pp[0].text.lower() in P.text.lower(): return S_new, P
-    Pc = self.version('prompts', {**P.files, 'system.md': P.text.rstrip() + f"\n- {pp[0].text}\n"}, P)
-    if not self.c.run_holdout_eval: return S_new, P
-    C = S_new if S_new.sha != S.sha else self.version('skills', {**S.files, 'skills.md': apply_patches(S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold)}, S)
+    if not pp or pp[0].op != "add" or pp[0].text.lower() in P.text.lower():
+        return S_new, P
+    Pc = self.version("prompts", {**P.files, "system.md": P.text.rstrip() + f"\n- {pp[0].text}\n"}, P)
+    if not self.c.run_holdout_eval:
+        return S_new, P
+    C = (
+        S_new
+        if S_new.sha != S.sha
+        else self.version(
+            "skills",
+            {
+                **S.files,
+                "skills.md": apply_patches(
+                    S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold
+                ),
+            },
+            S,
+        )
+    )
     cells = {}
-    for sk_name, sk in (('incumbent', S), ('candidate', C)):
-        for pr_name, pr in (('incumbent', P), ('candidate', Pc)):
+    for sk_name, sk in (("incumbent", S), ("candidate", C)):
+        for pr_name, pr in (("incumbent", P), ("candidate", Pc)):
             acc = await self._val_acc(sk, pr, epoch, step)
             cells[(sk_name, pr_name)] = acc
             self.store.put_holdout(self.run_id, epoch, sk_name, pr_name, sk.name, pr.name, acc, len(self.pools.val))
-    row = 'candidate' if S_new.sha != S.sha else 'incumbent'
-    a_new, a_old = cells[(row, 'candidate')], cells[(row, 'incumbent')]
+    row = "candidate" if S_new.sha != S.sha else "incumbent"
+    a_new, a_old = cells[(row, "candidate")], cells[(row, "incumbent")]
     adopt = a_new is not None and a_old is not None and a_new - a_old >= self.gp.delta_min
-    self.store.put_event(self.run_id, f"prompts/{epoch}", {'candidate': Pc.name, 'adopted': adopt, 'holdout': {f"{k[0]}/{k[1]}": v for k, v in cells.items()}})
+    self.store.put_event(
+        self.run_id,
+        f"prompts/{epoch}",
+        {"candidate": Pc.name, "adopted": adopt, "holdout": {f"{k[0]}/{k[1]}": v for k, v in cells.items()}},
+    )
     return S_new, (Pc if adopt else P)
 
+
 @patch
-async def _train(self:Runner) -> dict:
+async def _train(self: Runner) -> dict:
     c = self.c
     self.qmap = {q.question_id: q for q in self.questions}
     corr0, bl_id = await self._baseline()
@@ -365,55 +639,102 @@ async def _train(self:Runner) -> dict:
     self.pools = strat.build(self.questions, corr0, PoolConfig.from_run_config(c, self.test_dir, bl_id))
     self.qmap.update({q.question_id: q for q in self.pools.test})
     self.prepare_trees([q.video_id for q in self.pools.test])
-    if not self.pools.train: raise UserError("the training pool is empty (check task_types, train_ratio, test_size)", None, None, 'train_ratio')
-    if not self.pools.test: raise UserError("the test pool is empty: set test_questions (a question folder) or test_size (questions held out)", None, None, 'test_size')
-    self.store.put_event(self.run_id, 'pools', {**self.pools.sizes(), 'baseline': bl_id, 'strategy': c.pool_split_mode})
+    if not self.pools.train:
+        raise UserError(
+            "the training pool is empty (check task_types, train_ratio, test_size)", None, None, "train_ratio"
+        )
+    if not self.pools.test:
+        raise UserError(
+            "the test pool is empty: set test_questions (a question folder) or test_size (questions held out)",
+            None,
+            None,
+            "test_size",
+        )
+    self.store.put_event(self.run_id, "pools", {**self.pools.sizes(), "baseline": bl_id, "strategy": c.pool_split_mode})
     S, P = self.S0, self.P0
     self.watch, self.cooldown_until = None, 0
     self.momentum = collections.deque(maxlen=max(1, c.momentum_samples))
     best, since, step, history = -1.0, 0, 0, []
     for epoch in range(1, c.epochs + 1):
         budget = edit_budget(epoch, c.epochs, c.edit_budget_start, c.edit_budget_end)
-        corr_now = {**corr0, **{r['question_id']: bool(r['correct']) for r in self.store.answers(self.run_id)
-                                if r['skills_sha'] == S.sha and r['prompts_sha'] == P.sha}}
-        batches = make_batches(self.pools.train, corr_now, c.batch_size, c.min_class_per_batch, c.batch_correct_ratio, c.seed, epoch)
+        corr_now = {
+            **corr0,
+            **{
+                r["question_id"]: bool(r["correct"])
+                for r in self.store.answers(self.run_id)
+                if r["skills_sha"] == S.sha and r["prompts_sha"] == P.sha
+            },
+        }
+        batches = make_batches(
+            self.pools.train, corr_now, c.batch_size, c.min_class_per_batch, c.batch_correct_ratio, c.seed, epoch
+        )
         for b, batch in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not self.progress), 1):
             step += 1
-            ctx = {'phase': 'batch', 'epoch': epoch, 'step': step}
+            ctx = {"phase": "batch", "epoch": epoch, "step": step}
             S = await self._follow_watch(S, P, batch, epoch, step)
             rows = await self.answer_many(batch, S, P, ctx)
             batch_acc = accuracy(rows)
             self.momentum.extend(rows)
-            fails = [r for r in rows if not r['correct']]
-            pending = self.watch is not None and self.watch.status == 'provisional'
+            fails = [r for r in rows if not r["correct"]]
+            pending = self.watch is not None and self.watch.status == "provisional"
             if fails and step > self.cooldown_until and not pending and budget > 0:
                 patches = await self._reflect(S.text, fails, budget, f"fast/{epoch}/{b}/{S.sha}/{P.sha}")
-                S, _ = await self._try_edit(S, P, patches, batch, f"fast/{epoch}/{b}", epoch, step, 'fast')
+                S, _ = await self._try_edit(S, P, patches, batch, f"fast/{epoch}/{b}", epoch, step, "fast")
             val = await self._val_acc(S, P, epoch, step)
-            self.store.put_dual_metric(self.run_id, epoch, step, batch_acc, val, S.name, P.name, len(rows), len(self.pools.val))
+            self.store.put_dual_metric(
+                self.run_id, epoch, step, batch_acc, val, S.name, P.name, len(rows), len(self.pools.val)
+            )
         if c.use_slow_momentum:
             S, P = await self._slow_update(S, P, epoch, step, budget)
         val = await self._val_acc(S, P, epoch, step)
-        history.append({'epoch': epoch, 'val_accuracy': val, 'skills_version': S.name, 'prompts_version': P.name})
+        history.append({"epoch": epoch, "val_accuracy": val, "skills_version": S.name, "prompts_version": P.name})
         self.store.put_event(self.run_id, f"epoch/{epoch}", history[-1])
         if val is not None:
-            if val > best + 1e-12: best, since = val, 0
-            else: since += 1
+            if val > best + 1e-12:
+                best, since = val, 0
+            else:
+                since += 1
             if since >= c.early_stop_patience:
-                self.store.put_event(self.run_id, 'early_stop', {'epoch': epoch, 'best_val': best}); break
+                self.store.put_event(self.run_id, "early_stop", {"epoch": epoch, "best_val": best})
+                break
     # final test evaluation: starting versions vs final versions
     test = self.pools.test
-    base = await self.answer_many(test, self.S0, self.P0, {'phase': 'test'}, 'test (start)')
-    fin = await self.answer_many(test, S, P, {'phase': 'test'}, 'test (final)')
-    gates = self.store.table('gate_decisions', self.run_id)
-    accepted = [g for g in gates if g['decision'] in ('confirm', 'provisional', 'accept_ungated') and g['kind'] != 'watch']
-    res = {'run_id': self.run_id, 'mode': 'train', 'epochs_run': len(history), 'history': history,
-           'baseline': {'skills_version': self.S0.name, 'prompts_version': self.P0.name, 'accuracy': accuracy(base), 'n': len(base), 'per_task_type': per_task(base)},
-           'final': {'skills_version': S.name, 'prompts_version': P.name, 'accuracy': accuracy(fin), 'n': len(fin), 'per_task_type': per_task(fin)},
-           'pools': self.pools.sizes(), 'baseline_source': bl_id,
-           'gate': {'rounds': sum(g['kind'] != 'watch' for g in gates),
-                    'decisions': dict(collections.Counter(g['decision'] for g in gates)),
-                    'rollbacks': sum(g['decision'] == 'rollback' for g in gates), **self._bad_edit_counts(gates, accepted)},
-           'skills_version': S.name, 'prompts_version': P.name, 'resumed': self.resumed}
-    write_json(self.ws/'analyses'/'final_test_eval.json', {**res, 'provenance': provenance(self.c.to_dict(), [])})
+    base = await self.answer_many(test, self.S0, self.P0, {"phase": "test"}, "test (start)")
+    fin = await self.answer_many(test, S, P, {"phase": "test"}, "test (final)")
+    gates = self.store.table("gate_decisions", self.run_id)
+    accepted = [
+        g for g in gates if g["decision"] in ("confirm", "provisional", "accept_ungated") and g["kind"] != "watch"
+    ]
+    res = {
+        "run_id": self.run_id,
+        "mode": "train",
+        "epochs_run": len(history),
+        "history": history,
+        "baseline": {
+            "skills_version": self.S0.name,
+            "prompts_version": self.P0.name,
+            "accuracy": accuracy(base),
+            "n": len(base),
+            "per_task_type": per_task(base),
+        },
+        "final": {
+            "skills_version": S.name,
+            "prompts_version": P.name,
+            "accuracy": accuracy(fin),
+            "n": len(fin),
+            "per_task_type": per_task(fin),
+        },
+        "pools": self.pools.sizes(),
+        "baseline_source": bl_id,
+        "gate": {
+            "rounds": sum(g["kind"] != "watch" for g in gates),
+            "decisions": dict(collections.Counter(g["decision"] for g in gates)),
+            "rollbacks": sum(g["decision"] == "rollback" for g in gates),
+            **self._bad_edit_counts(gates, accepted),
+        },
+        "skills_version": S.name,
+        "prompts_version": P.name,
+        "resumed": self.resumed,
+    }
+    write_json(self.ws / "analyses" / "final_test_eval.json", {**res, "provenance": provenance(self.c.to_dict(), [])})
     return res

@@ -4,13 +4,17 @@
 
 # %% ../../nbs/harness/04_store.ipynb #09257308
 from __future__ import annotations
-import json, os, shutil, sqlite3
+
+import json
+import os
+import shutil
+import sqlite3
 from pathlib import Path
-from typing import Optional
-from ..utils import UserError, atomic_dir, make_parent, write_json, now_iso, provenance, path_component
+
+from ..utils import UserError, atomic_dir, make_parent, now_iso, path_component, provenance, write_json
 
 # %% auto #0
-__all__ = ['SCHEMA', 'RUN_TABLES', 'holders', 'connect', 'HarnessStore', 'extract_run_db', 'init_seed', 'load_seed']
+__all__ = ["SCHEMA", "RUN_TABLES", "holders", "connect", "HarnessStore", "extract_run_db", "init_seed", "load_seed"]
 
 # %% ../../nbs/harness/04_store.ipynb #86ff4d1d
 SCHEMA = """
@@ -34,185 +38,357 @@ CREATE TABLE IF NOT EXISTS holdout (run_id TEXT, epoch INTEGER, skills TEXT, pro
   prompts_version TEXT, accuracy REAL, n INTEGER, PRIMARY KEY (run_id, epoch, skills, prompts));
 CREATE TABLE IF NOT EXISTS events (run_id TEXT, key TEXT, detail_json TEXT, created TEXT, PRIMARY KEY (run_id, key));
 """
-RUN_TABLES = ('runs', 'answers', 'versions', 'reflections', 'gate_decisions', 'dual_metric', 'holdout', 'events')
+RUN_TABLES = ("runs", "answers", "versions", "reflections", "gate_decisions", "dual_metric", "holdout", "events")
 
-def holders(path:str|Path) -> list[str]:
+
+def holders(path: str | Path) -> list[str]:
     "`pid (command)` of the other processes that have the db (or its -wal/-shm file) open, from /proc; [] elsewhere."
-    base = str(Path(path).resolve()); targets = {base, base + '-wal', base + '-shm'}; out = []
-    for fd_dir in Path('/proc').glob('[0-9]*/fd'):
-        if fd_dir.parent.name == str(os.getpid()): continue
+    base = str(Path(path).resolve())
+    targets = {base, base + "-wal", base + "-shm"}
+    out = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        if fd_dir.parent.name == str(os.getpid()):
+            continue
         try:
-            if not any(os.readlink(f) in targets for f in fd_dir.iterdir()): continue
-            cmd = (fd_dir.parent/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace').strip()
+            if not any(os.readlink(f) in targets for f in fd_dir.iterdir()):
+                continue
+            cmd = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             out.append(f"{fd_dir.parent.name} ({cmd[:100]})")
-        except OSError: continue
+        except OSError:
+            continue
     return out
 
-def _db_error(path:Path, e:sqlite3.Error, timeout:float) -> UserError:
+
+def _db_error(path: Path, e: sqlite3.Error, timeout: float) -> UserError:
     msg = str(e)
-    if 'locked' in msg or 'busy' in msg:
+    if "locked" in msg or "busy" in msg:
         who = holders(path)
-        return UserError(f"the harness db is locked by another process ({'; '.join(who) if who else 'holder unknown'}) "
-                         f"and stayed locked for {timeout:g} s; wait for it or use another --workspace-dir", path)
+        return UserError(
+            f"the harness db is locked by another process ({'; '.join(who) if who else 'holder unknown'}) "
+            f"and stayed locked for {timeout:g} s; wait for it or use another --workspace-dir",
+            path,
+        )
     return UserError(f"not a usable harness db ({msg}); move it away to start a new one", path)
+
 
 class _Connection(sqlite3.Connection):
     "A connection whose database errors (locked, corrupt, not a database) are one-line `UserError`s naming the file."
-    def execute(self, *a):
-        try: return super().execute(*a)
-        except sqlite3.DatabaseError as e: raise _db_error(self.db_path, e, self.busy_timeout) from None
-    def executescript(self, *a):
-        try: return super().executescript(*a)
-        except sqlite3.DatabaseError as e: raise _db_error(self.db_path, e, self.busy_timeout) from None
 
-def connect(path:str|Path, timeout:float=30) -> sqlite3.Connection:
+    def execute(self, *a):
+        try:
+            return super().execute(*a)
+        except sqlite3.DatabaseError as e:
+            raise _db_error(self.db_path, e, self.busy_timeout) from None
+
+    def executescript(self, *a):
+        try:
+            return super().executescript(*a)
+        except sqlite3.DatabaseError as e:
+            raise _db_error(self.db_path, e, self.busy_timeout) from None
+
+
+def connect(path: str | Path, timeout: float = 30) -> sqlite3.Connection:
     "Open (creating) a harness db in WAL mode with the schema; waits up to `timeout` s for another writer."
-    path = Path(path); make_parent(path)
-    if path.is_dir(): raise UserError("is a folder, not a harness db", path)
-    try: con = sqlite3.connect(path, timeout=timeout, isolation_level=None, factory=_Connection)
-    except sqlite3.DatabaseError as e: raise _db_error(path, e, timeout) from None
+    path = Path(path)
+    make_parent(path)
+    if path.is_dir():
+        raise UserError("is a folder, not a harness db", path)
+    try:
+        con = sqlite3.connect(path, timeout=timeout, isolation_level=None, factory=_Connection)
+    except sqlite3.DatabaseError as e:
+        raise _db_error(path, e, timeout) from None
     con.db_path, con.busy_timeout = path, timeout
     con.row_factory = sqlite3.Row
-    con.execute("PRAGMA journal_mode=WAL"); con.execute("PRAGMA synchronous=NORMAL")
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(SCHEMA)
     return con
+
 
 # %% ../../nbs/harness/04_store.ipynb #5f53cfb0
 class HarnessStore:
     "Typed access to one harness.db."
-    def __init__(self, path:str|Path): self.path = Path(path); self.con = connect(self.path)
-    def close(self): self.con.close()
-    def _put(self, table:str, row:dict):
-        cols = ','.join(row); qs = ','.join('?' * len(row))
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.con = connect(self.path)
+
+    def close(self):
+        self.con.close()
+
+    def _put(self, table: str, row: dict):
+        cols = ",".join(row)
+        qs = ",".join("?" * len(row))
         self.con.execute(f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({qs})", list(row.values()))
+
     # runs
-    def run(self, run_id:str) -> Optional[dict]:
+    def run(self, run_id: str) -> dict | None:
         r = self.con.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
         return dict(r) if r else None
-    def run_ids(self) -> list: return [r[0] for r in self.con.execute("SELECT run_id FROM runs ORDER BY started")]
-    def start_run(self, run_id:str, mode:str, config:dict, skills_version:str, prompts_version:str):
+
+    def run_ids(self) -> list:
+        return [r[0] for r in self.con.execute("SELECT run_id FROM runs ORDER BY started")]
+
+    def start_run(self, run_id: str, mode: str, config: dict, skills_version: str, prompts_version: str):
         "Create the run row, or mark an existing one running again (resume)."
-        if self.run(run_id): self.con.execute("UPDATE runs SET status='running', finished=NULL WHERE run_id=?", (run_id,))
-        else: self._put('runs', dict(run_id=run_id, mode=mode, config_json=json.dumps(config, default=str), status='running',
-                                    started=now_iso(), finished=None, skills_version=skills_version, prompts_version=prompts_version, note=None))
-    def finish_run(self, run_id:str, status:str='done', skills_version:str=None, prompts_version:str=None, note:str=None):
-        self.con.execute("UPDATE runs SET status=?, finished=?, skills_version=COALESCE(?, skills_version), "
-                         "prompts_version=COALESCE(?, prompts_version), note=? WHERE run_id=?",
-                         (status, now_iso(), skills_version, prompts_version, note, run_id))
-    def delete_run(self, run_id:str):
+        if self.run(run_id):
+            self.con.execute("UPDATE runs SET status='running', finished=NULL WHERE run_id=?", (run_id,))
+        else:
+            self._put(
+                "runs",
+                dict(
+                    run_id=run_id,
+                    mode=mode,
+                    config_json=json.dumps(config, default=str),
+                    status="running",
+                    started=now_iso(),
+                    finished=None,
+                    skills_version=skills_version,
+                    prompts_version=prompts_version,
+                    note=None,
+                ),
+            )
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: str = "done",
+        skills_version: str = None,
+        prompts_version: str = None,
+        note: str = None,
+    ):
+        self.con.execute(
+            "UPDATE runs SET status=?, finished=?, skills_version=COALESCE(?, skills_version), "
+            "prompts_version=COALESCE(?, prompts_version), note=? WHERE run_id=?",
+            (status, now_iso(), skills_version, prompts_version, note, run_id),
+        )
+
+    def delete_run(self, run_id: str):
         "Remove every row of a run (for --fresh)."
         with self.con:
-            for t in RUN_TABLES: self.con.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
+            for t in RUN_TABLES:
+                self.con.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
+
     # answers
-    def get_answer(self, run_id, question_id, skills_sha, prompts_sha) -> Optional[dict]:
-        r = self.con.execute("SELECT * FROM answers WHERE run_id=? AND question_id=? AND skills_sha=? AND prompts_sha=?",
-                             (run_id, question_id, skills_sha, prompts_sha)).fetchone()
+    def get_answer(self, run_id, question_id, skills_sha, prompts_sha) -> dict | None:
+        r = self.con.execute(
+            "SELECT * FROM answers WHERE run_id=? AND question_id=? AND skills_sha=? AND prompts_sha=?",
+            (run_id, question_id, skills_sha, prompts_sha),
+        ).fetchone()
         return dict(r) if r else None
-    def put_answer(self, **row): row.setdefault('created', now_iso()); self._put('answers', row)
-    def answers(self, run_id:str) -> list[dict]:
-        return [dict(r) for r in self.con.execute("SELECT * FROM answers WHERE run_id=? ORDER BY created, question_id", (run_id,))]
-    def correctness(self, run_id:str) -> dict:
+
+    def put_answer(self, **row):
+        row.setdefault("created", now_iso())
+        self._put("answers", row)
+
+    def answers(self, run_id: str) -> list[dict]:
+        return [
+            dict(r)
+            for r in self.con.execute("SELECT * FROM answers WHERE run_id=? ORDER BY created, question_id", (run_id,))
+        ]
+
+    def correctness(self, run_id: str) -> dict:
         "question_id -> correct, from the run's answers (first answer per question)."
         out = {}
-        for r in self.con.execute("SELECT question_id, correct FROM answers WHERE run_id=? ORDER BY created", (run_id,)):
+        for r in self.con.execute(
+            "SELECT question_id, correct FROM answers WHERE run_id=? ORDER BY created", (run_id,)
+        ):
             out.setdefault(r[0], bool(r[1]))
         return out
+
     # versions, reflections, events
     def put_version(self, run_id, kind, version, sha, parent=None):
-        self._put('versions', dict(run_id=run_id, kind=kind, version=version, sha=sha, parent=parent, created=now_iso()))
+        self._put(
+            "versions", dict(run_id=run_id, kind=kind, version=version, sha=sha, parent=parent, created=now_iso())
+        )
+
     def versions(self, run_id, kind) -> dict:
-        return {r['version']: r['sha'] for r in self.con.execute("SELECT * FROM versions WHERE run_id=? AND kind=?", (run_id, kind))}
+        return {
+            r["version"]: r["sha"]
+            for r in self.con.execute("SELECT * FROM versions WHERE run_id=? AND kind=?", (run_id, kind))
+        }
+
     def get_reflection(self, run_id, key):
         r = self.con.execute("SELECT output_json FROM reflections WHERE run_id=? AND key=?", (run_id, key)).fetchone()
         return json.loads(r[0]) if r else None
+
     def put_reflection(self, run_id, key, output):
-        self._put('reflections', dict(run_id=run_id, key=key, output_json=json.dumps(output), created=now_iso()))
-    def put_event(self, run_id, key, detail:dict):
-        self._put('events', dict(run_id=run_id, key=key, detail_json=json.dumps(detail, default=str), created=now_iso()))
+        self._put("reflections", dict(run_id=run_id, key=key, output_json=json.dumps(output), created=now_iso()))
+
+    def put_event(self, run_id, key, detail: dict):
+        self._put(
+            "events", dict(run_id=run_id, key=key, detail_json=json.dumps(detail, default=str), created=now_iso())
+        )
+
     def get_event(self, run_id, key):
         r = self.con.execute("SELECT detail_json FROM events WHERE run_id=? AND key=?", (run_id, key)).fetchone()
         return json.loads(r[0]) if r else None
+
     # metrics
     def put_gate(self, run_id, key, **row):
-        detail = row.pop('detail', {})
-        self._put('gate_decisions', dict(run_id=run_id, key=key, **row, detail_json=json.dumps(detail, default=str), created=now_iso()))
-    def put_dual_metric(self, run_id, epoch, step, batch_accuracy, heldout_accuracy, skills_version, prompts_version, n_batch, n_heldout):
-        self._put('dual_metric', dict(run_id=run_id, epoch=epoch, step=step, batch_accuracy=batch_accuracy, heldout_accuracy=heldout_accuracy,
-                                      skills_version=skills_version, prompts_version=prompts_version, n_batch=n_batch, n_heldout=n_heldout, created=now_iso()))
+        detail = row.pop("detail", {})
+        self._put(
+            "gate_decisions",
+            dict(run_id=run_id, key=key, **row, detail_json=json.dumps(detail, default=str), created=now_iso()),
+        )
+
+    def put_dual_metric(
+        self, run_id, epoch, step, batch_accuracy, heldout_accuracy, skills_version, prompts_version, n_batch, n_heldout
+    ):
+        self._put(
+            "dual_metric",
+            dict(
+                run_id=run_id,
+                epoch=epoch,
+                step=step,
+                batch_accuracy=batch_accuracy,
+                heldout_accuracy=heldout_accuracy,
+                skills_version=skills_version,
+                prompts_version=prompts_version,
+                n_batch=n_batch,
+                n_heldout=n_heldout,
+                created=now_iso(),
+            ),
+        )
+
     def put_holdout(self, run_id, epoch, skills, prompts, skills_version, prompts_version, accuracy, n):
-        self._put('holdout', dict(run_id=run_id, epoch=epoch, skills=skills, prompts=prompts, skills_version=skills_version,
-                                  prompts_version=prompts_version, accuracy=accuracy, n=n))
-    def table(self, name:str, run_id:str=None) -> list[dict]:
+        self._put(
+            "holdout",
+            dict(
+                run_id=run_id,
+                epoch=epoch,
+                skills=skills,
+                prompts=prompts,
+                skills_version=skills_version,
+                prompts_version=prompts_version,
+                accuracy=accuracy,
+                n=n,
+            ),
+        )
+
+    def table(self, name: str, run_id: str = None) -> list[dict]:
         "All rows of a table (optionally of one run), in the order they were written."
-        if name not in RUN_TABLES: raise ValueError(name)
-        q, a = (f"SELECT * FROM {name} WHERE run_id=? ORDER BY rowid", (run_id,)) if run_id else (f"SELECT * FROM {name} ORDER BY rowid", ())
+        if name not in RUN_TABLES:
+            raise ValueError(name)
+        q, a = (
+            (f"SELECT * FROM {name} WHERE run_id=? ORDER BY rowid", (run_id,))
+            if run_id
+            else (f"SELECT * FROM {name} ORDER BY rowid", ())
+        )
         return [dict(r) for r in self.con.execute(q, a)]
 
+
 # %% ../../nbs/harness/04_store.ipynb #9f27211d
-def extract_run_db(src_db:str|Path,   # harness.db holding the run
-                   dst_db:str|Path,   # new db file (must not exist)
-                   run_id:str,        # the run to copy
-                   ) -> Path:
+def extract_run_db(
+    src_db: str | Path,  # harness.db holding the run
+    dst_db: str | Path,  # new db file (must not exist)
+    run_id: str,  # the run to copy
+) -> Path:
     "Copy every row of `run_id` from `src_db` into a new db `dst_db`."
     src_db, dst_db = Path(src_db), Path(dst_db)
-    if not src_db.is_file(): raise UserError("no such harness db", src_db)
-    if dst_db.exists(): raise UserError("destination exists; choose a new file", dst_db)
+    if not src_db.is_file():
+        raise UserError("no such harness db", src_db)
+    if dst_db.exists():
+        raise UserError("destination exists; choose a new file", dst_db)
     src = HarnessStore(src_db)
     try:
         if not src.run(run_id):
-            raise UserError(f"no run {run_id!r}; runs here: {', '.join(src.run_ids()) or '(none)'}", src_db, None, 'run_id')
+            raise UserError(
+                f"no run {run_id!r}; runs here: {', '.join(src.run_ids()) or '(none)'}", src_db, None, "run_id"
+            )
         tmp = dst_db.with_name(f".{dst_db.name}.tmp")
-        if tmp.exists(): tmp.unlink()
+        if tmp.exists():
+            tmp.unlink()
         dst = HarnessStore(tmp)
         with dst.con:
             for t in RUN_TABLES:
-                for row in src.table(t, run_id): dst._put(t, row)
-        dst.con.execute("PRAGMA wal_checkpoint(TRUNCATE)"); dst.con.execute("PRAGMA journal_mode=DELETE"); dst.close()
+                for row in src.table(t, run_id):
+                    dst._put(t, row)
+        dst.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        dst.con.execute("PRAGMA journal_mode=DELETE")
+        dst.close()
         tmp.replace(dst_db)
-    finally: src.close()
+    finally:
+        src.close()
     return dst_db
 
-def _check_version_dir(d:Path, what:str):
-    if not d.is_dir() or not any(p.is_file() for p in d.iterdir()): raise UserError(f"{what} folder is missing or empty", d)
 
-def init_seed(store_dir:str|Path,       # the store (seeds go to store/seeds/NAME)
-              name:str,                 # seed name
-              skills_dir:str|Path,      # skills version folder to copy
-              prompts_dir:str|Path,     # prompts version folder to copy
-              baseline_db:str|Path=None,   # db with the baseline run (e.g. from extract_run_db)
-              baseline_run_id:str=None,    # its run id
-              parent:str=None,              # the seed this one derives from
-              description:str='',           # what the seed is
-              ) -> Path:
+def _check_version_dir(d: Path, what: str):
+    if not d.is_dir() or not any(p.is_file() for p in d.iterdir()):
+        raise UserError(f"{what} folder is missing or empty", d)
+
+
+def init_seed(
+    store_dir: str | Path,  # the store (seeds go to store/seeds/NAME)
+    name: str,  # seed name
+    skills_dir: str | Path,  # skills version folder to copy
+    prompts_dir: str | Path,  # prompts version folder to copy
+    baseline_db: str | Path = None,  # db with the baseline run (e.g. from extract_run_db)
+    baseline_run_id: str = None,  # its run id
+    parent: str = None,  # the seed this one derives from
+    description: str = "",  # what the seed is
+) -> Path:
     "Create `store/seeds/NAME/` with skills, prompts, baseline.db and seed.json."
-    store_dir = Path(store_dir); dest = store_dir/'seeds'/path_component(name, 'name')
-    if parent is not None: path_component(parent, 'parent')
-    if dest.exists(): raise UserError(f"seed {name!r} already exists", dest)
+    store_dir = Path(store_dir)
+    dest = store_dir / "seeds" / path_component(name, "name")
+    if parent is not None:
+        path_component(parent, "parent")
+    if dest.exists():
+        raise UserError(f"seed {name!r} already exists", dest)
     skills_dir, prompts_dir = Path(skills_dir), Path(prompts_dir)
-    _check_version_dir(skills_dir, 'skills'); _check_version_dir(prompts_dir, 'prompts')
-    if parent is not None and not (store_dir/'seeds'/parent).is_dir(): raise UserError(f"parent seed {parent!r} does not exist", store_dir/'seeds', None, 'parent')
+    _check_version_dir(skills_dir, "skills")
+    _check_version_dir(prompts_dir, "prompts")
+    if parent is not None and not (store_dir / "seeds" / parent).is_dir():
+        raise UserError(f"parent seed {parent!r} does not exist", store_dir / "seeds", None, "parent")
     if baseline_db is not None:
         st = HarnessStore(baseline_db)
         try:
             if baseline_run_id is None or not st.run(baseline_run_id):
-                raise UserError(f"baseline run {baseline_run_id!r} not in the db; runs: {', '.join(st.run_ids()) or '(none)'}", baseline_db, None, 'baseline_run_id')
+                raise UserError(
+                    f"baseline run {baseline_run_id!r} not in the db; runs: {', '.join(st.run_ids()) or '(none)'}",
+                    baseline_db,
+                    None,
+                    "baseline_run_id",
+                )
             n = len(st.answers(baseline_run_id))
-        finally: st.close()
+        finally:
+            st.close()
     with atomic_dir(dest) as tmp:
-        shutil.copytree(skills_dir, tmp/'skills'); shutil.copytree(prompts_dir, tmp/'prompts')
-        if baseline_db is not None: shutil.copy2(baseline_db, tmp/'baseline.db')
-        write_json(tmp/'seed.json', {'name': name, 'parent': parent, 'description': description,
-                                     'baseline_run_id': baseline_run_id, 'baseline_answers': n if baseline_db else 0,
-                                     'skills_from': str(skills_dir), 'prompts_from': str(prompts_dir),
-                                     'provenance': provenance({'name': name, 'parent': parent}, [baseline_db] if baseline_db else [])})
+        shutil.copytree(skills_dir, tmp / "skills")
+        shutil.copytree(prompts_dir, tmp / "prompts")
+        if baseline_db is not None:
+            shutil.copy2(baseline_db, tmp / "baseline.db")
+        write_json(
+            tmp / "seed.json",
+            {
+                "name": name,
+                "parent": parent,
+                "description": description,
+                "baseline_run_id": baseline_run_id,
+                "baseline_answers": n if baseline_db else 0,
+                "skills_from": str(skills_dir),
+                "prompts_from": str(prompts_dir),
+                "provenance": provenance({"name": name, "parent": parent}, [baseline_db] if baseline_db else []),
+            },
+        )
     return dest
 
-def load_seed(store_dir:str|Path, name:str) -> dict:
+
+def load_seed(store_dir: str | Path, name: str) -> dict:
     "Read `store/seeds/NAME/seed.json` (with paths), or fail naming the available seeds."
-    d = Path(store_dir)/'seeds'/path_component(name, 'seed')
-    if not (d/'seed.json').is_file():
-        have = sorted(p.name for p in (Path(store_dir)/'seeds').glob('*') if p.is_dir()) if (Path(store_dir)/'seeds').is_dir() else []
+    d = Path(store_dir) / "seeds" / path_component(name, "seed")
+    if not (d / "seed.json").is_file():
+        have = (
+            sorted(p.name for p in (Path(store_dir) / "seeds").glob("*") if p.is_dir())
+            if (Path(store_dir) / "seeds").is_dir()
+            else []
+        )
         raise UserError(f"no seed {name!r}; seeds: {', '.join(have) or '(none)'}", d)
-    meta = json.loads((d/'seed.json').read_text())
-    return {**meta, 'dir': d, 'skills_dir': d/'skills', 'prompts_dir': d/'prompts',
-            'baseline_db': d/'baseline.db' if (d/'baseline.db').is_file() else None}
+    meta = json.loads((d / "seed.json").read_text())
+    return {
+        **meta,
+        "dir": d,
+        "skills_dir": d / "skills",
+        "prompts_dir": d / "prompts",
+        "baseline_db": d / "baseline.db" if (d / "baseline.db").is_file() else None,
+    }

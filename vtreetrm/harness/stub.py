@@ -4,82 +4,132 @@
 
 # %% ../../nbs/harness/05a_stub.ipynb #89f07c81
 from __future__ import annotations
-import argparse, asyncio, hashlib, json, threading, time
+
+import argparse
+import asyncio
+import hashlib
+import threading
+
 from aiohttp import web
-from .backends import SimulatedBackend, ChatReply
+
+from .backends import ChatReply, SimulatedBackend
 
 # %% auto #0
-__all__ = ['STATS', 'make_stub_app', 'StubServer', 'main']
+__all__ = ["STATS", "make_stub_app", "StubServer", "main"]
 
 # %% ../../nbs/harness/05a_stub.ipynb #24691c5d
-STATS = web.AppKey('stats', dict)
+STATS = web.AppKey("stats", dict)
 
-def _caption_reply(messages:list):
+
+def _caption_reply(messages: list):
     "A captioner's request (an image, or a summary prompt without the agent's question layout) answered in kind; else None."
-    user = next((m['content'] for m in messages if m.get('role') == 'user'), '')
+    user = next((m["content"] for m in messages if m.get("role") == "user"), "")
     if isinstance(user, list):
-        url = next((p['image_url']['url'] for p in user if p.get('type') == 'image_url'), '')
+        url = next((p["image_url"]["url"] for p in user if p.get("type") == "image_url"), "")
         return ChatReply(f"A frame whose image hash is {hashlib.sha256(url.encode()).hexdigest()[:8]}.")
-    if isinstance(user, str) and len(messages) == 1 and 'captions of consecutive keyframes' in user:   # trees.SUMMARY_PROMPT
-        return ChatReply('Summary: ' + user.splitlines()[-1].lstrip('- '))
+    if (
+        isinstance(user, str)
+        and len(messages) == 1
+        and "captions of consecutive keyframes" in user  # trees.SUMMARY_PROMPT
+    ):
+        return ChatReply("Summary: " + user.splitlines()[-1].lstrip("- "))
     return None
 
-def make_stub_app(latency_s:float=0.0,      # seconds before each reply
-                  fail_500_every:int=0,     # every n-th request gets HTTP 500 (0 = never)
-                  fail_429_every:int=0,     # every n-th request gets HTTP 429 with Retry-After: 0
-                  hang_every:int=0,         # every n-th request sleeps `hang_s` (to trip client timeouts)
-                  hang_s:float=5.0,
-                  garbage_every:int=0,      # every n-th request gets HTTP 200 with a body that is not JSON
-                  api_key:str=None,         # required bearer token (None = any)
-                  ) -> web.Application:
+
+def make_stub_app(
+    latency_s: float = 0.0,  # seconds before each reply
+    fail_500_every: int = 0,  # every n-th request gets HTTP 500 (0 = never)
+    fail_429_every: int = 0,  # every n-th request gets HTTP 429 with Retry-After: 0
+    hang_every: int = 0,  # every n-th request sleeps `hang_s` (to trip client timeouts)
+    hang_s: float = 5.0,
+    garbage_every: int = 0,  # every n-th request gets HTTP 200 with a body that is not JSON
+    api_key: str = None,  # required bearer token (None = any)
+) -> web.Application:
     "An aiohttp app serving simulated chat completions with faults."
-    sim, stats = SimulatedBackend(), {'requests': 0, 'ok': 0, 'in_flight': 0, 'max_in_flight': 0}
+    sim, stats = SimulatedBackend(), {"requests": 0, "ok": 0, "in_flight": 0, "max_in_flight": 0}
+
     async def chat(request):
-        stats['requests'] += 1; n = stats['requests']
-        if api_key and request.headers.get('Authorization') != f'Bearer {api_key}':
-            return web.json_response({'error': {'message': 'bad key'}}, status=401)
+        stats["requests"] += 1
+        n = stats["requests"]
+        if api_key and request.headers.get("Authorization") != f"Bearer {api_key}":
+            return web.json_response({"error": {"message": "bad key"}}, status=401)
         body = await request.json()
-        stats['in_flight'] += 1; stats['max_in_flight'] = max(stats['max_in_flight'], stats['in_flight'])
+        stats["in_flight"] += 1
+        stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
         try:
-            if fail_500_every and n % fail_500_every == 0: return web.json_response({'error': 'boom'}, status=500)
-            if fail_429_every and n % fail_429_every == 0: return web.json_response({'error': 'slow down'}, status=429, headers={'Retry-After': '0'})
-            if hang_every and n % hang_every == 0: await asyncio.sleep(hang_s)
-            if garbage_every and n % garbage_every == 0: return web.Response(text='<html>upstream error</html>', status=200)
-            if latency_s: await asyncio.sleep(latency_s)
-            r = _caption_reply(body['messages']) or await sim.chat(body['messages'], body.get('tools'))
-            stats['ok'] += 1
-            return web.json_response({'id': f'cmpl-{n}', 'object': 'chat.completion', 'model': body.get('model', 'stub'),
-                                      'choices': [{'index': 0, 'finish_reason': 'tool_calls' if r.tool_calls else 'stop', 'message': r.message()}],
-                                      'usage': {'prompt_tokens': 0, 'completion_tokens': 0}})
-        finally: stats['in_flight'] -= 1
-    app = web.Application(); app[STATS] = stats
-    app.router.add_post('/v1/chat/completions', chat)
+            if fail_500_every and n % fail_500_every == 0:
+                return web.json_response({"error": "boom"}, status=500)
+            if fail_429_every and n % fail_429_every == 0:
+                return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "0"})
+            if hang_every and n % hang_every == 0:
+                await asyncio.sleep(hang_s)
+            if garbage_every and n % garbage_every == 0:
+                return web.Response(text="<html>upstream error</html>", status=200)
+            if latency_s:
+                await asyncio.sleep(latency_s)
+            r = _caption_reply(body["messages"]) or await sim.chat(body["messages"], body.get("tools"))
+            stats["ok"] += 1
+            return web.json_response(
+                {
+                    "id": f"cmpl-{n}",
+                    "object": "chat.completion",
+                    "model": body.get("model", "stub"),
+                    "choices": [
+                        {"index": 0, "finish_reason": "tool_calls" if r.tool_calls else "stop", "message": r.message()}
+                    ],
+                    "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+                }
+            )
+        finally:
+            stats["in_flight"] -= 1
+
+    app = web.Application()
+    app[STATS] = stats
+    app.router.add_post("/v1/chat/completions", chat)
     return app
+
 
 class StubServer:
     "Run a stub app on 127.0.0.1 in a background thread (`with StubServer(...) as s: s.url`)."
-    def __init__(self, **kw): self.kw, self.port, self.url = kw, None, None
+
+    def __init__(self, **kw):
+        self.kw, self.port, self.url = kw, None, None
+
     def __enter__(self):
         ready = threading.Event()
+
         def serve():
-            self.loop = asyncio.new_event_loop(); asyncio.set_event_loop(self.loop)
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
             self.app = make_stub_app(**self.kw)
-            self.runner = web.AppRunner(self.app); self.loop.run_until_complete(self.runner.setup())
-            site = web.TCPSite(self.runner, '127.0.0.1', 0); self.loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]; ready.set()
+            self.runner = web.AppRunner(self.app)
+            self.loop.run_until_complete(self.runner.setup())
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            self.loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+            ready.set()
             self.loop.run_forever()
-        self.thread = threading.Thread(target=serve, daemon=True); self.thread.start(); ready.wait(10)
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        ready.wait(10)
         self.url = f"http://127.0.0.1:{self.port}/v1"
         return self
+
     @property
-    def stats(self) -> dict: return self.app[STATS]
+    def stats(self) -> dict:
+        return self.app[STATS]
+
     def __exit__(self, *a):
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop); self.thread.join(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
 
 def main(argv=None):
     "Serve the stub in this process until interrupted."
     p = argparse.ArgumentParser(description="OpenAI-compatible stub server (127.0.0.1)")
-    p.add_argument('--port', type=int, default=8000); p.add_argument('--latency', type=float, default=0.05)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--latency", type=float, default=0.05)
     a = p.parse_args(argv)
-    web.run_app(make_stub_app(a.latency), host='127.0.0.1', port=a.port, print=None)
+    web.run_app(make_stub_app(a.latency), host="127.0.0.1", port=a.port, print=None)

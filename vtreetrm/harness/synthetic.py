@@ -4,169 +4,396 @@
 
 # %% ../../nbs/harness/08_synthetic.ipynb #da348662
 from __future__ import annotations
-import json, random
+
+import json
+import random
 from pathlib import Path
+
 import yaml
-from ..utils import UserError, atomic_dir, write_json, provenance, check_replaceable
+
 from .questions import load_benchmark
+from ..utils import UserError, atomic_dir, check_replaceable, provenance, write_json
 
 # %% auto #0
-__all__ = ['PLACES', 'ACTIONS', 'OBJECTS', 'COLORS', 'COUNTS', 'RELATIONS', 'PARTS', 'SYN_TASKS', 'SKILLS_V1', 'SYSTEM_V1',
-           'REFLECT_V1', 'experiment_config', 'make_synthetic']
+__all__ = [
+    "PLACES",
+    "ACTIONS",
+    "OBJECTS",
+    "COLORS",
+    "COUNTS",
+    "RELATIONS",
+    "PARTS",
+    "SYN_TASKS",
+    "SKILLS_V1",
+    "SYSTEM_V1",
+    "REFLECT_V1",
+    "experiment_config",
+    "make_synthetic",
+]
 
 # %% ../../nbs/harness/08_synthetic.ipynb #5c00db1d
-PLACES = ['kitchen', 'garden', 'garage', 'beach', 'office', 'gym', 'library', 'park', 'street', 'classroom', 'bakery',
-          'harbor', 'forest', 'stadium', 'museum', 'market', 'rooftop', 'barn', 'laboratory', 'train station', 'bridge',
-          'hospital hallway', 'farm field', 'parking lot', 'ski slope', 'river bank', 'music studio', 'bookshop']
-ACTIONS = ['chopping vegetables', 'watering plants', 'repairing a bicycle', 'building a sandcastle', 'typing on a laptop',
-           'lifting dumbbells', 'shelving books', 'flying a kite', 'walking a dog', 'writing on a blackboard', 'kneading dough',
-           'tying a rope', 'chopping firewood', 'kicking a ball', 'painting a canvas', 'juggling oranges', 'doing push-ups',
-           'feeding chickens', 'pouring a liquid', 'playing a guitar', 'taking photographs', 'sweeping the floor',
-           'climbing a ladder', 'washing a car', 'folding laundry', 'skipping rope', 'carrying boxes', 'stretching arms']
-OBJECTS = ['chair', 'bucket', 'lamp', 'umbrella', 'backpack', 'bottle', 'basket', 'helmet', 'suitcase', 'drum', 'clock',
-           'kettle', 'traffic cone', 'flowerpot', 'skateboard', 'toolbox', 'mirror', 'candle']
-COLORS = ['red', 'blue', 'green', 'yellow', 'purple', 'orange', 'white', 'black']
-COUNTS = ['two', 'three', 'four', 'five', 'six', 'seven']
-RELATIONS = ['to the left of', 'to the right of', 'behind', 'in front of']
-PARTS = ['at the beginning of the video', 'in the middle of the video', 'at the end of the video']
+PLACES = [
+    "kitchen",
+    "garden",
+    "garage",
+    "beach",
+    "office",
+    "gym",
+    "library",
+    "park",
+    "street",
+    "classroom",
+    "bakery",
+    "harbor",
+    "forest",
+    "stadium",
+    "museum",
+    "market",
+    "rooftop",
+    "barn",
+    "laboratory",
+    "train station",
+    "bridge",
+    "hospital hallway",
+    "farm field",
+    "parking lot",
+    "ski slope",
+    "river bank",
+    "music studio",
+    "bookshop",
+]
+ACTIONS = [
+    "chopping vegetables",
+    "watering plants",
+    "repairing a bicycle",
+    "building a sandcastle",
+    "typing on a laptop",
+    "lifting dumbbells",
+    "shelving books",
+    "flying a kite",
+    "walking a dog",
+    "writing on a blackboard",
+    "kneading dough",
+    "tying a rope",
+    "chopping firewood",
+    "kicking a ball",
+    "painting a canvas",
+    "juggling oranges",
+    "doing push-ups",
+    "feeding chickens",
+    "pouring a liquid",
+    "playing a guitar",
+    "taking photographs",
+    "sweeping the floor",
+    "climbing a ladder",
+    "washing a car",
+    "folding laundry",
+    "skipping rope",
+    "carrying boxes",
+    "stretching arms",
+]
+OBJECTS = [
+    "chair",
+    "bucket",
+    "lamp",
+    "umbrella",
+    "backpack",
+    "bottle",
+    "basket",
+    "helmet",
+    "suitcase",
+    "drum",
+    "clock",
+    "kettle",
+    "traffic cone",
+    "flowerpot",
+    "skateboard",
+    "toolbox",
+    "mirror",
+    "candle",
+]
+COLORS = ["red", "blue", "green", "yellow", "purple", "orange", "white", "black"]
+COUNTS = ["two", "three", "four", "five", "six", "seven"]
+RELATIONS = ["to the left of", "to the right of", "behind", "in front of"]
+PARTS = ["at the beginning of the video", "in the middle of the video", "at the end of the video"]
 SYN_TASKS = {  # task type -> (question template, fact key, option universe)
-    'Action Recognition': ("What is the person doing in the {place} scene?", 'action', ACTIONS),
-    'Counting Problem': ("How many {object}s are next to the person in the {place} scene?", 'count', COUNTS),
-    'Object Recognition': ("Which object stands next to the person in the {place} scene?", 'object', OBJECTS),
-    'Attribute Perception': ("What color are the objects next to the person in the {place} scene?", 'color', COLORS),
-    'Spatial Reasoning': ("Where are the objects relative to the person in the {place} scene?", 'relation', RELATIONS),
-    'Temporal Perception': ("When does the {place} scene appear?", 'part', PARTS + ['throughout the whole video']),
+    "Action Recognition": ("What is the person doing in the {place} scene?", "action", ACTIONS),
+    "Counting Problem": ("How many {object}s are next to the person in the {place} scene?", "count", COUNTS),
+    "Object Recognition": ("Which object stands next to the person in the {place} scene?", "object", OBJECTS),
+    "Attribute Perception": ("What color are the objects next to the person in the {place} scene?", "color", COLORS),
+    "Spatial Reasoning": ("Where are the objects relative to the person in the {place} scene?", "relation", RELATIONS),
+    "Temporal Perception": ("When does the {place} scene appear?", "part", PARTS + ["throughout the whole video"]),
 }
 
-def _video(rng:random.Random, vid:str) -> tuple[dict, list]:
+
+def _video(rng: random.Random, vid: str) -> tuple[dict, list]:
     "A caption tree and its scenes (facts per segment)."
     places = rng.sample(PLACES, 9)
     clips, scenes = [], []
     for ci in range(3):
         segs = []
         for si in range(3):
-            k = ci * 3 + si; t0 = k * 20
-            f = {'place': places[k], 'action': rng.choice(ACTIONS), 'object': rng.choice(OBJECTS), 'color': rng.choice(COLORS),
-                 'count': rng.choice(COUNTS), 'relation': rng.choice(RELATIONS), 'part': PARTS[ci], 'segment': f"c{ci}s{si}"}
-            caps = [{'t': t0 + 2, 'text': f"In the {f['place']} scene, a person is {f['action']}."},
-                    {'t': t0 + 8, 'text': f"Next to the person in the {f['place']} scene there are {f['count']} {f['color']} {f['object']}s."},
-                    {'t': t0 + 13, 'text': f"The {f['object']}s stand {f['relation']} the person in the {f['place']} scene."},
-                    {'t': t0 + 17, 'text': f"This {f['place']} scene is {f['part']}."}]
-            segs.append({'id': f['segment'], 'start': t0, 'end': t0 + 20, 'captions': caps}); scenes.append(f)
-        clips.append({'id': f"c{ci}", 'start': ci * 60, 'end': ci * 60 + 60,
-                      'summary': "Scenes: " + ', '.join(scenes[ci * 3 + j]['place'] for j in range(3)) + '.', 'segments': segs})
-    return {'video_id': vid, 'duration': 180, 'clips': clips}, scenes
+            k = ci * 3 + si
+            t0 = k * 20
+            f = {
+                "place": places[k],
+                "action": rng.choice(ACTIONS),
+                "object": rng.choice(OBJECTS),
+                "color": rng.choice(COLORS),
+                "count": rng.choice(COUNTS),
+                "relation": rng.choice(RELATIONS),
+                "part": PARTS[ci],
+                "segment": f"c{ci}s{si}",
+            }
+            caps = [
+                {"t": t0 + 2, "text": f"In the {f['place']} scene, a person is {f['action']}."},
+                {
+                    "t": t0 + 8,
+                    "text": f"Next to the person in the {f['place']} scene there are {f['count']} {f['color']} {f['object']}s.",
+                },
+                {
+                    "t": t0 + 13,
+                    "text": f"The {f['object']}s stand {f['relation']} the person in the {f['place']} scene.",
+                },
+                {"t": t0 + 17, "text": f"This {f['place']} scene is {f['part']}."},
+            ]
+            segs.append({"id": f["segment"], "start": t0, "end": t0 + 20, "captions": caps})
+            scenes.append(f)
+        clips.append(
+            {
+                "id": f"c{ci}",
+                "start": ci * 60,
+                "end": ci * 60 + 60,
+                "summary": "Scenes: " + ", ".join(scenes[ci * 3 + j]["place"] for j in range(3)) + ".",
+                "segments": segs,
+            }
+        )
+    return {"video_id": vid, "duration": 180, "clips": clips}, scenes
+
 
 def _question(rng, qid, vid, tree, scene, task) -> dict:
     tmpl, key, universe = SYN_TASKS[task]
     text = json.dumps(tree).lower()
     right = scene[key]
     wrong = [o for o in universe if o != right and o.lower() not in text]
-    if len(wrong) < 3: wrong = [o for o in universe if o != right]
-    opts = rng.sample(wrong, 3) + [right]; rng.shuffle(opts)
-    letters = 'ABCD'
-    return {'question_id': qid, 'video_id': vid, 'task_type': task, 'question': tmpl.format(**scene),
-            'options': [f"{l}. {o}" for l, o in zip(letters, opts)], 'answer': letters[opts.index(right)]}
+    if len(wrong) < 3:
+        wrong = [o for o in universe if o != right]
+    opts = rng.sample(wrong, 3) + [right]
+    rng.shuffle(opts)
+    letters = "ABCD"
+    return {
+        "question_id": qid,
+        "video_id": vid,
+        "task_type": task,
+        "question": tmpl.format(**scene),
+        "options": [f"{l}. {o}" for l, o in zip(letters, opts)],
+        "answer": letters[opts.index(right)],
+    }
+
 
 # %% ../../nbs/harness/08_synthetic.ipynb #92e0d48d
-SKILLS_V1 = "# Skills\n\n## General\n- Use the tools to gather evidence before answering.\n- Reply with 'Answer: <letter>'.\n\n" + \
-    '\n\n'.join(f"## {t}\n- Think about what the question asks." for t in SYN_TASKS) + '\n'
-SYSTEM_V1 = ("You answer multiple-choice questions about a video. The video is stored as a caption tree: clips, their segments, "
-             "and timestamped captions. Use the tools look, expand, read_captions and search_captions to find evidence, "
-             "then reply with 'Answer: <letter>'.\n")
-REFLECT_V1 = ("You improve the skills document of a video question answering agent. Read the failures below (question, options, "
-              "gold answer, the agent's answer and its tool steps) and propose small edits: lines to add for a task type (or "
-              "General), or lines to delete. Keep each line short and actionable.\n")
+SKILLS_V1 = (
+    "# Skills\n\n## General\n- Use the tools to gather evidence before answering.\n- Reply with 'Answer: <letter>'.\n\n"
+    + "\n\n".join(f"## {t}\n- Think about what the question asks." for t in SYN_TASKS)
+    + "\n"
+)
+SYSTEM_V1 = (
+    "You answer multiple-choice questions about a video. The video is stored as a caption tree: clips, their segments, "
+    "and timestamped captions. Use the tools look, expand, read_captions and search_captions to find evidence, "
+    "then reply with 'Answer: <letter>'.\n"
+)
+REFLECT_V1 = (
+    "You improve the skills document of a video question answering agent. Read the failures below (question, options, "
+    "gold answer, the agent's answer and its tool steps) and propose small edits: lines to add for a task type (or "
+    "General), or lines to delete. Keep each line short and actionable.\n"
+)
 
-def experiment_config(workspace:str='workspaces/train-action-recognition') -> dict:
+
+def experiment_config(workspace: str = "workspaces/train-action-recognition") -> dict:
     "The reference `train_action_recognition.yaml`, with the simulated backend and the embedded embedder."
-    return {'harness': {
-        'workspace_dir': workspace, 'store_dir': 'store', 'mode': 'train', 'run_id': 'train_ar_v1', 'backend': 'simulated',
-        'concurrency': 24, 'max_steps': 40, 'skill_mode': 'auto', 'n_samples': 0, 'questions': 'generated-v2-360',
-        'skills_version': 'v1', 'prompts_version': 'v1', 'epochs': 3,
-        'gate_e_confirm': 20.0, 'gate_e_provisional': 3.0, 'gate_w_net_min': 2, 'gate_delta_min': 0.02, 'gate_lambda_dir': -0.642,
-        'gate_e_rollback': 10.0, 'gate_block': 8, 'gate_n_max': 40, 'gate_p_low': 0.05, 'gate_p_high': 0.95,
-        'gate_probe_quota': 0.2, 'gate_gamma_decay': 0.9, 'gate_cooldown_steps': 2, 'gate_guard_err': 0.10,
-        'edit_budget_start': 5, 'edit_budget_end': 2, 'skill_update_mode': 'patch', 'appendix_consolidate_threshold': 6,
-        'pool_split_mode': 'per_category', 'task_types': ['Action Recognition'], 'train_ratio': 0.667,
-        'test_questions': 'benchmarks/Video-MME', 'run_holdout_eval': False,
-        'batch_size': 10, 'min_class_per_batch': 2, 'batch_correct_ratio': 0.5, 'momentum_samples': 20, 'eval_min_per_class': 2,
-        'early_stop_patience': 4, 'test_size': 63, 'diag_size': 20, 'diag_correct_ratio': 0.5, 'val_size': 10,
-        'val_correct_ratio': 0.5, 'use_slow_momentum': True},
-        'embed': {'backend': 'local', 'model_name': 'all-MiniLM-L6-v2', 'embed_dim': 384, 'device': 'cpu'}}
+    return {
+        "harness": {
+            "workspace_dir": workspace,
+            "store_dir": "store",
+            "mode": "train",
+            "run_id": "train_ar_v1",
+            "backend": "simulated",
+            "concurrency": 24,
+            "max_steps": 40,
+            "skill_mode": "auto",
+            "n_samples": 0,
+            "questions": "generated-v2-360",
+            "skills_version": "v1",
+            "prompts_version": "v1",
+            "epochs": 3,
+            "gate_e_confirm": 20.0,
+            "gate_e_provisional": 3.0,
+            "gate_w_net_min": 2,
+            "gate_delta_min": 0.02,
+            "gate_lambda_dir": -0.642,
+            "gate_e_rollback": 10.0,
+            "gate_block": 8,
+            "gate_n_max": 40,
+            "gate_p_low": 0.05,
+            "gate_p_high": 0.95,
+            "gate_probe_quota": 0.2,
+            "gate_gamma_decay": 0.9,
+            "gate_cooldown_steps": 2,
+            "gate_guard_err": 0.10,
+            "edit_budget_start": 5,
+            "edit_budget_end": 2,
+            "skill_update_mode": "patch",
+            "appendix_consolidate_threshold": 6,
+            "pool_split_mode": "per_category",
+            "task_types": ["Action Recognition"],
+            "train_ratio": 0.667,
+            "test_questions": "benchmarks/Video-MME",
+            "run_holdout_eval": False,
+            "batch_size": 10,
+            "min_class_per_batch": 2,
+            "batch_correct_ratio": 0.5,
+            "momentum_samples": 20,
+            "eval_min_per_class": 2,
+            "early_stop_patience": 4,
+            "test_size": 63,
+            "diag_size": 20,
+            "diag_correct_ratio": 0.5,
+            "val_size": 10,
+            "val_correct_ratio": 0.5,
+            "use_slow_momentum": True,
+        },
+        "embed": {"backend": "local", "model_name": "all-MiniLM-L6-v2", "embed_dim": 384, "device": "cpu"},
+    }
+
 
 # %% ../../nbs/harness/08_synthetic.ipynb #f75bd4f8
-def make_synthetic(out:str|Path,            # folder to create (must not exist, or be empty)
-                   n_train_videos:int=40,   # videos behind the generated questions
-                   n_test_videos:int=40,    # videos behind the Video-MME-layout test set
-                   per_task:int=30,         # generated questions per task type
-                   test_ar:int=63,          # Action Recognition test questions
-                   test_other:int=15,       # test questions per other task type
-                   seed:int=0) -> dict:
+def make_synthetic(
+    out: str | Path,  # folder to create (must not exist, or be empty)
+    n_train_videos: int = 40,  # videos behind the generated questions
+    n_test_videos: int = 40,  # videos behind the Video-MME-layout test set
+    per_task: int = 30,  # generated questions per task type
+    test_ar: int = 63,  # Action Recognition test questions
+    test_other: int = 15,  # test questions per other task type
+    seed: int = 0,
+) -> dict:
     "Write the synthetic store, benchmark and configs under `out`; return counts."
     out = Path(out)
-    check_replaceable(out)            # before the work: a user's folder or file is never replaced
+    check_replaceable(out)  # before the work: a user's folder or file is never replaced
     rng = random.Random(seed)
+
     def videos(prefix, n):
         vs = []
         for i in range(1, n + 1):
-            vid = f"{prefix}{i:03d}"; tree, scenes = _video(rng, vid); vs.append((vid, tree, scenes))
+            vid = f"{prefix}{i:03d}"
+            tree, scenes = _video(rng, vid)
+            vs.append((vid, tree, scenes))
         return vs
-    for k, v in (('n_train_videos', n_train_videos), ('n_test_videos', n_test_videos), ('per_task', per_task)):
-        if v < 1: raise UserError(f"--{k.replace('_', '-')} must be at least 1, got {v}")
-    train_v, test_v = videos('sv', n_train_videos), videos('tv', n_test_videos)
+
+    for k, v in (("n_train_videos", n_train_videos), ("n_test_videos", n_test_videos), ("per_task", per_task)):
+        if v < 1:
+            raise UserError(f"--{k.replace('_', '-')} must be at least 1, got {v}")
+    train_v, test_v = videos("sv", n_train_videos), videos("tv", n_test_videos)
     n_slots = sum(len(scenes) for _, _, scenes in train_v)
     if n_slots < per_task:
-        raise UserError(f"{n_train_videos} training videos hold {n_slots} scenes, fewer than the {per_task} questions per task type; "
-                        f"raise --n-train-videos")
+        raise UserError(
+            f"{n_train_videos} training videos hold {n_slots} scenes, fewer than the {per_task} questions per task type; "
+            f"raise --n-train-videos"
+        )
     with atomic_dir(out) as tmp:
-        st = tmp/'store'
-        for vid, tree, _ in train_v + test_v: write_json(st/'trees'/f"{vid}.json", tree)
+        st = tmp / "store"
+        for vid, tree, _ in train_v + test_v:
+            write_json(st / "trees" / f"{vid}.json", tree)
         slots = [(vid, tree, sc) for vid, tree, scenes in train_v for sc in scenes]
-        qdir = st/'questions'/'generated-v2-360'; n_gen = 0
+        qdir = st / "questions" / "generated-v2-360"
+        n_gen = 0
         for task in SYN_TASKS:
             picks = rng.sample(slots, per_task)
-            slug = task.lower().replace(' ', '_')
+            slug = task.lower().replace(" ", "_")
             qs = [_question(rng, f"gen_{slug}_{i:03d}", vid, tree, sc, task) for i, (vid, tree, sc) in enumerate(picks)]
-            write_json(qdir/f"accepted_questions_{slug}.json", qs); n_gen += len(qs)
-            if task == 'Action Recognition':   # the old backup copy, already renamed so it is not loaded
-                write_json(qdir/'accepted_questions_backup_220.json.bak', qs[:18])
+            write_json(qdir / f"accepted_questions_{slug}.json", qs)
+            n_gen += len(qs)
+            if task == "Action Recognition":  # the old backup copy, already renamed so it is not loaded
+                write_json(qdir / "accepted_questions_backup_220.json.bak", qs[:18])
         official, flat, k = [], [], 0
         tslots = [(vid, tree, sc) for vid, tree, scenes in test_v for sc in scenes]
         rng.shuffle(tslots)
-        need = [(t, test_ar if t == 'Action Recognition' else test_other) for t in SYN_TASKS]
+        need = [(t, test_ar if t == "Action Recognition" else test_other) for t in SYN_TASKS]
         by_video = {}
         for task, n in need:
-            for vid, tree, sc in tslots[k:k + n]:
+            for vid, tree, sc in tslots[k : k + n]:
                 by_video.setdefault(vid, []).append((task, tree, sc))
             k += n
-        if k > len(tslots): raise UserError(f"not enough test scenes ({len(tslots)}) for {k} questions; raise n_test_videos")
+        if k > len(tslots):
+            raise UserError(f"not enough test scenes ({len(tslots)}) for {k} questions; raise n_test_videos")
         for vid in sorted(by_video):
             qs = []
             for j, (task, tree, sc) in enumerate(by_video[vid], 1):
                 q = _question(rng, f"{vid}-{j}", vid, tree, sc, task)
-                qs.append({'question_id': q['question_id'], 'task_type': task, 'question': q['question'],
-                           'choices': q['options'], 'answer': q['answer']})
-                flat.append({'video_id': vid, 'duration': 'short', 'domain': 'Synthetic', **{kk: v for kk, v in q.items() if kk != 'video_id'}})
-            official.append({'video_id': vid, 'duration': 'short', 'domain': 'Synthetic', 'questions': qs})
-        write_json(tmp/'benchmarks'/'Video-MME'/'videomme_test.json', official)
+                qs.append(
+                    {
+                        "question_id": q["question_id"],
+                        "task_type": task,
+                        "question": q["question"],
+                        "choices": q["options"],
+                        "answer": q["answer"],
+                    }
+                )
+                flat.append(
+                    {
+                        "video_id": vid,
+                        "duration": "short",
+                        "domain": "Synthetic",
+                        **{kk: v for kk, v in q.items() if kk != "video_id"},
+                    }
+                )
+            official.append({"video_id": vid, "duration": "short", "domain": "Synthetic", "questions": qs})
+        write_json(tmp / "benchmarks" / "Video-MME" / "videomme_test.json", official)
         import pandas as pd
-        (tmp/'benchmarks'/'Video-MME-parquet').mkdir(parents=True)
-        pd.DataFrame(flat).to_parquet(tmp/'benchmarks'/'Video-MME-parquet'/'test.parquet', index=False)
-        for d, name, txt in ((st/'skills'/'v1', 'skills.md', SKILLS_V1), (st/'prompts'/'v1', 'system.md', SYSTEM_V1), (st/'prompts'/'v1', 'reflect.md', REFLECT_V1)):
-            d.mkdir(parents=True, exist_ok=True); (d/name).write_text(txt)
-        (tmp/'config').mkdir()
+
+        (tmp / "benchmarks" / "Video-MME-parquet").mkdir(parents=True)
+        pd.DataFrame(flat).to_parquet(tmp / "benchmarks" / "Video-MME-parquet" / "test.parquet", index=False)
+        for d, name, txt in (
+            (st / "skills" / "v1", "skills.md", SKILLS_V1),
+            (st / "prompts" / "v1", "system.md", SYSTEM_V1),
+            (st / "prompts" / "v1", "reflect.md", REFLECT_V1),
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(txt)
+        (tmp / "config").mkdir()
         cfg = experiment_config()
-        (tmp/'config'/'train_action_recognition.yaml').write_text(
-            "# Action Recognition single-task training on the synthetic benchmark (reference experiment layout)\n" + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
-        default = {'harness': {'workspace_dir': 'workspaces/default', 'store_dir': 'store', 'mode': 'infer', 'backend': 'simulated',
-                               'questions': 'generated-v2-360', 'skills_version': 'v1', 'prompts_version': 'v1'}, 'embed': cfg['embed']}
-        (tmp/'config'/'default.yaml').write_text(yaml.safe_dump(default, sort_keys=False))
-        summary = {'generated_questions': n_gen, 'test_questions': len(flat), 'videos': len(train_v) + len(test_v), 'seed': seed}
-        write_json(tmp/'synthetic.json', {**summary, 'provenance': provenance(summary)})
+        (tmp / "config" / "train_action_recognition.yaml").write_text(
+            "# Action Recognition single-task training on the synthetic benchmark (reference experiment layout)\n"
+            + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)
+        )
+        default = {
+            "harness": {
+                "workspace_dir": "workspaces/default",
+                "store_dir": "store",
+                "mode": "infer",
+                "backend": "simulated",
+                "questions": "generated-v2-360",
+                "skills_version": "v1",
+                "prompts_version": "v1",
+            },
+            "embed": cfg["embed"],
+        }
+        (tmp / "config" / "default.yaml").write_text(yaml.safe_dump(default, sort_keys=False))
+        summary = {
+            "generated_questions": n_gen,
+            "test_questions": len(flat),
+            "videos": len(train_v) + len(test_v),
+            "seed": seed,
+        }
+        write_json(tmp / "synthetic.json", {**summary, "provenance": provenance(summary)})
+
         # validate before publishing: everything loads
         def _check(d):
-            assert len(load_benchmark(d/'store'/'questions'/'generated-v2-360')) == n_gen
-            assert len(load_benchmark(d/'benchmarks'/'Video-MME')) == len(flat) == len(load_benchmark(d/'benchmarks'/'Video-MME-parquet'))
+            assert len(load_benchmark(d / "store" / "questions" / "generated-v2-360")) == n_gen
+            assert (
+                len(load_benchmark(d / "benchmarks" / "Video-MME"))
+                == len(flat)
+                == len(load_benchmark(d / "benchmarks" / "Video-MME-parquet"))
+            )
+
         _check(tmp)
     return summary

@@ -4,300 +4,507 @@
 
 # %% ../../nbs/harness/11_trees.ipynb #12b6844f
 from __future__ import annotations
-import asyncio, base64, hashlib, io, sys, threading, time
-from dataclasses import dataclass, asdict
+
+import asyncio
+import base64
+import hashlib
+import io
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-import av, numpy as np, torch
+
+import av
+import numpy as np
+import torch
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_write, write_json, read_json, sha256_file, sha256_json, path_component, provenance, run_sync
-from ..video.features import load_vision_encoder, encoder_identity, pixel_values, video_duration, Sampling
-from .backends import OpenAIBackend, BackendError, load_api_key
+
+from .backends import BackendError, OpenAIBackend, load_api_key
+from vtreetrm.utils import (
+    UserError,
+    atomic_write,
+    path_component,
+    provenance,
+    read_json,
+    run_sync,
+    sha256_file,
+    sha256_json,
+    write_json,
+)
+from ..video.features import Sampling, encoder_identity, load_vision_encoder, pixel_values, video_duration
 
 # %% auto #0
-__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'VIDEOS_IN_FLIGHT', 'list_videos', 'sample_frames',
-           'FrameFeatures', 'contiguous_clusters', 'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
-           'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
-           'build_tree', 'make_captioner', 'build_trees']
+__all__ = [
+    "VIDEO_EXTS",
+    "CAPTION_PROMPT",
+    "SUMMARY_PROMPT",
+    "COLOURS",
+    "VIDEOS_IN_FLIGHT",
+    "list_videos",
+    "sample_frames",
+    "FrameFeatures",
+    "contiguous_clusters",
+    "colour_names",
+    "colour_name",
+    "SimulatedCaptioner",
+    "jpeg_data_url",
+    "OpenAICaptioner",
+    "TransformersCaptioner",
+    "TreeParams",
+    "CaptionCache",
+    "keyframe_indices",
+    "tree_plan",
+    "build_tree",
+    "make_captioner",
+    "build_trees",
+]
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
-VIDEO_EXTS = ('.mp4', '.mkv', '.webm', '.avi', '.mov', '.m4v', '.mpg', '.mpeg')
+VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
 
-def list_videos(src:str|Path) -> list[tuple[str, Path]]:
+
+def list_videos(src: str | Path) -> list[tuple[str, Path]]:
     "`(video_id, path)` for every video of a folder or a list file."
     src = Path(src)
     if src.is_dir():
         found = [(p.stem, p) for p in sorted(src.iterdir()) if p.suffix.lower() in VIDEO_EXTS and p.is_file()]
-        if not found: raise UserError(f"no video files ({', '.join(VIDEO_EXTS)}) in the folder", src)
+        if not found:
+            raise UserError(f"no video files ({', '.join(VIDEO_EXTS)}) in the folder", src)
         rows = [(vid, p, None) for vid, p in found]
     elif src.is_file():
         rows = []
-        for i, line in enumerate(src.read_text(encoding='utf-8').splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith('#'): continue
-            vid, _, p = line.partition('\t') if '\t' in line else (None, '', line)
-            p = Path(p.strip()); p = p if p.is_absolute() else src.parent/p
+        for i, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            vid, _, p = line.partition("\t") if "\t" in line else (None, "", line)
+            p = Path(p.strip())
+            p = p if p.is_absolute() else src.parent / p
             rows.append((vid.strip() if vid is not None else p.stem, p, i))
-        if not rows: raise UserError("the list names no video", src)
-    else: raise UserError("no such folder or list file", src)
+        if not rows:
+            raise UserError("the list names no video", src)
+    else:
+        raise UserError("no such folder or list file", src)
     seen = {}
-    for vid, p, line in rows:
-        path_component(vid, 'video_id', src, line)
-        if vid in seen: raise UserError(f"video id {vid!r} appears twice (also line {seen[vid]})", src, line, 'video_id')
+    for vid, _path, line in rows:
+        path_component(vid, "video_id", src, line)
+        if vid in seen:
+            raise UserError(f"video id {vid!r} appears twice (also line {seen[vid]})", src, line, "video_id")
         seen[vid] = line
     return [(vid, p) for vid, p, _ in rows]
 
+
 # %% ../../nbs/harness/11_trees.ipynb #ac9bfcb5
-def _scaled(w:int, h:int, short:int) -> tuple[int, int]:
+def _scaled(w: int, h: int, short: int) -> tuple[int, int]:
     "(width, height) with the short side `short` (never upscaled), both even."
     f = min(1.0, short / min(w, h))
     return max(2, int(round(w * f / 2)) * 2), max(2, int(round(h * f / 2)) * 2)
 
-def sample_frames(path:str|Path, fps:float=1.0, max_frames:int=512, short_side:int=448, times:list=None, seek_gap:float=2.0):
+
+def sample_frames(
+    path: str | Path,
+    fps: float = 1.0,
+    max_frames: int = 512,
+    short_side: int = 448,
+    times: list = None,
+    seek_gap: float = 2.0,
+):
     "Yield `(t, frame (h, w, 3) uint8)` every 1/fps s (at most `max_frames`), or at the given `times`, decoding forward once."
     path = Path(path)
-    if not path.is_file(): raise UserError("video file not found", path)
+    if not path.is_file():
+        raise UserError("video file not found", path)
     try:
         with av.open(str(path)) as c:
-            if not c.streams.video: raise UserError("no video stream in the file", path)
-            s = c.streams.video[0]; s.thread_type = 'AUTO'
+            if not c.streams.video:
+                raise UserError("no video stream in the file", path)
+            s = c.streams.video[0]
+            s.thread_type = "AUTO"
             dur = video_duration(c, s)
             if times is None:
                 rate = fps if not dur else min(fps, max_frames / dur)
                 n = max_frames if not dur else max(1, min(max_frames, int(dur * rate)))
                 times = [(k + 0.5) / rate for k in range(n)]
-            times = sorted(times); j, prev, prev_t, got = 0, None, None, 0
+            times = sorted(times)
+            j, prev, prev_t, got = 0, None, None, 0
             frames = c.decode(s)
             while j < len(times):
-                if prev is not None and times[j] - prev_t > seek_gap:         # far ahead: seek instead of decoding the gap
-                    c.seek(int(times[j] / s.time_base), stream=s, backward=True, any_frame=False); frames, prev = c.decode(s), None
+                if prev is not None and times[j] - prev_t > seek_gap:  # far ahead: seek instead of decoding the gap
+                    c.seek(int(times[j] / s.time_base), stream=s, backward=True, any_frame=False)
+                    frames, prev = c.decode(s), None
                 f = next(frames, None)
-                if f is None: break
-                if f.time is None: continue
-                while j < len(times) and times[j] < f.time and prev is not None:   # times[j] falls before this frame
-                    yield times[j], prev; j += 1; got += 1
-                if j == len(times): break
+                if f is None:
+                    break
+                if f.time is None:
+                    continue
+                while j < len(times) and times[j] < f.time and prev is not None:  # times[j] falls before this frame
+                    yield times[j], prev
+                    j += 1
+                    got += 1
+                if j == len(times):
+                    break
                 w, h = _scaled(f.width, f.height, short_side)
-                prev, prev_t = f.to_ndarray(width=w, height=h, format='rgb24'), f.time
-            while prev is not None and j < len(times) and (dur is None or times[j] < dur + 1e-6):   # the stream ended
-                yield times[j], prev; j += 1; got += 1
-    except UserError: raise
-    except (av.error.FFmpegError, ValueError, OSError) as e: raise UserError(f"cannot decode the video ({e.__class__.__name__}: {e})", path) from None
-    if not got: raise UserError("the video has no decodable frame", path)
+                prev, prev_t = f.to_ndarray(width=w, height=h, format="rgb24"), f.time
+            while prev is not None and j < len(times) and (dur is None or times[j] < dur + 1e-6):  # the stream ended
+                yield times[j], prev
+                j += 1
+                got += 1
+    except UserError:
+        raise
+    except (av.error.FFmpegError, ValueError, OSError) as e:
+        raise UserError(f"cannot decode the video ({e.__class__.__name__}: {e})", path) from None
+    if not got:
+        raise UserError("the video has no decodable frame", path)
+
 
 # %% ../../nbs/harness/11_trees.ipynb #c13883fe
 class FrameFeatures:
     "Unit-length DINOv2 CLS features of a video's sampled frames, cached by file sha256, encoder and sampling."
-    def __init__(self, cache_dir:str|Path, vision:str='tiny', fps:float=1.0, max_frames:int=512, batch_size:int=32):
+
+    def __init__(
+        self, cache_dir: str | Path, vision: str = "tiny", fps: float = 1.0, max_frames: int = 512, batch_size: int = 32
+    ):
         self.model = load_vision_encoder(vision)
         self.sampling = Sampling(frames=1, grid=1).resolved(self.model)
         self.fps, self.max_frames, self.batch_size = fps, max_frames, batch_size
         self.identity = encoder_identity(self.model)
-        self.params = {'encoder': self.identity['key'], 'image_size': self.sampling.image_size, 'processor': self.sampling.processor,
-                       'fps': fps, 'max_frames': max_frames}
-        self.dir = Path(cache_dir)/sha256_json(self.params)[:16]
-        self.stats = {'frames': 0, 'seconds': 0.0, 'cached': 0}
+        self.params = {
+            "encoder": self.identity["key"],
+            "image_size": self.sampling.image_size,
+            "processor": self.sampling.processor,
+            "fps": fps,
+            "max_frames": max_frames,
+        }
+        self.dir = Path(cache_dir) / sha256_json(self.params)[:16]
+        self.stats = {"frames": 0, "seconds": 0.0, "cached": 0}
 
     @torch.no_grad()
-    def _encode(self, frames:list) -> np.ndarray:
+    def _encode(self, frames: list) -> np.ndarray:
         x = pixel_values(self.model, np.stack(frames), self.sampling)
-        h = self.model(pixel_values=x.to(next(self.model.parameters()).device, self.model.dtype)).last_hidden_state[:, 0].float()
+        h = (
+            self.model(pixel_values=x.to(next(self.model.parameters()).device, self.model.dtype))
+            .last_hidden_state[:, 0]
+            .float()
+        )
         return torch.nn.functional.normalize(h, dim=-1).cpu().numpy()
 
-    def __call__(self, path:str|Path, sha:str=None) -> tuple[np.ndarray, np.ndarray, float]:
+    def __call__(self, path: str | Path, sha: str = None) -> tuple[np.ndarray, np.ndarray, float]:
         "(times (N,), features (N, D), duration in seconds) of one video."
         sha = sha or sha256_file(path)
-        f = self.dir/sha[:2]/f"{sha}.npz"
+        f = self.dir / sha[:2] / f"{sha}.npz"
         if f.is_file():
-            with np.load(f, allow_pickle=False) as z: self.stats['cached'] += 1; return z['times'], z['features'], float(z['duration'])
+            with np.load(f, allow_pickle=False) as z:
+                self.stats["cached"] += 1
+                return z["times"], z["features"], float(z["duration"])
         t0, times, feats, batch = time.perf_counter(), [], [], []
         for t, fr in sample_frames(path, self.fps, self.max_frames, short_side=2 * self.sampling.image_size):
-            times.append(t); batch.append(fr)
-            if len(batch) == self.batch_size: feats.append(self._encode(batch)); batch = []
-        if batch: feats.append(self._encode(batch))
+            times.append(t)
+            batch.append(fr)
+            if len(batch) == self.batch_size:
+                feats.append(self._encode(batch))
+                batch = []
+        if batch:
+            feats.append(self._encode(batch))
         times, feats = np.asarray(times, np.float64), np.concatenate(feats).astype(np.float32)
-        with av.open(str(path)) as c: dur = video_duration(c, c.streams.video[0])
-        dur = dur or float(times[-1] + (times[1] - times[0] if len(times) > 1 else 0.5))   # the file does not say: past the last sample
-        buf = io.BytesIO(); np.savez(buf, times=times, features=feats, duration=dur); atomic_write(f, buf.getvalue())
-        self.stats['frames'] += len(times); self.stats['seconds'] += time.perf_counter() - t0
+        with av.open(str(path)) as c:
+            dur = video_duration(c, c.streams.video[0])
+        dur = dur or float(
+            times[-1] + (times[1] - times[0] if len(times) > 1 else 0.5)
+        )  # the file does not say: past the last sample
+        buf = io.BytesIO()
+        np.savez(buf, times=times, features=feats, duration=dur)
+        atomic_write(f, buf.getvalue())
+        self.stats["frames"] += len(times)
+        self.stats["seconds"] += time.perf_counter() - t0
         return times, feats, dur
 
+
 # %% ../../nbs/harness/11_trees.ipynb #2a0ec49f
-def contiguous_clusters(x:np.ndarray, k_max:int, min_silhouette:float=0.05) -> list[tuple[int, int]]:
+def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05) -> list[tuple[int, int]]:
     "Contiguous runs `[(start, end), ...]` of the rows of `x` (N, D), at most `k_max`, cut where the rows change."
     from scipy.sparse import diags
     from sklearn.cluster import AgglomerativeClustering
     from sklearn.metrics import silhouette_score
+
     n = len(x)
-    if n < 3 or k_max < 2 or float(np.ptp(x, axis=0).max()) < 1e-6: return [(0, n)]
+    if n < 3 or k_max < 2 or float(np.ptp(x, axis=0).max()) < 1e-6:
+        return [(0, n)]
     chain = diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1])
     best, best_labels = min_silhouette, None
     for k in range(2, min(k_max, n - 1) + 1):
-        labels = AgglomerativeClustering(n_clusters=k, linkage='ward', connectivity=chain).fit_predict(x)
+        labels = AgglomerativeClustering(n_clusters=k, linkage="ward", connectivity=chain).fit_predict(x)
         s = silhouette_score(x, labels)
-        if s > best + 1e-9: best, best_labels = s, labels
-    if best_labels is None: return [(0, n)]
+        if s > best + 1e-9:
+            best, best_labels = s, labels
+    if best_labels is None:
+        return [(0, n)]
     cuts = [0] + [i for i in range(1, n) if best_labels[i] != best_labels[i - 1]] + [n]
     return list(zip(cuts, cuts[1:]))
 
-# %% ../../nbs/harness/11_trees.ipynb #afc6edad
-CAPTION_PROMPT = "Describe what is visible in this video frame in one sentence: the setting, the animals or people, what they do."
-SUMMARY_PROMPT = "These are captions of consecutive keyframes of one part of a video. Summarise that part in one sentence."
 
-COLOURS = {'black': (20, 20, 20), 'white': (240, 240, 240), 'grey': (128, 128, 128), 'red': (200, 40, 40),
-           'orange': (230, 140, 30), 'yellow': (220, 200, 60), 'brown': (140, 90, 50), 'green': (40, 140, 50),
-           'olive': (150, 165, 70), 'blue': (40, 80, 200), 'purple': (130, 60, 160), 'pink': (230, 150, 180)}
+# %% ../../nbs/harness/11_trees.ipynb #afc6edad
+CAPTION_PROMPT = (
+    "Describe what is visible in this video frame in one sentence: the setting, the animals or people, what they do."
+)
+SUMMARY_PROMPT = (
+    "These are captions of consecutive keyframes of one part of a video. Summarise that part in one sentence."
+)
+
+COLOURS = {
+    "black": (20, 20, 20),
+    "white": (240, 240, 240),
+    "grey": (128, 128, 128),
+    "red": (200, 40, 40),
+    "orange": (230, 140, 30),
+    "yellow": (220, 200, 60),
+    "brown": (140, 90, 50),
+    "green": (40, 140, 50),
+    "olive": (150, 165, 70),
+    "blue": (40, 80, 200),
+    "purple": (130, 60, 160),
+    "pink": (230, 150, 180),
+}
 
 _NAMES, _REF = np.array(list(COLOURS)), np.array(list(COLOURS.values()), np.float32)
 
-def colour_names(px:np.ndarray) -> np.ndarray:
+
+def colour_names(px: np.ndarray) -> np.ndarray:
     "The nearest of `COLOURS` for each RGB row of `px` (N, 3)."
     return _NAMES[np.argmin(((px[:, None, :].astype(np.float32) - _REF[None]) ** 2).sum(-1), axis=1)]
+
 
 def colour_name(rgb) -> str:
     "The nearest of `COLOURS`."
     return str(colour_names(np.asarray(rgb, np.float32).reshape(1, 3))[0])
 
+
 class SimulatedCaptioner:
     "Deterministic captions from the pixels, for tests and the demo (no model)."
-    identity = {'kind': 'simulated', 'version': 1}
-    async def caption(self, image:np.ndarray) -> str:
+
+    identity = {"kind": "simulated", "version": 1}
+
+    async def caption(self, image: np.ndarray) -> str:
         px = image.reshape(-1, 3).astype(np.float32)
-        names = colour_names(px[::max(1, len(px) // 2048)])
+        names = colour_names(px[:: max(1, len(px) // 2048)])
         vals, counts = np.unique(names, return_counts=True)
         bg = str(vals[np.argmax(counts)])
-        light = 'bright' if px.mean() > 150 else 'dark' if px.mean() < 70 else 'dim'
+        light = "bright" if px.mean() > 150 else "dark" if px.mean() < 70 else "dim"
         ref = np.array(COLOURS[bg], np.float32)
         fg = np.linalg.norm(px - ref, axis=1) > 90
-        if fg.sum() < 0.005 * len(px): return f"A {light} {bg} scene with nothing standing out."
+        if fg.sum() < 0.005 * len(px):
+            return f"A {light} {bg} scene with nothing standing out."
         ys, xs = np.divmod(np.flatnonzero(fg), image.shape[1])
-        where = ['on the left', 'in the middle', 'on the right'][min(2, int(3 * xs.mean() / image.shape[1]))]
+        where = ["on the left", "in the middle", "on the right"][min(2, int(3 * xs.mean() / image.shape[1]))]
         fc = colour_name(px[fg].mean(0))
         return f"A {light} {bg} scene with {'an' if fc[0] in 'aeiou' else 'a'} {fc} figure {where}."
-    async def summarize(self, captions:list) -> str:
-        return ' '.join(dict.fromkeys(captions))
+
+    async def summarize(self, captions: list) -> str:
+        return " ".join(dict.fromkeys(captions))
+
 
 # %% ../../nbs/harness/11_trees.ipynb #3d5b3d34
-def jpeg_data_url(image:np.ndarray, quality:int=90) -> str:
+def jpeg_data_url(image: np.ndarray, quality: int = 90) -> str:
     "A base64 `data:image/jpeg` URL of an RGB frame."
     from PIL import Image
-    buf = io.BytesIO(); Image.fromarray(image).save(buf, format='JPEG', quality=quality)
-    return 'data:image/jpeg;base64,' + base64.b64encode(buf.getvalue()).decode()
+
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="JPEG", quality=quality)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
 
 class OpenAICaptioner:
     "Captions from an OpenAI-compatible vision chat endpoint (vLLM serving Qwen2.5-VL, an API)."
-    def __init__(self, model:str, base_url:str=None, api_key:str=None, timeout:float=120.0, max_retries:int=4,
-                 prompt:str=CAPTION_PROMPT, summary_prompt:str=SUMMARY_PROMPT, max_connections:int=64):
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str = None,
+        api_key: str = None,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        prompt: str = CAPTION_PROMPT,
+        summary_prompt: str = SUMMARY_PROMPT,
+        max_connections: int = 64,
+    ):
         self.backend = OpenAIBackend(base_url, model, api_key, timeout, max_retries, max_connections=max_connections)
         self.prompt, self.summary_prompt = prompt, summary_prompt
-        self.identity = {'kind': 'openai', 'model': model, 'prompt': prompt, 'summary_prompt': summary_prompt}
+        self.identity = {"kind": "openai", "model": model, "prompt": prompt, "summary_prompt": summary_prompt}
+
     async def _ask(self, content) -> str:
-        r = await self.backend.chat([{'role': 'user', 'content': content}])
-        if not r.content.strip(): raise BackendError("the captioner replied with no text")
-        return ' '.join(r.content.split())
-    async def caption(self, image:np.ndarray) -> str:
+        r = await self.backend.chat([{"role": "user", "content": content}])
+        if not r.content.strip():
+            raise BackendError("the captioner replied with no text")
+        return " ".join(r.content.split())
+
+    async def caption(self, image: np.ndarray) -> str:
         url = await asyncio.to_thread(jpeg_data_url, image)
-        return await self._ask([{'type': 'text', 'text': self.prompt}, {'type': 'image_url', 'image_url': {'url': url}}])
-    async def summarize(self, captions:list) -> str:
-        return await self._ask(self.summary_prompt + '\n' + '\n'.join(f"- {c}" for c in captions))
-    async def aclose(self): await self.backend.aclose()
+        return await self._ask(
+            [{"type": "text", "text": self.prompt}, {"type": "image_url", "image_url": {"url": url}}]
+        )
+
+    async def summarize(self, captions: list) -> str:
+        return await self._ask(self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions))
+
+    async def aclose(self):
+        await self.backend.aclose()
+
 
 # %% ../../nbs/harness/11_trees.ipynb #41a5dce5
 class TransformersCaptioner:
     "Captions from a local image-text-to-text model folder (e.g. Qwen2.5-VL)."
-    def __init__(self, model_path:str|Path, max_new_tokens:int=64, device:str='cpu', prompt:str=CAPTION_PROMPT,
-                 summary_prompt:str=SUMMARY_PROMPT, model=None, processor=None):
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        max_new_tokens: int = 64,
+        device: str = "cpu",
+        prompt: str = CAPTION_PROMPT,
+        summary_prompt: str = SUMMARY_PROMPT,
+        model=None,
+        processor=None,
+    ):
         from transformers import AutoModelForImageTextToText, AutoProcessor
-        if device.startswith('cuda') and not torch.cuda.is_available(): device = 'cpu'
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"
         if model is None:
-            if not Path(model_path).is_dir(): raise UserError("transformers captioner: model folder not found", model_path, None, 'model')
-            processor, model = AutoProcessor.from_pretrained(model_path), AutoModelForImageTextToText.from_pretrained(model_path)
+            if not Path(model_path).is_dir():
+                raise UserError("transformers captioner: model folder not found", model_path, None, "model")
+            processor, model = (
+                AutoProcessor.from_pretrained(model_path),
+                AutoModelForImageTextToText.from_pretrained(model_path),
+            )
         self.model, self.proc, self.max_new_tokens = model.to(device).eval(), processor, max_new_tokens
         self.prompt, self.summary_prompt, self._lock = prompt, summary_prompt, threading.Lock()
-        self.identity = {'kind': 'transformers', 'model': str(model_path), 'prompt': prompt, 'summary_prompt': summary_prompt,
-                         'max_new_tokens': max_new_tokens}
-    def _generate(self, content:list, images:list) -> str:
-        text = self.proc.apply_chat_template([{'role': 'user', 'content': content}], add_generation_prompt=True, tokenize=False)
-        enc = self.proc(text=[text], images=images or None, return_tensors='pt').to(self.model.device)
+        self.identity = {
+            "kind": "transformers",
+            "model": str(model_path),
+            "prompt": prompt,
+            "summary_prompt": summary_prompt,
+            "max_new_tokens": max_new_tokens,
+        }
+
+    def _generate(self, content: list, images: list) -> str:
+        text = self.proc.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
+        enc = self.proc(text=[text], images=images or None, return_tensors="pt").to(self.model.device)
         with self._lock, torch.no_grad():
             out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False)
-        return ' '.join(self.proc.batch_decode(out[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)[0].split())
-    async def caption(self, image:np.ndarray) -> str:
+        return " ".join(
+            self.proc.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)[0].split()
+        )
+
+    async def caption(self, image: np.ndarray) -> str:
         from PIL import Image
-        return await asyncio.to_thread(self._generate, [{'type': 'image'}, {'type': 'text', 'text': self.prompt}], [Image.fromarray(image)])
-    async def summarize(self, captions:list) -> str:
-        text = self.summary_prompt + '\n' + '\n'.join(f"- {c}" for c in captions)
-        return await asyncio.to_thread(self._generate, [{'type': 'text', 'text': text}], [])
+
+        return await asyncio.to_thread(
+            self._generate, [{"type": "image"}, {"type": "text", "text": self.prompt}], [Image.fromarray(image)]
+        )
+
+    async def summarize(self, captions: list) -> str:
+        text = self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions)
+        return await asyncio.to_thread(self._generate, [{"type": "text", "text": text}], [])
+
 
 # %% ../../nbs/harness/11_trees.ipynb #f4ade8ac
 @dataclass
 class TreeParams:
     "How trees are cut and captioned."
-    clips: int = 8                 # at most this many clips per video
-    segments_per_clip: int = 4     # at most this many segments per clip
-    frames_per_segment: int = 3    # keyframes captioned per segment
-    caption_side: int = 448        # short side of a keyframe sent to the captioner (pixels)
-    jobs: int = 8                  # captions in flight at once
+
+    clips: int = 8  # at most this many clips per video
+    segments_per_clip: int = 4  # at most this many segments per clip
+    frames_per_segment: int = 3  # keyframes captioned per segment
+    caption_side: int = 448  # short side of a keyframe sent to the captioner (pixels)
+    jobs: int = 8  # captions in flight at once
+
     def __post_init__(self):
-        for k in ('clips', 'segments_per_clip', 'frames_per_segment', 'caption_side', 'jobs'):
-            if int(getattr(self, k)) < 1: raise UserError(f"{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}", None, None, k)
+        for k in ("clips", "segments_per_clip", "frames_per_segment", "caption_side", "jobs"):
+            if int(getattr(self, k)) < 1:
+                raise UserError(f"{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}", None, None, k)
+
 
 class CaptionCache:
     "Captions on disk, one small JSON file per key."
-    def __init__(self, root:str|Path, identity:dict):
-        self.dir, self.identity = Path(root)/sha256_json(identity)[:16], identity
+
+    def __init__(self, root: str | Path, identity: dict):
+        self.dir, self.identity = Path(root) / sha256_json(identity)[:16], identity
         self.hits = self.misses = 0
-    def key(self, *parts) -> str: return sha256_json([self.identity, *parts])
-    async def get(self, key:str, make) -> str:
-        f = self.dir/key[:2]/f"{key}.json"
+
+    def key(self, *parts) -> str:
+        return sha256_json([self.identity, *parts])
+
+    async def get(self, key: str, make) -> str:
+        f = self.dir / key[:2] / f"{key}.json"
         if f.is_file():
-            try: text = read_json(f)['text']
-            except (UserError, KeyError, TypeError): text = None          # a damaged entry is made again
-            if isinstance(text, str): self.hits += 1; return text
-        text = await make(); self.misses += 1
-        await asyncio.to_thread(write_json, f, {'text': text})   # the write's fsync stays off the event loop
+            try:
+                text = read_json(f)["text"]
+            except (UserError, KeyError, TypeError):
+                text = None  # a damaged entry is made again
+            if isinstance(text, str):
+                self.hits += 1
+                return text
+        text = await make()
+        self.misses += 1
+        await asyncio.to_thread(write_json, f, {"text": text})  # the write's fsync stays off the event loop
         return text
 
-def keyframe_indices(x:np.ndarray, a:int, b:int, n:int) -> list[int]:
+
+def keyframe_indices(x: np.ndarray, a: int, b: int, n: int) -> list[int]:
     "In each of `n` equal parts of rows [a, b), the row nearest the mean of [a, b) (distinct, in order)."
     centre = x[a:b].mean(0)
     edges = np.linspace(a, b, min(n, b - a) + 1).round().astype(int)
     return sorted({int(i + np.argmin(((x[i:j] - centre) ** 2).sum(1))) for i, j in zip(edges, edges[1:]) if j > i})
 
+
 # %% ../../nbs/harness/11_trees.ipynb #6933e005
-def _span(t:np.ndarray, a:int, b:int, dur:float) -> tuple[float, float]:
+def _span(t: np.ndarray, a: int, b: int, dur: float) -> tuple[float, float]:
     "Seconds covered by sampled frames [a, b): from halfway to the previous sample to halfway to the next."
     start = 0.0 if a == 0 else (t[a - 1] + t[a]) / 2
     end = dur if b == len(t) else (t[b - 1] + t[b]) / 2
     return round(float(start), 3), round(float(end), 3)
 
-async def _frames_in_thread(path:Path, times:list, short_side:int):
+
+async def _frames_in_thread(path: Path, times: list, short_side: int):
     "`sample_frames` on a worker thread, each frame handed over as soon as it is decoded (captioning overlaps decoding)."
     loop, q, END = asyncio.get_running_loop(), asyncio.Queue(), object()
+
     def produce():
         try:
-            for item in sample_frames(path, times=times, short_side=short_side): loop.call_soon_threadsafe(q.put_nowait, item)
-        except BaseException as e: loop.call_soon_threadsafe(q.put_nowait, e)
-        finally: loop.call_soon_threadsafe(q.put_nowait, END)
+            for item in sample_frames(path, times=times, short_side=short_side):
+                loop.call_soon_threadsafe(q.put_nowait, item)
+        except BaseException as e:
+            loop.call_soon_threadsafe(q.put_nowait, e)
+        finally:
+            loop.call_soon_threadsafe(q.put_nowait, END)
+
     worker = asyncio.ensure_future(asyncio.to_thread(produce))
     try:
         while (item := await q.get()) is not END:
-            if isinstance(item, BaseException): raise item
+            if isinstance(item, BaseException):
+                raise item
             yield item
-    finally: await worker
+    finally:
+        await worker
+
 
 async def _gather_all(coros) -> list:
     "Run coroutines (from an iterable or an async iterable) concurrently; on the first error cancel the rest and raise it."
     tasks = []
     try:
-        if hasattr(coros, '__aiter__'):
-            async for c in coros: tasks.append(asyncio.ensure_future(c))
-        else: tasks = [asyncio.ensure_future(c) for c in coros]
+        if hasattr(coros, "__aiter__"):
+            async for c in coros:
+                tasks.append(asyncio.ensure_future(c))
+        else:
+            tasks = [asyncio.ensure_future(c) for c in coros]
         return await asyncio.gather(*tasks)
     except BaseException:
-        for t in tasks: t.cancel()
+        for t in tasks:
+            t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
 
-def tree_plan(x:np.ndarray, p:TreeParams) -> list:
+
+def tree_plan(x: np.ndarray, p: TreeParams) -> list:
     "`[((clip start, end), [((segment start, end), keyframe rows), ...]), ...]` in sampled-frame rows."
     plan = []
     for ca, cb in contiguous_clusters(x, p.clips):
@@ -305,86 +512,202 @@ def tree_plan(x:np.ndarray, p:TreeParams) -> list:
         plan.append(((ca, cb), [(s, keyframe_indices(x, *s, p.frames_per_segment)) for s in segs]))
     return plan
 
-async def build_tree(video_id:str, path:Path, features:FrameFeatures, captioner, cache:CaptionCache, p:TreeParams,
-                     sem:asyncio.Semaphore=None, sha:str=None) -> dict:
+
+async def build_tree(
+    video_id: str,
+    path: Path,
+    features: FrameFeatures,
+    captioner,
+    cache: CaptionCache,
+    p: TreeParams,
+    sem: asyncio.Semaphore = None,
+    sha: str = None,
+) -> dict:
     "The caption tree of one video (the schema `harness.agent.CaptionTree` reads); `sem` bounds captions in flight."
     sha = sha or await asyncio.to_thread(sha256_file, path)
-    t, x, dur = await asyncio.to_thread(features, path, sha)      # decoding and encoding off the event loop
+    t, x, dur = await asyncio.to_thread(features, path, sha)  # decoding and encoding off the event loop
     plan = await asyncio.to_thread(tree_plan, x, p)
     key_times = sorted({float(t[i]) for _, segs in plan for _, ks in segs for i in ks})
     sem = sem or asyncio.Semaphore(p.jobs)
+
     async def caption(tt, img):
-        async with sem: return tt, await cache.get(cache.key('caption', hashlib.sha256(img.tobytes()).hexdigest(), img.shape), lambda: captioner.caption(img))
-    texts = dict(await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, key_times, p.caption_side)))
+        async with sem:
+            return tt, await cache.get(
+                cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape),
+                lambda: captioner.caption(img),
+            )
+
+    texts = dict(
+        await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, key_times, p.caption_side))
+    )
     clips = []
     for ci, ((ca, cb), segs) in enumerate(plan):
-        segments = [{'id': f"c{ci}s{si}", **dict(zip(('start', 'end'), _span(t, a, b, dur))), 'keyframes': [round(float(t[i]), 3) for i in ks],
-                     'captions': [{'t': round(float(t[i]), 3), 'text': texts[float(t[i])]} for i in ks]} for si, ((a, b), ks) in enumerate(segs)]
-        clips.append({'id': f"c{ci}", **dict(zip(('start', 'end'), _span(t, ca, cb, dur))), 'summary': None, 'segments': segments})
+        segments = [
+            {
+                "id": f"c{ci}s{si}",
+                **dict(zip(("start", "end"), _span(t, a, b, dur))),
+                "keyframes": [round(float(t[i]), 3) for i in ks],
+                "captions": [{"t": round(float(t[i]), 3), "text": texts[float(t[i])]} for i in ks],
+            }
+            for si, ((a, b), ks) in enumerate(segs)
+        ]
+        clips.append(
+            {
+                "id": f"c{ci}",
+                **dict(zip(("start", "end"), _span(t, ca, cb, dur))),
+                "summary": None,
+                "segments": segments,
+            }
+        )
+
     async def summary(c):
-        caps = [x['text'] for s in c['segments'] for x in s['captions']]
-        async with sem: c['summary'] = await cache.get(cache.key('summary', caps), lambda: captioner.summarize(caps))
+        caps = [x["text"] for s in c["segments"] for x in s["captions"]]
+        async with sem:
+            c["summary"] = await cache.get(cache.key("summary", caps), lambda: captioner.summarize(caps))
+
     await _gather_all(summary(c) for c in clips)
-    return {'video_id': video_id, 'duration': round(float(dur), 3), 'clips': clips,
-            'source': {'path': str(path), 'sha256': sha, 'frames_sampled': int(len(t)), 'encoder': features.identity['source'],
-                       'encoder_key': features.identity['key'], 'captioner': cache.identity, 'params': asdict(p)}}
+    return {
+        "video_id": video_id,
+        "duration": round(float(dur), 3),
+        "clips": clips,
+        "source": {
+            "path": str(path),
+            "sha256": sha,
+            "frames_sampled": int(len(t)),
+            "encoder": features.identity["source"],
+            "encoder_key": features.identity["key"],
+            "captioner": cache.identity,
+            "params": asdict(p),
+        },
+    }
+
 
 # %% ../../nbs/harness/11_trees.ipynb #e15b5bdd
-def make_captioner(kind:str=None, model:str=None, base_url:str=None, api_key_env:str='OPENAI_API_KEY', device:str='cpu',
-                   max_connections:int=64, timeout:float=120.0, max_retries:int=4):
+def make_captioner(
+    kind: str = None,
+    model: str = None,
+    base_url: str = None,
+    api_key_env: str = "OPENAI_API_KEY",
+    device: str = "cpu",
+    max_connections: int = 64,
+    timeout: float = 120.0,
+    max_retries: int = 4,
+):
     "The captioner `kind` names; none named is refused with the choices."
-    if kind is None: raise UserError("no captioner named: --captioner openai, transformers or simulated (deterministic, from the pixels; for tests)", None, None, 'captioner')
-    if kind == 'simulated': return SimulatedCaptioner()
-    if kind == 'openai':
-        if not model: raise UserError("the openai captioner needs --model (the served model's name)", None, None, 'model')
-        return OpenAICaptioner(model, base_url, load_api_key(api_key_env), timeout, max_retries, max_connections=max_connections)
-    if kind == 'transformers': return TransformersCaptioner(model or '', device=device)
-    raise UserError(f"unknown captioner {kind!r}: openai, transformers or simulated", None, None, 'captioner')
+    if kind is None:
+        raise UserError(
+            "no captioner named: --captioner openai, transformers or simulated (deterministic, from the pixels; for tests)",
+            None,
+            None,
+            "captioner",
+        )
+    if kind == "simulated":
+        return SimulatedCaptioner()
+    if kind == "openai":
+        if not model:
+            raise UserError("the openai captioner needs --model (the served model's name)", None, None, "model")
+        return OpenAICaptioner(
+            model, base_url, load_api_key(api_key_env), timeout, max_retries, max_connections=max_connections
+        )
+    if kind == "transformers":
+        return TransformersCaptioner(model or "", device=device)
+    raise UserError(f"unknown captioner {kind!r}: openai, transformers or simulated", None, None, "captioner")
 
-def _same_build(tree_path:Path, sha:str, want:dict) -> bool:
-    try: src = read_json(tree_path).get('source') or {}
-    except UserError: return False
-    return src.get('sha256') == sha and all(src.get(k) == v for k, v in want.items())
 
-VIDEOS_IN_FLIGHT = 4   # videos decoded, encoded and captioned at once: captions of one overlap the decoding of the next
+def _same_build(tree_path: Path, sha: str, want: dict) -> bool:
+    try:
+        src = read_json(tree_path).get("source") or {}
+    except UserError:
+        return False
+    return src.get("sha256") == sha and all(src.get(k) == v for k, v in want.items())
 
-def build_trees(videos:str|Path, out:str|Path, captioner, params:TreeParams=None, vision:str='tiny', fps:float=1.0,
-                max_frames:int=512, cache_dir:str|Path=None, overwrite:bool=False, report:str|Path=None, progress:bool=True) -> dict:
+
+VIDEOS_IN_FLIGHT = 4  # videos decoded, encoded and captioned at once: captions of one overlap the decoding of the next
+
+
+def build_trees(
+    videos: str | Path,
+    out: str | Path,
+    captioner,
+    params: TreeParams = None,
+    vision: str = "tiny",
+    fps: float = 1.0,
+    max_frames: int = 512,
+    cache_dir: str | Path = None,
+    overwrite: bool = False,
+    report: str | Path = None,
+    progress: bool = True,
+) -> dict:
     "Build the caption tree of every video into `out`; returns (and writes) the build report."
     p, out = params or TreeParams(), Path(out)
     todo = list_videos(videos)
-    cache_dir = Path(cache_dir) if cache_dir else out.parent/'.cache'
-    feats = FrameFeatures(cache_dir/'frame-features', vision, fps, max_frames)
-    cache = CaptionCache(cache_dir/'captions', captioner.identity)
-    want = {'encoder_key': feats.identity['key'], 'captioner': captioner.identity, 'params': asdict(p)}
-    t0, bar = time.perf_counter(), tqdm(total=len(todo), desc='build trees', unit='video', disable=not progress)
+    cache_dir = Path(cache_dir) if cache_dir else out.parent / ".cache"
+    feats = FrameFeatures(cache_dir / "frame-features", vision, fps, max_frames)
+    cache = CaptionCache(cache_dir / "captions", captioner.identity)
+    want = {"encoder_key": feats.identity["key"], "captioner": captioner.identity, "params": asdict(p)}
+    t0, bar = time.perf_counter(), tqdm(total=len(todo), desc="build trees", unit="video", disable=not progress)
+
     async def one(vid, path, videos_sem, sem):
         async with videos_sem:
-            dest, t1 = out/f"{vid}.json", time.perf_counter()
+            dest, t1 = out / f"{vid}.json", time.perf_counter()
             try:
-                if not path.is_file(): raise UserError("video file not found", path)
+                if not path.is_file():
+                    raise UserError("video file not found", path)
                 sha = await asyncio.to_thread(sha256_file, path)
-                if dest.is_file() and not overwrite and _same_build(dest, sha, want): return {'video_id': vid, 'status': 'kept', 'path': str(path)}
+                if dest.is_file() and not overwrite and _same_build(dest, sha, want):
+                    return {"video_id": vid, "status": "kept", "path": str(path)}
                 tree = await build_tree(vid, path, feats, captioner, cache, p, sem, sha)
                 write_json(dest, tree)
-                return {'video_id': vid, 'status': 'built', 'path': str(path), 'clips': len(tree['clips']),
-                        'captions': sum(len(s['captions']) for c in tree['clips'] for s in c['segments']), 'seconds': round(time.perf_counter() - t1, 3)}
+                return {
+                    "video_id": vid,
+                    "status": "built",
+                    "path": str(path),
+                    "clips": len(tree["clips"]),
+                    "captions": sum(len(s["captions"]) for c in tree["clips"] for s in c["segments"]),
+                    "seconds": round(time.perf_counter() - t1, 3),
+                }
             except (UserError, BackendError) as e:
                 tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
-                return {'video_id': vid, 'status': 'failed', 'path': str(path), 'error': str(e)}
-            finally: bar.update()
+                return {"video_id": vid, "status": "failed", "path": str(path), "error": str(e)}
+            finally:
+                bar.update()
+
     async def run_all():
         videos_sem, sem = asyncio.Semaphore(VIDEOS_IN_FLIGHT), asyncio.Semaphore(p.jobs)
-        try: return await asyncio.gather(*(one(vid, path, videos_sem, sem) for vid, path in todo))
+        try:
+            return await asyncio.gather(*(one(vid, path, videos_sem, sem) for vid, path in todo))
         finally:
-            if hasattr(captioner, 'aclose'): await captioner.aclose()
-    rows = run_sync(run_all()); bar.close()
+            if hasattr(captioner, "aclose"):
+                await captioner.aclose()
+
+    rows = run_sync(run_all())
+    bar.close()
     wall = time.perf_counter() - t0
-    rep = {'out': str(out), 'videos': len(rows), 'counts': {s: sum(r['status'] == s for r in rows) for s in ('built', 'kept', 'failed')},
-           'failed': [r for r in rows if r['status'] == 'failed'], 'rows': rows, 'wall_seconds': round(wall, 3),
-           'frames_embedded': feats.stats['frames'], 'frames_per_second': round(feats.stats['frames'] / feats.stats['seconds'], 2) if feats.stats['seconds'] else None,
-           'captions_made': cache.misses, 'captions_cached': cache.hits,
-           'provenance': provenance({'videos': str(videos), 'out': str(out), 'vision': vision, 'fps': fps, 'max_frames': max_frames,
-                                     'captioner': captioner.identity, **asdict(p)}, [])}
-    write_json(Path(report) if report else out.parent/'trees_build_report.json', rep)
+    rep = {
+        "out": str(out),
+        "videos": len(rows),
+        "counts": {s: sum(r["status"] == s for r in rows) for s in ("built", "kept", "failed")},
+        "failed": [r for r in rows if r["status"] == "failed"],
+        "rows": rows,
+        "wall_seconds": round(wall, 3),
+        "frames_embedded": feats.stats["frames"],
+        "frames_per_second": round(feats.stats["frames"] / feats.stats["seconds"], 2)
+        if feats.stats["seconds"]
+        else None,
+        "captions_made": cache.misses,
+        "captions_cached": cache.hits,
+        "provenance": provenance(
+            {
+                "videos": str(videos),
+                "out": str(out),
+                "vision": vision,
+                "fps": fps,
+                "max_frames": max_frames,
+                "captioner": captioner.identity,
+                **asdict(p),
+            },
+            [],
+        ),
+    }
+    write_json(Path(report) if report else out.parent / "trees_build_report.json", rep)
     return rep

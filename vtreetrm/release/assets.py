@@ -4,429 +4,699 @@
 
 # %% ../../nbs/release/00_assets.ipynb #887c67b2
 from __future__ import annotations
-import contextlib, hashlib, json, os, random, re, shlex, tempfile, unicodedata
-from dataclasses import dataclass, field, asdict
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Iterable
-from ..utils import UserError, path_component, read_json, sha256_file, provenance, write_json
+
+from ..utils import UserError, path_component, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', 'dataset_note', 'normalize_cell', 'record_id',
-           'Source', 'Target', 'Record', 'atomic_file', 'RecordWriter', 'write_records', 'iter_records', 'Category',
-           'Registry', 'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig',
-           'ReleaseContext', 'required', 'cmdline', 'parse_named', 'release_report', 'make_report',
-           'load_grading_manifest', 'write_grading_manifest']
+__all__ = [
+    "FORMAL_DATASET",
+    "NATIVE_PROMPT_FIELDS",
+    "SPLITS",
+    "LABEL_FIELDS",
+    "dataset_note",
+    "normalize_cell",
+    "record_id",
+    "Source",
+    "Target",
+    "Record",
+    "atomic_file",
+    "RecordWriter",
+    "write_records",
+    "iter_records",
+    "Category",
+    "Registry",
+    "Corpus",
+    "GradingConfig",
+    "TaskConfig",
+    "ChoiceMap",
+    "Mapping",
+    "DatasetsConfig",
+    "ReleaseContext",
+    "required",
+    "cmdline",
+    "parse_named",
+    "release_report",
+    "make_report",
+    "load_grading_manifest",
+    "write_grading_manifest",
+]
 
 # %% ../../nbs/release/00_assets.ipynb #518b3b7e
-FORMAL_DATASET = 'shougang'
-NATIVE_PROMPT_FIELDS = ('field_name', 'table_name', 'field_description', 'table_description')
-SPLITS = ('train', 'val', 'test')
-LABEL_FIELDS = ('category', 'data_level')
+FORMAL_DATASET = "shougang"
+NATIVE_PROMPT_FIELDS = ("field_name", "table_name", "field_description", "table_description")
+SPLITS = ("train", "val", "test")
+LABEL_FIELDS = ("category", "data_level")
 
-def dataset_note(dataset:str) -> dict:
+
+def dataset_note(dataset: str) -> dict:
     "The `formal` flag every report carries; non-formal names are declared test data."
-    if dataset == FORMAL_DATASET: return {'dataset': dataset, 'formal': True}
-    return {'dataset': dataset, 'formal': False,
-            'note': f"dataset {dataset!r} is not the formal dataset {FORMAL_DATASET!r}: test data only"}
+    if dataset == FORMAL_DATASET:
+        return {"dataset": dataset, "formal": True}
+    return {
+        "dataset": dataset,
+        "formal": False,
+        "note": f"dataset {dataset!r} is not the formal dataset {FORMAL_DATASET!r}: test data only",
+    }
+
 
 # %% ../../nbs/release/00_assets.ipynb #ac74f235
-_WS = re.compile(r'\s+')
+_WS = re.compile(r"\s+")
+
 
 def normalize_cell(v) -> str:
     "NFKC-normalized, whitespace-collapsed, stripped text of a cell value ('' for empty)."
-    if v is None: return ''
-    if isinstance(v, float) and v.is_integer(): v = int(v)
-    s = unicodedata.normalize('NFKC', str(v))
-    return _WS.sub(' ', s).strip()
+    if v is None:
+        return ""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    s = unicodedata.normalize("NFKC", str(v))
+    return _WS.sub(" ", s).strip()
+
 
 # %% ../../nbs/release/00_assets.ipynb #bce82121
-def record_id(dataset:str, table_name:str, field_name:str) -> str:
+def record_id(dataset: str, table_name: str, field_name: str) -> str:
     "Stable record id from the dataset and the `table_name`+`field_name` key."
     h = hashlib.sha256(f"{dataset}\x1f{table_name}\x1f{field_name}".encode()).hexdigest()[:16]
     return f"{dataset}-{h}"
 
+
 @dataclass
 class Source:
     "Where a record came from: the workbook, sheet and 1-based row."
-    file:str         # workbook path as given to preprocess
-    sheet:str        # sheet name
-    row:int          # 1-based row in the sheet
-    def where(self) -> str: return f"{self.file}[{self.sheet}]"
+
+    file: str  # workbook path as given to preprocess
+    sheet: str  # sheet name
+    row: int  # 1-based row in the sheet
+
+    def where(self) -> str:
+        return f"{self.file}[{self.sheet}]"
+
 
 @dataclass
 class Target:
     "A record's label: the raw category text, its resolved leaf id and the grade."
-    category:str                 # category as written in the workbook (path or id)
-    data_level:str               # grade, one of the grading config's approved levels
-    category_id:str|None = None  # resolved leaf id in the registry (set by canonical)
+
+    category: str  # category as written in the workbook (path or id)
+    data_level: str  # grade, one of the grading config's approved levels
+    category_id: str | None = None  # resolved leaf id in the registry (set by canonical)
+
 
 @dataclass
 class Record:
     "One field-level record of the release chain."
-    id:str                 # stable id (`record_id`)
-    dataset:str            # dataset name (`shougang` for the formal release)
-    metadata:dict          # the native prompt fields, name -> text
-    target:Target          # label
-    source:Source          # provenance of the row
-    split:str|None = None  # train / val / test once split
+
+    id: str  # stable id (`record_id`)
+    dataset: str  # dataset name (`shougang` for the formal release)
+    metadata: dict  # the native prompt fields, name -> text
+    target: Target  # label
+    source: Source  # provenance of the row
+    split: str | None = None  # train / val / test once split
 
     def to_dict(self) -> dict:
-        d = {'id': self.id, 'dataset': self.dataset, 'metadata': self.metadata, 'target': asdict(self.target),
-             'source': asdict(self.source)}
-        if self.split is not None: d['split'] = self.split
+        d = {
+            "id": self.id,
+            "dataset": self.dataset,
+            "metadata": self.metadata,
+            "target": asdict(self.target),
+            "source": asdict(self.source),
+        }
+        if self.split is not None:
+            d["split"] = self.split
         return d
 
     @classmethod
-    def from_dict(cls, d:dict, path=None, line=None) -> 'Record':
+    def from_dict(cls, d: dict, path=None, line=None) -> Record:
         "Check and build a record; a missing or wrongly typed field is a `UserError`."
-        def need(obj, key, typ, prefix=''):
-            if not isinstance(obj, dict) or key not in obj: raise UserError("missing field", path, line, prefix + key)
+
+        def need(obj, key, typ, prefix=""):
+            if not isinstance(obj, dict) or key not in obj:
+                raise UserError("missing field", path, line, prefix + key)
             v = obj[key]
-            if not isinstance(v, typ): raise UserError(f"expected {typ.__name__ if isinstance(typ, type) else typ}, got {type(v).__name__}", path, line, prefix + key)
+            if not isinstance(v, typ):
+                raise UserError(
+                    f"expected {typ.__name__ if isinstance(typ, type) else typ}, got {type(v).__name__}",
+                    path,
+                    line,
+                    prefix + key,
+                )
             return v
-        t, s = need(d, 'target', dict), need(d, 'source', dict)
-        md = need(d, 'metadata', dict)
-        for k, v in md.items():   # a prompt is rendered from these: text on one line, never a list, a number or null
-            if not isinstance(v, str): raise UserError(f"metadata values must be text, got {type(v).__name__} {json.dumps(v, ensure_ascii=False)[:60]}", path, line, f'metadata.{k}')
-            if '\n' in v or '\r' in v: raise UserError("metadata values must be one line of text (a line break would split the prompt's metadata block)", path, line, f'metadata.{k}')
-        split = d.get('split')
-        if split is not None and split not in SPLITS: raise UserError(f"split must be one of {SPLITS}, got {split!r}", path, line, 'split')
-        return cls(id=need(d, 'id', str), dataset=need(d, 'dataset', str), metadata=md,
-                   target=Target(category=need(t, 'category', str, 'target.'), data_level=need(t, 'data_level', str, 'target.'),
-                                 category_id=t.get('category_id')),
-                   source=Source(file=need(s, 'file', str, 'source.'), sheet=need(s, 'sheet', str, 'source.'), row=need(s, 'row', int, 'source.')),
-                   split=split)
+
+        t, s = need(d, "target", dict), need(d, "source", dict)
+        md = need(d, "metadata", dict)
+        for k, v in md.items():  # a prompt is rendered from these: text on one line, never a list, a number or null
+            if not isinstance(v, str):
+                raise UserError(
+                    f"metadata values must be text, got {type(v).__name__} {json.dumps(v, ensure_ascii=False)[:60]}",
+                    path,
+                    line,
+                    f"metadata.{k}",
+                )
+            if "\n" in v or "\r" in v:
+                raise UserError(
+                    "metadata values must be one line of text (a line break would split the prompt's metadata block)",
+                    path,
+                    line,
+                    f"metadata.{k}",
+                )
+        split = d.get("split")
+        if split is not None and split not in SPLITS:
+            raise UserError(f"split must be one of {SPLITS}, got {split!r}", path, line, "split")
+        return cls(
+            id=need(d, "id", str),
+            dataset=need(d, "dataset", str),
+            metadata=md,
+            target=Target(
+                category=need(t, "category", str, "target."),
+                data_level=need(t, "data_level", str, "target."),
+                category_id=t.get("category_id"),
+            ),
+            source=Source(
+                file=need(s, "file", str, "source."),
+                sheet=need(s, "sheet", str, "source."),
+                row=need(s, "row", int, "source."),
+            ),
+            split=split,
+        )
+
 
 # %% ../../nbs/release/00_assets.ipynb #688cf2cd
 @contextlib.contextmanager
-def atomic_file(path:str|Path, mode:str='w'):
+def atomic_file(path: str | Path, mode: str = "w"):
     "Open a temporary sibling of `path` for streaming writes; `os.replace` it into place on success."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
-        with os.fdopen(fd, mode, **({} if 'b' in mode else {'encoding': 'utf-8'})) as f:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
-            f.flush(); os.fsync(f.fileno())
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
+
 
 class RecordWriter:
     "Write dict records as a JSON array, one record per line, to an open text file."
-    def __init__(self, f): self.f, self.n = f, 0; f.write('[\n')
-    def write(self, rec:dict|Record):
-        if isinstance(rec, Record): rec = rec.to_dict()
-        self.f.write((',\n' if self.n else '') + json.dumps(rec, ensure_ascii=False, separators=(',', ':'))); self.n += 1
-    def close(self): self.f.write('\n]\n')
 
-def write_records(path:str|Path, records:Iterable) -> int:
+    def __init__(self, f):
+        self.f, self.n = f, 0
+        f.write("[\n")
+
+    def write(self, rec: dict | Record):
+        if isinstance(rec, Record):
+            rec = rec.to_dict()
+        self.f.write((",\n" if self.n else "") + json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
+        self.n += 1
+
+    def close(self):
+        self.f.write("\n]\n")
+
+
+def write_records(path: str | Path, records: Iterable) -> int:
     "Write records to `path` atomically; returns the count."
     with atomic_file(path) as f:
         w = RecordWriter(f)
-        for r in records: w.write(r)
+        for r in records:
+            w.write(r)
         w.close()
     return w.n
 
-def iter_records(path:str|Path) -> Iterator[tuple[int, dict]]:
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     "Yield `(line, dict)` for each record of a JSON array file, streaming when it is one record per line."
     path = Path(path)
-    if not path.is_file(): raise UserError("no such file", path)
-    with open(path, encoding='utf-8') as f:
+    if not path.is_file():
+        raise UserError("no such file", path)
+    with open(path, encoding="utf-8") as f:
         first = f.readline()
-        if first.strip() != '[':
+        if first.strip() != "[":
             data = read_json(path)
-            if not isinstance(data, list): raise UserError(f"expected a JSON array of records, got {type(data).__name__}", path)
+            if not isinstance(data, list):
+                raise UserError(f"expected a JSON array of records, got {type(data).__name__}", path)
             for i, d in enumerate(data, 1):
-                if not isinstance(d, dict): raise UserError("record is not a JSON object", path, i)
+                if not isinstance(d, dict):
+                    raise UserError("record is not a JSON object", path, i)
                 yield i, d
             return
         closed = False
         for i, line in enumerate(f, 2):
             s = line.strip()
-            if not s: continue
-            if closed: raise UserError("content after the closing ']'", path, i)
-            if s == ']': closed = True; continue
-            if s.endswith(','): s = s[:-1]
-            try: d = json.loads(s)
-            except json.JSONDecodeError as e: raise UserError(f"invalid JSON record ({e.msg}); truncated file?", path, i) from None
-            if not isinstance(d, dict): raise UserError("record is not a JSON object", path, i)
+            if not s:
+                continue
+            if closed:
+                raise UserError("content after the closing ']'", path, i)
+            if s == "]":
+                closed = True
+                continue
+            if s.endswith(","):
+                s = s[:-1]
+            try:
+                d = json.loads(s)
+            except json.JSONDecodeError as e:
+                raise UserError(f"invalid JSON record ({e.msg}); truncated file?", path, i) from None
+            if not isinstance(d, dict):
+                raise UserError("record is not a JSON object", path, i)
             yield i, d
-        if not closed: raise UserError("missing closing ']' (truncated file?)", path)
+        if not closed:
+            raise UserError("missing closing ']' (truncated file?)", path)
+
 
 # %% ../../nbs/release/00_assets.ipynb #ff56a3ba
 @dataclass
 class Category:
     "One node of the category tree."
-    id:str               # category id (never shown in a prompt)
-    name:str             # display name
-    parent:str|None      # parent id, None for a root
-    path:tuple = ()      # names from the root to this node
 
-def _need(d, key, typ, path, line=None, prefix=''):
-    if not isinstance(d, dict) or key not in d: raise UserError("missing field", path, line, prefix + key)
+    id: str  # category id (never shown in a prompt)
+    name: str  # display name
+    parent: str | None  # parent id, None for a root
+    path: tuple = ()  # names from the root to this node
+
+
+def _need(d, key, typ, path, line=None, prefix=""):
+    if not isinstance(d, dict) or key not in d:
+        raise UserError("missing field", path, line, prefix + key)
     v = d[key]
     if typ is not None and not isinstance(v, typ):
         raise UserError(f"expected {typ.__name__}, got {type(v).__name__}", path, line, prefix + key)
     return v
 
+
 @dataclass
 class Registry:
     "Leaf registry: the category tree of a classification standard."
-    dataset:str
-    version:str
-    categories:dict      # id -> Category
-    path:str = None
+
+    dataset: str
+    version: str
+    categories: dict  # id -> Category
+    path: str = None
+
     def __post_init__(self):
         self.children = {}
-        for c in self.categories.values(): self.children.setdefault(c.parent, []).append(c.id)
+        for c in self.categories.values():
+            self.children.setdefault(c.parent, []).append(c.id)
         self.leaves = sorted(i for i in self.categories if i not in self.children)
         self._leafset = set(self.leaves)
-        self.by_path = {'/'.join(c.path): c.id for c in self.categories.values()}
+        self.by_path = {"/".join(c.path): c.id for c in self.categories.values()}
 
     @classmethod
-    def from_path(cls, path) -> 'Registry':
-        path = Path(path); d = read_json(path)
-        cats = _need(d, 'categories', list, path)
+    def from_path(cls, path) -> Registry:
+        path = Path(path)
+        d = read_json(path)
+        cats = _need(d, "categories", list, path)
         out = {}
         for i, c in enumerate(cats):
-            cid = _need(c, 'id', str, path, None, f'categories[{i}].')
-            name = _need(c, 'name', str, path, None, f'categories[{i}].')
-            parent = c.get('parent')
-            if cid in out: raise UserError(f"duplicated category id {cid!r}", path, None, f'categories[{i}].id')
+            cid = _need(c, "id", str, path, None, f"categories[{i}].")
+            name = _need(c, "name", str, path, None, f"categories[{i}].")
+            parent = c.get("parent")
+            if cid in out:
+                raise UserError(f"duplicated category id {cid!r}", path, None, f"categories[{i}].id")
             out[cid] = Category(cid, name, parent)
         for i, c in enumerate(out.values()):
             if c.parent is not None and c.parent not in out:
-                raise UserError(f"category {c.id!r} has unknown parent {c.parent!r}", path, None, f'categories[{i}].parent')
+                raise UserError(
+                    f"category {c.id!r} has unknown parent {c.parent!r}", path, None, f"categories[{i}].parent"
+                )
         for c in out.values():
             names, seen, cur = [], set(), c
             while cur is not None:
-                if cur.id in seen: raise UserError(f"cycle in the category tree at {cur.id!r}", path, None, 'categories')
-                seen.add(cur.id); names.append(cur.name); cur = out.get(cur.parent) if cur.parent else None
+                if cur.id in seen:
+                    raise UserError(f"cycle in the category tree at {cur.id!r}", path, None, "categories")
+                seen.add(cur.id)
+                names.append(cur.name)
+                cur = out.get(cur.parent) if cur.parent else None
             c.path = tuple(reversed(names))
-        return cls(str(_need(d, 'dataset', str, path)), str(d.get('version', '')), out, str(path))
+        return cls(str(_need(d, "dataset", str, path)), str(d.get("version", "")), out, str(path))
 
-    def is_leaf(self, cid:str) -> bool: return cid in self._leafset
-    def path_text(self, cid:str) -> str: return '/'.join(self.categories[cid].path)
-    def resolve(self, text:str) -> tuple[str|None, str|None]:
+    def is_leaf(self, cid: str) -> bool:
+        return cid in self._leafset
+
+    def path_text(self, cid: str) -> str:
+        return "/".join(self.categories[cid].path)
+
+    def resolve(self, text: str) -> tuple[str | None, str | None]:
         "Resolve an id or a `/`-joined name path to a leaf id: `(id, None)` or `(None, reason)`."
-        t = '/'.join(p.strip() for p in normalize_cell(text).split('/'))
+        t = "/".join(p.strip() for p in normalize_cell(text).split("/"))
         cid = t if t in self.categories else self.by_path.get(t)
-        if not t: return None, 'empty category'
-        if cid is None: return None, f"category {t!r} is not in the registry"
-        if not self.is_leaf(cid): return None, f"category {t!r} ({cid}) is not a leaf"
+        if not t:
+            return None, "empty category"
+        if cid is None:
+            return None, f"category {t!r} is not in the registry"
+        if not self.is_leaf(cid):
+            return None, f"category {t!r} ({cid}) is not a leaf"
         return cid, None
+
 
 # %% ../../nbs/release/00_assets.ipynb #21406a33
 @dataclass
 class Corpus:
     "Category descriptions, id -> (name, description)."
-    dataset:str
-    entries:dict         # category_id -> {'name':..., 'description':...}
-    path:str = None
+
+    dataset: str
+    entries: dict  # category_id -> {'name':..., 'description':...}
+    path: str = None
+
     @classmethod
-    def from_path(cls, path) -> 'Corpus':
-        path = Path(path); d = read_json(path)
+    def from_path(cls, path) -> Corpus:
+        path = Path(path)
+        d = read_json(path)
         out = {}
-        for i, c in enumerate(_need(d, 'categories', list, path)):
-            cid = _need(c, 'category_id', str, path, None, f'categories[{i}].')
-            desc = _need(c, 'description', str, path, None, f'categories[{i}].')
-            if not desc.strip(): raise UserError("empty description", path, None, f'categories[{i}].description')
-            if cid in out: raise UserError(f"duplicated category_id {cid!r}", path, None, f'categories[{i}].category_id')
-            out[cid] = {'name': c.get('name', ''), 'description': desc}
-        return cls(str(_need(d, 'dataset', str, path)), out, str(path))
-    def description(self, cid): return self.entries[cid]['description']
+        for i, c in enumerate(_need(d, "categories", list, path)):
+            cid = _need(c, "category_id", str, path, None, f"categories[{i}].")
+            desc = _need(c, "description", str, path, None, f"categories[{i}].")
+            if not desc.strip():
+                raise UserError("empty description", path, None, f"categories[{i}].description")
+            if cid in out:
+                raise UserError(f"duplicated category_id {cid!r}", path, None, f"categories[{i}].category_id")
+            out[cid] = {"name": c.get("name", ""), "description": desc}
+        return cls(str(_need(d, "dataset", str, path)), out, str(path))
+
+    def description(self, cid):
+        return self.entries[cid]["description"]
+
 
 @dataclass
 class GradingConfig:
     "The grading standard: level field name and approved levels."
-    dataset:str
-    level_field:str
-    levels:dict          # level id -> {'name':..., 'description':...}
-    approved:tuple
-    path:str = None
+
+    dataset: str
+    level_field: str
+    levels: dict  # level id -> {'name':..., 'description':...}
+    approved: tuple
+    path: str = None
+
     @classmethod
-    def from_path(cls, path) -> 'GradingConfig':
-        path = Path(path); d = read_json(path)
+    def from_path(cls, path) -> GradingConfig:
+        path = Path(path)
+        d = read_json(path)
         levels = {}
-        for i, l in enumerate(_need(d, 'levels', list, path)):
-            levels[_need(l, 'id', str, path, None, f'levels[{i}].')] = {'name': l.get('name', ''), 'description': l.get('description', '')}
-        approved = tuple(_need(d, 'approved_levels', list, path))
+        for i, l in enumerate(_need(d, "levels", list, path)):
+            levels[_need(l, "id", str, path, None, f"levels[{i}].")] = {
+                "name": l.get("name", ""),
+                "description": l.get("description", ""),
+            }
+        approved = tuple(_need(d, "approved_levels", list, path))
         for a in approved:
-            if a not in levels: raise UserError(f"approved level {a!r} is not defined in 'levels'", path, None, 'approved_levels')
-        if not approved: raise UserError("no approved levels", path, None, 'approved_levels')
-        return cls(str(_need(d, 'dataset', str, path)), str(_need(d, 'level_field', str, path)), levels, approved, str(path))
-    def check_level(self, level:str, where=None, line=None):
+            if a not in levels:
+                raise UserError(f"approved level {a!r} is not defined in 'levels'", path, None, "approved_levels")
+        if not approved:
+            raise UserError("no approved levels", path, None, "approved_levels")
+        return cls(
+            str(_need(d, "dataset", str, path)), str(_need(d, "level_field", str, path)), levels, approved, str(path)
+        )
+
+    def check_level(self, level: str, where=None, line=None):
         if level not in self.approved:
-            raise UserError(f"level {level!r} is not approved by {self.path} (approved: {', '.join(self.approved)})", where, line, self.level_field)
+            raise UserError(
+                f"level {level!r} is not approved by {self.path} (approved: {', '.join(self.approved)})",
+                where,
+                line,
+                self.level_field,
+            )
+
 
 @dataclass
 class TaskConfig:
     "The native prompt contract of a dataset."
-    dataset:str
-    metadata_fields:tuple
-    num_candidates:int
-    choice_salt:str
-    prompt_seed:int
-    path:str = None
+
+    dataset: str
+    metadata_fields: tuple
+    num_candidates: int
+    choice_salt: str
+    prompt_seed: int
+    path: str = None
+
     @classmethod
-    def from_path(cls, path) -> 'TaskConfig':
-        path = Path(path); d = read_json(path)
-        mf = tuple(_need(d, 'metadata_fields', list, path))
-        k = _need(d, 'num_candidates', int, path)
-        if k < 2: raise UserError("num_candidates must be at least 2", path, None, 'num_candidates')
-        return cls(str(_need(d, 'dataset', str, path)), mf, k, str(_need(d, 'choice_salt', str, path)),
-                   int(d.get('prompt_seed', 0)), str(path))
+    def from_path(cls, path) -> TaskConfig:
+        path = Path(path)
+        d = read_json(path)
+        mf = tuple(_need(d, "metadata_fields", list, path))
+        k = _need(d, "num_candidates", int, path)
+        if k < 2:
+            raise UserError("num_candidates must be at least 2", path, None, "num_candidates")
+        return cls(
+            str(_need(d, "dataset", str, path)),
+            mf,
+            k,
+            str(_need(d, "choice_salt", str, path)),
+            int(d.get("prompt_seed", 0)),
+            str(path),
+        )
+
     def check_metadata_fields(self, fields):
         "The `--metadata-fields` list must equal the task config's, in order."
-        if fields is None: raise UserError("--metadata-fields is required (pass the fields explicitly)")
+        if fields is None:
+            raise UserError("--metadata-fields is required (pass the fields explicitly)")
         if tuple(fields) != self.metadata_fields:
-            raise UserError(f"--metadata-fields {' '.join(fields)} differs from the task config's {' '.join(self.metadata_fields)}", self.path, None, 'metadata_fields')
+            raise UserError(
+                f"--metadata-fields {' '.join(fields)} differs from the task config's {' '.join(self.metadata_fields)}",
+                self.path,
+                None,
+                "metadata_fields",
+            )
+
 
 # %% ../../nbs/release/00_assets.ipynb #7ee48ba7
 class ChoiceMap:
     "Bijection between leaf ids and opaque `choice_id`s for a registry and task config."
-    def __init__(self, registry:Registry, task:TaskConfig):
-        self.to_choice = {c: 'K' + hashlib.sha256(f"{task.choice_salt}\x1f{c}".encode()).hexdigest()[:8] for c in registry.leaves}
+
+    def __init__(self, registry: Registry, task: TaskConfig):
+        self.to_choice = {
+            c: "K" + hashlib.sha256(f"{task.choice_salt}\x1f{c}".encode()).hexdigest()[:8] for c in registry.leaves
+        }
         self.to_category = {v: k for k, v in self.to_choice.items()}
-        if len(self.to_category) != len(self.to_choice): raise UserError("choice_id collision: change choice_salt", task.path, None, 'choice_salt')
+        if len(self.to_category) != len(self.to_choice):
+            raise UserError("choice_id collision: change choice_salt", task.path, None, "choice_salt")
+
 
 # %% ../../nbs/release/00_assets.ipynb #278bca10
 @dataclass
 class Mapping:
     "How a workbook's sheets and headers map to record fields."
-    dataset:str
-    sheets:tuple            # data sheets, in order
-    header_row:int          # 1-based row of the column headers
-    columns:dict            # normalized header text -> record field
-    merged_fill:tuple = ()  # fields whose vertically merged cells are filled from the merge's first cell
-    path:str = None
+
+    dataset: str
+    sheets: tuple  # data sheets, in order
+    header_row: int  # 1-based row of the column headers
+    columns: dict  # normalized header text -> record field
+    merged_fill: tuple = ()  # fields whose vertically merged cells are filled from the merge's first cell
+    path: str = None
     REQUIRED = NATIVE_PROMPT_FIELDS + LABEL_FIELDS
+
     @classmethod
-    def from_path(cls, path) -> 'Mapping':
-        path = Path(path); d = read_json(path)
-        cols = {normalize_cell(k): v for k, v in _need(d, 'columns', dict, path).items()}
+    def from_path(cls, path) -> Mapping:
+        path = Path(path)
+        d = read_json(path)
+        cols = {normalize_cell(k): v for k, v in _need(d, "columns", dict, path).items()}
         missing = [f for f in cls.REQUIRED if f not in cols.values()]
-        if missing: raise UserError(f"no column maps to {', '.join(missing)}", path, None, 'columns')
-        sheets = _need(d, 'sheets', list, path)
-        if not sheets: raise UserError("no sheets listed", path, None, 'sheets')
-        return cls(str(_need(d, 'dataset', str, path)), tuple(sheets), int(_need(d, 'header_row', int, path)), cols,
-                   tuple(d.get('merged_fill', ())), str(path))
+        if missing:
+            raise UserError(f"no column maps to {', '.join(missing)}", path, None, "columns")
+        sheets = _need(d, "sheets", list, path)
+        if not sheets:
+            raise UserError("no sheets listed", path, None, "sheets")
+        return cls(
+            str(_need(d, "dataset", str, path)),
+            tuple(sheets),
+            int(_need(d, "header_row", int, path)),
+            cols,
+            tuple(d.get("merged_fill", ())),
+            str(path),
+        )
+
 
 @dataclass
 class DatasetsConfig:
     "Per-dataset asset file names (`CFG/datasets.json`)."
-    datasets:dict
-    path:str = None
+
+    datasets: dict
+    path: str = None
+
     @classmethod
-    def from_path(cls, path) -> 'DatasetsConfig':
-        path = Path(path); d = read_json(path)
-        ds = _need(d, 'datasets', dict, path)
+    def from_path(cls, path) -> DatasetsConfig:
+        path = Path(path)
+        d = read_json(path)
+        ds = _need(d, "datasets", dict, path)
         for name, e in ds.items():
-            path_component(name, 'dataset', path)   # it names processed/<dataset>/ and canonical/<dataset>/
-            for k in ('registry', 'corpus', 'grading'): _need(e, k, str, path, None, f'datasets.{name}.')
+            path_component(name, "dataset", path)  # it names processed/<dataset>/ and canonical/<dataset>/
+            for k in ("registry", "corpus", "grading"):
+                _need(e, k, str, path, None, f"datasets.{name}.")
         return cls(ds, str(path))
-    def entry(self, dataset:str) -> dict:
-        if dataset not in self.datasets: raise UserError(f"dataset {dataset!r} is not configured (have: {', '.join(self.datasets)})", self.path, None, 'datasets')
+
+    def entry(self, dataset: str) -> dict:
+        if dataset not in self.datasets:
+            raise UserError(
+                f"dataset {dataset!r} is not configured (have: {', '.join(self.datasets)})", self.path, None, "datasets"
+            )
         return self.datasets[dataset]
+
     def resolve(self, dataset, key, base=None) -> Path:
         "The asset path for `dataset`: relative to `base` when given, else to the config file."
         p = Path(self.entry(dataset)[key])
-        return p if p.is_absolute() else (Path(base) if base else Path(self.path).parent)/p
+        return p if p.is_absolute() else (Path(base) if base else Path(self.path).parent) / p
+
 
 # %% ../../nbs/release/00_assets.ipynb #fb9364b7
 @dataclass
 class ReleaseContext:
     "Registry, corpus, task config and grading config of one dataset, cross-checked."
-    registry:Registry
-    corpus:Corpus
-    task:TaskConfig
-    grading:GradingConfig
+
+    registry: Registry
+    corpus: Corpus
+    task: TaskConfig
+    grading: GradingConfig
+
     def __post_init__(self):
         for a in (self.corpus, self.task, self.grading):
             if a.dataset != self.registry.dataset:
-                raise UserError(f"dataset {a.dataset!r} differs from the registry's {self.registry.dataset!r}", a.path, None, 'dataset')
+                raise UserError(
+                    f"dataset {a.dataset!r} differs from the registry's {self.registry.dataset!r}",
+                    a.path,
+                    None,
+                    "dataset",
+                )
         missing = [c for c in self.registry.leaves if c not in self.corpus.entries]
-        if missing: raise UserError(f"{len(missing)} registry leaves have no corpus description (first: {missing[0]})", self.corpus.path, None, 'categories')
+        if missing:
+            raise UserError(
+                f"{len(missing)} registry leaves have no corpus description (first: {missing[0]})",
+                self.corpus.path,
+                None,
+                "categories",
+            )
         if self.task.num_candidates > len(self.registry.leaves):
-            raise UserError(f"num_candidates {self.task.num_candidates} exceeds the {len(self.registry.leaves)} leaves", self.task.path, None, 'num_candidates')
+            raise UserError(
+                f"num_candidates {self.task.num_candidates} exceeds the {len(self.registry.leaves)} leaves",
+                self.task.path,
+                None,
+                "num_candidates",
+            )
         self.choices = ChoiceMap(self.registry, self.task)
+
     @property
-    def dataset(self): return self.registry.dataset
+    def dataset(self):
+        return self.registry.dataset
+
     @classmethod
-    def load(cls, registry, corpus, task_config, grading_config, metadata_fields=None, grading_override=None) -> 'ReleaseContext':
+    def load(
+        cls, registry, corpus, task_config, grading_config, metadata_fields=None, grading_override=None
+    ) -> ReleaseContext:
         "Load the four assets; check `--metadata-fields` against the task config."
-        ctx = cls(Registry.from_path(registry), Corpus.from_path(corpus), TaskConfig.from_path(task_config),
-                  grading_override or GradingConfig.from_path(grading_config))
+        ctx = cls(
+            Registry.from_path(registry),
+            Corpus.from_path(corpus),
+            TaskConfig.from_path(task_config),
+            grading_override or GradingConfig.from_path(grading_config),
+        )
         ctx.task.check_metadata_fields(metadata_fields)
         return ctx
-    def asset_paths(self) -> list: return [self.registry.path, self.corpus.path, self.task.path, self.grading.path]
+
+    def asset_paths(self) -> list:
+        return [self.registry.path, self.corpus.path, self.task.path, self.grading.path]
+
 
 # %% ../../nbs/release/00_assets.ipynb #6ee2c82e
 def required(**kw):
     "Raise a `UserError` naming the first missing required flag."
     for k, v in kw.items():
-        if v is None or v == []: raise UserError(f"--{k.replace('_', '-')} is required")
+        if v is None or v == []:
+            raise UserError(f"--{k.replace('_', '-')} is required")
 
-def cmdline(command:str, params:dict) -> list:
+
+def cmdline(command: str, params: dict) -> list:
     "The `vtreetrm release` command line equivalent to `params`."
-    out = ['vtreetrm', 'release', command]
+    out = ["vtreetrm", "release", command]
     for k, v in params.items():
-        if v is None or v is False: continue
-        flag = '--' + k.replace('_', '-')
-        if v is True: out.append(flag)
-        elif isinstance(v, (list, tuple)): out += [flag, *map(str, v)]
-        else: out += [flag, str(v)]
+        if v is None or v is False:
+            continue
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            out.append(flag)
+        elif isinstance(v, (list, tuple)):
+            out += [flag, *map(str, v)]
+        else:
+            out += [flag, str(v)]
     return out
 
-def parse_named(items, flag:str) -> dict:
+
+def parse_named(items, flag: str) -> dict:
     "Parse `name=path` items (`--input shougang=DIR`) into an ordered dict."
     out = {}
     for it in items or []:
-        name, sep, val = str(it).partition('=')
-        if not sep or not name or not val: raise UserError(f"{flag} expects NAME=VALUE, got {it!r}")
-        if name in out: raise UserError(f"{flag} names {name!r} twice")
+        name, sep, val = str(it).partition("=")
+        if not sep or not name or not val:
+            raise UserError(f"{flag} expects NAME=VALUE, got {it!r}")
+        if name in out:
+            raise UserError(f"{flag} names {name!r} twice")
         out[name] = val
     return out
+
 
 def release_report(release) -> tuple[dict, Path]:
     "(report, its path) of a published release: `mixture_report.json` for a mixture, else `export_report.json`."
     rel = Path(release)
-    f = rel/('mixture_report.json' if (rel/'mixture_report.json').is_file() else 'export_report.json')
-    if not f.is_file(): raise UserError("the release has no export_report.json or mixture_report.json: publish it with the release commands", rel)
+    f = rel / ("mixture_report.json" if (rel / "mixture_report.json").is_file() else "export_report.json")
+    if not f.is_file():
+        raise UserError(
+            "the release has no export_report.json or mixture_report.json: publish it with the release commands", rel
+        )
     r = read_json(f)
-    if not isinstance(r, dict): raise UserError("a release report must be a JSON object", f)
+    if not isinstance(r, dict):
+        raise UserError("a release report must be a JSON object", f)
     return r, f
 
-def make_report(command:str, params:dict, inputs:Iterable, dataset:str=None, **body) -> dict:
+
+def make_report(command: str, params: dict, inputs: Iterable, dataset: str = None, **body) -> dict:
     "A report dict: body, dataset flags and provenance."
     rep = {**(dataset_note(dataset) if dataset else {}), **body}
-    rep['provenance'] = provenance(params, [p for p in inputs if p], cmdline(command, params))
+    rep["provenance"] = provenance(params, [p for p in inputs if p], cmdline(command, params))
     return rep
 
+
 # %% ../../nbs/release/00_assets.ipynb #210329f0
-def load_grading_manifest(path, datasets:Iterable) -> dict:
+def load_grading_manifest(path, datasets: Iterable) -> dict:
     "Check the manifest's entries for `datasets` byte for byte; returns name -> GradingConfig."
-    path = Path(path); d = read_json(path)
-    ds = _need(d, 'datasets', dict, path)
+    path = Path(path)
+    d = read_json(path)
+    ds = _need(d, "datasets", dict, path)
     out = {}
     for name in datasets:
-        if name not in ds: raise UserError(f"no grading entry for dataset {name!r}", path, None, f'datasets.{name}')
+        if name not in ds:
+            raise UserError(f"no grading entry for dataset {name!r}", path, None, f"datasets.{name}")
         e = ds[name]
-        rel = _need(e, 'path', str, path, None, f'datasets.{name}.'); want = _need(e, 'sha256', str, path, None, f'datasets.{name}.')
-        f = Path(rel) if Path(rel).is_absolute() else path.parent/rel
-        if not f.is_file(): raise UserError(f"grading file {f} does not exist", path, None, f'datasets.{name}.path')
+        rel = _need(e, "path", str, path, None, f"datasets.{name}.")
+        want = _need(e, "sha256", str, path, None, f"datasets.{name}.")
+        f = Path(rel) if Path(rel).is_absolute() else path.parent / rel
+        if not f.is_file():
+            raise UserError(f"grading file {f} does not exist", path, None, f"datasets.{name}.path")
         have = sha256_file(f)
         if have != want.lower():
-            raise UserError(f"grading sha256 mismatch for {name!r}: manifest says {want}, {f} has {have}", path, None, f'datasets.{name}.sha256')
+            raise UserError(
+                f"grading sha256 mismatch for {name!r}: manifest says {want}, {f} has {have}",
+                path,
+                None,
+                f"datasets.{name}.sha256",
+            )
         out[name] = GradingConfig.from_path(f)
     return out
 
-def write_grading_manifest(path, entries:dict) -> Path:
+
+def write_grading_manifest(path, entries: dict) -> Path:
     "Write a manifest for `{name: grading_file}` (files given relative to the manifest's folder or absolute)."
     path = Path(path)
     ds = {}
     for name, f in entries.items():
-        f = Path(f); full = f if f.is_absolute() else path.parent/f
-        ds[name] = {'path': str(f), 'sha256': sha256_file(full)}
-    return write_json(path, {'datasets': ds})
+        f = Path(f)
+        full = f if f.is_absolute() else path.parent / f
+        ds[name] = {"path": str(f), "sha256": sha256_file(full)}
+    return write_json(path, {"datasets": ds})

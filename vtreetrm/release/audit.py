@@ -4,91 +4,185 @@
 
 # %% ../../nbs/release/05_audit.ipynb #9ea6727d
 from __future__ import annotations
-import hashlib, time
-from collections import Counter
-from pathlib import Path
+
+import hashlib
+import time
+
 from tqdm.auto import tqdm
-from ..utils import UserError, write_json, read_json, sha256_file
-from .assets import (NATIVE_PROMPT_FIELDS, SPLITS, GradingConfig, Record, iter_records, parse_named,
-                                     required, make_report, dataset_note)
+
+from vtreetrm.release.assets import (
+    NATIVE_PROMPT_FIELDS,
+    SPLITS,
+    GradingConfig,
+    Record,
+    dataset_note,
+    iter_records,
+    make_report,
+    parse_named,
+    required,
+)
 from .prompts import prompt_key
+from ..utils import UserError, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['MAX_CONFLICTS_LISTED', 'audit_prompt_conflicts']
+__all__ = ["MAX_CONFLICTS_LISTED", "audit_prompt_conflicts"]
 
 # %% ../../nbs/release/05_audit.ipynb #9d0c8948
 MAX_CONFLICTS_LISTED = 200
 
+
 def _standard_leaves(path) -> set:
     d = read_json(path)
-    cats = d.get('categories') if isinstance(d, dict) else None
-    if not isinstance(cats, list): raise UserError("missing field", path, None, 'categories')
-    parents = {c.get('parent') for c in cats if isinstance(c, dict)}
-    return {c['id'] for c in cats if isinstance(c, dict) and 'id' in c and c['id'] not in parents}
+    cats = d.get("categories") if isinstance(d, dict) else None
+    if not isinstance(cats, list):
+        raise UserError("missing field", path, None, "categories")
+    parents = {c.get("parent") for c in cats if isinstance(c, dict)}
+    return {c["id"] for c in cats if isinstance(c, dict) and "id" in c and c["id"] not in parents}
 
-def audit_prompt_conflicts(canonical:list[str]=None,               # NAME=PATH of canonical all.json files
-                           classification_standard:list[str]=None, # NAME=PATH classification standard per dataset
-                           grading_standard:list[str]=None,        # NAME=PATH grading standard per dataset
-                           report:str=None,                   # audit report JSON to write
-                           bundle:bool=False,                 # audit the datasets together (keys may collide across datasets)
-                           split:str='train',                 # split to audit ('all' for every record)
-                           level_field:str='data_level',      # level field of the grading standard
-                           metadata_fields:list[str]=list(NATIVE_PROMPT_FIELDS), # fields of the prompt key
-                           progress:bool=True) -> int:        # show a progress bar
+
+def audit_prompt_conflicts(
+    canonical: list[str] = None,  # NAME=PATH of canonical all.json files
+    classification_standard: list[str] = None,  # NAME=PATH classification standard per dataset
+    grading_standard: list[str] = None,  # NAME=PATH grading standard per dataset
+    report: str = None,  # audit report JSON to write
+    bundle: bool = False,  # audit the datasets together (keys may collide across datasets)
+    split: str = "train",  # split to audit ('all' for every record)
+    level_field: str = "data_level",  # level field of the grading standard
+    metadata_fields: list[str] = None,  # fields of the prompt key
+    progress: bool = True,  # show a progress bar
+) -> int:
     "Prompt-conflict audit; writes REPORT; exit 0 only when passed with conflict_keys 0."
-    required(canonical=canonical, classification_standard=classification_standard, grading_standard=grading_standard, report=report)
-    if split not in SPLITS + ('all',): raise UserError(f"--split must be one of {SPLITS + ('all',)}")
-    params = dict(canonical=canonical, classification_standard=classification_standard, grading_standard=grading_standard,
-                  report=report, bundle=bundle, split=split, level_field=level_field, metadata_fields=metadata_fields)
-    can, cls_, gra = (parse_named(canonical, '--canonical'), parse_named(classification_standard, '--classification-standard'),
-                      parse_named(grading_standard, '--grading-standard'))
+    if metadata_fields is None:
+        metadata_fields = list(NATIVE_PROMPT_FIELDS)
+    required(
+        canonical=canonical,
+        classification_standard=classification_standard,
+        grading_standard=grading_standard,
+        report=report,
+    )
+    if split not in SPLITS + ("all",):
+        raise UserError(f"--split must be one of {SPLITS + ('all',)}")
+    params = dict(
+        canonical=canonical,
+        classification_standard=classification_standard,
+        grading_standard=grading_standard,
+        report=report,
+        bundle=bundle,
+        split=split,
+        level_field=level_field,
+        metadata_fields=metadata_fields,
+    )
+    can, cls_, gra = (
+        parse_named(canonical, "--canonical"),
+        parse_named(classification_standard, "--classification-standard"),
+        parse_named(grading_standard, "--grading-standard"),
+    )
     for name in can:
-        if name not in cls_: raise UserError(f"no --classification-standard for dataset {name!r}")
-        if name not in gra: raise UserError(f"no --grading-standard for dataset {name!r}")
+        if name not in cls_:
+            raise UserError(f"no --classification-standard for dataset {name!r}")
+        if name not in gra:
+            raise UserError(f"no --grading-standard for dataset {name!r}")
     t0 = time.time()
-    label_ids, groups, conflict_h = {}, {}, set()   # pass 1 keeps a 12-byte key digest -> label index per record
+    label_ids, groups, conflict_h = {}, {}, set()  # pass 1 keeps a 12-byte key digest -> label index per record
     per_ds, unknown, missing_split = {}, [], 0
+
     def audited(name, path):
         for line, d in iter_records(path):
             rec = Record.from_dict(d, path, line)
-            if rec.split is None: yield None, None; continue
-            if split != 'all' and rec.split != split: continue
+            if rec.split is None:
+                yield None, None
+                continue
+            if split != "all" and rec.split != split:
+                continue
             key = prompt_key(rec.metadata, metadata_fields)
-            yield rec, (key, hashlib.blake2b(('' if bundle else name + '\x1f') .encode() + key.encode(), digest_size=12).digest())
+            yield (
+                rec,
+                (
+                    key,
+                    hashlib.blake2b(("" if bundle else name + "\x1f").encode() + key.encode(), digest_size=12).digest(),
+                ),
+            )
+
     for name, path in can.items():
-        leaves = _standard_leaves(cls_[name]); grading = GradingConfig.from_path(gra[name])
+        leaves = _standard_leaves(cls_[name])
+        grading = GradingConfig.from_path(gra[name])
         if grading.level_field != level_field:
-            raise UserError(f"grading standard's level field is {grading.level_field!r}, not --level-field {level_field!r}", gra[name], None, 'level_field')
+            raise UserError(
+                f"grading standard's level field is {grading.level_field!r}, not --level-field {level_field!r}",
+                gra[name],
+                None,
+                "level_field",
+            )
         n = 0
-        for rec, kh in tqdm(audited(name, path), desc=f'audit {name}', disable=not progress, mininterval=1):
-            if rec is None: missing_split += 1; continue
+        for rec, kh in tqdm(audited(name, path), desc=f"audit {name}", disable=not progress, mininterval=1):
+            if rec is None:
+                missing_split += 1
+                continue
             n += 1
             cid, lvl = rec.target.category_id, rec.target.data_level
             if cid not in leaves or lvl not in grading.approved:
                 if len(unknown) < MAX_CONFLICTS_LISTED:
-                    unknown.append({'dataset': name, 'id': rec.id, 'category_id': cid, 'data_level': lvl,
-                                    'reason': 'category not a leaf of the classification standard' if cid not in leaves else 'level not approved'})
+                    unknown.append(
+                        {
+                            "dataset": name,
+                            "id": rec.id,
+                            "category_id": cid,
+                            "data_level": lvl,
+                            "reason": "category not a leaf of the classification standard"
+                            if cid not in leaves
+                            else "level not approved",
+                        }
+                    )
             li = label_ids.setdefault((cid, lvl), len(label_ids))
             prev = groups.setdefault(kh[1], li)
-            if prev != li: conflict_h.add(kh[1])
-        per_ds[name] = {**dataset_note(name), 'records_audited': n, 'canonical_sha256': sha256_file(path),
-                        'classification_standard_sha256': sha256_file(cls_[name]), 'grading_standard_sha256': sha256_file(gra[name])}
+            if prev != li:
+                conflict_h.add(kh[1])
+        per_ds[name] = {
+            **dataset_note(name),
+            "records_audited": n,
+            "canonical_sha256": sha256_file(path),
+            "classification_standard_sha256": sha256_file(cls_[name]),
+            "grading_standard_sha256": sha256_file(gra[name]),
+        }
     del groups
-    conflicts = {}       # pass 2, only when there are conflicts: key digest -> {'key', 'labels': {label: [ids]}}
+    conflicts = {}  # pass 2, only when there are conflicts: key digest -> {'key', 'labels': {label: [ids]}}
     if conflict_h:
         for name, path in can.items():
             for rec, kh in audited(name, path):
-                if rec is None or kh[1] not in conflict_h: continue
-                c = conflicts.setdefault(kh[1], {'key': kh[0], 'labels': {}})
-                c['labels'].setdefault((rec.target.category_id, rec.target.data_level), []).append(f"{name}:{rec.id}")
-    real = [c for c in conflicts.values() if len(c['labels']) > 1]
-    if missing_split: raise UserError(f"{missing_split} record(s) have no embedded split: run split first", next(iter(can.values())), None, 'split')
-    status = 'passed' if not real and not unknown else 'failed'
-    rep = make_report('audit', params, [*can.values(), *cls_.values(), *gra.values()], None, status=status,
-                      conflict_keys=len(real), unknown_labels=len(unknown), records_audited=sum(v['records_audited'] for v in per_ds.values()),
-                      split=split, bundle=bundle, datasets=per_ds,
-                      conflicts=[{'key': c['key'], 'labels': [{'category_id': l[0], 'data_level': l[1], 'ids': ids} for l, ids in c['labels'].items()]}
-                                 for c in real[:MAX_CONFLICTS_LISTED]],
-                      unknown=unknown, seconds=round(time.time() - t0, 3))
+                if rec is None or kh[1] not in conflict_h:
+                    continue
+                c = conflicts.setdefault(kh[1], {"key": kh[0], "labels": {}})
+                c["labels"].setdefault((rec.target.category_id, rec.target.data_level), []).append(f"{name}:{rec.id}")
+    real = [c for c in conflicts.values() if len(c["labels"]) > 1]
+    if missing_split:
+        raise UserError(
+            f"{missing_split} record(s) have no embedded split: run split first",
+            next(iter(can.values())),
+            None,
+            "split",
+        )
+    status = "passed" if not real and not unknown else "failed"
+    rep = make_report(
+        "audit",
+        params,
+        [*can.values(), *cls_.values(), *gra.values()],
+        None,
+        status=status,
+        conflict_keys=len(real),
+        unknown_labels=len(unknown),
+        records_audited=sum(v["records_audited"] for v in per_ds.values()),
+        split=split,
+        bundle=bundle,
+        datasets=per_ds,
+        conflicts=[
+            {
+                "key": c["key"],
+                "labels": [{"category_id": l[0], "data_level": l[1], "ids": ids} for l, ids in c["labels"].items()],
+            }
+            for c in real[:MAX_CONFLICTS_LISTED]
+        ],
+        unknown=unknown,
+        seconds=round(time.time() - t0, 3),
+    )
     write_json(report, rep)
-    return 0 if status == 'passed' else 1
+    return 0 if status == "passed" else 1

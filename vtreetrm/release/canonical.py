@@ -4,156 +4,269 @@
 
 # %% ../../nbs/release/03_canonical.ipynb #745f837b
 from __future__ import annotations
-import hashlib, json, shutil, time
+
+import hashlib
+import shutil
+import time
 from collections import Counter
 from pathlib import Path
+
 from tqdm.auto import tqdm
-from ..utils import UserError, path_component, atomic_dir, write_json, read_json, iter_jsonl
-from .assets import (FORMAL_DATASET, SPLITS, DatasetsConfig, Registry, Corpus, GradingConfig, Record,
-                                     RecordWriter, iter_records, required, make_report)
+
+from vtreetrm.release.assets import (
+    FORMAL_DATASET,
+    SPLITS,
+    Corpus,
+    DatasetsConfig,
+    GradingConfig,
+    Record,
+    RecordWriter,
+    Registry,
+    iter_records,
+    make_report,
+    required,
+)
+from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json, write_json
 
 # %% auto #0
-__all__ = ['MAX_LISTED', 'resolve_record', 'canonical', 'split_of', 'split']
+__all__ = ["MAX_LISTED", "resolve_record", "canonical", "split_of", "split"]
 
 # %% ../../nbs/release/03_canonical.ipynb #a9cb1e35
 MAX_LISTED = 1000  # unresolved records listed one by one in a report (the count is always exact)
 
-def resolve_record(rec:Record, registry:Registry, corpus:Corpus, grading:GradingConfig) -> tuple[str|None, str|None]:
+
+def resolve_record(
+    rec: Record, registry: Registry, corpus: Corpus, grading: GradingConfig
+) -> tuple[str | None, str | None]:
     "`(None, None)` when `rec` resolves (its `target.category_id` is set), else `(field, reason)`."
     cid, why = registry.resolve(rec.target.category)
-    if cid is None: return 'target.category', why
-    if cid not in corpus.entries: return 'target.category', f"leaf {cid} has no corpus description in {corpus.path}"
+    if cid is None:
+        return "target.category", why
+    if cid not in corpus.entries:
+        return "target.category", f"leaf {cid} has no corpus description in {corpus.path}"
     if rec.target.data_level not in grading.approved:
-        return 'target.data_level', f"level {rec.target.data_level!r} is not approved by {grading.path} (approved: {', '.join(grading.approved)})"
+        return (
+            "target.data_level",
+            f"level {rec.target.data_level!r} is not approved by {grading.path} (approved: {', '.join(grading.approved)})",
+        )
     rec.target.category_id = cid
     return None, None
 
-def canonical(processed_dir:str=None,  # folder holding <dataset>/all.json from preprocess
-              canonical_dir:str=None,  # output folder; <dataset>/ is published atomically
-              config_file:str=None,    # datasets config (CFG/datasets.json)
-              registry_dir:str=None,   # folder of registries named in the config
-              corpus_dir:str=None,     # folder of corpora named in the config
-              dataset:str=FORMAL_DATASET, # dataset name
-              grading_config:str=None, # grading config (default: the config file's `grading` entry)
-              allow_unresolved:bool=False, # drop unresolved records instead of stopping
-              progress:bool=True):     # show a progress bar
+
+def canonical(
+    processed_dir: str = None,  # folder holding <dataset>/all.json from preprocess
+    canonical_dir: str = None,  # output folder; <dataset>/ is published atomically
+    config_file: str = None,  # datasets config (CFG/datasets.json)
+    registry_dir: str = None,  # folder of registries named in the config
+    corpus_dir: str = None,  # folder of corpora named in the config
+    dataset: str = FORMAL_DATASET,  # dataset name
+    grading_config: str = None,  # grading config (default: the config file's `grading` entry)
+    allow_unresolved: bool = False,  # drop unresolved records instead of stopping
+    progress: bool = True,  # show a progress bar
+):
     "Resolve processed records to registry leaves; publish canonical/<dataset>/all.json and canonical_report.json."
-    required(processed_dir=processed_dir, canonical_dir=canonical_dir, config_file=config_file,
-             registry_dir=registry_dir, corpus_dir=corpus_dir)
-    params = dict(processed_dir=processed_dir, canonical_dir=canonical_dir, config_file=config_file, registry_dir=registry_dir,
-                  corpus_dir=corpus_dir, dataset=dataset, grading_config=grading_config, allow_unresolved=allow_unresolved)
-    path_component(dataset, 'dataset')            # it names processed/<dataset>/ and canonical/<dataset>/
+    required(
+        processed_dir=processed_dir,
+        canonical_dir=canonical_dir,
+        config_file=config_file,
+        registry_dir=registry_dir,
+        corpus_dir=corpus_dir,
+    )
+    params = dict(
+        processed_dir=processed_dir,
+        canonical_dir=canonical_dir,
+        config_file=config_file,
+        registry_dir=registry_dir,
+        corpus_dir=corpus_dir,
+        dataset=dataset,
+        grading_config=grading_config,
+        allow_unresolved=allow_unresolved,
+    )
+    path_component(dataset, "dataset")  # it names processed/<dataset>/ and canonical/<dataset>/
     cfg = DatasetsConfig.from_path(config_file)
-    reg_p, cor_p = cfg.resolve(dataset, 'registry', registry_dir), cfg.resolve(dataset, 'corpus', corpus_dir)
-    gra_p = Path(grading_config) if grading_config else cfg.resolve(dataset, 'grading')
+    reg_p, cor_p = cfg.resolve(dataset, "registry", registry_dir), cfg.resolve(dataset, "corpus", corpus_dir)
+    gra_p = Path(grading_config) if grading_config else cfg.resolve(dataset, "grading")
     registry, corpus, grading = Registry.from_path(reg_p), Corpus.from_path(cor_p), GradingConfig.from_path(gra_p)
-    src = Path(processed_dir)/dataset/'all.json'
+    src = Path(processed_dir) / dataset / "all.json"
     inputs = [src, config_file, reg_p, cor_p, gra_p]
     t0, unresolved, n_unres, ok, seen = time.time(), [], 0, 0, set()
     by_level, by_cat = Counter(), Counter()
-    dest = Path(canonical_dir)/dataset
+    dest = Path(canonical_dir) / dataset
     with atomic_dir(dest) as d:
-        with open(d/'all.json', 'w', encoding='utf-8') as f:
+        with open(d / "all.json", "w", encoding="utf-8") as f:
             w = RecordWriter(f)
-            for line, dct in tqdm(iter_records(src), desc='canonical', disable=not progress, mininterval=1):
+            for line, dct in tqdm(iter_records(src), desc="canonical", disable=not progress, mininterval=1):
                 rec = Record.from_dict(dct, src, line)
-                if rec.dataset != dataset: raise UserError(f"record of dataset {rec.dataset!r} in {dataset!r}", src, line, 'dataset')
-                h = hashlib.blake2b(rec.id.encode(), digest_size=8).digest()   # 8-byte digests: small memory per record
-                if h in seen: raise UserError(f"duplicated record id {rec.id}", src, line, 'id')
+                if rec.dataset != dataset:
+                    raise UserError(f"record of dataset {rec.dataset!r} in {dataset!r}", src, line, "dataset")
+                h = hashlib.blake2b(rec.id.encode(), digest_size=8).digest()  # 8-byte digests: small memory per record
+                if h in seen:
+                    raise UserError(f"duplicated record id {rec.id}", src, line, "id")
                 seen.add(h)
                 fld, why = resolve_record(rec, registry, corpus, grading)
                 if fld:
                     n_unres += 1
                     if len(unresolved) < MAX_LISTED:
-                        unresolved.append({'id': rec.id, 'source': f"{rec.source.where()}:{rec.source.row}", 'field': fld,
-                                           'value': rec.target.category if fld == 'target.category' else rec.target.data_level, 'reason': why})
+                        unresolved.append(
+                            {
+                                "id": rec.id,
+                                "source": f"{rec.source.where()}:{rec.source.row}",
+                                "field": fld,
+                                "value": rec.target.category if fld == "target.category" else rec.target.data_level,
+                                "reason": why,
+                            }
+                        )
                     continue
-                ok += 1; by_level[rec.target.data_level] += 1; by_cat[rec.target.category_id] += 1
+                ok += 1
+                by_level[rec.target.data_level] += 1
+                by_cat[rec.target.category_id] += 1
                 w.write(rec)
             w.close()
-        rep = make_report('canonical', params, inputs, dataset, records_in=ok + n_unres, records=ok, unresolved_count=n_unres,
-                          unresolved=unresolved, per_level=dict(sorted(by_level.items())), per_category=dict(sorted(by_cat.items())),
-                          registry_version=registry.version, seconds=round(time.time() - t0, 3))
+        rep = make_report(
+            "canonical",
+            params,
+            inputs,
+            dataset,
+            records_in=ok + n_unres,
+            records=ok,
+            unresolved_count=n_unres,
+            unresolved=unresolved,
+            per_level=dict(sorted(by_level.items())),
+            per_category=dict(sorted(by_cat.items())),
+            registry_version=registry.version,
+            seconds=round(time.time() - t0, 3),
+        )
         if n_unres and not allow_unresolved:
-            rep['status'] = 'failed'
-            failed = dest.parent/f"{dataset}.canonical_report.failed.json"
+            rep["status"] = "failed"
+            failed = dest.parent / f"{dataset}.canonical_report.failed.json"
             write_json(failed, rep)
-            u = unresolved[0]; where, _, row = u['source'].rpartition(':')
-            raise UserError(f"{n_unres} unresolved record(s), first: {u['reason']} (all listed in {failed}; "
-                            f"--allow-unresolved drops them)", where, int(row), u['field'])
-        rep['status'] = 'ok'
-        write_json(d/'canonical_report.json', rep)
+            u = unresolved[0]
+            where, _, row = u["source"].rpartition(":")
+            raise UserError(
+                f"{n_unres} unresolved record(s), first: {u['reason']} (all listed in {failed}; "
+                f"--allow-unresolved drops them)",
+                where,
+                int(row),
+                u["field"],
+            )
+        rep["status"] = "ok"
+        write_json(d / "canonical_report.json", rep)
     return rep
 
+
 # %% ../../nbs/release/03_canonical.ipynb #537babd8
-def split_of(record_id:str, seed:int, ratios=(0.8, 0.1, 0.1)) -> str:
+def split_of(record_id: str, seed: int, ratios=(0.8, 0.1, 0.1)) -> str:
     "Deterministic split of one id: a function of `seed` and the id only."
     u = int(hashlib.sha256(f"{seed}\x1f{record_id}".encode()).hexdigest()[:15], 16) / 16**15
     acc = 0.0
     for s, r in zip(SPLITS, ratios):
         acc += r
-        if u < acc: return s
+        if u < acc:
+            return s
     return SPLITS[-1]
 
+
 def _load_split_file(path) -> dict:
-    path = Path(path); out = {}
-    if path.suffix == '.jsonl':
+    path = Path(path)
+    out = {}
+    if path.suffix == ".jsonl":
         for line, d in iter_jsonl(path):
-            if not isinstance(d.get('id'), str): raise UserError("missing id", path, line, 'id')
-            if d.get('split') not in SPLITS: raise UserError(f"split must be one of {SPLITS}", path, line, 'split')
-            if d['id'] in out and out[d['id']] != d['split']: raise UserError(f"id {d['id']} assigned twice", path, line, 'split')
-            out[d['id']] = (d['split'], line)
+            if not isinstance(d.get("id"), str):
+                raise UserError("missing id", path, line, "id")
+            if d.get("split") not in SPLITS:
+                raise UserError(f"split must be one of {SPLITS}", path, line, "split")
+            if d["id"] in out and out[d["id"]] != d["split"]:
+                raise UserError(f"id {d['id']} assigned twice", path, line, "split")
+            out[d["id"]] = (d["split"], line)
         return out
     d = read_json(path)
-    a = d.get('assignments', d) if isinstance(d, dict) else None
-    if not isinstance(a, dict): raise UserError("expected {'assignments': {id: split}}", path, None, 'assignments')
+    a = d.get("assignments", d) if isinstance(d, dict) else None
+    if not isinstance(a, dict):
+        raise UserError("expected {'assignments': {id: split}}", path, None, "assignments")
     for k, v in a.items():
-        if v not in SPLITS: raise UserError(f"split of {k} must be one of {SPLITS}, got {v!r}", path, None, f'assignments.{k}')
+        if v not in SPLITS:
+            raise UserError(f"split of {k} must be one of {SPLITS}, got {v!r}", path, None, f"assignments.{k}")
         out[k] = (v, None)
     return out
 
-def split(canonical_dir:str=None,    # folder holding <dataset>/all.json from canonical
-          dataset:str=FORMAL_DATASET, # dataset name
-          split_type:str='random',   # split strategy (random: hash of seed and record id)
-          seed:int=42,               # split seed
-          train_ratio:float=0.8,     # share of train
-          val_ratio:float=0.1,       # share of val (test gets the rest)
-          split_file:str=None,       # optional id -> split assignments to honour (JSON or JSONL)
-          progress:bool=True):       # show a progress bar
+
+def split(
+    canonical_dir: str = None,  # folder holding <dataset>/all.json from canonical
+    dataset: str = FORMAL_DATASET,  # dataset name
+    split_type: str = "random",  # split strategy (random: hash of seed and record id)
+    seed: int = 42,  # split seed
+    train_ratio: float = 0.8,  # share of train
+    val_ratio: float = 0.1,  # share of val (test gets the rest)
+    split_file: str = None,  # optional id -> split assignments to honour (JSON or JSONL)
+    progress: bool = True,  # show a progress bar
+):
     "Embed a stable split in every canonical record; republish canonical/<dataset>/ with split_report.json."
     required(canonical_dir=canonical_dir)
-    if split_type != 'random': raise UserError(f"unsupported --split-type {split_type!r} (supported: random)")
+    if split_type != "random":
+        raise UserError(f"unsupported --split-type {split_type!r} (supported: random)")
     ratios = (train_ratio, val_ratio, round(1 - train_ratio - val_ratio, 10))
-    if min(ratios) < 0 or train_ratio <= 0: raise UserError(f"bad split ratios {ratios}")
-    params = dict(canonical_dir=canonical_dir, dataset=dataset, split_type=split_type, seed=seed, train_ratio=train_ratio,
-                  val_ratio=val_ratio, split_file=split_file)
-    dest = Path(canonical_dir)/path_component(dataset, 'dataset'); src = dest/'all.json'
-    if not src.is_file(): raise UserError("no canonical records: run canonical first", src)
+    if min(ratios) < 0 or train_ratio <= 0:
+        raise UserError(f"bad split ratios {ratios}")
+    params = dict(
+        canonical_dir=canonical_dir,
+        dataset=dataset,
+        split_type=split_type,
+        seed=seed,
+        train_ratio=train_ratio,
+        val_ratio=val_ratio,
+        split_file=split_file,
+    )
+    dest = Path(canonical_dir) / path_component(dataset, "dataset")
+    src = dest / "all.json"
+    if not src.is_file():
+        raise UserError("no canonical records: run canonical first", src)
     fixed = _load_split_file(split_file) if split_file else {}
     counts, kept, from_file, digest = Counter(), 0, 0, {s: 0 for s in SPLITS}
     t0 = time.time()
     with atomic_dir(dest) as d:
         for extra in dest.iterdir():
-            if extra.is_file() and extra.name not in ('all.json', 'split_report.json'): shutil.copy2(extra, d/extra.name)
-        with open(d/'all.json', 'w', encoding='utf-8') as f:
+            if extra.is_file() and extra.name not in ("all.json", "split_report.json"):
+                shutil.copy2(extra, d / extra.name)
+        with open(d / "all.json", "w", encoding="utf-8") as f:
             w = RecordWriter(f)
-            for line, dct in tqdm(iter_records(src), desc='split', disable=not progress, mininterval=1):
+            for line, dct in tqdm(iter_records(src), desc="split", disable=not progress, mininterval=1):
                 rec = Record.from_dict(dct, src, line)
                 want = fixed.get(rec.id)
                 if rec.split is not None:
                     if want and want[0] != rec.split:
-                        raise UserError(f"split file reassigns existing id {rec.id} from {rec.split} to {want[0]}", split_file, want[1], 'split')
+                        raise UserError(
+                            f"split file reassigns existing id {rec.id} from {rec.split} to {want[0]}",
+                            split_file,
+                            want[1],
+                            "split",
+                        )
                     kept += 1
-                elif want: rec.split = want[0]; from_file += 1
-                else: rec.split = split_of(rec.id, seed, ratios)
+                elif want:
+                    rec.split = want[0]
+                    from_file += 1
+                else:
+                    rec.split = split_of(rec.id, seed, ratios)
                 counts[rec.split] += 1
-                digest[rec.split] = (digest[rec.split] + int(hashlib.sha256(rec.id.encode()).hexdigest()[:16], 16)) % (1 << 64)
+                digest[rec.split] = (digest[rec.split] + int(hashlib.sha256(rec.id.encode()).hexdigest()[:16], 16)) % (
+                    1 << 64
+                )
                 w.write(rec)
             w.close()
-        rep = make_report('split', params, [src] + ([split_file] if split_file else []), dataset, status='ok',
-                          split_type=split_type, seed=seed, ratios=dict(zip(SPLITS, ratios)),
-                          counts={s: counts[s] for s in SPLITS}, records=sum(counts.values()), kept_existing=kept,
-                          from_split_file=from_file, id_digest={s: f"{v:016x}" for s, v in digest.items()},
-                          seconds=round(time.time() - t0, 3))
-        write_json(d/'split_report.json', rep)
+        rep = make_report(
+            "split",
+            params,
+            [src] + ([split_file] if split_file else []),
+            dataset,
+            status="ok",
+            split_type=split_type,
+            seed=seed,
+            ratios=dict(zip(SPLITS, ratios)),
+            counts={s: counts[s] for s in SPLITS},
+            records=sum(counts.values()),
+            kept_existing=kept,
+            from_split_file=from_file,
+            id_digest={s: f"{v:016x}" for s, v in digest.items()},
+            seconds=round(time.time() - t0, 3),
+        )
+        write_json(d / "split_report.json", rep)
     return rep

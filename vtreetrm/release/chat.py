@@ -4,11 +4,12 @@
 
 # %% ../../nbs/release/09_chat.ipynb #46a0a340
 from __future__ import annotations
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 # %% auto #0
-__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'build_chat_tokenizer']
+__all__ = ["CHATML_TOOLS_TEMPLATE", "SPECIAL_TOKENS", "build_chat_tokenizer"]
 
 # %% ../../nbs/release/09_chat.ipynb #a8a09078
 CHATML_TOOLS_TEMPLATE = (
@@ -17,8 +18,8 @@ CHATML_TOOLS_TEMPLATE = (
     "{% if message['role'] == 'system' %}"
     "{{ message['content'] }}"
     "{% if tools and loop.first %}{{ '\\n\\n# Tools\\n<tools>' }}{% for tool in tools %}{{ '\\n' }}{% set f = tool['function'] %}"
-    "{\"type\": \"function\", \"function\": {\"name\": {{ f['name'] | tojson }}, \"description\": {{ f['description'] | tojson }}, "
-    "\"parameters\": {\"type\": \"object\", \"properties\": {{ '{' }}{% set ns = namespace(first=true) %}"
+    '{"type": "function", "function": {"name": {{ f[\'name\'] | tojson }}, "description": {{ f[\'description\'] | tojson }}, '
+    '"parameters": {"type": "object", "properties": {{ \'{\' }}{% set ns = namespace(first=true) %}'
     "{% for k, v in f['parameters']['properties'].items() %}{% if v is not none %}{% if not ns.first %}, {% endif %}{% set ns.first = false %}"
     "{{ k | tojson }}: {\"type\": {{ v['type'] | tojson }}, \"description\": {{ v['description'] | tojson }}}{% endif %}{% endfor %}"
     "{{ '}' }}, \"required\": {{ (f['parameters']['required'] or []) | tojson }}}}}{% endfor %}{{ '\\n</tools>' }}{% endif %}"
@@ -35,20 +36,43 @@ CHATML_TOOLS_TEMPLATE = (
     "{% endif %}"
     "<|im_end|>\n"
     "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
-SPECIAL_TOKENS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<think>', '</think>', '<tool_call>', '</tool_call>',
-                  '<tool_response>', '</tool_response>', '<tools>', '</tools>']
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<tools>",
+    "</tools>",
+]
 
-def build_chat_tokenizer(texts, vocab_size:int=3000) -> PreTrainedTokenizerFast:
+
+def build_chat_tokenizer(texts, vocab_size: int = 3000) -> PreTrainedTokenizerFast:
     "A byte-level BPE trained on `texts`, wrapped as a `PreTrainedTokenizerFast` with the ChatML tools template."
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token='<|im_end|>', pad_token='<|endoftext|>',
-                                   unk_token=None, additional_special_tokens=SPECIAL_TOKENS[3:])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        additional_special_tokens=SPECIAL_TOKENS[3:],
+    )
     fast.chat_template = CHATML_TOOLS_TEMPLATE
     return fast

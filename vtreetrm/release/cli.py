@@ -4,38 +4,39 @@
 
 # %% ../../nbs/release/30_cli.ipynb #9afcaca8
 from __future__ import annotations
-from .synthetic import make_synthetic
-from .preprocess import preprocess
-from .canonical import canonical, split
+
 from .audit import audit_prompt_conflicts
-from .sft import sft_export, sft_validate
+from .canonical import canonical, split
+from .launch import verl_merge, verl_rl, verl_sft
+from .preprocess import preprocess
 from .rl import rl_export, rl_validate_cascade
-from .trajectory import trajectory_collect, trajectory_export, trajectory_validate, trajectory_stats
-from .trajectory_mixture import mixture_any
-from .launch import verl_sft, verl_rl, verl_merge
 from .rollout import rollout_gate
+from .sft import sft_export, sft_validate
+from .synthetic import make_synthetic
+from .trajectory import trajectory_collect, trajectory_export, trajectory_stats, trajectory_validate
+from .trajectory_mixture import mixture_any
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS']
+__all__ = ["CLI_COMMANDS"]
 
 # %% ../../nbs/release/30_cli.ipynb #1c60cf3f
 CLI_COMMANDS = {
-    'make-synthetic': make_synthetic,
-    'preprocess': preprocess,
-    'canonical': canonical,
-    'split': split,
-    'audit': audit_prompt_conflicts,
-    'sft-export': sft_export,
-    'sft-validate': sft_validate,
-    'rl-export': rl_export,
-    'mixture': mixture_any,
-    'rl-validate-cascade': rl_validate_cascade,
-    'trajectory-collect': trajectory_collect,
-    'trajectory-export': trajectory_export,
-    'trajectory-validate': trajectory_validate,
-    'trajectory-stats': trajectory_stats,
-    'verl-sft': verl_sft,
-    'verl-rl': verl_rl,
-    'verl-merge': verl_merge,
-    'rollout-gate': rollout_gate,
+    "make-synthetic": make_synthetic,
+    "preprocess": preprocess,
+    "canonical": canonical,
+    "split": split,
+    "audit": audit_prompt_conflicts,
+    "sft-export": sft_export,
+    "sft-validate": sft_validate,
+    "rl-export": rl_export,
+    "mixture": mixture_any,
+    "rl-validate-cascade": rl_validate_cascade,
+    "trajectory-collect": trajectory_collect,
+    "trajectory-export": trajectory_export,
+    "trajectory-validate": trajectory_validate,
+    "trajectory-stats": trajectory_stats,
+    "verl-sft": verl_sft,
+    "verl-rl": verl_rl,
+    "verl-merge": verl_merge,
+    "rollout-gate": rollout_gate,
 }

@@ -4,351 +4,650 @@
 
 # %% ../../nbs/release/13_launch.ipynb #32ea41ac
 from __future__ import annotations
-import contextlib, importlib, math, shlex, subprocess, sys
+
+import contextlib
+import importlib
+import math
+import shlex
+import subprocess
+import sys
 from pathlib import Path
-from ..utils import UserError, atomic_dir, atomic_write, write_json, read_json, sha256_file
-from .trajectory import release_think_source
+
+from .assets import SPLITS, make_report, release_report, required
 from .rollout import weights_identity
-from .assets import SPLITS, required, make_report, release_report
 from .sft import open_parquet
 from .tools import write_tool_config
+from .trajectory import release_think_source
+from ..utils import UserError, atomic_dir, atomic_write, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config',
-           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'rl_gates',
-           'verl_rl']
+__all__ = [
+    "SUPPORTED_VERL",
+    "VERL_EXTRA",
+    "SFT_DATASET",
+    "ROLLOUT_ENGINES",
+    "LOGGERS",
+    "check_verl",
+    "compose_verl_config",
+    "verl_sft",
+    "check_fsdp_checkpoint",
+    "check_merged",
+    "verl_merge",
+    "release_canonical",
+    "rl_gates",
+    "verl_rl",
+]
 
 # %% ../../nbs/release/13_launch.ipynb #a121b2bd
-SUPPORTED_VERL = ('0.9.1', '0.10')   # >= first, < second
+SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
 VERL_EXTRA = "pip install -e '.[verl]'  (the 'verl' extra pins verl==0.9.1)"
 
-def _vtuple(v:str) -> tuple:
+
+def _vtuple(v: str) -> tuple:
     out = []
-    for p in v.split('+')[0].split('.'):
-        n = ''.join(c for c in p if c.isdigit())
+    for p in v.split("+")[0].split("."):
+        n = "".join(c for c in p if c.isdigit())
         out.append(int(n) if n else 0)
     return tuple(out + [0] * (3 - len(out)))
 
+
 def check_verl():
     "Import verl and check its version is supported; returns the module or raises a `UserError` naming the extra."
-    try: verl = importlib.import_module('verl')
-    except ImportError as e: raise UserError(f"verl is not installed ({e}); install it with {VERL_EXTRA}") from None
-    v = getattr(verl, '__version__', None) or '0'
+    try:
+        verl = importlib.import_module("verl")
+    except ImportError as e:
+        raise UserError(f"verl is not installed ({e}); install it with {VERL_EXTRA}") from None
+    v = getattr(verl, "__version__", None) or "0"
     if not (_vtuple(SUPPORTED_VERL[0]) <= _vtuple(v) < _vtuple(SUPPORTED_VERL[1])):
-        raise UserError(f"verl {v} is not supported (need >={SUPPORTED_VERL[0]},<{SUPPORTED_VERL[1]}); install it with {VERL_EXTRA}")
+        raise UserError(
+            f"verl {v} is not supported (need >={SUPPORTED_VERL[0]},<{SUPPORTED_VERL[1]}); install it with {VERL_EXTRA}"
+        )
     return verl
 
-def compose_verl_config(config_name:str, overrides:list):
+
+def compose_verl_config(config_name: str, overrides: list):
     "Compose verl's own Hydra config `config_name` with `overrides`."
     verl = check_verl()
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
+
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent/'trainer'/'config'), version_base=None):
-        try: cfg = compose(config_name=config_name, overrides=overrides)
-        except Exception as e: raise UserError(f"verl config {config_name} does not accept the overrides: {e}") from None
-    try: OmegaConf.to_container(cfg, resolve=True)
-    except Exception as e: raise UserError(f"verl config {config_name} does not resolve: {e}") from None
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        try:
+            cfg = compose(config_name=config_name, overrides=overrides)
+        except Exception as e:
+            raise UserError(f"verl config {config_name} does not accept the overrides: {e}") from None
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except Exception as e:
+        raise UserError(f"verl config {config_name} does not resolve: {e}") from None
     return cfg
 
+
 # %% ../../nbs/release/13_launch.ipynb #ff6724f6
-def _release_files(release, kind:str) -> dict:
+def _release_files(release, kind: str) -> dict:
     rel = Path(release)
-    files = {s: rel/f'{s}.parquet' for s in SPLITS}
-    for s, p in files.items():
+    files = {s: rel / f"{s}.parquet" for s in SPLITS}
+    for _s, p in files.items():
         names = open_parquet(p).schema_arrow.names
-        if kind == 'trajectory' and 'trajectory_format' not in names:
-            raise UserError("verl-sft trains on a native-tool trajectory release (no trajectory_format column)", p, None, 'trajectory_format')
-        if kind == 'rl' and names != ['data_source', 'prompt', 'ability', 'reward_model', 'extra_info']:
-            raise UserError(f"verl-rl needs the five-field RL parquet, got columns {', '.join(names)}", p, None, 'schema')
+        if kind == "trajectory" and "trajectory_format" not in names:
+            raise UserError(
+                "verl-sft trains on a native-tool trajectory release (no trajectory_format column)",
+                p,
+                None,
+                "trajectory_format",
+            )
+        if kind == "rl" and names != ["data_source", "prompt", "ability", "reward_model", "extra_info"]:
+            raise UserError(
+                f"verl-rl needs the five-field RL parquet, got columns {', '.join(names)}", p, None, "schema"
+            )
     r, rep = release_report(rel)
-    if not (r.get('validation') or {}).get('valid'): raise UserError("the release's report does not say it validated", rep, None, 'validation.valid')
+    if not (r.get("validation") or {}).get("valid"):
+        raise UserError("the release's report does not say it validated", rep, None, "validation.valid")
     return {s: str(p.resolve()) for s, p in files.items()}
+
 
 def _tokenizer(model):
     m = Path(model)
-    if not m.is_dir(): raise UserError("no such model folder", model)
-    if not (m/'config.json').is_file(): raise UserError("model folder has no config.json", m, None, 'config.json')
+    if not m.is_dir():
+        raise UserError("no such model folder", model)
+    if not (m / "config.json").is_file():
+        raise UserError("model folder has no config.json", m, None, "config.json")
     from transformers import AutoTokenizer
-    try: tok = AutoTokenizer.from_pretrained(str(m), local_files_only=True)
-    except (OSError, ValueError) as e: raise UserError(f"cannot load the tokenizer: {e}", m) from None
-    if not tok.chat_template: raise UserError("the tokenizer has no chat template", m, None, 'chat_template')
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(m), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot load the tokenizer: {e}", m) from None
+    if not tok.chat_template:
+        raise UserError("the tokenizer has no chat template", m, None, "chat_template")
     return tok
 
-def _publish(output_dir, command:list, cfg, report:dict, dry_run:bool) -> int:
+
+def _publish(output_dir, command: list, cfg, report: dict, dry_run: bool) -> int:
     from omegaconf import OmegaConf
+
     with atomic_dir(output_dir) as d:
-        atomic_write(d/'config.yaml', OmegaConf.to_yaml(cfg))
-        atomic_write(d/'command.sh', '#!/usr/bin/env bash\nset -euo pipefail\n' + shlex.join(command) + '\n')
-        write_json(d/'launch_report.json', report)
+        atomic_write(d / "config.yaml", OmegaConf.to_yaml(cfg))
+        atomic_write(d / "command.sh", "#!/usr/bin/env bash\nset -euo pipefail\n" + shlex.join(command) + "\n")
+        write_json(d / "launch_report.json", report)
     print(shlex.join(command))
-    if dry_run: return 0
+    if dry_run:
+        return 0
     return subprocess.run(command).returncode
 
-# %% ../../nbs/release/13_launch.ipynb #304ba47a
-SFT_DATASET = ('pkg://vtreetrm.release.verl_dataset', 'PrefixDiffSFTDataset')   # data.custom_cls for verl's SFT trainer
 
-def verl_sft(release:str=None,         # validated trajectory release (train/val parquet)
-             model:str=None,           # local model folder (config.json, weights, tokenizer with a chat template)
-             output_dir:str=None,      # launch folder: launch_report.json, config.yaml, command.sh; checkpoints under it
-             max_length:int=4096,      # data.max_length (choose it with trajectory-stats)
-             n_gpus:int=1,             # GPUs on this node (torchrun --nproc_per_node)
-             project:str='vtreetrm-release', # trainer.project_name
-             experiment:str='sft-trajectory', # trainer.experiment_name
-             check_rows:int=8,         # rows loaded through verl's MultiTurnSFTDataset as a gate
-             dry_run:bool=True,        # print the command instead of running it
-             smoke:bool=False,         # accept a mock-think release (a CPU smoke, never a formal SFT); the experiment name says smoke
-             extra:list[str]=None):    # further Hydra overrides, passed verbatim
+# %% ../../nbs/release/13_launch.ipynb #304ba47a
+SFT_DATASET = ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset")  # data.custom_cls for verl's SFT trainer
+
+
+def verl_sft(
+    release: str = None,  # validated trajectory release (train/val parquet)
+    model: str = None,  # local model folder (config.json, weights, tokenizer with a chat template)
+    output_dir: str = None,  # launch folder: launch_report.json, config.yaml, command.sh; checkpoints under it
+    max_length: int = 4096,  # data.max_length (choose it with trajectory-stats)
+    n_gpus: int = 1,  # GPUs on this node (torchrun --nproc_per_node)
+    project: str = "vtreetrm-release",  # trainer.project_name
+    experiment: str = "sft-trajectory",  # trainer.experiment_name
+    check_rows: int = 8,  # rows loaded through verl's MultiTurnSFTDataset as a gate
+    dry_run: bool = True,  # print the command instead of running it
+    smoke: bool = False,  # accept a mock-think release (a CPU smoke, never a formal SFT); the experiment name says smoke
+    extra: list[str] = None,  # further Hydra overrides, passed verbatim
+):
     "Gate and launch verl's SFT trainer on a native-tool trajectory release."
     required(release=release, model=model, output_dir=output_dir)
-    params = dict(release=release, model=model, output_dir=output_dir, max_length=max_length, n_gpus=n_gpus, project=project,
-                  experiment=experiment, check_rows=check_rows, dry_run=dry_run, extra=extra)
+    params = dict(
+        release=release,
+        model=model,
+        output_dir=output_dir,
+        max_length=max_length,
+        n_gpus=n_gpus,
+        project=project,
+        experiment=experiment,
+        check_rows=check_rows,
+        dry_run=dry_run,
+        extra=extra,
+    )
     verl = check_verl()
-    files = _release_files(release, 'trajectory')
+    files = _release_files(release, "trajectory")
     think, rep_path = release_think_source(release)
-    if think != 'file' and not smoke:
-        raise UserError(f"the release's think_source is {think or 'not recorded'}: mock-think trajectories are a CPU smoke, "
-                        "never a formal SFT; export with --think-source file:PATH, or pass --smoke", rep_path, field='think_source')
-    if smoke and not experiment.endswith('-smoke'): experiment += '-smoke'
+    if think != "file" and not smoke:
+        raise UserError(
+            f"the release's think_source is {think or 'not recorded'}: mock-think trajectories are a CPU smoke, "
+            "never a formal SFT; export with --think-source file:PATH, or pass --smoke",
+            rep_path,
+            field="think_source",
+        )
+    if smoke and not experiment.endswith("-smoke"):
+        experiment += "-smoke"
     params.update(experiment=experiment, smoke=smoke)
     tok = _tokenizer(model)
     out = Path(output_dir).resolve()
-    overrides = [f"data.train_files={files['train']}", f"data.val_files={files['val']}", 'data.messages_key=messages', 'data.tools_key=tools',
-                 'data.enable_thinking_default=null', 'data.ignore_input_ids_mismatch=false', f'data.max_length={max_length}',
-                 'data.truncation=error', f'data.custom_cls.path={SFT_DATASET[0]}', f'data.custom_cls.name={SFT_DATASET[1]}',
-                 f"model.path={Path(model).resolve()}", f'trainer.n_gpus_per_node={n_gpus}', 'trainer.nnodes=1',
-                 f'trainer.project_name={project}', f'trainer.experiment_name={experiment}', f'trainer.default_local_dir={out}/checkpoints',
-                 "trainer.logger=[console]", *(extra or [])]
-    cfg = compose_verl_config('sft_trainer_engine', overrides)
-    if cfg.data.enable_thinking_default is not None: raise UserError("data.enable_thinking_default must be null")
+    overrides = [
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+        "data.messages_key=messages",
+        "data.tools_key=tools",
+        "data.enable_thinking_default=null",
+        "data.ignore_input_ids_mismatch=false",
+        f"data.max_length={max_length}",
+        "data.truncation=error",
+        f"data.custom_cls.path={SFT_DATASET[0]}",
+        f"data.custom_cls.name={SFT_DATASET[1]}",
+        f"model.path={Path(model).resolve()}",
+        f"trainer.n_gpus_per_node={n_gpus}",
+        "trainer.nnodes=1",
+        f"trainer.project_name={project}",
+        f"trainer.experiment_name={experiment}",
+        f"trainer.default_local_dir={out}/checkpoints",
+        "trainer.logger=[console]",
+        *(extra or []),
+    ]
+    cfg = compose_verl_config("sft_trainer_engine", overrides)
+    if cfg.data.enable_thinking_default is not None:
+        raise UserError("data.enable_thinking_default must be null")
     from verl.utils.config import omega_conf_to_dataclass
-    try:   # verl's own config validation: the dataclasses its SFT trainer builds first
+
+    try:  # verl's own config validation: the dataclasses its SFT trainer builds first
         with contextlib.redirect_stdout(sys.stderr):
-            for part in ('model', 'engine', 'optim', 'checkpoint', 'profiler'): omega_conf_to_dataclass(cfg[part])
-    except Exception as e: raise UserError(f"verl rejects the SFT config ({part}): {e}") from None
+            for part in ("model", "engine", "optim", "checkpoint", "profiler"):
+                omega_conf_to_dataclass(cfg[part])
+    except Exception as e:
+        raise UserError(f"verl rejects the SFT config ({part}): {e}") from None
     from verl.utils.import_utils import load_extern_object
+
     try:
-        with contextlib.redirect_stdout(sys.stderr):   # verl prints while loading; stdout carries only the command
+        with contextlib.redirect_stdout(sys.stderr):  # verl prints while loading; stdout carries only the command
             dataset_cls = load_extern_object(cfg.data.custom_cls.path, cfg.data.custom_cls.name)
-            ds = dataset_cls(files['train'], tok, cfg.data, max_samples=check_rows)
+            ds = dataset_cls(files["train"], tok, cfg.data, max_samples=check_rows)
             for i in range(len(ds)):
-                if not ds[i]['loss_mask'].any(): raise ValueError(f'row {i} trains on no token')
+                if not ds[i]["loss_mask"].any():
+                    raise ValueError(f"row {i} trains on no token")
     except (AssertionError, ValueError) as e:
-        raise UserError(f"{cfg.data.custom_cls.name} rejects the data with this tokenizer: {str(e).splitlines()[0][:300]}", files['train']) from None
-    cmd = ['torchrun', '--standalone', '--nnodes=1', f'--nproc_per_node={n_gpus}', '-m', 'verl.trainer.sft_trainer', *overrides]
-    rep = make_report('verl-sft', params, [*files.values()], None, status='ready', verl_version=verl.__version__,
-                      config_name='sft_trainer_engine', think_source=think, smoke=smoke,
-                      checks={'verl_version': True, 'release_validated': True, 'chat_template': True, 'config_dataclasses': True,
-                      'custom_cls': ':'.join(SFT_DATASET), 'multiturn_sft_dataset_rows': len(ds)},
-                      launch_command=cmd, dry_run=dry_run)
+        raise UserError(
+            f"{cfg.data.custom_cls.name} rejects the data with this tokenizer: {str(e).splitlines()[0][:300]}",
+            files["train"],
+        ) from None
+    cmd = [
+        "torchrun",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc_per_node={n_gpus}",
+        "-m",
+        "verl.trainer.sft_trainer",
+        *overrides,
+    ]
+    rep = make_report(
+        "verl-sft",
+        params,
+        [*files.values()],
+        None,
+        status="ready",
+        verl_version=verl.__version__,
+        config_name="sft_trainer_engine",
+        think_source=think,
+        smoke=smoke,
+        checks={
+            "verl_version": True,
+            "release_validated": True,
+            "chat_template": True,
+            "config_dataclasses": True,
+            "custom_cls": ":".join(SFT_DATASET),
+            "multiturn_sft_dataset_rows": len(ds),
+        },
+        launch_command=cmd,
+        dry_run=dry_run,
+    )
     return _publish(output_dir, cmd, cfg, rep, dry_run)
 
+
 # %% ../../nbs/release/13_launch.ipynb #bb1fef0b
-def _safe_load_shard(path:Path):
+def _safe_load_shard(path: Path):
     "Load one FSDP shard with torch's restricted unpickler (tensors, DTensor and its spec only), memory-mapped."
     import torch
+
     safe = []
     try:
-        from torch.distributed.tensor import DTensor, DeviceMesh, Shard, Replicate
+        from torch.distributed.tensor import DeviceMesh, DTensor, Replicate, Shard
         from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
         safe = [DTensor, DeviceMesh, Shard, Replicate, DTensorSpec, TensorMeta]
-    except ImportError: pass
+    except ImportError:
+        pass
     try:
-        with torch.serialization.safe_globals(safe): sd = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+        with torch.serialization.safe_globals(safe):
+            sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:
-        raise UserError(f"the shard holds more than tensors, or is damaged ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                        "verl's merger would unpickle it: refusing", path) from None
-    if not isinstance(sd, dict) or not sd: raise UserError("a shard must be a non-empty state dict", path)
+        raise UserError(
+            f"the shard holds more than tensors, or is damaged ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+            "verl's merger would unpickle it: refusing",
+            path,
+        ) from None
+    if not isinstance(sd, dict) or not sd:
+        raise UserError("a shard must be a non-empty state dict", path)
     return sd
+
 
 def check_fsdp_checkpoint(ckpt) -> dict:
     "World size and shard files of a verl FSDP actor checkpoint, every shard checked safe to load."
     ck = Path(ckpt)
-    if not ck.is_dir(): raise UserError("no such checkpoint folder", ck)
-    cfg = read_json(ck/'fsdp_config.json')
-    ws = cfg.get('world_size') if isinstance(cfg, dict) else None
-    if not isinstance(ws, int) or isinstance(ws, bool) or ws < 1: raise UserError("world_size must be a positive integer", ck/'fsdp_config.json', field='world_size')
-    shards = [ck/f'model_world_size_{ws}_rank_{r}.pt' for r in range(ws)]
+    if not ck.is_dir():
+        raise UserError("no such checkpoint folder", ck)
+    cfg = read_json(ck / "fsdp_config.json")
+    ws = cfg.get("world_size") if isinstance(cfg, dict) else None
+    if not isinstance(ws, int) or isinstance(ws, bool) or ws < 1:
+        raise UserError("world_size must be a positive integer", ck / "fsdp_config.json", field="world_size")
+    shards = [ck / f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws)]
     for s in shards:
-        if not s.is_file(): raise UserError(f"missing shard of world size {ws}", s)
-    if not (ck/'huggingface'/'config.json').is_file(): raise UserError("no huggingface/config.json beside the shards", ck, field='huggingface')
-    for s in shards: _safe_load_shard(s)
-    return {'world_size': ws, 'shards': [str(s) for s in shards]}
+        if not s.is_file():
+            raise UserError(f"missing shard of world size {ws}", s)
+    if not (ck / "huggingface" / "config.json").is_file():
+        raise UserError("no huggingface/config.json beside the shards", ck, field="huggingface")
+    for s in shards:
+        _safe_load_shard(s)
+    return {"world_size": ws, "shards": [str(s) for s in shards]}
 
-def check_merged(folder:Path) -> int:
+
+def check_merged(folder: Path) -> int:
     "Check a merged folder against the model its config builds (meta device: shapes only); returns the parameter count."
     import torch
     from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
+
     try:
-        with torch.device('meta'): model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder, local_files_only=True))
-    except (OSError, ValueError, KeyError) as e: raise UserError(f"the merged config does not build a causal LM: {e}", folder) from None
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder, local_files_only=True))
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"the merged config does not build a causal LM: {e}", folder) from None
     have = {}
-    for f in sorted(folder.glob('*.safetensors')):
-        with safe_open(str(f), 'pt') as st: have.update({k: tuple(st.get_slice(k).get_shape()) for k in st.keys()})
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            have.update({k: tuple(st.get_slice(k).get_shape()) for k in st.keys()})
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    tied = set(getattr(model, '_tied_weights_keys', None) or ()) if getattr(model.config, 'tie_word_embeddings', False) else set()
+    tied = (
+        set(getattr(model, "_tied_weights_keys", None) or ())
+        if getattr(model.config, "tie_word_embeddings", False)
+        else set()
+    )
     missing = [k for k in want if k not in have and k not in tied]
     wrong = [k for k in want if k in have and have[k] != want[k]]
-    if missing or wrong: raise UserError(f"the merged weights do not fit the model: missing {missing[:3]}, wrong shape {wrong[:3]}", folder)
+    if missing or wrong:
+        raise UserError(
+            f"the merged weights do not fit the model: missing {missing[:3]}, wrong shape {wrong[:3]}", folder
+        )
     return sum(math.prod(s) for s in have.values())
 
-def verl_merge(checkpoint:str=None,   # verl FSDP checkpoint (SFT: global_step_N, PPO: global_step_N/actor): shards, fsdp_config.json, huggingface/
-               out:str=None,          # transformers folder to write (published whole)
-               overwrite:bool=False,  # replace an existing --out
-               dry_run:bool=False):   # print the merge command and check the checkpoint, write nothing
+
+def verl_merge(
+    checkpoint: str = None,  # verl FSDP checkpoint (SFT: global_step_N, PPO: global_step_N/actor): shards, fsdp_config.json, huggingface/
+    out: str = None,  # transformers folder to write (published whole)
+    overwrite: bool = False,  # replace an existing --out
+    dry_run: bool = False,  # print the merge command and check the checkpoint, write nothing
+):
     "Merge verl's FSDP SFT checkpoint into a transformers folder with verl's own merger; print its identity sha256."
     required(checkpoint=checkpoint, out=out)
     check_verl()
     info = check_fsdp_checkpoint(checkpoint)
     dest = Path(out)
-    if dest.exists() and not overwrite: raise UserError("the merge target exists (pass --overwrite to replace it)", dest)
-    cmd = [sys.executable, '-m', 'verl.model_merger', 'merge', '--backend', 'fsdp', '--local_dir', str(Path(checkpoint).resolve()), '--target_dir']
+    if dest.exists() and not overwrite:
+        raise UserError("the merge target exists (pass --overwrite to replace it)", dest)
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(Path(checkpoint).resolve()),
+        "--target_dir",
+    ]
     if dry_run:
-        print(shlex.join([*cmd, str(dest.resolve())])); return 0
+        print(shlex.join([*cmd, str(dest.resolve())]))
+        return 0
     with atomic_dir(dest) as tmp:
         r = subprocess.run([*cmd, str(tmp)], capture_output=True, text=True)
-        if r.returncode: raise UserError(f"verl's merger failed: {(r.stderr.strip().splitlines() or ['(no output)'])[-1][:300]}", checkpoint)
+        if r.returncode:
+            raise UserError(
+                f"verl's merger failed: {(r.stderr.strip().splitlines() or ['(no output)'])[-1][:300]}", checkpoint
+            )
         n = check_merged(tmp)
         ident = weights_identity(tmp)
-        write_json(tmp/'merge_report.json', make_report('verl-merge', dict(checkpoint=checkpoint, out=out, overwrite=overwrite), info['shards'], None,
-                                                        status='ok', world_size=info['world_size'], parameters=n, sha256=ident['sha256'],
-                                                        merge_command=[*cmd, str(dest.resolve())]))
+        write_json(
+            tmp / "merge_report.json",
+            make_report(
+                "verl-merge",
+                dict(checkpoint=checkpoint, out=out, overwrite=overwrite),
+                info["shards"],
+                None,
+                status="ok",
+                world_size=info["world_size"],
+                parameters=n,
+                sha256=ident["sha256"],
+                merge_command=[*cmd, str(dest.resolve())],
+            ),
+        )
     print(f"merged {info['world_size']} shard(s), {n:,} parameters -> {dest} (sha256 {ident['sha256']})")
     return 0
 
-# %% ../../nbs/release/13_launch.ipynb #3e750ba4
-ROLLOUT_ENGINES = ('vllm', 'sglang')            # actor_rollout_ref.rollout.name values verl 0.9.1 accepts
-LOGGERS = ('console', 'wandb', 'tensorboard', 'mlflow')
 
-def release_canonical(release, depth:int=0) -> dict:
+# %% ../../nbs/release/13_launch.ipynb #3e750ba4
+ROLLOUT_ENGINES = ("vllm", "sglang")  # actor_rollout_ref.rollout.name values verl 0.9.1 accepts
+LOGGERS = ("console", "wandb", "tensorboard", "mlflow")
+
+
+def release_canonical(release, depth: int = 0) -> dict:
     "{sha256: path} of the canonical files a release was exported from, through mixtures to their sources."
-    if depth > 8: raise UserError("release sources nest too deeply", release)
+    if depth > 8:
+        raise UserError("release sources nest too deeply", release)
     rep, f = release_report(release)
-    prov = rep.get('provenance') or {}; params, inputs = prov.get('params') or {}, prov.get('inputs') or {}
-    if isinstance(params.get('canonical'), str):
-        sha = inputs.get(str(params['canonical'])) or inputs.get(str(Path(params['canonical'])))
-        if not sha: raise UserError("the release report does not record its canonical input's sha256", f, field='provenance.inputs')
-        return {sha: str(params['canonical'])}
+    prov = rep.get("provenance") or {}
+    params, inputs = prov.get("params") or {}, prov.get("inputs") or {}
+    if isinstance(params.get("canonical"), str):
+        sha = inputs.get(str(params["canonical"])) or inputs.get(str(Path(params["canonical"])))
+        if not sha:
+            raise UserError(
+                "the release report does not record its canonical input's sha256", f, field="provenance.inputs"
+            )
+        return {sha: str(params["canonical"])}
     out = {}
-    for spec in params.get('input') or []:
-        out.update(release_canonical(str(spec).partition('=')[2], depth + 1))
+    for spec in params.get("input") or []:
+        out.update(release_canonical(str(spec).partition("=")[2], depth + 1))
     return out
+
 
 def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
     "Check the rollout gate, the audit and the reference for a formal RLOO launch; returns what the launch report records."
     required(sft_model=sft_model, rollout_gate=rollout_gate, audit=audit, reference=reference)
     ident = weights_identity(sft_model)
     g = read_json(rollout_gate)
-    if not isinstance(g, dict) or g.get('passed') is not True:
-        raise UserError(f"the rollout gate did not pass (status {g.get('status') if isinstance(g, dict) else None!r}): RLOO starts only from a "
-                        "model whose nonzero-reward rate is 5-30%", rollout_gate, field='passed')
-    gsha = (g.get('model') or {}).get('sha256')
-    if gsha != ident['sha256']:
-        raise UserError(f"the rollout gate was run on another model (sha256 {gsha}, --sft-model has {ident['sha256']})", rollout_gate, field='model.sha256')
+    if not isinstance(g, dict) or g.get("passed") is not True:
+        raise UserError(
+            f"the rollout gate did not pass (status {g.get('status') if isinstance(g, dict) else None!r}): RLOO starts only from a "
+            "model whose nonzero-reward rate is 5-30%",
+            rollout_gate,
+            field="passed",
+        )
+    gsha = (g.get("model") or {}).get("sha256")
+    if gsha != ident["sha256"]:
+        raise UserError(
+            f"the rollout gate was run on another model (sha256 {gsha}, --sft-model has {ident['sha256']})",
+            rollout_gate,
+            field="model.sha256",
+        )
     a = read_json(audit)
-    if not isinstance(a, dict) or a.get('status') != 'passed' or a.get('conflict_keys') != 0:
-        raise UserError(f"the audit did not pass with 0 conflict keys (status {a.get('status')!r}, conflict_keys {a.get('conflict_keys')!r})",
-                        audit, field='conflict_keys')
-    aprov = a.get('provenance') or {}; ains = aprov.get('inputs') or {}
-    audited = {ains.get(str(Path(str(s).partition('=')[2]))) for s in (aprov.get('params') or {}).get('canonical') or []} - {None}
+    if not isinstance(a, dict) or a.get("status") != "passed" or a.get("conflict_keys") != 0:
+        raise UserError(
+            f"the audit did not pass with 0 conflict keys (status {a.get('status')!r}, conflict_keys {a.get('conflict_keys')!r})",
+            audit,
+            field="conflict_keys",
+        )
+    aprov = a.get("provenance") or {}
+    ains = aprov.get("inputs") or {}
+    audited = {
+        ains.get(str(Path(str(s).partition("=")[2]))) for s in (aprov.get("params") or {}).get("canonical") or []
+    } - {None}
     canon = release_canonical(release)
     if not canon or not set(canon) <= audited:
-        raise UserError(f"the audit read other canonical data than the release was exported from (release: "
-                        f"{', '.join(sorted(canon.values())) or 'none recorded'}; audit: {len(audited)} file(s), none of them these)", audit, field='provenance.inputs')
-    if not Path(reference).is_dir(): raise UserError("no such reference model folder", reference)
-    return {'sft_model': ident, 'rollout_gate': {'path': str(Path(rollout_gate).resolve()), 'sha256': sha256_file(rollout_gate),
-                                                 'nonzero_reward_rate': g.get('nonzero_reward_rate')},
-            'audit': {'path': str(Path(audit).resolve()), 'sha256': sha256_file(audit), 'conflict_keys': 0, 'canonical': sorted(canon)},
-            'reference': weights_identity(reference)}
+        raise UserError(
+            f"the audit read other canonical data than the release was exported from (release: "
+            f"{', '.join(sorted(canon.values())) or 'none recorded'}; audit: {len(audited)} file(s), none of them these)",
+            audit,
+            field="provenance.inputs",
+        )
+    if not Path(reference).is_dir():
+        raise UserError("no such reference model folder", reference)
+    return {
+        "sft_model": ident,
+        "rollout_gate": {
+            "path": str(Path(rollout_gate).resolve()),
+            "sha256": sha256_file(rollout_gate),
+            "nonzero_reward_rate": g.get("nonzero_reward_rate"),
+        },
+        "audit": {
+            "path": str(Path(audit).resolve()),
+            "sha256": sha256_file(audit),
+            "conflict_keys": 0,
+            "canonical": sorted(canon),
+        },
+        "reference": weights_identity(reference),
+    }
+
 
 # %% ../../nbs/release/13_launch.ipynb #7604ab8c
-def verl_rl(release:str=None,          # validated rl-cascade release (five-field parquet)
-            sft_model:str=None,        # local model folder: the merged post-SFT checkpoint RL starts from
-            rollout_gate:str=None,     # the post-SFT rollout gate report of --sft-model (must have passed)
-            audit:str=None,            # the prompt-conflict audit report of the release's canonical data (passed, 0 conflict keys)
-            reference:str=None,        # reference model folder (its identity is recorded)
-            registry:str=None,         # leaf registry JSON (for the tools)
-            corpus:str=None,           # corpus JSON (for the tools)
-            task_config:str=None,      # task config JSON (for the tools)
-            output_dir:str=None,       # launch folder: launch_report.json, config.yaml, command.sh, tools.yaml
-            rollout_n:int=4,           # samples per prompt (RLOO needs at least 2)
-            train_batch_size:int=32,   # data.train_batch_size
-            max_prompt_length:int=2048, # data.max_prompt_length
-            max_response_length:int=1024, # data.max_response_length
-            rollout_engine:str='vllm',  # actor_rollout_ref.rollout.name: vllm or sglang
-            nnodes:int=1,              # trainer.nnodes (a Ray cluster of this many nodes)
-            gpus_per_node:int=1,       # trainer.n_gpus_per_node
-            logger:str='console',      # trainer.logger: comma list of console, wandb, tensorboard, mlflow
-            project:str='vtreetrm-release', # trainer.project_name
-            experiment:str='rloo',     # trainer.experiment_name
-            dry_run:bool=True,         # print the command instead of running it
-            extra:list[str]=None):     # further Hydra overrides, passed verbatim
+def verl_rl(
+    release: str = None,  # validated rl-cascade release (five-field parquet)
+    sft_model: str = None,  # local model folder: the merged post-SFT checkpoint RL starts from
+    rollout_gate: str = None,  # the post-SFT rollout gate report of --sft-model (must have passed)
+    audit: str = None,  # the prompt-conflict audit report of the release's canonical data (passed, 0 conflict keys)
+    reference: str = None,  # reference model folder (its identity is recorded)
+    registry: str = None,  # leaf registry JSON (for the tools)
+    corpus: str = None,  # corpus JSON (for the tools)
+    task_config: str = None,  # task config JSON (for the tools)
+    output_dir: str = None,  # launch folder: launch_report.json, config.yaml, command.sh, tools.yaml
+    rollout_n: int = 4,  # samples per prompt (RLOO needs at least 2)
+    train_batch_size: int = 32,  # data.train_batch_size
+    max_prompt_length: int = 2048,  # data.max_prompt_length
+    max_response_length: int = 1024,  # data.max_response_length
+    rollout_engine: str = "vllm",  # actor_rollout_ref.rollout.name: vllm or sglang
+    nnodes: int = 1,  # trainer.nnodes (a Ray cluster of this many nodes)
+    gpus_per_node: int = 1,  # trainer.n_gpus_per_node
+    logger: str = "console",  # trainer.logger: comma list of console, wandb, tensorboard, mlflow
+    project: str = "vtreetrm-release",  # trainer.project_name
+    experiment: str = "rloo",  # trainer.experiment_name
+    dry_run: bool = True,  # print the command instead of running it
+    extra: list[str] = None,  # further Hydra overrides, passed verbatim
+):
     "Gate and launch verl's PPO trainer with RLOO, our reward and our tools on an rl-cascade release."
-    required(release=release, sft_model=sft_model, registry=registry, corpus=corpus, task_config=task_config, output_dir=output_dir)
-    if rollout_n < 2: raise UserError("--rollout-n must be at least 2 for RLOO")
-    if rollout_engine not in ROLLOUT_ENGINES: raise UserError(f"--rollout-engine must be one of {', '.join(ROLLOUT_ENGINES)}, got {rollout_engine!r}")
-    loggers = [x.strip() for x in str(logger).split(',') if x.strip()]
-    if not loggers or set(loggers) - set(LOGGERS): raise UserError(f"--logger must be a comma list of {', '.join(LOGGERS)}, got {logger!r}")
-    if nnodes < 1 or gpus_per_node < 1: raise UserError("--nnodes and --gpus-per-node must be at least 1")
-    params = dict(release=release, sft_model=sft_model, rollout_gate=rollout_gate, audit=audit, reference=reference, registry=registry,
-                  corpus=corpus, task_config=task_config, output_dir=output_dir, rollout_n=rollout_n, train_batch_size=train_batch_size,
-                  max_prompt_length=max_prompt_length, max_response_length=max_response_length, rollout_engine=rollout_engine, nnodes=nnodes,
-                  gpus_per_node=gpus_per_node, logger=logger, project=project, experiment=experiment, dry_run=dry_run, extra=extra)
+    required(
+        release=release,
+        sft_model=sft_model,
+        registry=registry,
+        corpus=corpus,
+        task_config=task_config,
+        output_dir=output_dir,
+    )
+    if rollout_n < 2:
+        raise UserError("--rollout-n must be at least 2 for RLOO")
+    if rollout_engine not in ROLLOUT_ENGINES:
+        raise UserError(f"--rollout-engine must be one of {', '.join(ROLLOUT_ENGINES)}, got {rollout_engine!r}")
+    loggers = [x.strip() for x in str(logger).split(",") if x.strip()]
+    if not loggers or set(loggers) - set(LOGGERS):
+        raise UserError(f"--logger must be a comma list of {', '.join(LOGGERS)}, got {logger!r}")
+    if nnodes < 1 or gpus_per_node < 1:
+        raise UserError("--nnodes and --gpus-per-node must be at least 1")
+    params = dict(
+        release=release,
+        sft_model=sft_model,
+        rollout_gate=rollout_gate,
+        audit=audit,
+        reference=reference,
+        registry=registry,
+        corpus=corpus,
+        task_config=task_config,
+        output_dir=output_dir,
+        rollout_n=rollout_n,
+        train_batch_size=train_batch_size,
+        max_prompt_length=max_prompt_length,
+        max_response_length=max_response_length,
+        rollout_engine=rollout_engine,
+        nnodes=nnodes,
+        gpus_per_node=gpus_per_node,
+        logger=logger,
+        project=project,
+        experiment=experiment,
+        dry_run=dry_run,
+        extra=extra,
+    )
     gates = rl_gates(release, sft_model, rollout_gate, audit, reference)
     verl = check_verl()
-    files = _release_files(release, 'rl')
+    files = _release_files(release, "rl")
     _tokenizer(sft_model)
     model = sft_model
-    out = Path(output_dir).resolve(); out.parent.mkdir(parents=True, exist_ok=True)
-    tools_yaml = out.parent/f'.{out.name}.tools.yaml'
+    out = Path(output_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tools_yaml = out.parent / f".{out.name}.tools.yaml"
     write_tool_config(tools_yaml, registry, corpus, task_config)
     from verl.tools.tool_registry import load_all_tools
+
     try:
-        with contextlib.redirect_stdout(sys.stderr): tools = load_all_tools(tool_config_path=str(tools_yaml), function_tool_path=None)
-    except Exception as e: raise UserError(f"verl cannot load the tool config: {e}", tools_yaml) from None
-    reward_py = Path(importlib.import_module('vtreetrm.release.reward').__file__).resolve()
-    final_yaml = out/'tools.yaml'
-    overrides = [f"data.train_files={files['train']}", f"data.val_files={files['val']}", 'data.prompt_key=prompt', 'data.return_raw_chat=true',
-                 f'data.train_batch_size={train_batch_size}', f'data.max_prompt_length={max_prompt_length}',
-                 f'data.max_response_length={max_response_length}', 'algorithm.adv_estimator=rloo',
-                 f"actor_rollout_ref.model.path={Path(model).resolve()}", f'actor_rollout_ref.rollout.n={rollout_n}',
-                 f'actor_rollout_ref.actor.ppo_mini_batch_size={train_batch_size}', 'actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1',
-                 'actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1', 'actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1',
-                 'actor_rollout_ref.rollout.multi_turn.enable=true', f'actor_rollout_ref.rollout.multi_turn.tool_config_path={final_yaml}',
-                 'actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent',
-                 f'reward.custom_reward_function.path={reward_py}', 'reward.custom_reward_function.name=compute_score',
-                 f'actor_rollout_ref.rollout.name={rollout_engine}',
-                 f'trainer.n_gpus_per_node={gpus_per_node}', f'trainer.nnodes={nnodes}', f'trainer.project_name={project}',
-                 f'trainer.experiment_name={experiment}', f'trainer.default_local_dir={out}/checkpoints', f"trainer.logger=[{','.join(loggers)}]", *(extra or [])]
-    cfg = compose_verl_config('ppo_trainer', overrides)
-    from verl.utils.config import validate_config
-    from verl.trainer.ppo.utils import need_reference_policy, need_critic
+        with contextlib.redirect_stdout(sys.stderr):
+            tools = load_all_tools(tool_config_path=str(tools_yaml), function_tool_path=None)
+    except Exception as e:
+        raise UserError(f"verl cannot load the tool config: {e}", tools_yaml) from None
+    reward_py = Path(importlib.import_module("vtreetrm.release.reward").__file__).resolve()
+    final_yaml = out / "tools.yaml"
+    overrides = [
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+        "data.prompt_key=prompt",
+        "data.return_raw_chat=true",
+        f"data.train_batch_size={train_batch_size}",
+        f"data.max_prompt_length={max_prompt_length}",
+        f"data.max_response_length={max_response_length}",
+        "algorithm.adv_estimator=rloo",
+        f"actor_rollout_ref.model.path={Path(model).resolve()}",
+        f"actor_rollout_ref.rollout.n={rollout_n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={train_batch_size}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={final_yaml}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        f"reward.custom_reward_function.path={reward_py}",
+        "reward.custom_reward_function.name=compute_score",
+        f"actor_rollout_ref.rollout.name={rollout_engine}",
+        f"trainer.n_gpus_per_node={gpus_per_node}",
+        f"trainer.nnodes={nnodes}",
+        f"trainer.project_name={project}",
+        f"trainer.experiment_name={experiment}",
+        f"trainer.default_local_dir={out}/checkpoints",
+        f"trainer.logger=[{','.join(loggers)}]",
+        *(extra or []),
+    ]
+    cfg = compose_verl_config("ppo_trainer", overrides)
     from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
     try:
-        with contextlib.redirect_stdout(sys.stderr): validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    except (AssertionError, ValueError) as e: raise UserError(f"verl's validate_config rejects the launch: {e}") from None
-    if need_critic(cfg): raise UserError("RLOO must not need a critic; check algorithm.adv_estimator")
+        with contextlib.redirect_stdout(sys.stderr):
+            validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except (AssertionError, ValueError) as e:
+        raise UserError(f"verl's validate_config rejects the launch: {e}") from None
+    if need_critic(cfg):
+        raise UserError("RLOO must not need a critic; check algorithm.adv_estimator")
     fn = get_custom_reward_fn(cfg)
-    if fn is None or fn('x', '{"choice_id": "K0", "data_level": "L1"}', '{"choice_id": "K0", "data_level": "L1"}', {}) != 1.0:
+    if (
+        fn is None
+        or fn("x", '{"choice_id": "K0", "data_level": "L1"}', '{"choice_id": "K0", "data_level": "L1"}', {}) != 1.0
+    ):
         raise UserError(f"verl does not load the reward function from {reward_py}")
-    cmd = [sys.executable, '-m', 'verl.trainer.main_ppo', *overrides]
-    if cfg.actor_rollout_ref.rollout.name not in ROLLOUT_ENGINES: raise UserError(f"actor_rollout_ref.rollout.name must be one of {', '.join(ROLLOUT_ENGINES)}")
-    rep = make_report('verl-rl', params, [*files.values(), registry, corpus, task_config, rollout_gate, audit], None, status='ready', verl_version=verl.__version__,
-                      config_name='ppo_trainer', gates=gates, rollout_engine=rollout_engine, nnodes=nnodes,
-                      checks={'verl_version': True, 'release_validated': True, 'validate_config': True, 'rollout_gate_passed': True,
-                              'audit_passed_same_data': True, 'reference_recorded': True,
-                      'tools': [t.name for t in tools], 'reward_function': f"{reward_py}:compute_score", 'adv_estimator': 'rloo'},
-                      launch_command=cmd, dry_run=dry_run)
+    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    if cfg.actor_rollout_ref.rollout.name not in ROLLOUT_ENGINES:
+        raise UserError(f"actor_rollout_ref.rollout.name must be one of {', '.join(ROLLOUT_ENGINES)}")
+    rep = make_report(
+        "verl-rl",
+        params,
+        [*files.values(), registry, corpus, task_config, rollout_gate, audit],
+        None,
+        status="ready",
+        verl_version=verl.__version__,
+        config_name="ppo_trainer",
+        gates=gates,
+        rollout_engine=rollout_engine,
+        nnodes=nnodes,
+        checks={
+            "verl_version": True,
+            "release_validated": True,
+            "validate_config": True,
+            "rollout_gate_passed": True,
+            "audit_passed_same_data": True,
+            "reference_recorded": True,
+            "tools": [t.name for t in tools],
+            "reward_function": f"{reward_py}:compute_score",
+            "adv_estimator": "rloo",
+        },
+        launch_command=cmd,
+        dry_run=dry_run,
+    )
     try:
         from omegaconf import OmegaConf
+
         with atomic_dir(out) as d:
-            atomic_write(d/'config.yaml', OmegaConf.to_yaml(cfg)); atomic_write(d/'tools.yaml', tools_yaml.read_text(encoding='utf-8'))
-            ray = ('' if nnodes == 1 else f"# {nnodes} nodes: on the head node `ray start --head --port 6379`, on each of the other {nnodes - 1} "
-                   "`ray start --address HEAD:6379`, then run this on the head node (verl's ray.init() joins the running cluster)\n")
-            atomic_write(d/'command.sh', '#!/usr/bin/env bash\nset -euo pipefail\n' + ray + shlex.join(cmd) + '\n')
-            write_json(d/'launch_report.json', rep)
-    finally: tools_yaml.unlink(missing_ok=True)
+            atomic_write(d / "config.yaml", OmegaConf.to_yaml(cfg))
+            atomic_write(d / "tools.yaml", tools_yaml.read_text(encoding="utf-8"))
+            ray = (
+                ""
+                if nnodes == 1
+                else f"# {nnodes} nodes: on the head node `ray start --head --port 6379`, on each of the other {nnodes - 1} "
+                "`ray start --address HEAD:6379`, then run this on the head node (verl's ray.init() joins the running cluster)\n"
+            )
+            atomic_write(d / "command.sh", "#!/usr/bin/env bash\nset -euo pipefail\n" + ray + shlex.join(cmd) + "\n")
+            write_json(d / "launch_report.json", rep)
+    finally:
+        tools_yaml.unlink(missing_ok=True)
     print(shlex.join(cmd))
     return 0 if dry_run else subprocess.run(cmd).returncode

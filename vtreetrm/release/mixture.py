@@ -4,129 +4,241 @@
 
 # %% ../../nbs/release/08_mixture.ipynb #a44ff818
 from __future__ import annotations
-import hashlib, json, math, shutil, time, typing
+
+import hashlib
+import json
+import math
+import shutil
+import time
+import typing
 from collections import Counter
 from pathlib import Path
+
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_dir, write_json, sha256_file
-from .assets import (SPLITS, ReleaseContext, TaskConfig, required, make_report, parse_named, load_grading_manifest)
-from .prompts import stage1_messages, stage2_messages, candidates_for, parse_user
+
+from vtreetrm.release.assets import (
+    SPLITS,
+    ReleaseContext,
+    TaskConfig,
+    load_grading_manifest,
+    make_report,
+    parse_named,
+    required,
+)
+from .prompts import candidates_for, stage1_messages, stage2_messages
+from .rl import RL_FIELDS, RL_SCHEMA, cascade_row, validate_rl_release
 from .sft import SFT_SCHEMA, SplitWriter, iter_parquet, open_parquet, validate_sft_dataset
-from .rl import RL_SCHEMA, RL_FIELDS, cascade_row, validate_rl_release
+from ..utils import UserError, atomic_dir, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['FAMILIES', 'copies', 'iter_pairs', 'mixture']
+__all__ = ["FAMILIES", "copies", "iter_pairs", "mixture"]
+
 
 # %% ../../nbs/release/08_mixture.ipynb #109c5cc6
-def copies(weight:float, key:str) -> int:
+def copies(weight: float, key: str) -> int:
     "How many times a train sample enters the mixture: `floor(weight)` plus one with probability `frac(weight)` (hash of `key`)."
-    whole = math.floor(weight); frac = weight - whole
+    whole = math.floor(weight)
+    frac = weight - whole
     u = int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) / 16**12
     return whole + (1 if u < frac else 0)
+
 
 def iter_pairs(path, stage_of, source_of):
     "Yield `(stage1_row, stage2_row)` from a parquet file; each source must have exactly one row of each stage."
     pending = {}
     for i, row in iter_parquet(path):
         st, sid = stage_of(row), source_of(row)
-        if st not in ('stage1', 'stage2'):
-            raise UserError(f"row stage {st!r}: this family needs legacy stage1/stage2 pairs", path, i, 'stage')
+        if st not in ("stage1", "stage2"):
+            raise UserError(f"row stage {st!r}: this family needs legacy stage1/stage2 pairs", path, i, "stage")
         p = pending.setdefault(sid, {})
-        if st in p: raise UserError(f"second {st} row for source {sid}", path, i, 'stage')
+        if st in p:
+            raise UserError(f"second {st} row for source {sid}", path, i, "stage")
         p[st] = (i, row)
-        if len(p) == 2: del pending[sid]; yield p['stage1'][1], p['stage2'][1]
+        if len(p) == 2:
+            del pending[sid]
+            yield p["stage1"][1], p["stage2"][1]
     for sid, p in pending.items():
-        (st, (i, _)), = p.items()
-        raise UserError(f"{st} row of source {sid} has no {'stage2' if st == 'stage1' else 'stage1'} twin", path, i, 'stage')
+        ((st, (i, _)),) = p.items()
+        raise UserError(
+            f"{st} row of source {sid} has no {'stage2' if st == 'stage1' else 'stage1'} twin", path, i, "stage"
+        )
+
 
 def _refuse_trajectory(path, family):
-    pf = open_parquet(path); names = pf.schema_arrow.names
-    if 'trajectory_format' in names or 'tools' in names:
-        raise UserError(f"--family {family} cannot consume a native-tool trajectory release (stage 'tool_trajectory', "
-                        "variable-length messages); use --family sft-trajectory", path, None, 'stage')
+    pf = open_parquet(path)
+    names = pf.schema_arrow.names
+    if "trajectory_format" in names or "tools" in names:
+        raise UserError(
+            f"--family {family} cannot consume a native-tool trajectory release (stage 'tool_trajectory', "
+            "variable-length messages); use --family sft-trajectory",
+            path,
+            None,
+            "stage",
+        )
     return names
 
+
 # %% ../../nbs/release/08_mixture.ipynb #ce0e7dac
-FAMILIES = ('sft', 'rl-cascade')
+FAMILIES = ("sft", "rl-cascade")
+
 
 def _sft_sample(ctx, s1, s2, sample, seed):
-    lab = json.loads(s1['label']); md = json.loads(s1['metadata'])
-    cid = ctx.choices.to_category.get(lab.get('choice_id'))
-    if cid is None: raise UserError(f"label choice_id {lab.get('choice_id')!r} is not a registry leaf", None, None, 'label')
-    lvl = json.loads(s2['label'])['data_level']
-    base = {'data_source': s1['data_source'], 'source_id': s1['source_id'], 'split': s1['split'], 'label': s1['label'],
-            'metadata': s1['metadata'], 'prompt_seed': seed}
-    m1 = stage1_messages(ctx, md, candidates_for(ctx, cid, s1['source_id'], seed), cid)
+    lab = json.loads(s1["label"])
+    md = json.loads(s1["metadata"])
+    cid = ctx.choices.to_category.get(lab.get("choice_id"))
+    if cid is None:
+        raise UserError(f"label choice_id {lab.get('choice_id')!r} is not a registry leaf", None, None, "label")
+    lvl = json.loads(s2["label"])["data_level"]
+    base = {
+        "data_source": s1["data_source"],
+        "source_id": s1["source_id"],
+        "split": s1["split"],
+        "label": s1["label"],
+        "metadata": s1["metadata"],
+        "prompt_seed": seed,
+    }
+    m1 = stage1_messages(ctx, md, candidates_for(ctx, cid, s1["source_id"], seed), cid)
     m2 = stage2_messages(ctx, md, cid, lvl)
-    return ({**base, 'sample_id': f"{sample}:stage1", 'stage': 'stage1', 'messages': m1, 'answer': m1[-1]['content']},
-            {**base, 'sample_id': f"{sample}:stage2", 'stage': 'stage2', 'messages': m2, 'answer': m2[-1]['content']})
+    return (
+        {**base, "sample_id": f"{sample}:stage1", "stage": "stage1", "messages": m1, "answer": m1[-1]["content"]},
+        {**base, "sample_id": f"{sample}:stage2", "stage": "stage2", "messages": m2, "answer": m2[-1]["content"]},
+    )
 
-def mixture(family:typing.Literal['sft', 'rl-cascade']=None, # sft: legacy stage1/stage2; rl-cascade: native-tool RL episodes
-            input:list[str]=None,             # NAME=DIR source releases (legacy SFT for sft, RL source for rl-cascade)
-            grading_manifest:str=None,   # grading manifest JSON (path + sha256 per dataset)
-            registry:str=None,           # leaf registry JSON
-            corpus:str=None,             # corpus JSON
-            task_config:str=None,        # task config JSON
-            metadata_fields:list[str]=None,   # prompt fields, exactly as in the task config
-            output_dir:str=None,         # standardized release folder to publish
-            weights:list[str]=None,           # NAME=WEIGHT per source for train (default 1)
-            seed:int=0,                  # reseeding seed for candidates
-            progress:bool=True):         # show progress bars
+
+def mixture(
+    # sft: legacy stage1/stage2; rl-cascade: native-tool RL episodes
+    family: typing.Literal["sft", "rl-cascade"] = None,
+    input: list[str] = None,  # NAME=DIR source releases (legacy SFT for sft, RL source for rl-cascade)
+    grading_manifest: str = None,  # grading manifest JSON (path + sha256 per dataset)
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON
+    task_config: str = None,  # task config JSON
+    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    output_dir: str = None,  # standardized release folder to publish
+    weights: list[str] = None,  # NAME=WEIGHT per source for train (default 1)
+    seed: int = 0,  # reseeding seed for candidates
+    progress: bool = True,  # show progress bars
+):
     "Materialize a standardized release from validated sources (families: sft, rl-cascade)."
-    required(family=family, input=input, grading_manifest=grading_manifest, registry=registry, corpus=corpus,
-             task_config=task_config, metadata_fields=metadata_fields, output_dir=output_dir)
-    if family not in FAMILIES: raise UserError(f"--family must be one of {', '.join(FAMILIES)}")
-    params = dict(family=family, input=input, grading_manifest=grading_manifest, registry=registry, corpus=corpus, task_config=task_config,
-                  metadata_fields=metadata_fields, output_dir=output_dir, weights=weights, seed=seed)
-    sources = parse_named(input, '--input')
-    w = {k: float(v) for k, v in parse_named(weights, '--weights').items()} if weights else {}
+    required(
+        family=family,
+        input=input,
+        grading_manifest=grading_manifest,
+        registry=registry,
+        corpus=corpus,
+        task_config=task_config,
+        metadata_fields=metadata_fields,
+        output_dir=output_dir,
+    )
+    if family not in FAMILIES:
+        raise UserError(f"--family must be one of {', '.join(FAMILIES)}")
+    params = dict(
+        family=family,
+        input=input,
+        grading_manifest=grading_manifest,
+        registry=registry,
+        corpus=corpus,
+        task_config=task_config,
+        metadata_fields=metadata_fields,
+        output_dir=output_dir,
+        weights=weights,
+        seed=seed,
+    )
+    sources = parse_named(input, "--input")
+    w = {k: float(v) for k, v in parse_named(weights, "--weights").items()} if weights else {}
     for k in w:
-        if k not in sources: raise UserError(f"--weights names {k!r}, which is not an --input")
-        if w[k] < 0: raise UserError(f"--weights {k} must be >= 0")
+        if k not in sources:
+            raise UserError(f"--weights names {k!r}, which is not an --input")
+        if w[k] < 0:
+            raise UserError(f"--weights {k} must be >= 0")
     task = TaskConfig.from_path(task_config)
     grading = load_grading_manifest(grading_manifest, [task.dataset])[task.dataset]
     ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields, grading_override=grading)
-    t0 = time.time(); per_source = {}
+    t0 = time.time()
+    per_source = {}
     inputs = []
     with atomic_dir(output_dir) as d:
-        out = SplitWriter(d, SFT_SCHEMA if family == 'sft' else RL_SCHEMA)
+        out = SplitWriter(d, SFT_SCHEMA if family == "sft" else RL_SCHEMA)
         try:
             index = 0
             for name, src in sources.items():
                 per_source[name] = Counter()
                 for s in SPLITS:
-                    path = Path(src)/f'{s}.parquet'; inputs.append(path)
+                    path = Path(src) / f"{s}.parquet"
+                    inputs.append(path)
                     names = _refuse_trajectory(path, family)
-                    if family == 'rl-cascade' and tuple(names) != RL_FIELDS:
-                        raise UserError(f"not an RL source release: columns {', '.join(names)} (need {', '.join(RL_FIELDS)})", path, None, 'schema')
-                    if family == 'sft' and 'stage' not in names:
-                        raise UserError("not a legacy SFT release: no 'stage' column", path, None, 'stage')
-                    stage_of = (lambda r: r['stage']) if family == 'sft' else (lambda r: (r['extra_info'] or {}).get('stage'))
-                    source_of = (lambda r: r['source_id']) if family == 'sft' else (lambda r: (r['extra_info'] or {}).get('source_id'))
-                    for s1, s2 in tqdm(iter_pairs(path, stage_of, source_of), desc=f'mixture {name} {s}', disable=not progress, mininterval=1):
+                    if family == "rl-cascade" and tuple(names) != RL_FIELDS:
+                        raise UserError(
+                            f"not an RL source release: columns {', '.join(names)} (need {', '.join(RL_FIELDS)})",
+                            path,
+                            None,
+                            "schema",
+                        )
+                    if family == "sft" and "stage" not in names:
+                        raise UserError("not a legacy SFT release: no 'stage' column", path, None, "stage")
+                    stage_of = (
+                        (lambda r: r["stage"]) if family == "sft" else (lambda r: (r["extra_info"] or {}).get("stage"))
+                    )
+                    source_of = (
+                        (lambda r: r["source_id"])
+                        if family == "sft"
+                        else (lambda r: (r["extra_info"] or {}).get("source_id"))
+                    )
+                    for s1, s2 in tqdm(
+                        iter_pairs(path, stage_of, source_of),
+                        desc=f"mixture {name} {s}",
+                        disable=not progress,
+                        mininterval=1,
+                    ):
                         sid = source_of(s1)
-                        n = copies(w.get(name, 1.0), f"{seed}:{name}:{sid}") if s == 'train' else 1
+                        n = copies(w.get(name, 1.0), f"{seed}:{name}:{sid}") if s == "train" else 1
                         for c in range(n):
                             sample = f"{name}:{sid}:{c}"
-                            if family == 'sft':
-                                for row in _sft_sample(ctx, s1, s2, sample, seed + c): out.write(s, row)
+                            if family == "sft":
+                                for row in _sft_sample(ctx, s1, s2, sample, seed + c):
+                                    out.write(s, row)
                             else:
-                                out.write(s, cascade_row(ctx, s1, s2, sample, seed + c, index)); index += 1
+                                out.write(s, cascade_row(ctx, s1, s2, sample, seed + c, index))
+                                index += 1
                             per_source[name][s] += 1
-        finally: out.close()
-        gdir = d/'grading'; gdir.mkdir()
-        gfile = gdir/f'{ctx.dataset}.grading.json'; shutil.copy2(grading.path, gfile)
-        write_json(gdir/'grading-manifest.json', {'datasets': {ctx.dataset: {'path': gfile.name, 'sha256': sha256_file(gfile)}}})
+        finally:
+            out.close()
+        gdir = d / "grading"
+        gdir.mkdir()
+        gfile = gdir / f"{ctx.dataset}.grading.json"
+        shutil.copy2(grading.path, gfile)
+        write_json(
+            gdir / "grading-manifest.json",
+            {"datasets": {ctx.dataset: {"path": gfile.name, "sha256": sha256_file(gfile)}}},
+        )
         t1 = time.time()
-        val = validate_sft_dataset(d, ctx, progress) if family == 'sft' else validate_rl_release(d, ctx, cascade=True, progress=progress)
-        errs = val.pop('_errors')
-        if errs: errs.raise_first()
-        rep = make_report('mixture', params, [*inputs, grading_manifest, grading.path, registry, corpus, task_config], ctx.dataset,
-                          status='ok', family=family, seed=seed, weights={k: w.get(k, 1.0) for k in sources},
-                          sources={k: dict(v) for k, v in per_source.items()}, rows={s: out.counts[s] for s in SPLITS},
-                          grading_manifest={'path': str(grading_manifest), 'sha256': sha256_file(grading_manifest),
-                                            'grading_sha256': sha256_file(grading.path)},
-                          validation={k: val[k] for k in ('valid', 'line', 'rows', 'sources', 'counts', 'per_level')},
-                          mix_seconds=round(t1 - t0, 3), validate_seconds=round(time.time() - t1, 3))
-        write_json(d/'mixture_report.json', rep)
+        val = (
+            validate_sft_dataset(d, ctx, progress)
+            if family == "sft"
+            else validate_rl_release(d, ctx, cascade=True, progress=progress)
+        )
+        errs = val.pop("_errors")
+        if errs:
+            errs.raise_first()
+        rep = make_report(
+            "mixture",
+            params,
+            [*inputs, grading_manifest, grading.path, registry, corpus, task_config],
+            ctx.dataset,
+            status="ok",
+            family=family,
+            seed=seed,
+            weights={k: w.get(k, 1.0) for k in sources},
+            sources={k: dict(v) for k, v in per_source.items()},
+            rows={s: out.counts[s] for s in SPLITS},
+            grading_manifest={
+                "path": str(grading_manifest),
+                "sha256": sha256_file(grading_manifest),
+                "grading_sha256": sha256_file(grading.path),
+            },
+            validation={k: val[k] for k in ("valid", "line", "rows", "sources", "counts", "per_level")},
+            mix_seconds=round(t1 - t0, 3),
+            validate_seconds=round(time.time() - t1, 3),
+        )
+        write_json(d / "mixture_report.json", rep)
     return rep

@@ -4,103 +4,162 @@
 
 # %% ../../nbs/release/02_preprocess.ipynb #9e3c4551
 from __future__ import annotations
-import hashlib, re, time, zipfile
+
+import hashlib
+import re
+import time
+import zipfile
 from pathlib import Path
+
 import openpyxl
-from openpyxl.utils import range_boundaries, get_column_letter
+from openpyxl.utils import get_column_letter, range_boundaries
 from tqdm.auto import tqdm
+
+from vtreetrm.release.assets import (
+    FORMAL_DATASET,
+    Mapping,
+    Record,
+    RecordWriter,
+    Source,
+    Target,
+    atomic_file,
+    make_report,
+    normalize_cell,
+    record_id,
+    required,
+)
 from ..utils import UserError, write_json
-from .assets import (FORMAL_DATASET, Mapping, Record, Source, Target, RecordWriter, atomic_file,
-                                     normalize_cell, record_id, required, make_report, iter_records)
 
 # %% auto #0
-__all__ = ['MAX_ROWS', 'MAX_COLS', 'merged_ranges', 'formula_cells_without_value', 'check_merges_below_header', 'MergedFill',
-           'iter_workbook_records', 'preprocess']
+__all__ = [
+    "MAX_ROWS",
+    "MAX_COLS",
+    "merged_ranges",
+    "formula_cells_without_value",
+    "check_merges_below_header",
+    "MergedFill",
+    "iter_workbook_records",
+    "preprocess",
+]
 
 # %% ../../nbs/release/02_preprocess.ipynb #46fd2d05
 _MERGE = re.compile(rb'<(?:\w+:)?mergeCell ref="([A-Z]+[0-9]+:[A-Z]+[0-9]+)"')
 
+
 def merged_ranges(ws) -> list[tuple[int, int, int, int]]:
     "`(min_col, min_row, max_col, max_row)` of every merged range of a read-only sheet."
-    out, tail = [], b''
+    out, tail = [], b""
     with ws.parent._archive.open(ws._worksheet_path) as f:
         while chunk := f.read(1 << 20):
             buf = tail + chunk
             out += [range_boundaries(m.decode()) for m in _MERGE.findall(buf)]
-            cut = buf.rfind(b'<')
-            tail = buf[cut:] if cut >= 0 and b'>' not in buf[cut:] else b''
+            cut = buf.rfind(b"<")
+            tail = buf[cut:] if cut >= 0 and b">" not in buf[cut:] else b""
     return sorted(set(out), key=lambda r: (r[0], r[1]))
 
-_CELL = re.compile(rb'<(?:\w+:)?c\b((?:[^>/]|/(?!>))*)>(.*?)</(?:\w+:)?c>', re.S)   # a non-empty <c ...>...</c>
-_REF, _VALUE = re.compile(rb'\br="([A-Z]+[0-9]+)"'), re.compile(rb'<(?:\w+:)?v>[^<]')
+
+_CELL = re.compile(rb"<(?:\w+:)?c\b((?:[^>/]|/(?!>))*)>(.*?)</(?:\w+:)?c>", re.S)  # a non-empty <c ...>...</c>
+_REF, _VALUE = re.compile(rb'\br="([A-Z]+[0-9]+)"'), re.compile(rb"<(?:\w+:)?v>[^<]")
+
 
 def formula_cells_without_value(ws) -> set:
     "References of the cells of a read-only sheet that hold a formula but no stored (cached) value."
-    out, tail = set(), b''
+    out, tail = set(), b""
     with ws.parent._archive.open(ws._worksheet_path) as f:
         while chunk := f.read(1 << 20):
             buf, end = tail + chunk, 0
             for m in _CELL.finditer(buf):
-                if b'<f' in m.group(2) and not _VALUE.search(m.group(2)) and (r := _REF.search(m.group(1))): out.add(r.group(1).decode())
+                if b"<f" in m.group(2) and not _VALUE.search(m.group(2)) and (r := _REF.search(m.group(1))):
+                    out.add(r.group(1).decode())
                 end = m.end()
             tail = buf[end:]
     return out
 
-def check_merges_below_header(ranges, idx:dict, header_row:int, where:str):
+
+def check_merges_below_header(ranges, idx: dict, header_row: int, where: str):
     "Refuse a merged range that runs from the header (or above) into the data rows of a mapped column."
     for c0, r0, c1, r1 in ranges:
         for fld, i in idx.items():
             if c0 <= i + 1 <= c1 and r0 <= header_row < r1:
-                raise UserError(f"merged range {get_column_letter(c0)}{r0}:{get_column_letter(c1)}{r1} runs from the header row "
-                                f"into the data rows; unmerge it (data rows would read no {fld})", where, header_row, fld)
+                raise UserError(
+                    f"merged range {get_column_letter(c0)}{r0}:{get_column_letter(c1)}{r1} runs from the header row "
+                    f"into the data rows; unmerge it (data rows would read no {fld})",
+                    where,
+                    header_row,
+                    fld,
+                )
+
 
 class MergedFill:
     "Fill empty cells of some columns from the first cell of the vertical merge covering them."
-    def __init__(self, ranges, cols:dict):   # cols: 0-based column index -> field name
+
+    def __init__(self, ranges, cols: dict):  # cols: 0-based column index -> field name
         self.ranges = {c: sorted((r0, r1) for c0, r0, c1, r1 in ranges if c0 <= c + 1 <= c1 and r1 > r0) for c in cols}
-        self.pos = {c: 0 for c in cols}; self.val = {c: None for c in cols}
-    def __call__(self, row:int, values:list):
+        self.pos = {c: 0 for c in cols}
+        self.val = {c: None for c in cols}
+
+    def __call__(self, row: int, values: list):
         for c, rs in self.ranges.items():
             i = self.pos[c]
-            while i < len(rs) and rs[i][1] < row: i += 1
+            while i < len(rs) and rs[i][1] < row:
+                i += 1
             self.pos[c] = i
             if i < len(rs) and rs[i][0] <= row <= rs[i][1]:
-                if row == rs[i][0]: self.val[c] = values[c]
-                elif values[c] == '': values[c] = self.val[c]
+                if row == rs[i][0]:
+                    self.val[c] = values[c]
+                elif values[c] == "":
+                    values[c] = self.val[c]
         return values
 
-# %% ../../nbs/release/02_preprocess.ipynb #ef9bed7e
-MAX_ROWS, MAX_COLS = 1048576, 128   # the xlsx row limit; columns read per row
 
-def _header_index(header, mapping:Mapping, where:str, row:int):
+# %% ../../nbs/release/02_preprocess.ipynb #ef9bed7e
+MAX_ROWS, MAX_COLS = 1048576, 128  # the xlsx row limit; columns read per row
+
+
+def _header_index(header, mapping: Mapping, where: str, row: int):
     names = [normalize_cell(h) for h in header]
     idx = {}
     for col, fld in mapping.columns.items():
         if col not in names:
-            raise UserError(f"missing column {col!r} (mapped to {fld}); header row has: {', '.join(n for n in names if n)}", where, row, fld)
+            raise UserError(
+                f"missing column {col!r} (mapped to {fld}); header row has: {', '.join(n for n in names if n)}",
+                where,
+                row,
+                fld,
+            )
         idx[fld] = names.index(col)
     return idx
 
-def iter_workbook_records(input:str|Path, mapping:Mapping, dataset:str, progress:bool=True, stats:dict=None):
+
+def iter_workbook_records(input: str | Path, mapping: Mapping, dataset: str, progress: bool = True, stats: dict = None):
     "Yield processed `Record`s from the workbook, checking keys and required cells."
     input = Path(input)
-    if not input.is_file(): raise UserError("no such file", input)
-    try: wb = openpyxl.load_workbook(input, read_only=True, data_only=True)
-    except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e: raise UserError(f"not a readable xlsx workbook ({e})", input) from None
+    if not input.is_file():
+        raise UserError("no such file", input)
+    try:
+        wb = openpyxl.load_workbook(input, read_only=True, data_only=True)
+    except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
+        raise UserError(f"not a readable xlsx workbook ({e})", input) from None
     stats = {} if stats is None else stats
     stats.update(sheets={}, blank_rows=0, merged_filled=0)
     seen = {}
     try:
         for sheet_index, sheet in enumerate(mapping.sheets):
             if sheet not in wb.sheetnames:
-                raise UserError(f"missing sheet {sheet!r}; the workbook has: {', '.join(wb.sheetnames)}", input, None, 'sheets')
-            ws = wb[sheet]; where = f"{input}[{sheet}]"
+                raise UserError(
+                    f"missing sheet {sheet!r}; the workbook has: {', '.join(wb.sheetnames)}", input, None, "sheets"
+                )
+            ws = wb[sheet]
+            where = f"{input}[{sheet}]"
             # explicit bounds: without them the streaming reader parses the whole sheet once more to size it
             rows = ws.iter_rows(min_row=1, max_row=MAX_ROWS, max_col=MAX_COLS, values_only=True)
             header = None
             for r, vals in enumerate(rows, 1):
-                if r == mapping.header_row: header = vals; break
-            if header is None: raise UserError(f"sheet ends before header row {mapping.header_row}", where, mapping.header_row)
+                if r == mapping.header_row:
+                    header = vals
+                    break
+            if header is None:
+                raise UserError(f"sheet ends before header row {mapping.header_row}", where, mapping.header_row)
             idx = _header_index(header, mapping, where, mapping.header_row)
             fill_cols = {idx[f]: f for f in mapping.merged_fill if f in idx}
             ranges = merged_ranges(ws)
@@ -108,49 +167,93 @@ def iter_workbook_records(input:str|Path, mapping:Mapping, dataset:str, progress
             fill = MergedFill(ranges, fill_cols)
             no_value = formula_cells_without_value(ws)
             n = 0
-            for r, vals in enumerate(tqdm(rows, desc=sheet, disable=not progress, mininterval=1), mapping.header_row + 1):
+            for r, vals in enumerate(
+                tqdm(rows, desc=sheet, disable=not progress, mininterval=1), mapping.header_row + 1
+            ):
                 cells = [normalize_cell(v) for v in vals]
-                if not any(cells): stats['blank_rows'] += 1; continue
-                cells += [''] * (max(idx.values()) + 1 - len(cells))
-                before = sum(1 for c in fill_cols if cells[c] == '')
+                if not any(cells):
+                    stats["blank_rows"] += 1
+                    continue
+                cells += [""] * (max(idx.values()) + 1 - len(cells))
+                before = sum(1 for c in fill_cols if cells[c] == "")
                 cells = fill(r, cells)
-                stats['merged_filled'] += before - sum(1 for c in fill_cols if cells[c] == '')
+                stats["merged_filled"] += before - sum(1 for c in fill_cols if cells[c] == "")
                 for f, i in idx.items() if no_value else ():
                     if f"{get_column_letter(i + 1)}{r}" in no_value:
-                        raise UserError(f"cell {get_column_letter(i + 1)}{r} holds a formula with no stored value; open and save the "
-                                        "workbook in a spreadsheet program (it stores the values) or paste values", where, r, f)
+                        raise UserError(
+                            f"cell {get_column_letter(i + 1)}{r} holds a formula with no stored value; open and save the "
+                            "workbook in a spreadsheet program (it stores the values) or paste values",
+                            where,
+                            r,
+                            f,
+                        )
                 rec = {f: cells[i] for f, i in idx.items()}
-                for f in ('table_name', 'field_name', 'category', 'data_level'):
-                    if not rec.get(f): raise UserError(f"empty {f}" + (" (the key is field_name+table_name)" if f in ('table_name', 'field_name') else ''), where, r, f)
+                for f in ("table_name", "field_name", "category", "data_level"):
+                    if not rec.get(f):
+                        raise UserError(
+                            f"empty {f}"
+                            + (" (the key is field_name+table_name)" if f in ("table_name", "field_name") else ""),
+                            where,
+                            r,
+                            f,
+                        )
                 # 8-byte key digests with the packed sheet/row: constant memory per record
-                key = int.from_bytes(hashlib.blake2b(f"{rec['table_name']}\x1f{rec['field_name']}".encode(), digest_size=8).digest(), 'little')
+                key = int.from_bytes(
+                    hashlib.blake2b(f"{rec['table_name']}\x1f{rec['field_name']}".encode(), digest_size=8).digest(),
+                    "little",
+                )
                 if key in seen:
                     s0, r0 = mapping.sheets[seen[key] >> 32], seen[key] & 0xFFFFFFFF
-                    raise UserError(f"duplicated key field_name+table_name {rec['field_name']!r}+{rec['table_name']!r}, first at {input}[{s0}]:{r0}", where, r, 'field_name')
+                    raise UserError(
+                        f"duplicated key field_name+table_name {rec['field_name']!r}+{rec['table_name']!r}, first at {input}[{s0}]:{r0}",
+                        where,
+                        r,
+                        "field_name",
+                    )
                 seen[key] = (sheet_index << 32) | r
-                md = {k: v for k, v in rec.items() if k not in ('category', 'data_level')}
+                md = {k: v for k, v in rec.items() if k not in ("category", "data_level")}
                 n += 1
-                yield Record(record_id(dataset, rec['table_name'], rec['field_name']), dataset, md,
-                             Target(rec['category'], rec['data_level']), Source(str(input), sheet, r))
-            stats['sheets'][sheet] = n
-    finally: wb.close()
+                yield Record(
+                    record_id(dataset, rec["table_name"], rec["field_name"]),
+                    dataset,
+                    md,
+                    Target(rec["category"], rec["data_level"]),
+                    Source(str(input), sheet, r),
+                )
+            stats["sheets"][sheet] = n
+    finally:
+        wb.close()
 
-def preprocess(input:str=None,     # the raw workbook (xlsx)
-               mapping:str=None,   # the mapping JSON (sheets, header row, columns)
-               output:str=None,    # processed records JSON to write (e.g. RUN/processed/shougang/all.json)
-               dataset:str=FORMAL_DATASET, # dataset name
-               progress:bool=True):  # show progress bars
+
+def preprocess(
+    input: str = None,  # the raw workbook (xlsx)
+    mapping: str = None,  # the mapping JSON (sheets, header row, columns)
+    output: str = None,  # processed records JSON to write (e.g. RUN/processed/shougang/all.json)
+    dataset: str = FORMAL_DATASET,  # dataset name
+    progress: bool = True,  # show progress bars
+):
     "Normalize the workbook into processed records; writes OUTPUT and `preprocess_report.json` beside it."
     required(input=input, mapping=mapping, output=output)
     params = dict(input=input, mapping=mapping, output=output, dataset=dataset)
     m = Mapping.from_path(mapping)
-    if m.dataset != dataset: raise UserError(f"mapping is for dataset {m.dataset!r}, not {dataset!r}", mapping, None, 'dataset')
+    if m.dataset != dataset:
+        raise UserError(f"mapping is for dataset {m.dataset!r}, not {dataset!r}", mapping, None, "dataset")
     t0, stats = time.time(), {}
     with atomic_file(output) as f:
         w = RecordWriter(f)
-        for rec in iter_workbook_records(input, m, dataset, progress, stats): w.write(rec)
+        for rec in iter_workbook_records(input, m, dataset, progress, stats):
+            w.write(rec)
         w.close()
-    rep = make_report('preprocess', params, [input, mapping], dataset, status='ok', records=w.n, output=str(output),
-                      seconds=round(time.time() - t0, 3), **stats)
-    write_json(Path(output).parent/'preprocess_report.json', rep)
+    rep = make_report(
+        "preprocess",
+        params,
+        [input, mapping],
+        dataset,
+        status="ok",
+        records=w.n,
+        output=str(output),
+        seconds=round(time.time() - t0, 3),
+        **stats,
+    )
+    write_json(Path(output).parent / "preprocess_report.json", rep)
     return rep

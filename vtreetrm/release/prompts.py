@@ -4,146 +4,233 @@
 
 # %% ../../nbs/release/04_prompts.ipynb #de2b118d
 from __future__ import annotations
-import hashlib, json, random, re, struct
-from ..utils import UserError
+
+import hashlib
+import json
+import re
+import struct
+
 from .assets import ReleaseContext, normalize_cell
+from ..utils import UserError
 
 # %% auto #0
-__all__ = ['SYSTEM_STAGE1', 'SYSTEM_STAGE2', 'SYSTEM_NATIVE', 'render_metadata', 'prompt_key', 'candidates_for', 'candidate_line',
-           'level_lines', 'stage1_messages', 'stage2_messages', 'native_messages', 'stage1_answer', 'stage2_answer',
-           'native_answer', 'parse_user', 'metadata_mismatch', 'parse_answer', 'leaked_ids']
+__all__ = [
+    "SYSTEM_STAGE1",
+    "SYSTEM_STAGE2",
+    "SYSTEM_NATIVE",
+    "render_metadata",
+    "prompt_key",
+    "candidates_for",
+    "candidate_line",
+    "level_lines",
+    "stage1_messages",
+    "stage2_messages",
+    "native_messages",
+    "stage1_answer",
+    "stage2_answer",
+    "native_answer",
+    "parse_user",
+    "metadata_mismatch",
+    "parse_answer",
+    "leaked_ids",
+]
 
 # %% ../../nbs/release/04_prompts.ipynb #8384078c
-SYSTEM_STAGE1 = ('你是数据分类分级助手。根据字段元数据，从候选类别中选出唯一最合适的叶子类别。'
-                 '只输出 JSON：{"choice_id": "<候选编号>"}')
-SYSTEM_STAGE2 = ('你是数据分类分级助手。根据字段元数据和已确定的类别，判定该字段的数据级别。'
-                 '只输出 JSON：{"data_level": "<级别>"}')
-SYSTEM_NATIVE = ('你是数据分类分级助手。根据字段元数据，从候选类别中选出唯一最合适的叶子类别并判定数据级别。'
-                 '需要时调用工具查询类别（search_categories 按文本检索，read_category 读取说明与路径，list_children 列出子类别）。'
-                 '最终只输出 JSON：{"choice_id": "<候选编号>", "data_level": "<级别>"}')
+SYSTEM_STAGE1 = (
+    "你是数据分类分级助手。根据字段元数据，从候选类别中选出唯一最合适的叶子类别。"
+    '只输出 JSON：{"choice_id": "<候选编号>"}'
+)
+SYSTEM_STAGE2 = (
+    '你是数据分类分级助手。根据字段元数据和已确定的类别，判定该字段的数据级别。只输出 JSON：{"data_level": "<级别>"}'
+)
+SYSTEM_NATIVE = (
+    "你是数据分类分级助手。根据字段元数据，从候选类别中选出唯一最合适的叶子类别并判定数据级别。"
+    "需要时调用工具查询类别（search_categories 按文本检索，read_category 读取说明与路径，list_children 列出子类别）。"
+    '最终只输出 JSON：{"choice_id": "<候选编号>", "data_level": "<级别>"}'
+)
 
-def render_metadata(metadata:dict, fields) -> str:
+
+def render_metadata(metadata: dict, fields) -> str:
     "The metadata block: one `field: value` line per task field; a missing or non-text value is refused, never rendered."
     for f in fields:
         v = metadata.get(f)
         if not isinstance(v, str):
-            what = 'missing' if f not in metadata else f"{type(v).__name__} {json.dumps(v, ensure_ascii=False)[:60]}, not text"
+            what = (
+                "missing"
+                if f not in metadata
+                else f"{type(v).__name__} {json.dumps(v, ensure_ascii=False)[:60]}, not text"
+            )
             raise UserError(f"metadata field {f!r} is {what}: a prompt is rendered from text only", field=f)
-        if '\n' in v or '\r' in v: raise UserError(f"metadata field {f!r} holds a line break, which would split the metadata block", field=f)
-    return '\n'.join(f"{f}: {metadata[f]}" for f in fields)
+        if "\n" in v or "\r" in v:
+            raise UserError(f"metadata field {f!r} holds a line break, which would split the metadata block", field=f)
+    return "\n".join(f"{f}: {metadata[f]}" for f in fields)
 
-def prompt_key(metadata:dict, fields) -> str:
+
+def prompt_key(metadata: dict, fields) -> str:
     "Case-folded, whitespace-collapsed metadata block: the audit's grouping key."
     return normalize_cell(render_metadata(metadata, fields)).casefold()
 
+
 # %% ../../nbs/release/04_prompts.ipynb #fdee30ad
-def _cache(ctx:ReleaseContext) -> dict:
+def _cache(ctx: ReleaseContext) -> dict:
     "Per-context cache of the rendered candidate lines, level block and leaf positions."
-    c = ctx.__dict__.get('_prompt_cache')
+    c = ctx.__dict__.get("_prompt_cache")
     if c is None:
         reg, cor, ch = ctx.registry, ctx.corpus, ctx.choices.to_choice
         short = {l: f"[{ch[l]}] {reg.path_text(l)}" for l in reg.leaves}
         c = ctx._prompt_cache = {
-            'short': short, 'full': {l: short[l] + f"：{normalize_cell(cor.description(l))}" for l in reg.leaves},
-            'levels': '\n'.join(f"{l} {ctx.grading.levels[l]['name']}：{ctx.grading.levels[l]['description']}" for l in ctx.grading.approved),
-            'index': {l: i for i, l in enumerate(reg.leaves)}}
+            "short": short,
+            "full": {l: short[l] + f"：{normalize_cell(cor.description(l))}" for l in reg.leaves},
+            "levels": "\n".join(
+                f"{l} {ctx.grading.levels[l]['name']}：{ctx.grading.levels[l]['description']}"
+                for l in ctx.grading.approved
+            ),
+            "index": {l: i for i, l in enumerate(reg.leaves)},
+        }
     return c
 
-def _draws(seed, source_id, n:int) -> list:
+
+def _draws(seed, source_id, n: int) -> list:
     "`n` 16-bit pseudo-random integers from a keyed hash of `seed` and `source_id`."
     out, c = [], 0
     while len(out) < n:
-        out += struct.unpack('>32H', hashlib.blake2b(f"{seed}\x1f{source_id}\x1f{c}".encode(), digest_size=64).digest()); c += 1
+        out += struct.unpack(">32H", hashlib.blake2b(f"{seed}\x1f{source_id}\x1f{c}".encode(), digest_size=64).digest())
+        c += 1
     return out
 
-def candidates_for(ctx:ReleaseContext, gold:str, source_id:str, seed:int) -> list:
+
+def candidates_for(ctx: ReleaseContext, gold: str, source_id: str, seed: int) -> list:
     "Gold leaf plus `num_candidates-1` others, drawn and shuffled from `seed` and `source_id` (partial Fisher-Yates)."
-    leaves = ctx.registry.leaves; gi = _cache(ctx)['index'][gold]
-    k = ctx.task.num_candidates - 1; d = _draws(seed, source_id, 2 * k + 1)
+    leaves = ctx.registry.leaves
+    gi = _cache(ctx)["index"][gold]
+    k = ctx.task.num_candidates - 1
+    d = _draws(seed, source_id, 2 * k + 1)
     pool = list(range(len(leaves) - 1))
     for i in range(k):
-        j = i + d[i] % (len(pool) - i); pool[i], pool[j] = pool[j], pool[i]
+        j = i + d[i] % (len(pool) - i)
+        pool[i], pool[j] = pool[j], pool[i]
     picks = [leaves[x + (x >= gi)] for x in pool[:k]] + [gold]
     for i in range(k, 0, -1):
-        j = d[k + i] % (i + 1); picks[i], picks[j] = picks[j], picks[i]
+        j = d[k + i] % (i + 1)
+        picks[i], picks[j] = picks[j], picks[i]
     return picks
 
-def candidate_line(ctx:ReleaseContext, cid:str, describe:bool=True) -> str:
-    "`[choice_id] path：description` (or without the description)."
-    return _cache(ctx)['full' if describe else 'short'][cid]
 
-def level_lines(ctx:ReleaseContext) -> str:
+def candidate_line(ctx: ReleaseContext, cid: str, describe: bool = True) -> str:
+    "`[choice_id] path：description` (or without the description)."
+    return _cache(ctx)["full" if describe else "short"][cid]
+
+
+def level_lines(ctx: ReleaseContext) -> str:
     "One `level name：description` line per approved level."
-    return _cache(ctx)['levels']
+    return _cache(ctx)["levels"]
+
 
 # %% ../../nbs/release/04_prompts.ipynb #eeeeb38a
-def stage1_messages(ctx:ReleaseContext, metadata:dict, cands:list, gold:str|None) -> list:
+def stage1_messages(ctx: ReleaseContext, metadata: dict, cands: list, gold: str | None) -> list:
     "`[system, user, assistant]` of a stage1 (category) row; no assistant when `gold` is None."
-    user = (f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n候选类别：\n"
-            + '\n'.join(candidate_line(ctx, c) for c in cands))
-    msgs = [{'role': 'system', 'content': SYSTEM_STAGE1}, {'role': 'user', 'content': user}]
-    if gold is not None: msgs.append({'role': 'assistant', 'content': stage1_answer(ctx.choices.to_choice[gold])})
+    user = f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n候选类别：\n" + "\n".join(
+        candidate_line(ctx, c) for c in cands
+    )
+    msgs = [{"role": "system", "content": SYSTEM_STAGE1}, {"role": "user", "content": user}]
+    if gold is not None:
+        msgs.append({"role": "assistant", "content": stage1_answer(ctx.choices.to_choice[gold])})
     return msgs
 
-def stage2_messages(ctx:ReleaseContext, metadata:dict, category:str, level:str|None) -> list:
+
+def stage2_messages(ctx: ReleaseContext, metadata: dict, category: str, level: str | None) -> list:
     "`[system, user, assistant]` of a stage2 (level) row for a known category."
-    user = (f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n已确定类别：\n{candidate_line(ctx, category)}"
-            f"\n\n级别定义：\n{level_lines(ctx)}")
-    msgs = [{'role': 'system', 'content': SYSTEM_STAGE2}, {'role': 'user', 'content': user}]
-    if level is not None: msgs.append({'role': 'assistant', 'content': stage2_answer(level)})
+    user = (
+        f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n已确定类别：\n{candidate_line(ctx, category)}"
+        f"\n\n级别定义：\n{level_lines(ctx)}"
+    )
+    msgs = [{"role": "system", "content": SYSTEM_STAGE2}, {"role": "user", "content": user}]
+    if level is not None:
+        msgs.append({"role": "assistant", "content": stage2_answer(level)})
     return msgs
 
-def native_messages(ctx:ReleaseContext, metadata:dict, cands:list) -> list:
-    "`[system, user]` of a native-tool episode: candidates without descriptions (tools read them) and the level definitions."
-    user = (f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n候选类别：\n"
-            + '\n'.join(candidate_line(ctx, c, describe=False) for c in cands) + f"\n\n级别定义：\n{level_lines(ctx)}")
-    return [{'role': 'system', 'content': SYSTEM_NATIVE}, {'role': 'user', 'content': user}]
 
-def stage1_answer(choice_id:str) -> str: return json.dumps({'choice_id': choice_id}, ensure_ascii=False)
-def stage2_answer(level:str) -> str: return json.dumps({'data_level': level}, ensure_ascii=False)
-def native_answer(choice_id:str, level:str) -> str: return json.dumps({'choice_id': choice_id, 'data_level': level}, ensure_ascii=False)
+def native_messages(ctx: ReleaseContext, metadata: dict, cands: list) -> list:
+    "`[system, user]` of a native-tool episode: candidates without descriptions (tools read them) and the level definitions."
+    user = (
+        f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n候选类别：\n"
+        + "\n".join(candidate_line(ctx, c, describe=False) for c in cands)
+        + f"\n\n级别定义：\n{level_lines(ctx)}"
+    )
+    return [{"role": "system", "content": SYSTEM_NATIVE}, {"role": "user", "content": user}]
+
+
+def stage1_answer(choice_id: str) -> str:
+    return json.dumps({"choice_id": choice_id}, ensure_ascii=False)
+
+
+def stage2_answer(level: str) -> str:
+    return json.dumps({"data_level": level}, ensure_ascii=False)
+
+
+def native_answer(choice_id: str, level: str) -> str:
+    return json.dumps({"choice_id": choice_id, "data_level": level}, ensure_ascii=False)
+
 
 # %% ../../nbs/release/04_prompts.ipynb #a7d0dca7
-_CAND = re.compile(r'^\[(K[0-9a-f]{8})\] ')
+_CAND = re.compile(r"^\[(K[0-9a-f]{8})\] ")
 
-def parse_user(text:str, fields) -> dict:
+
+def parse_user(text: str, fields) -> dict:
     "Split a user prompt into `metadata` (dict), `choices` (choice ids listed), `sections` (names); raises ValueError."
-    parts = text.split('\n\n')
-    head = parts[0].split('\n')
-    if head[0] != '字段元数据：': raise ValueError("user prompt does not start with the metadata block")
-    if len(head) - 1 != len(fields): raise ValueError(f"metadata block has {len(head) - 1} lines, the task has {len(fields)} fields")
+    parts = text.split("\n\n")
+    head = parts[0].split("\n")
+    if head[0] != "字段元数据：":
+        raise ValueError("user prompt does not start with the metadata block")
+    if len(head) - 1 != len(fields):
+        raise ValueError(f"metadata block has {len(head) - 1} lines, the task has {len(fields)} fields")
     md = {}
     for f, line in zip(fields, head[1:]):
-        if not line.startswith(f + ': '): raise ValueError(f"metadata line {line[:40]!r} is not field {f!r}")
-        md[f] = line[len(f) + 2:]
+        if not line.startswith(f + ": "):
+            raise ValueError(f"metadata line {line[:40]!r} is not field {f!r}")
+        md[f] = line[len(f) + 2 :]
     choices = []
     for p in parts[1:]:
-        lines = p.split('\n')
-        if lines[0] in ('候选类别：', '已确定类别：'):
+        lines = p.split("\n")
+        if lines[0] in ("候选类别：", "已确定类别："):
             for l in lines[1:]:
                 m = _CAND.match(l)
-                if not m: raise ValueError(f"candidate line {l[:40]!r} has no [choice_id]")
+                if not m:
+                    raise ValueError(f"candidate line {l[:40]!r} has no [choice_id]")
                 choices.append(m.group(1))
-    return {'metadata': md, 'choices': choices, 'sections': [p.split('\n')[0] for p in parts[1:]]}
+    return {"metadata": md, "choices": choices, "sections": [p.split("\n")[0] for p in parts[1:]]}
 
-def metadata_mismatch(column, parsed:dict, fields) -> str|None:
+
+def metadata_mismatch(column, parsed: dict, fields) -> str | None:
     "Why a row's `metadata` column (JSON text) is not the text its prompt's metadata block shows; None when it is."
-    try: md = json.loads(column) if isinstance(column, str) else None
-    except json.JSONDecodeError: md = None
-    if not isinstance(md, dict): return "the metadata column must be a JSON object of the task fields"
+    try:
+        md = json.loads(column) if isinstance(column, str) else None
+    except json.JSONDecodeError:
+        md = None
+    if not isinstance(md, dict):
+        return "the metadata column must be a JSON object of the task fields"
     bad = [f for f in fields if not isinstance(md.get(f), str)]
-    if bad: return (f"metadata field {bad[0]!r} is {json.dumps(md.get(bad[0]), ensure_ascii=False)[:60]}, not text: "
-                    "the prompt was rendered from missing or non-text metadata")
-    if {f: md[f] for f in fields} != parsed: return "the prompt's metadata block differs from the metadata column"
+    if bad:
+        return (
+            f"metadata field {bad[0]!r} is {json.dumps(md.get(bad[0]), ensure_ascii=False)[:60]}, not text: "
+            "the prompt was rendered from missing or non-text metadata"
+        )
+    if {f: md[f] for f in fields} != parsed:
+        return "the prompt's metadata block differs from the metadata column"
     return None
 
-def parse_answer(text:str, keys) -> dict:
+
+def parse_answer(text: str, keys) -> dict:
     "The JSON answer object with exactly `keys`; raises ValueError otherwise."
-    try: d = json.loads(text)
-    except json.JSONDecodeError: raise ValueError(f"answer is not JSON: {text[:60]!r}") from None
-    if not isinstance(d, dict) or set(d) != set(keys): raise ValueError(f"answer must have exactly the keys {sorted(keys)}: {text[:60]!r}")
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(f"answer is not JSON: {text[:60]!r}") from None
+    if not isinstance(d, dict) or set(d) != set(keys):
+        raise ValueError(f"answer must have exactly the keys {sorted(keys)}: {text[:60]!r}")
     return d
 
-def leaked_ids(ctx:ReleaseContext, text:str, cids) -> list:
+
+def leaked_ids(ctx: ReleaseContext, text: str, cids) -> list:
     "Canonical ids among `cids` that appear in `text` (must be none)."
     return [c for c in cids if c in text]

@@ -4,202 +4,401 @@
 
 # %% ../../nbs/release/07_rl.ipynb #df61d913
 from __future__ import annotations
-import json, re, time
+
+import json
+import time
 from array import array
 from collections import Counter
-import numpy as np
 from pathlib import Path
-import pyarrow as pa, pyarrow.parquet as pq
+
+import numpy as np
+import pyarrow as pa
 from tqdm.auto import tqdm
+
+from vtreetrm.release.assets import (
+    SPLITS,
+    Record,
+    ReleaseContext,
+    TaskConfig,
+    iter_records,
+    load_grading_manifest,
+    make_report,
+    required,
+)
+from vtreetrm.release.prompts import (
+    candidates_for,
+    leaked_ids,
+    metadata_mismatch,
+    native_messages,
+    parse_user,
+    stage1_messages,
+    stage2_messages,
+)
+from vtreetrm.release.sft import (
+    MESSAGE,
+    Errors,
+    SplitWriter,
+    _h64,
+    check_canonical_record,
+    iter_parquet,
+    malformed,
+    open_parquet,
+)
 from ..utils import UserError, atomic_dir, write_json
-from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, load_grading_manifest, TaskConfig, Registry, Corpus
-from .prompts import (stage1_messages, stage2_messages, native_messages, candidates_for, parse_user, leaked_ids,
-                                       metadata_mismatch)
-from .sft import SplitWriter, Errors, malformed, iter_parquet, open_parquet, check_canonical_record, MESSAGE, _h64
-from .reward import compute_score, parse_final_answer
 
 # %% auto #0
-__all__ = ['RL_FIELDS', 'ABILITY', 'EXTRA_INFO', 'RL_SCHEMA', 'rl_rows', 'cascade_row', 'rl_export', 'check_rl_row',
-           'validate_rl_release', 'rl_validate_cascade']
+__all__ = [
+    "RL_FIELDS",
+    "ABILITY",
+    "EXTRA_INFO",
+    "RL_SCHEMA",
+    "rl_rows",
+    "cascade_row",
+    "rl_export",
+    "check_rl_row",
+    "validate_rl_release",
+    "rl_validate_cascade",
+]
 
 # %% ../../nbs/release/07_rl.ipynb #98a882ed
-RL_FIELDS = ('data_source', 'prompt', 'ability', 'reward_model', 'extra_info')
-ABILITY = 'field_classification'
-EXTRA_INFO = pa.struct([('split', pa.string()), ('index', pa.int64()), ('source_id', pa.string()), ('sample_id', pa.string()),
-                        ('stage', pa.string()), ('metadata', pa.string()), ('prompt_seed', pa.int64()), ('episode', pa.string())])
-RL_SCHEMA = pa.schema([('data_source', pa.string()), ('prompt', pa.list_(MESSAGE)), ('ability', pa.string()),
-                       ('reward_model', pa.struct([('style', pa.string()), ('ground_truth', pa.string())])),
-                       ('extra_info', EXTRA_INFO)])
+RL_FIELDS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+ABILITY = "field_classification"
+EXTRA_INFO = pa.struct(
+    [
+        ("split", pa.string()),
+        ("index", pa.int64()),
+        ("source_id", pa.string()),
+        ("sample_id", pa.string()),
+        ("stage", pa.string()),
+        ("metadata", pa.string()),
+        ("prompt_seed", pa.int64()),
+        ("episode", pa.string()),
+    ]
+)
+RL_SCHEMA = pa.schema(
+    [
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(MESSAGE)),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        ("extra_info", EXTRA_INFO),
+    ]
+)
+
 
 def _extra(rec_split, index, source_id, sample_id, stage, metadata, seed, episode):
-    return {'split': rec_split, 'index': index, 'source_id': source_id, 'sample_id': sample_id, 'stage': stage,
-            'metadata': metadata, 'prompt_seed': seed, 'episode': episode}
+    return {
+        "split": rec_split,
+        "index": index,
+        "source_id": source_id,
+        "sample_id": sample_id,
+        "stage": stage,
+        "metadata": metadata,
+        "prompt_seed": seed,
+        "episode": episode,
+    }
 
-def rl_rows(ctx:ReleaseContext, rec:Record, index:int, seed:int) -> tuple[dict, dict]:
+
+def rl_rows(ctx: ReleaseContext, rec: Record, index: int, seed: int) -> tuple[dict, dict]:
     "The stage1 and stage2 RL rows of one canonical record."
     cid, lvl = rec.target.category_id, rec.target.data_level
-    md = json.dumps({f: rec.metadata.get(f, '') for f in ctx.task.metadata_fields}, ensure_ascii=False)
+    md = json.dumps({f: rec.metadata.get(f, "") for f in ctx.task.metadata_fields}, ensure_ascii=False)
     cands = candidates_for(ctx, cid, rec.id, seed)
-    gt1 = json.dumps({'choice_id': ctx.choices.to_choice[cid]}); gt2 = json.dumps({'choice_id': ctx.choices.to_choice[cid], 'data_level': lvl})
-    return ({'data_source': rec.dataset, 'prompt': stage1_messages(ctx, rec.metadata, cands, None), 'ability': ABILITY,
-             'reward_model': {'style': 'rule', 'ground_truth': gt1},
-             'extra_info': _extra(rec.split, 2 * index, rec.id, f"{rec.id}:stage1", 'stage1', md, seed, 'single-turn')},
-            {'data_source': rec.dataset, 'prompt': stage2_messages(ctx, rec.metadata, cid, None), 'ability': ABILITY,
-             'reward_model': {'style': 'rule', 'ground_truth': gt2},
-             'extra_info': _extra(rec.split, 2 * index + 1, rec.id, f"{rec.id}:stage2", 'stage2', md, seed, 'single-turn')})
+    gt1 = json.dumps({"choice_id": ctx.choices.to_choice[cid]})
+    gt2 = json.dumps({"choice_id": ctx.choices.to_choice[cid], "data_level": lvl})
+    return (
+        {
+            "data_source": rec.dataset,
+            "prompt": stage1_messages(ctx, rec.metadata, cands, None),
+            "ability": ABILITY,
+            "reward_model": {"style": "rule", "ground_truth": gt1},
+            "extra_info": _extra(rec.split, 2 * index, rec.id, f"{rec.id}:stage1", "stage1", md, seed, "single-turn"),
+        },
+        {
+            "data_source": rec.dataset,
+            "prompt": stage2_messages(ctx, rec.metadata, cid, None),
+            "ability": ABILITY,
+            "reward_model": {"style": "rule", "ground_truth": gt2},
+            "extra_info": _extra(
+                rec.split, 2 * index + 1, rec.id, f"{rec.id}:stage2", "stage2", md, seed, "single-turn"
+            ),
+        },
+    )
 
-def cascade_row(ctx:ReleaseContext, stage1:dict, stage2:dict, sample_id:str, seed:int, index:int) -> dict:
+
+def cascade_row(ctx: ReleaseContext, stage1: dict, stage2: dict, sample_id: str, seed: int, index: int) -> dict:
     "Project a validated stage1/stage2 RL pair onto one native-tool stage1 episode (candidates reseeded)."
-    gt = json.loads(stage2['reward_model']['ground_truth'])
-    cid = ctx.choices.to_category[gt['choice_id']]
-    e = stage1['extra_info']; md = json.loads(e['metadata'])
-    cands = candidates_for(ctx, cid, e['source_id'], seed)
-    return {'data_source': stage1['data_source'], 'prompt': native_messages(ctx, md, cands), 'ability': ABILITY,
-            'reward_model': {'style': 'rule', 'ground_truth': json.dumps({'choice_id': gt['choice_id'], 'data_level': gt['data_level']})},
-            'extra_info': _extra(e['split'], index, e['source_id'], sample_id, 'stage1', e['metadata'], seed, 'native-tool')}
+    gt = json.loads(stage2["reward_model"]["ground_truth"])
+    cid = ctx.choices.to_category[gt["choice_id"]]
+    e = stage1["extra_info"]
+    md = json.loads(e["metadata"])
+    cands = candidates_for(ctx, cid, e["source_id"], seed)
+    return {
+        "data_source": stage1["data_source"],
+        "prompt": native_messages(ctx, md, cands),
+        "ability": ABILITY,
+        "reward_model": {
+            "style": "rule",
+            "ground_truth": json.dumps({"choice_id": gt["choice_id"], "data_level": gt["data_level"]}),
+        },
+        "extra_info": _extra(
+            e["split"], index, e["source_id"], sample_id, "stage1", e["metadata"], seed, "native-tool"
+        ),
+    }
+
 
 # %% ../../nbs/release/07_rl.ipynb #24b47251
-def rl_export(canonical:str=None,       # canonical all.json (with embedded split)
-              output_dir:str=None,      # RL source release folder to publish
-              dataset:str=None,         # dataset name (must match the records and assets)
-              registry:str=None,        # leaf registry JSON
-              corpus:str=None,          # corpus JSON
-              metadata_fields:list[str]=None, # prompt fields, exactly as in the task config
-              task_config:str=None,     # task config JSON
-              grading_config:str=None,  # grading config JSON
-              progress:bool=True):      # show a progress bar
+def rl_export(
+    canonical: str = None,  # canonical all.json (with embedded split)
+    output_dir: str = None,  # RL source release folder to publish
+    dataset: str = None,  # dataset name (must match the records and assets)
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON
+    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    task_config: str = None,  # task config JSON
+    grading_config: str = None,  # grading config JSON
+    progress: bool = True,  # show a progress bar
+):
     "Export the five-field RL source release (stage1 + stage2 row per record), validated before publication."
-    required(canonical=canonical, output_dir=output_dir, dataset=dataset, registry=registry, corpus=corpus,
-             metadata_fields=metadata_fields, task_config=task_config, grading_config=grading_config)
-    params = dict(canonical=canonical, output_dir=output_dir, dataset=dataset, registry=registry, corpus=corpus,
-                  metadata_fields=metadata_fields, task_config=task_config, grading_config=grading_config)
+    required(
+        canonical=canonical,
+        output_dir=output_dir,
+        dataset=dataset,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+    )
+    params = dict(
+        canonical=canonical,
+        output_dir=output_dir,
+        dataset=dataset,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+    )
     ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
-    if dataset != ctx.dataset: raise UserError(f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, 'dataset')
+    if dataset != ctx.dataset:
+        raise UserError(
+            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
+        )
     t0 = time.time()
     with atomic_dir(output_dir) as d:
         w = SplitWriter(d, RL_SCHEMA)
         try:
-            for n, (line, dct) in enumerate(tqdm(iter_records(canonical), desc='rl-export', disable=not progress, mininterval=1)):
+            for n, (line, dct) in enumerate(
+                tqdm(iter_records(canonical), desc="rl-export", disable=not progress, mininterval=1)
+            ):
                 rec = Record.from_dict(dct, canonical, line)
                 check_canonical_record(ctx, rec, canonical, line)
-                for row in rl_rows(ctx, rec, n, ctx.task.prompt_seed): w.write(rec.split, row)
-        finally: w.close()
+                for row in rl_rows(ctx, rec, n, ctx.task.prompt_seed):
+                    w.write(rec.split, row)
+        finally:
+            w.close()
         val = validate_rl_release(d, ctx, cascade=False, progress=progress)
-        errs = val.pop('_errors')
-        if errs: errs.raise_first()
-        rep = make_report('rl-export', params, [canonical, *ctx.asset_paths()], ctx.dataset, status='ok', line='rl-source',
-                          rows={s: w.counts[s] for s in SPLITS}, validation={k: val[k] for k in ('valid', 'rows', 'sources', 'counts')},
-                          seconds=round(time.time() - t0, 3))
-        write_json(d/'export_report.json', rep)
+        errs = val.pop("_errors")
+        if errs:
+            errs.raise_first()
+        rep = make_report(
+            "rl-export",
+            params,
+            [canonical, *ctx.asset_paths()],
+            ctx.dataset,
+            status="ok",
+            line="rl-source",
+            rows={s: w.counts[s] for s in SPLITS},
+            validation={k: val[k] for k in ("valid", "rows", "sources", "counts")},
+            seconds=round(time.time() - t0, 3),
+        )
+        write_json(d / "export_report.json", rep)
     return rep
 
+
 # %% ../../nbs/release/07_rl.ipynb #98593588
-def check_rl_row(ctx:ReleaseContext, row:dict, cascade:bool) -> tuple[str, str]:
+def check_rl_row(ctx: ReleaseContext, row: dict, cascade: bool) -> tuple[str, str]:
     "First problem of one RL row as `(field, message)`, or `(None, None)`."
-    if row.get('data_source') != ctx.dataset: return 'data_source', f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
-    if row.get('ability') != ABILITY: return 'ability', f"ability must be {ABILITY!r}"
-    pr = row.get('prompt')
-    if not isinstance(pr, list) or [m.get('role') for m in pr] != ['system', 'user']:
-        return 'prompt', "prompt must be exactly [system, user]"
-    e = row.get('extra_info') or {}
+    if row.get("data_source") != ctx.dataset:
+        return "data_source", f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
+    if row.get("ability") != ABILITY:
+        return "ability", f"ability must be {ABILITY!r}"
+    pr = row.get("prompt")
+    if not isinstance(pr, list) or [m.get("role") for m in pr] != ["system", "user"]:
+        return "prompt", "prompt must be exactly [system, user]"
+    e = row.get("extra_info") or {}
     try:
-        p = parse_user(pr[1]['content'], ctx.task.metadata_fields); gt = json.loads(row['reward_model']['ground_truth'])
-    except (ValueError, TypeError, KeyError) as ex: return 'prompt', str(ex)
-    why = metadata_mismatch(e.get('metadata'), p['metadata'], ctx.task.metadata_fields)
-    if why: return 'extra_info.metadata', why
-    if (row['reward_model'] or {}).get('style') != 'rule': return 'reward_model', "reward_model.style must be 'rule'"
-    if gt.get('choice_id') not in ctx.choices.to_category: return 'reward_model', f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
-    cid = ctx.choices.to_category[gt['choice_id']]
-    if 'data_level' in gt and gt['data_level'] not in ctx.grading.approved:
-        return 'reward_model', f"level {gt['data_level']!r} is not approved by {ctx.grading.path}"
-    unknown = [c for c in p['choices'] if c not in ctx.choices.to_category]
-    if unknown: return 'prompt', f"unknown choice_id {unknown[0]}"
-    cats = [ctx.choices.to_category[c] for c in p['choices']]
-    seed = e.get('prompt_seed') or 0
-    if cascade or e.get('stage') == 'stage1':
-        if gt['choice_id'] not in p['choices']: return 'reward_model', "ground truth choice_id is not among the candidates"
-        if cats != candidates_for(ctx, cid, e.get('source_id', ''), seed): return 'prompt', "candidates differ from the draw for this source and prompt_seed"
+        p = parse_user(pr[1]["content"], ctx.task.metadata_fields)
+        gt = json.loads(row["reward_model"]["ground_truth"])
+    except (ValueError, TypeError, KeyError) as ex:
+        return "prompt", str(ex)
+    why = metadata_mismatch(e.get("metadata"), p["metadata"], ctx.task.metadata_fields)
+    if why:
+        return "extra_info.metadata", why
+    if (row["reward_model"] or {}).get("style") != "rule":
+        return "reward_model", "reward_model.style must be 'rule'"
+    if gt.get("choice_id") not in ctx.choices.to_category:
+        return "reward_model", f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
+    cid = ctx.choices.to_category[gt["choice_id"]]
+    if "data_level" in gt and gt["data_level"] not in ctx.grading.approved:
+        return "reward_model", f"level {gt['data_level']!r} is not approved by {ctx.grading.path}"
+    unknown = [c for c in p["choices"] if c not in ctx.choices.to_category]
+    if unknown:
+        return "prompt", f"unknown choice_id {unknown[0]}"
+    cats = [ctx.choices.to_category[c] for c in p["choices"]]
+    seed = e.get("prompt_seed") or 0
+    if cascade or e.get("stage") == "stage1":
+        if gt["choice_id"] not in p["choices"]:
+            return "reward_model", "ground truth choice_id is not among the candidates"
+        if cats != candidates_for(ctx, cid, e.get("source_id", ""), seed):
+            return "prompt", "candidates differ from the draw for this source and prompt_seed"
     if cascade:
-        if set(gt) != {'choice_id', 'data_level'}: return 'reward_model', "native episode ground truth needs choice_id and data_level"
-        if e.get('episode') != 'native-tool' or e.get('stage') != 'stage1': return 'extra_info', "cascade rows are native-tool stage1 episodes"
-        want = native_messages(ctx, p['metadata'], cats)
-    elif e.get('stage') == 'stage1': want = stage1_messages(ctx, p['metadata'], cats, None)
-    elif e.get('stage') == 'stage2':
-        if len(cats) != 1 or cats[0] != cid: return 'prompt', "stage2 prompt must name the ground-truth category"
-        want = stage2_messages(ctx, p['metadata'], cid, None)
-    else: return 'extra_info', f"stage must be stage1 or stage2, got {e.get('stage')!r}"
-    if want != [{'role': m['role'], 'content': m['content']} for m in pr]:
-        return 'prompt', "prompt differs from what the registry/corpus/task/grading configs render"
-    if leaked_ids(ctx, pr[1]['content'], cats): return 'prompt', "canonical category id in the prompt"
+        if set(gt) != {"choice_id", "data_level"}:
+            return "reward_model", "native episode ground truth needs choice_id and data_level"
+        if e.get("episode") != "native-tool" or e.get("stage") != "stage1":
+            return "extra_info", "cascade rows are native-tool stage1 episodes"
+        want = native_messages(ctx, p["metadata"], cats)
+    elif e.get("stage") == "stage1":
+        want = stage1_messages(ctx, p["metadata"], cats, None)
+    elif e.get("stage") == "stage2":
+        if len(cats) != 1 or cats[0] != cid:
+            return "prompt", "stage2 prompt must name the ground-truth category"
+        want = stage2_messages(ctx, p["metadata"], cid, None)
+    else:
+        return "extra_info", f"stage must be stage1 or stage2, got {e.get('stage')!r}"
+    if want != [{"role": m["role"], "content": m["content"]} for m in pr]:
+        return "prompt", "prompt differs from what the registry/corpus/task/grading configs render"
+    if leaked_ids(ctx, pr[1]["content"], cats):
+        return "prompt", "canonical category id in the prompt"
     return None, None
 
-def validate_rl_release(dataset_dir, ctx:ReleaseContext, cascade:bool, progress:bool=True) -> dict:
+
+def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progress: bool = True) -> dict:
     "Validate an RL source release (`cascade=False`) or a cascade release; report body with `valid`."
-    d = Path(dataset_dir); errs = Errors(); counts = {s: Counter() for s in SPLITS}
-    pending = {}           # source release: source_id -> (split, row, stage) until its twin arrives
-    done = array('Q')      # 8-byte hashes of completed pairs (source) or of sample ids (cascade); repeats found at the end
+    d = Path(dataset_dir)
+    errs = Errors()
+    counts = {s: Counter() for s in SPLITS}
+    pending = {}  # source release: source_id -> (split, row, stage) until its twin arrives
+    done = array("Q")  # 8-byte hashes of completed pairs (source) or of sample ids (cascade); repeats found at the end
     per_cat, per_lvl, rows = Counter(), Counter(), 0
     for s in SPLITS:
-        path = d/f'{s}.parquet'
+        path = d / f"{s}.parquet"
         pf = open_parquet(path)
         names = tuple(pf.schema_arrow.names)
-        if names != RL_FIELDS: raise UserError(f"columns must be exactly {', '.join(RL_FIELDS)}, got {', '.join(names)}", path, None, 'schema')
-        for i, row in tqdm(iter_parquet(path), desc=f'rl-validate {s}', disable=not progress, mininterval=1):
+        if names != RL_FIELDS:
+            raise UserError(
+                f"columns must be exactly {', '.join(RL_FIELDS)}, got {', '.join(names)}", path, None, "schema"
+            )
+        for i, row in tqdm(iter_parquet(path), desc=f"rl-validate {s}", disable=not progress, mininterval=1):
             rows += 1
             fld, msg = malformed(check_rl_row, ctx, row, cascade)
-            if fld: errs.add(path, i, fld, msg); continue
-            e = row['extra_info']
-            if e['split'] != s: errs.add(path, i, 'extra_info.split', f"split {e['split']!r} in {s}.parquet"); continue
-            if cascade: done.append(_h64(e['sample_id']))
+            if fld:
+                errs.add(path, i, fld, msg)
+                continue
+            e = row["extra_info"]
+            if e["split"] != s:
+                errs.add(path, i, "extra_info.split", f"split {e['split']!r} in {s}.parquet")
+                continue
+            if cascade:
+                done.append(_h64(e["sample_id"]))
             else:
-                key = e['source_id']; prev = pending.get(key)
-                if prev is None: pending[key] = (s, i, e['stage'])
-                elif prev[0] != s: errs.add(path, i, 'extra_info.source_id', f"source {key} appears in {prev[0]} and {s}"); continue
-                elif prev[2] == e['stage']: errs.add(path, i, 'extra_info.stage', f"second {e['stage']} row for source {key}"); continue
-                else: del pending[key]; done.append(_h64(key))
-            gt = json.loads(row['reward_model']['ground_truth'])
-            counts[s][e['stage'] if not cascade else 'native-tool'] += 1
-            if cascade or e['stage'] == 'stage1': per_cat[ctx.choices.to_category[gt['choice_id']]] += 1
-            if cascade or e['stage'] == 'stage2': per_lvl[gt['data_level']] += 1
-    if rows == 0: errs.add(d, None, 'rows', "the release has no rows: an empty release never validates")
+                key = e["source_id"]
+                prev = pending.get(key)
+                if prev is None:
+                    pending[key] = (s, i, e["stage"])
+                elif prev[0] != s:
+                    errs.add(path, i, "extra_info.source_id", f"source {key} appears in {prev[0]} and {s}")
+                    continue
+                elif prev[2] == e["stage"]:
+                    errs.add(path, i, "extra_info.stage", f"second {e['stage']} row for source {key}")
+                    continue
+                else:
+                    del pending[key]
+                    done.append(_h64(key))
+            gt = json.loads(row["reward_model"]["ground_truth"])
+            counts[s][e["stage"] if not cascade else "native-tool"] += 1
+            if cascade or e["stage"] == "stage1":
+                per_cat[ctx.choices.to_category[gt["choice_id"]]] += 1
+            if cascade or e["stage"] == "stage2":
+                per_lvl[gt["data_level"]] += 1
+    if rows == 0:
+        errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
     hashes = np.sort(np.frombuffer(done, dtype=np.uint64)) if len(done) else np.zeros(0, np.uint64)
     repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
     for k, (s, i, st) in pending.items():
-        h = _h64(k); j = np.searchsorted(hashes, np.uint64(h))
-        what = f"second {st} row for source {k}" if j < len(hashes) and hashes[j] == h else f"source {k} has only {st}: stage1/stage2 twin missing"
-        errs.add(d/f'{s}.parquet', i, 'extra_info.stage', what)
-    if repeated:                                   # second pass, only on error, to name the rows
+        h = _h64(k)
+        j = np.searchsorted(hashes, np.uint64(h))
+        what = (
+            f"second {st} row for source {k}"
+            if j < len(hashes) and hashes[j] == h
+            else f"source {k} has only {st}: stage1/stage2 twin missing"
+        )
+        errs.add(d / f"{s}.parquet", i, "extra_info.stage", what)
+    if repeated:  # second pass, only on error, to name the rows
         for s in SPLITS:
-            for i, row in iter_parquet(d/f'{s}.parquet', columns=['extra_info']):
-                k = row['extra_info']['sample_id' if cascade else 'source_id']
+            for i, row in iter_parquet(d / f"{s}.parquet", columns=["extra_info"]):
+                k = row["extra_info"]["sample_id" if cascade else "source_id"]
                 if _h64(k) in repeated:
-                    errs.add(d/f'{s}.parquet', i, 'extra_info.sample_id' if cascade else 'extra_info.source_id',
-                             f"duplicated sample_id {k}" if cascade else f"source {k} has more than one stage1/stage2 pair")
-    return {'valid': not errs, 'line': 'rl-cascade' if cascade else 'rl-source', 'error_count': errs.count, 'errors': errs.items,
-            'rows': rows, 'sources': len(done) + len(pending), 'counts': {s: dict(c) for s, c in counts.items()},
-            'per_category': dict(sorted(per_cat.items())), 'per_level': dict(sorted(per_lvl.items())), '_errors': errs}
+                    errs.add(
+                        d / f"{s}.parquet",
+                        i,
+                        "extra_info.sample_id" if cascade else "extra_info.source_id",
+                        f"duplicated sample_id {k}" if cascade else f"source {k} has more than one stage1/stage2 pair",
+                    )
+    return {
+        "valid": not errs,
+        "line": "rl-cascade" if cascade else "rl-source",
+        "error_count": errs.count,
+        "errors": errs.items,
+        "rows": rows,
+        "sources": len(done) + len(pending),
+        "counts": {s: dict(c) for s, c in counts.items()},
+        "per_category": dict(sorted(per_cat.items())),
+        "per_level": dict(sorted(per_lvl.items())),
+        "_errors": errs,
+    }
 
-def rl_validate_cascade(dataset_dir:str=None,    # rl-cascade release folder
-                        registry:str=None,       # leaf registry JSON
-                        corpus:str=None,         # corpus JSON
-                        task_config:str=None,    # task config JSON
-                        grading_manifest:str=None, # grading manifest (path + sha256 per dataset; default: the release's copy)
-                        metadata_fields:list[str]=None, # prompt fields (default: the task config's)
-                        report:str=None,         # report JSON (default DATASET_DIR/validation.json)
-                        progress:bool=True):     # show a progress bar
+
+def rl_validate_cascade(
+    dataset_dir: str = None,  # rl-cascade release folder
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON
+    task_config: str = None,  # task config JSON
+    grading_manifest: str = None,  # grading manifest (path + sha256 per dataset; default: the release's copy)
+    metadata_fields: list[str] = None,  # prompt fields (default: the task config's)
+    report: str = None,  # report JSON (default DATASET_DIR/validation.json)
+    progress: bool = True,  # show a progress bar
+):
     "Validate an rl-cascade release against the assets and the grading manifest; exit 2 when invalid."
     required(dataset_dir=dataset_dir, registry=registry, corpus=corpus, task_config=task_config)
-    params = dict(dataset_dir=dataset_dir, registry=registry, corpus=corpus, task_config=task_config, grading_manifest=grading_manifest,
-                  metadata_fields=metadata_fields, report=report)
-    manifest = grading_manifest or Path(dataset_dir)/'grading'/'grading-manifest.json'
+    params = dict(
+        dataset_dir=dataset_dir,
+        registry=registry,
+        corpus=corpus,
+        task_config=task_config,
+        grading_manifest=grading_manifest,
+        metadata_fields=metadata_fields,
+        report=report,
+    )
+    manifest = grading_manifest or Path(dataset_dir) / "grading" / "grading-manifest.json"
     task = TaskConfig.from_path(task_config)
     grading = load_grading_manifest(manifest, [task.dataset])[task.dataset]
-    ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields or list(task.metadata_fields), grading_override=grading)
-    report = report or str(Path(dataset_dir)/'validation.json')
+    ctx = ReleaseContext.load(
+        registry, corpus, task_config, None, metadata_fields or list(task.metadata_fields), grading_override=grading
+    )
+    report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_rl_release(dataset_dir, ctx, cascade=True, progress=progress)
-    errs = body.pop('_errors')
-    rep = make_report('rl-validate-cascade', params, [*(Path(dataset_dir)/f'{s}.parquet' for s in SPLITS), registry, corpus, task_config, manifest, grading.path],
-                      ctx.dataset, status='passed' if body['valid'] else 'failed', **body)
+    errs = body.pop("_errors")
+    rep = make_report(
+        "rl-validate-cascade",
+        params,
+        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), registry, corpus, task_config, manifest, grading.path],
+        ctx.dataset,
+        status="passed" if body["valid"] else "failed",
+        **body,
+    )
     write_json(report, rep)
-    if errs: errs.raise_first(report)
+    if errs:
+        errs.raise_first(report)
     return rep

@@ -4,165 +4,298 @@
 
 # %% ../../nbs/release/14_rollout.ipynb #04df4509
 from __future__ import annotations
-import hashlib, json, re, time
+
+import hashlib
+import json
+import re
 from pathlib import Path
+
 from tqdm.auto import tqdm
-from ..utils import UserError, write_json, iter_jsonl, sha256_file
-from .assets import required, make_report
+
+from .assets import make_report, required
 from .reward import compute_score, parse_final_answer
 from .sft import iter_parquet
-from .tools import CategoryTools, ToolError, TOOL_SCHEMAS
+from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
+from ..utils import UserError, iter_jsonl, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['GATE_RANGE', 'PARSER', 'parse_tool_calls', 'weights_identity', 'model_identity', 'diagnose', 'summarize',
-           'rollout_episode', 'rollout_gate']
+__all__ = [
+    "GATE_RANGE",
+    "PARSER",
+    "parse_tool_calls",
+    "weights_identity",
+    "model_identity",
+    "diagnose",
+    "summarize",
+    "rollout_episode",
+    "rollout_gate",
+]
 
 # %% ../../nbs/release/14_rollout.ipynb #8bd732dc
 GATE_RANGE = (0.05, 0.30)
-PARSER = {'tool_call': r'<tool_call>\s*(\{.*?\})\s*</tool_call>', 'final_answer': 'last JSON object with choice_id/data_level, <think> and <tool_call> blocks removed',
-          'reward': 'vtreetrm.release.reward.compute_score'}
-_TOOL_CALL = re.compile(PARSER['tool_call'], re.S)
+PARSER = {
+    "tool_call": r"<tool_call>\s*(\{.*?\})\s*</tool_call>",
+    "final_answer": "last JSON object with choice_id/data_level, <think> and <tool_call> blocks removed",
+    "reward": "vtreetrm.release.reward.compute_score",
+}
+_TOOL_CALL = re.compile(PARSER["tool_call"], re.S)
 
-def parse_tool_calls(text:str) -> list:
+
+def parse_tool_calls(text: str) -> list:
     "`(name, arguments_json)` of each `<tool_call>` block; a malformed block gives `(None, raw)`."
     out = []
-    for m in _TOOL_CALL.finditer(text or ''):
-        try: d = json.loads(m.group(1)); out.append((d['name'], json.dumps(d.get('arguments', {}), ensure_ascii=False, sort_keys=True)))
-        except (json.JSONDecodeError, KeyError, TypeError): out.append((None, m.group(1)))
+    for m in _TOOL_CALL.finditer(text or ""):
+        try:
+            d = json.loads(m.group(1))
+            out.append((d["name"], json.dumps(d.get("arguments", {}), ensure_ascii=False, sort_keys=True)))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            out.append((None, m.group(1)))
     return out
+
 
 def weights_identity(model) -> dict:
     "Path and sha256 of a model folder's config.json and weight files (the model's identity in gate and launch reports)."
-    if model is None: return None
+    if model is None:
+        return None
     m = Path(model)
-    if not m.is_dir(): raise UserError("no such model folder", m)
-    files = sorted([*m.glob('*.safetensors'), *m.glob('*.bin'), *m.glob('*.pt')])
-    if not files: raise UserError("the model folder has no weight files (*.safetensors, *.bin, *.pt)", m)
-    if not (m/'config.json').is_file(): raise UserError("the model folder has no config.json", m, field='config.json')
+    if not m.is_dir():
+        raise UserError("no such model folder", m)
+    files = sorted([*m.glob("*.safetensors"), *m.glob("*.bin"), *m.glob("*.pt")])
+    if not files:
+        raise UserError("the model folder has no weight files (*.safetensors, *.bin, *.pt)", m)
+    if not (m / "config.json").is_file():
+        raise UserError("the model folder has no config.json", m, field="config.json")
     h = hashlib.sha256()
-    for f in [m/'config.json', *files]: h.update(f.name.encode()); h.update(bytes.fromhex(sha256_file(f)))
-    return {'path': str(m.resolve()), 'files': ['config.json', *(f.name for f in files)], 'sha256': h.hexdigest()}
+    for f in [m / "config.json", *files]:
+        h.update(f.name.encode())
+        h.update(bytes.fromhex(sha256_file(f)))
+    return {"path": str(m.resolve()), "files": ["config.json", *(f.name for f in files)], "sha256": h.hexdigest()}
 
-def model_identity(model:str=None, model_sha256:str=None) -> dict|None:
+
+def model_identity(model: str = None, model_sha256: str = None) -> dict | None:
     "The identity a gate report records: the folder's (`weights_identity`) or a given sha256; both must agree."
-    if model_sha256 is not None and not re.fullmatch(r'[0-9a-fA-F]{64}', str(model_sha256)):
+    if model_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(model_sha256)):
         raise UserError(f"--model-sha256 must be 64 hex digits, got {str(model_sha256)[:80]!r}")
     ident = weights_identity(model)
-    if model_sha256 is None: return ident
-    if ident and ident['sha256'] != model_sha256.lower():
+    if model_sha256 is None:
+        return ident
+    if ident and ident["sha256"] != model_sha256.lower():
         raise UserError(f"--model-sha256 {model_sha256.lower()} is not the folder's ({ident['sha256']})", model)
-    return ident or {'path': None, 'files': None, 'sha256': model_sha256.lower()}
+    return ident or {"path": None, "files": None, "sha256": model_sha256.lower()}
 
-def diagnose(episodes:list) -> str|None:
+
+def diagnose(episodes: list) -> str | None:
     "The likely cause of an (almost) all-zero reward."
     n = len(episodes) or 1
-    answered = sum(e['answer_parsed'] for e in episodes) / n
-    tooled = sum(e['tool_calls'] > 0 for e in episodes) / n
-    bad = sum(e['bad_tool_calls'] > 0 for e in episodes) / n
-    if answered < 0.1: return f"parser found no answers in {100 * (1 - answered):.0f}% of episodes: wrong format (no JSON with choice_id/data_level), check the chat template and the answer format"
-    if bad > 0.5: return f"{100 * bad:.0f}% of episodes have malformed tool calls: wrong tool-call format"
-    if tooled < 0.05: return "tools were never called: check the tool config and the agent loop"
+    answered = sum(e["answer_parsed"] for e in episodes) / n
+    tooled = sum(e["tool_calls"] > 0 for e in episodes) / n
+    bad = sum(e["bad_tool_calls"] > 0 for e in episodes) / n
+    if answered < 0.1:
+        return f"parser found no answers in {100 * (1 - answered):.0f}% of episodes: wrong format (no JSON with choice_id/data_level), check the chat template and the answer format"
+    if bad > 0.5:
+        return f"{100 * bad:.0f}% of episodes have malformed tool calls: wrong tool-call format"
+    if tooled < 0.05:
+        return "tools were never called: check the tool config and the agent loop"
     return "answers parse but name the wrong category: check the trajectory data and the reward"
 
-def summarize(episodes:list) -> dict:
-    n = len(episodes); nz = sum(e['reward'] > 0 for e in episodes)
+
+def summarize(episodes: list) -> dict:
+    n = len(episodes)
+    nz = sum(e["reward"] > 0 for e in episodes)
     rate = nz / n
     passed = GATE_RANGE[0] <= rate <= GATE_RANGE[1]
-    return {'denominator': n, 'nonzero_reward_numerator': nz, 'nonzero_reward_rate': round(rate, 6), 'gate_range': list(GATE_RANGE),
-            'passed': passed, 'status': 'passed' if passed else 'failed',
-            'mean_reward': round(sum(e['reward'] for e in episodes) / n, 6),
-            'answer_parsed_rate': round(sum(e['answer_parsed'] for e in episodes) / n, 6),
-            'tool_call_rate': round(sum(e['tool_calls'] > 0 for e in episodes) / n, 6),
-            'likely_cause': None if rate > 0.01 else diagnose(episodes)}
+    return {
+        "denominator": n,
+        "nonzero_reward_numerator": nz,
+        "nonzero_reward_rate": round(rate, 6),
+        "gate_range": list(GATE_RANGE),
+        "passed": passed,
+        "status": "passed" if passed else "failed",
+        "mean_reward": round(sum(e["reward"] for e in episodes) / n, 6),
+        "answer_parsed_rate": round(sum(e["answer_parsed"] for e in episodes) / n, 6),
+        "tool_call_rate": round(sum(e["tool_calls"] > 0 for e in episodes) / n, 6),
+        "likely_cause": None if rate > 0.01 else diagnose(episodes),
+    }
+
 
 # %% ../../nbs/release/14_rollout.ipynb #7f7193e5
-def rollout_episode(model, tok, tools:CategoryTools, prompt:list, max_turns:int, max_new_tokens:int, temperature:float) -> tuple[list, str]:
+def rollout_episode(
+    model, tok, tools: CategoryTools, prompt: list, max_turns: int, max_new_tokens: int, temperature: float
+) -> tuple[list, str]:
     "Run one native-tool episode; returns the messages and the concatenated assistant text."
     import torch
-    msgs = [dict(m) for m in prompt]; text_all = []
-    for turn in range(max_turns):
-        ids = tok.apply_chat_template(msgs, tools=TOOL_SCHEMAS, add_generation_prompt=True, tokenize=True, return_tensors='pt', return_dict=True)
+
+    msgs = [dict(m) for m in prompt]
+    text_all = []
+    for _turn in range(max_turns):
+        ids = tok.apply_chat_template(
+            msgs, tools=TOOL_SCHEMAS, add_generation_prompt=True, tokenize=True, return_tensors="pt", return_dict=True
+        )
         with torch.no_grad():
-            out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-                                 pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-        text = tok.decode(out[0, ids['input_ids'].shape[1]:], skip_special_tokens=False).split('<|im_end|>')[0]
+            out = model.generate(
+                **ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+            )
+        text = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=False).split("<|im_end|>")[0]
         text_all.append(text)
         calls = parse_tool_calls(text)
-        if not calls: msgs.append({'role': 'assistant', 'content': text}); break
-        msgs.append({'role': 'assistant', 'content': _TOOL_CALL.sub('', text).strip(),
-                     'tool_calls': [{'type': 'function', 'function': {'name': n or 'invalid', 'arguments': a}} for n, a in calls]})
+        if not calls:
+            msgs.append({"role": "assistant", "content": text})
+            break
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": _TOOL_CALL.sub("", text).strip(),
+                "tool_calls": [
+                    {"type": "function", "function": {"name": n or "invalid", "arguments": a}} for n, a in calls
+                ],
+            }
+        )
         for n, a in calls:
-            try: res = tools.call(n, a) if n else json.dumps({'error': 'malformed tool call'})
-            except ToolError as e: res = json.dumps({'error': str(e)}, ensure_ascii=False)
-            msgs.append({'role': 'tool', 'content': res})
-    return msgs, '\n'.join(text_all)
+            try:
+                res = tools.call(n, a) if n else json.dumps({"error": "malformed tool call"})
+            except ToolError as e:
+                res = json.dumps({"error": str(e)}, ensure_ascii=False)
+            msgs.append({"role": "tool", "content": res})
+    return msgs, "\n".join(text_all)
 
-def rollout_gate(model:str=None,          # local model folder (merged checkpoint) for a live rollout
-                 release:str=None,        # rl-cascade release the episodes come from
-                 n:int=64,                # episodes (the denominator)
-                 split:str='val',         # release split to draw from
-                 registry:str=None,       # leaf registry JSON (tools)
-                 corpus:str=None,         # corpus JSON (tools)
-                 task_config:str=None,    # task config JSON (tools)
-                 from_dump:str=None,      # score this rollout dump JSONL instead (lines with response and ground_truth)
-                 model_sha256:str=None,   # with --from-dump and no --model: the identity of the model that produced the dump (`weights_identity`: config.json + weights)
-                 reference:str=None,      # reference model folder, recorded by identity
-                 report:str=None,         # gate report JSON to write
-                 max_turns:int=6,         # assistant turns per episode
-                 max_new_tokens:int=256,  # tokens per assistant turn
-                 temperature:float=0.0,   # sampling temperature (0 = greedy)
-                 seed:int=0,              # torch seed
-                 progress:bool=True) -> int: # show a progress bar
+
+def rollout_gate(
+    model: str = None,  # local model folder (merged checkpoint) for a live rollout
+    release: str = None,  # rl-cascade release the episodes come from
+    n: int = 64,  # episodes (the denominator)
+    split: str = "val",  # release split to draw from
+    registry: str = None,  # leaf registry JSON (tools)
+    corpus: str = None,  # corpus JSON (tools)
+    task_config: str = None,  # task config JSON (tools)
+    from_dump: str = None,  # score this rollout dump JSONL instead (lines with response and ground_truth)
+    model_sha256: str = None,  # with --from-dump and no --model: the identity of the model that produced the dump (`weights_identity`: config.json + weights)
+    reference: str = None,  # reference model folder, recorded by identity
+    report: str = None,  # gate report JSON to write
+    max_turns: int = 6,  # assistant turns per episode
+    max_new_tokens: int = 256,  # tokens per assistant turn
+    temperature: float = 0.0,  # sampling temperature (0 = greedy)
+    seed: int = 0,  # torch seed
+    progress: bool = True,  # show a progress bar
+) -> int:
     "Post-SFT rollout gate: exit 0 only for 5% <= nonzero-reward rate <= 30%."
     required(report=report)
     if from_dump and model is None and model_sha256 is None:
-        raise UserError("--from-dump needs the identity of the model that produced the dump: --model HF_DIR or --model-sha256 HEX")
-    ident = model_identity(model, model_sha256)             # checked before any rollout
-    params = dict(model=model, model_sha256=model_sha256, release=release, n=n, split=split, registry=registry, corpus=corpus, task_config=task_config, from_dump=from_dump,
-                  reference=reference, report=report, max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+        raise UserError(
+            "--from-dump needs the identity of the model that produced the dump: --model HF_DIR or --model-sha256 HEX"
+        )
+    ident = model_identity(model, model_sha256)  # checked before any rollout
+    params = dict(
+        model=model,
+        model_sha256=model_sha256,
+        release=release,
+        n=n,
+        split=split,
+        registry=registry,
+        corpus=corpus,
+        task_config=task_config,
+        from_dump=from_dump,
+        reference=reference,
+        report=report,
+        max_turns=max_turns,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+    )
     episodes, inputs = [], []
-    loop = {'agent_loop': 'native-tool (vtreetrm.release.rollout)', 'max_turns': max_turns, 'max_new_tokens': max_new_tokens,
-            'temperature': temperature, 'tools': [t['function']['name'] for t in TOOL_SCHEMAS]}
+    loop = {
+        "agent_loop": "native-tool (vtreetrm.release.rollout)",
+        "max_turns": max_turns,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "tools": [t["function"]["name"] for t in TOOL_SCHEMAS],
+    }
     if from_dump:
         inputs.append(from_dump)
         for line, d in iter_jsonl(from_dump):
-            if 'ground_truth' not in d or not isinstance(d.get('response'), str): raise UserError("dump lines need 'response' (text) and 'ground_truth'", from_dump, line, 'response')
-            r = compute_score(d.get('data_source'), d['response'], d['ground_truth'], d.get('extra_info'))
-            episodes.append({'sample_id': d.get('sample_id', line), 'reward': r, 'answer_parsed': parse_final_answer(d['response']) is not None,
-                             'tool_calls': int(d.get('tool_calls', len(parse_tool_calls(d['response'])))), 'bad_tool_calls': 0})
-        if not episodes: raise UserError("the rollout dump has no rows: nothing to gate", from_dump)
-        loop['agent_loop'] = 'external (dump)'
+            if "ground_truth" not in d or not isinstance(d.get("response"), str):
+                raise UserError("dump lines need 'response' (text) and 'ground_truth'", from_dump, line, "response")
+            r = compute_score(d.get("data_source"), d["response"], d["ground_truth"], d.get("extra_info"))
+            episodes.append(
+                {
+                    "sample_id": d.get("sample_id", line),
+                    "reward": r,
+                    "answer_parsed": parse_final_answer(d["response"]) is not None,
+                    "tool_calls": int(d.get("tool_calls", len(parse_tool_calls(d["response"])))),
+                    "bad_tool_calls": 0,
+                }
+            )
+        if not episodes:
+            raise UserError("the rollout dump has no rows: nothing to gate", from_dump)
+        loop["agent_loop"] = "external (dump)"
     else:
         required(model=model, release=release, registry=registry, corpus=corpus, task_config=task_config)
-        if n < 1: raise UserError("--n must be at least 1")
+        if n < 1:
+            raise UserError("--n must be at least 1")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
         torch.manual_seed(seed)
         try:
             tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
             lm = AutoModelForCausalLM.from_pretrained(model, local_files_only=True).eval()
-        except (OSError, ValueError) as e: raise UserError(f"cannot load the model: {e}", model) from None
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot load the model: {e}", model) from None
         tools = CategoryTools.from_paths(registry, corpus, task_config)
-        path = Path(release)/f'{split}.parquet'; inputs.append(path)
+        path = Path(release) / f"{split}.parquet"
+        inputs.append(path)
         rows = []
-        for i, row in iter_parquet(path):
+        for _i, row in iter_parquet(path):
             rows.append(row)
-            if len(rows) >= n: break
-        if not rows: raise UserError(f"no episodes in {split}", path)
-        for row in tqdm(rows, desc='rollout', disable=not progress):
-            msgs, text = rollout_episode(lm, tok, tools, row['prompt'], max_turns, max_new_tokens, temperature)
-            calls = [c for m in msgs for c in m.get('tool_calls') or []]
-            episodes.append({'sample_id': row['extra_info']['sample_id'], 'reward': compute_score(row['data_source'], msgs[-1].get('content', '') if msgs[-1]['role'] == 'assistant' else '', row['reward_model']['ground_truth']),
-                             'answer_parsed': parse_final_answer(text) is not None, 'tool_calls': len(calls),
-                             'bad_tool_calls': sum(c['function']['name'] == 'invalid' for c in calls)})
+            if len(rows) >= n:
+                break
+        if not rows:
+            raise UserError(f"no episodes in {split}", path)
+        for row in tqdm(rows, desc="rollout", disable=not progress):
+            msgs, text = rollout_episode(lm, tok, tools, row["prompt"], max_turns, max_new_tokens, temperature)
+            calls = [c for m in msgs for c in m.get("tool_calls") or []]
+            episodes.append(
+                {
+                    "sample_id": row["extra_info"]["sample_id"],
+                    "reward": compute_score(
+                        row["data_source"],
+                        msgs[-1].get("content", "") if msgs[-1]["role"] == "assistant" else "",
+                        row["reward_model"]["ground_truth"],
+                    ),
+                    "answer_parsed": parse_final_answer(text) is not None,
+                    "tool_calls": len(calls),
+                    "bad_tool_calls": sum(c["function"]["name"] == "invalid" for c in calls),
+                }
+            )
     body = summarize(episodes)
     rel = None
     if release:
-        mr = Path(release)/'mixture_report.json'
-        rel = {'path': str(Path(release).resolve()), 'split': split, 'mixture_report_sha256': sha256_file(mr) if mr.is_file() else None}
-    rep = make_report('rollout-gate', params, inputs, None, **body, model=ident, reference=weights_identity(reference),
-                      release=rel, parser=PARSER, agent_loop=loop, episodes=episodes[:200])
+        mr = Path(release) / "mixture_report.json"
+        rel = {
+            "path": str(Path(release).resolve()),
+            "split": split,
+            "mixture_report_sha256": sha256_file(mr) if mr.is_file() else None,
+        }
+    rep = make_report(
+        "rollout-gate",
+        params,
+        inputs,
+        None,
+        **body,
+        model=ident,
+        reference=weights_identity(reference),
+        release=rel,
+        parser=PARSER,
+        agent_loop=loop,
+        episodes=episodes[:200],
+    )
     write_json(report, rep)
-    print(f"rollout gate {body['status']}: {body['nonzero_reward_numerator']}/{body['denominator']} nonzero = {100 * body['nonzero_reward_rate']:.2f}% "
-          f"(need {100 * GATE_RANGE[0]:.0f}%-{100 * GATE_RANGE[1]:.0f}%)" + (f"; likely cause: {body['likely_cause']}" if body['likely_cause'] else ''))
-    return 0 if body['passed'] else 1
+    print(
+        f"rollout gate {body['status']}: {body['nonzero_reward_numerator']}/{body['denominator']} nonzero = {100 * body['nonzero_reward_rate']:.2f}% "
+        f"(need {100 * GATE_RANGE[0]:.0f}%-{100 * GATE_RANGE[1]:.0f}%)"
+        + (f"; likely cause: {body['likely_cause']}" if body["likely_cause"] else "")
+    )
+    return 0 if body["passed"] else 1

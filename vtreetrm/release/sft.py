@@ -4,262 +4,487 @@
 
 # %% ../../nbs/release/06_sft.ipynb #d85e14a9
 from __future__ import annotations
-import hashlib, json, time
+
+import hashlib
+import json
+import time
 from array import array
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
+
 import numpy as np
-import pyarrow as pa, pyarrow.parquet as pq
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm.auto import tqdm
+
+from .assets import SPLITS, Record, ReleaseContext, iter_records, make_report, required
+from vtreetrm.release.prompts import (
+    candidates_for,
+    leaked_ids,
+    metadata_mismatch,
+    parse_answer,
+    parse_user,
+    stage1_messages,
+    stage2_messages,
+)
 from ..utils import UserError, atomic_dir, write_json
-from .assets import (SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note)
-from .prompts import (stage1_messages, stage2_messages, candidates_for, parse_user, parse_answer, metadata_mismatch,
-                                      stage1_answer, stage2_answer, leaked_ids)
 
 # %% auto #0
-__all__ = ['MESSAGE', 'SFT_SCHEMA', 'BATCH_ROWS', 'TRAJECTORY_STAGE', 'SplitWriter', 'open_parquet', 'iter_parquet', 'sft_rows',
-           'check_canonical_record', 'sft_export', 'malformed', 'Errors', 'check_sft_row', 'validate_sft_dataset',
-           'sft_validate']
+__all__ = [
+    "MESSAGE",
+    "SFT_SCHEMA",
+    "BATCH_ROWS",
+    "TRAJECTORY_STAGE",
+    "SplitWriter",
+    "open_parquet",
+    "iter_parquet",
+    "sft_rows",
+    "check_canonical_record",
+    "sft_export",
+    "malformed",
+    "Errors",
+    "check_sft_row",
+    "validate_sft_dataset",
+    "sft_validate",
+]
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
-MESSAGE = pa.struct([('role', pa.string()), ('content', pa.string())])
-SFT_SCHEMA = pa.schema([('data_source', pa.string()), ('source_id', pa.string()), ('sample_id', pa.string()),
-                        ('stage', pa.string()), ('split', pa.string()), ('messages', pa.list_(MESSAGE)),
-                        ('answer', pa.string()), ('metadata', pa.string()), ('label', pa.string()), ('prompt_seed', pa.int64())])
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+SFT_SCHEMA = pa.schema(
+    [
+        ("data_source", pa.string()),
+        ("source_id", pa.string()),
+        ("sample_id", pa.string()),
+        ("stage", pa.string()),
+        ("split", pa.string()),
+        ("messages", pa.list_(MESSAGE)),
+        ("answer", pa.string()),
+        ("metadata", pa.string()),
+        ("label", pa.string()),
+        ("prompt_seed", pa.int64()),
+    ]
+)
 BATCH_ROWS = 8192
+
 
 class SplitWriter:
     "Batched parquet writers, one `<split>.parquet` per split, all with `schema`."
-    def __init__(self, folder, schema:pa.Schema, batch_rows:int=BATCH_ROWS, splits=SPLITS):
+
+    def __init__(self, folder, schema: pa.Schema, batch_rows: int = BATCH_ROWS, splits=SPLITS):
         self.folder, self.schema, self.batch_rows = Path(folder), schema, batch_rows
-        self.buf = {s: [] for s in splits}; self.counts = Counter()
-        self.writers = {s: pq.ParquetWriter(self.folder/f'{s}.parquet', schema, compression='zstd') for s in splits}
-    def write(self, split:str, row:dict):
-        b = self.buf[split]; b.append(row); self.counts[split] += 1
-        if len(b) >= self.batch_rows: self._flush(split)
+        self.buf = {s: [] for s in splits}
+        self.counts = Counter()
+        self.writers = {s: pq.ParquetWriter(self.folder / f"{s}.parquet", schema, compression="zstd") for s in splits}
+
+    def write(self, split: str, row: dict):
+        b = self.buf[split]
+        b.append(row)
+        self.counts[split] += 1
+        if len(b) >= self.batch_rows:
+            self._flush(split)
+
     def _flush(self, split):
-        if self.buf[split]: self.writers[split].write_table(pa.Table.from_pylist(self.buf[split], schema=self.schema)); self.buf[split] = []
+        if self.buf[split]:
+            self.writers[split].write_table(pa.Table.from_pylist(self.buf[split], schema=self.schema))
+            self.buf[split] = []
+
     def close(self):
-        for s in self.writers: self._flush(s); self.writers[s].close()
+        for s in self.writers:
+            self._flush(s)
+            self.writers[s].close()
+
 
 def open_parquet(path) -> pq.ParquetFile:
     "Open a parquet file; a missing or corrupted one is a `UserError`."
     path = Path(path)
-    if not path.is_file(): raise UserError("no such file", path)
-    try: return pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as e: raise UserError(f"not a readable parquet file ({e}); corrupted or truncated?", path) from None
+    if not path.is_file():
+        raise UserError("no such file", path)
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UserError(f"not a readable parquet file ({e}); corrupted or truncated?", path) from None
 
-def iter_parquet(path, columns=None, batch_rows:int=BATCH_ROWS):
+
+def iter_parquet(path, columns=None, batch_rows: int = BATCH_ROWS):
     "Yield `(row_number, dict)` (1-based) from a parquet file, batch by batch."
-    pf = open_parquet(path); i = 0
+    pf = open_parquet(path)
+    i = 0
     try:
         for b in pf.iter_batches(batch_size=batch_rows, columns=columns):
             for row in b.to_pylist():
-                i += 1; yield i, row
-    except (pa.ArrowInvalid, OSError) as e: raise UserError(f"unreadable parquet data after row {i} ({e}); corrupted?", path, i) from None
+                i += 1
+                yield i, row
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UserError(f"unreadable parquet data after row {i} ({e}); corrupted?", path, i) from None
+
 
 # %% ../../nbs/release/06_sft.ipynb #9de2a377
-def _label(ctx, rec): return json.dumps({'choice_id': ctx.choices.to_choice[rec.target.category_id], 'data_level': rec.target.data_level})
+def _label(ctx, rec):
+    return json.dumps({"choice_id": ctx.choices.to_choice[rec.target.category_id], "data_level": rec.target.data_level})
 
-def sft_rows(ctx:ReleaseContext, rec:Record, seed:int) -> tuple[dict, dict]:
+
+def sft_rows(ctx: ReleaseContext, rec: Record, seed: int) -> tuple[dict, dict]:
     "The stage1 and stage2 rows of one canonical record."
     cid, lvl = rec.target.category_id, rec.target.data_level
     cands = candidates_for(ctx, cid, rec.id, seed)
-    base = {'data_source': rec.dataset, 'source_id': rec.id, 'split': rec.split, 'label': _label(ctx, rec),
-            'metadata': json.dumps({f: rec.metadata.get(f, '') for f in ctx.task.metadata_fields}, ensure_ascii=False), 'prompt_seed': seed}
+    base = {
+        "data_source": rec.dataset,
+        "source_id": rec.id,
+        "split": rec.split,
+        "label": _label(ctx, rec),
+        "metadata": json.dumps({f: rec.metadata.get(f, "") for f in ctx.task.metadata_fields}, ensure_ascii=False),
+        "prompt_seed": seed,
+    }
     m1, m2 = stage1_messages(ctx, rec.metadata, cands, cid), stage2_messages(ctx, rec.metadata, cid, lvl)
-    return ({**base, 'sample_id': f"{rec.id}:stage1", 'stage': 'stage1', 'messages': m1, 'answer': m1[-1]['content']},
-            {**base, 'sample_id': f"{rec.id}:stage2", 'stage': 'stage2', 'messages': m2, 'answer': m2[-1]['content']})
+    return (
+        {**base, "sample_id": f"{rec.id}:stage1", "stage": "stage1", "messages": m1, "answer": m1[-1]["content"]},
+        {**base, "sample_id": f"{rec.id}:stage2", "stage": "stage2", "messages": m2, "answer": m2[-1]["content"]},
+    )
 
-def check_canonical_record(ctx:ReleaseContext, rec:Record, path, line):
+
+def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
     "A canonical record usable for export: resolved to a leaf, approved level, split embedded."
-    if rec.dataset != ctx.dataset: raise UserError(f"record of dataset {rec.dataset!r}, the assets are for {ctx.dataset!r}", path, line, 'dataset')
-    if rec.split is None: raise UserError("no embedded split: run split first", path, line, 'split')
+    if rec.dataset != ctx.dataset:
+        raise UserError(f"record of dataset {rec.dataset!r}, the assets are for {ctx.dataset!r}", path, line, "dataset")
+    if rec.split is None:
+        raise UserError("no embedded split: run split first", path, line, "split")
     if not rec.target.category_id or not ctx.registry.is_leaf(rec.target.category_id):
-        raise UserError(f"category id {rec.target.category_id!r} is not a leaf of the registry {ctx.registry.path}", path, line, 'target.category_id')
+        raise UserError(
+            f"category id {rec.target.category_id!r} is not a leaf of the registry {ctx.registry.path}",
+            path,
+            line,
+            "target.category_id",
+        )
     ctx.grading.check_level(rec.target.data_level, path, line)
     missing = [f for f in ctx.task.metadata_fields if f not in rec.metadata]
-    if missing: raise UserError(f"metadata lacks {', '.join(missing)}", path, line, 'metadata')
+    if missing:
+        raise UserError(f"metadata lacks {', '.join(missing)}", path, line, "metadata")
 
-def sft_export(canonical:str=None,      # canonical all.json (with embedded split)
-               output_dir:str=None,     # release folder to publish (train/val/test.parquet + export_report.json)
-               registry:str=None,       # leaf registry JSON
-               corpus:str=None,         # corpus JSON (category descriptions)
-               metadata_fields:list[str]=None, # prompt fields, exactly as in the task config
-               task_config:str=None,    # task config JSON
-               grading_config:str=None, # grading config JSON
-               progress:bool=True):     # show a progress bar
+
+def sft_export(
+    canonical: str = None,  # canonical all.json (with embedded split)
+    output_dir: str = None,  # release folder to publish (train/val/test.parquet + export_report.json)
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON (category descriptions)
+    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    task_config: str = None,  # task config JSON
+    grading_config: str = None,  # grading config JSON
+    progress: bool = True,  # show a progress bar
+):
     "Export the legacy stage1/stage2 SFT release (three messages per row), validated before publication."
-    required(canonical=canonical, output_dir=output_dir, registry=registry, corpus=corpus, metadata_fields=metadata_fields,
-             task_config=task_config, grading_config=grading_config)
-    params = dict(canonical=canonical, output_dir=output_dir, registry=registry, corpus=corpus, metadata_fields=metadata_fields,
-                  task_config=task_config, grading_config=grading_config)
+    required(
+        canonical=canonical,
+        output_dir=output_dir,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+    )
+    params = dict(
+        canonical=canonical,
+        output_dir=output_dir,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+    )
     ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
     t0 = time.time()
     with atomic_dir(output_dir) as d:
         w = SplitWriter(d, SFT_SCHEMA)
         try:
-            for line, dct in tqdm(iter_records(canonical), desc='sft-export', disable=not progress, mininterval=1):
+            for line, dct in tqdm(iter_records(canonical), desc="sft-export", disable=not progress, mininterval=1):
                 rec = Record.from_dict(dct, canonical, line)
                 check_canonical_record(ctx, rec, canonical, line)
-                for row in sft_rows(ctx, rec, ctx.task.prompt_seed): w.write(rec.split, row)
-        finally: w.close()
+                for row in sft_rows(ctx, rec, ctx.task.prompt_seed):
+                    w.write(rec.split, row)
+        finally:
+            w.close()
         t1 = time.time()
         val = validate_sft_dataset(d, ctx, progress=progress)
-        if not val['valid']: raise UserError(f"export failed its own validation: {val['errors'][0]['message']}", output_dir)
-        rep = make_report('sft-export', params, [canonical, *ctx.asset_paths()], ctx.dataset, status='ok', line='legacy-stage1-stage2',
-                          rows={s: w.counts[s] for s in SPLITS}, sources=sum(w.counts.values()) // 2,
-                          validation={k: val[k] for k in ('valid', 'rows', 'sources', 'counts')},
-                          export_seconds=round(t1 - t0, 3), validate_seconds=round(time.time() - t1, 3))
-        write_json(d/'export_report.json', rep)
+        if not val["valid"]:
+            raise UserError(f"export failed its own validation: {val['errors'][0]['message']}", output_dir)
+        rep = make_report(
+            "sft-export",
+            params,
+            [canonical, *ctx.asset_paths()],
+            ctx.dataset,
+            status="ok",
+            line="legacy-stage1-stage2",
+            rows={s: w.counts[s] for s in SPLITS},
+            sources=sum(w.counts.values()) // 2,
+            validation={k: val[k] for k in ("valid", "rows", "sources", "counts")},
+            export_seconds=round(t1 - t0, 3),
+            validate_seconds=round(time.time() - t1, 3),
+        )
+        write_json(d / "export_report.json", rep)
     return rep
+
 
 # %% ../../nbs/release/06_sft.ipynb #7f53f0bf
 def malformed(check, *args) -> tuple[str, str]:
     "`check(*args)`, with a row too malformed for it to inspect (wrong types, missing keys) reported, never raised."
-    try: return check(*args)
+    try:
+        return check(*args)
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
-        return 'row', f"malformed row ({type(e).__name__}: {str(e)[:120]})"
+        return "row", f"malformed row ({type(e).__name__}: {str(e)[:120]})"
+
 
 class Errors:
     "Collect validation errors (file, row, field, message); the first one is raised as a `UserError`."
-    def __init__(self, limit:int=50): self.items, self.count, self.limit = [], 0, limit
+
+    def __init__(self, limit: int = 50):
+        self.items, self.count, self.limit = [], 0, limit
+
     def add(self, path, row, field, msg):
         self.count += 1
-        if len(self.items) < self.limit: self.items.append({'file': str(path), 'row': row, 'field': field, 'message': msg})
-    def __bool__(self): return self.count > 0
+        if len(self.items) < self.limit:
+            self.items.append({"file": str(path), "row": row, "field": field, "message": msg})
+
+    def __bool__(self):
+        return self.count > 0
+
     def raise_first(self, report_path=None):
         e = self.items[0]
         extra = f" ({self.count} error(s); report: {report_path})" if report_path else f" ({self.count} error(s))"
-        raise UserError(e['message'] + extra, e['file'], e['row'], e['field'])
+        raise UserError(e["message"] + extra, e["file"], e["row"], e["field"])
 
-TRAJECTORY_STAGE = 'tool_trajectory'
+
+TRAJECTORY_STAGE = "tool_trajectory"
+
 
 def _refuse_trajectory(path, pf):
     names = pf.schema_arrow.names
-    if 'trajectory_format' in names or 'tools' in names:
-        raise UserError("this is a native-tool trajectory release (stage 'tool_trajectory', variable-length messages); "
-                        "sft-validate checks only the legacy stage1/stage2 three-message line: use "
-                        "'vtreetrm release trajectory-validate'", path, None, 'stage')
+    if "trajectory_format" in names or "tools" in names:
+        raise UserError(
+            "this is a native-tool trajectory release (stage 'tool_trajectory', variable-length messages); "
+            "sft-validate checks only the legacy stage1/stage2 three-message line: use "
+            "'vtreetrm release trajectory-validate'",
+            path,
+            None,
+            "stage",
+        )
 
-def check_sft_row(ctx:ReleaseContext, row:dict) -> tuple[str, str]:
+
+def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
     "Check one legacy row against the assets; returns `(field, message)` of the first problem or `(None, None)`."
-    msgs = row.get('messages')
+    msgs = row.get("messages")
     if not isinstance(msgs, list) or len(msgs) != 3:
-        return 'messages', f"expected exactly 3 messages [system, user, assistant], got {len(msgs) if isinstance(msgs, list) else type(msgs).__name__}"
-    if not all(isinstance(m, dict) and isinstance(m.get('role'), str) and isinstance(m.get('content'), str) for m in msgs):
-        return 'messages', "every message must be an object with text role and content"
-    roles = [m.get('role') for m in msgs]
-    if roles != ['system', 'user', 'assistant']: return 'messages', f"roles must be [system, user, assistant], got {roles}"
-    st = row.get('stage')
-    if st == TRAJECTORY_STAGE: return 'stage', "stage 'tool_trajectory' row: use 'vtreetrm release trajectory-validate'"
-    if st not in ('stage1', 'stage2'): return 'stage', f"stage must be stage1 or stage2, got {st!r}"
-    if row.get('data_source') != ctx.dataset: return 'data_source', f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
+        return (
+            "messages",
+            f"expected exactly 3 messages [system, user, assistant], got {len(msgs) if isinstance(msgs, list) else type(msgs).__name__}",
+        )
+    if not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in msgs
+    ):
+        return "messages", "every message must be an object with text role and content"
+    roles = [m.get("role") for m in msgs]
+    if roles != ["system", "user", "assistant"]:
+        return "messages", f"roles must be [system, user, assistant], got {roles}"
+    st = row.get("stage")
+    if st == TRAJECTORY_STAGE:
+        return "stage", "stage 'tool_trajectory' row: use 'vtreetrm release trajectory-validate'"
+    if st not in ("stage1", "stage2"):
+        return "stage", f"stage must be stage1 or stage2, got {st!r}"
+    if row.get("data_source") != ctx.dataset:
+        return "data_source", f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
     try:
-        p = parse_user(msgs[1]['content'], ctx.task.metadata_fields)
-        ans = parse_answer(msgs[2]['content'], ['choice_id'] if st == 'stage1' else ['data_level'])
-    except ValueError as e: return 'messages', str(e)
-    why = metadata_mismatch(row.get('metadata'), p['metadata'], ctx.task.metadata_fields)
-    if why: return 'metadata', why
-    unknown = [c for c in p['choices'] if c not in ctx.choices.to_category]
-    if unknown: return 'messages', f"unknown choice_id {unknown[0]} (not a registry leaf of {ctx.registry.path})"
-    cats = [ctx.choices.to_category[c] for c in p['choices']]
-    try: label = json.loads(row.get('label') or '{}')
-    except (TypeError, ValueError): return 'label', f"label must be a JSON object, got {row.get('label')!r:.60}"
-    if not isinstance(label, dict) or not isinstance(label.get('choice_id'), str):
-        return 'label', f"label must be a JSON object with a choice_id, got {row.get('label')!r:.60}"
-    if st == 'stage2' and not isinstance(label.get('data_level'), str): return 'label', "a stage2 label needs data_level"
-    if st == 'stage1':
-        if ans['choice_id'] not in p['choices']: return 'answer', f"answer {ans['choice_id']} is not among the candidates"
-        gold = ctx.choices.to_category[ans['choice_id']]
-        want_c = candidates_for(ctx, gold, row.get('source_id', ''), row.get('prompt_seed') or 0)
-        if cats != want_c: return 'messages', "candidates differ from the task config's draw for this source and prompt_seed"
-        want = stage1_messages(ctx, p['metadata'], cats, gold)
-        if label.get('choice_id') != ans['choice_id']: return 'label', "label.choice_id differs from the stage1 answer"
+        p = parse_user(msgs[1]["content"], ctx.task.metadata_fields)
+        ans = parse_answer(msgs[2]["content"], ["choice_id"] if st == "stage1" else ["data_level"])
+    except ValueError as e:
+        return "messages", str(e)
+    why = metadata_mismatch(row.get("metadata"), p["metadata"], ctx.task.metadata_fields)
+    if why:
+        return "metadata", why
+    unknown = [c for c in p["choices"] if c not in ctx.choices.to_category]
+    if unknown:
+        return "messages", f"unknown choice_id {unknown[0]} (not a registry leaf of {ctx.registry.path})"
+    cats = [ctx.choices.to_category[c] for c in p["choices"]]
+    try:
+        label = json.loads(row.get("label") or "{}")
+    except (TypeError, ValueError):
+        return "label", f"label must be a JSON object, got {row.get('label')!r:.60}"
+    if not isinstance(label, dict) or not isinstance(label.get("choice_id"), str):
+        return "label", f"label must be a JSON object with a choice_id, got {row.get('label')!r:.60}"
+    if st == "stage2" and not isinstance(label.get("data_level"), str):
+        return "label", "a stage2 label needs data_level"
+    if st == "stage1":
+        if ans["choice_id"] not in p["choices"]:
+            return "answer", f"answer {ans['choice_id']} is not among the candidates"
+        gold = ctx.choices.to_category[ans["choice_id"]]
+        want_c = candidates_for(ctx, gold, row.get("source_id", ""), row.get("prompt_seed") or 0)
+        if cats != want_c:
+            return "messages", "candidates differ from the task config's draw for this source and prompt_seed"
+        want = stage1_messages(ctx, p["metadata"], cats, gold)
+        if label.get("choice_id") != ans["choice_id"]:
+            return "label", "label.choice_id differs from the stage1 answer"
     else:
-        if len(cats) != 1: return 'messages', "stage2 prompt must name exactly one category"
-        if ans['data_level'] not in ctx.grading.approved: return 'answer', f"level {ans['data_level']!r} is not approved by {ctx.grading.path}"
-        want = stage2_messages(ctx, p['metadata'], cats[0], ans['data_level'])
-        if label.get('data_level') != ans['data_level']: return 'label', "label.data_level differs from the stage2 answer"
-    if want != [{'role': m['role'], 'content': m['content']} for m in msgs]:
-        return 'messages', "messages differ from what the registry/corpus/task/grading configs render (stale or edited prompt)"
-    if row.get('answer') != msgs[2]['content']: return 'answer', "answer column differs from the assistant message"
-    leak = leaked_ids(ctx, msgs[1]['content'], cats)
-    if leak: return 'messages', f"canonical category id {leak[0]} appears in the prompt"
+        if len(cats) != 1:
+            return "messages", "stage2 prompt must name exactly one category"
+        if ans["data_level"] not in ctx.grading.approved:
+            return "answer", f"level {ans['data_level']!r} is not approved by {ctx.grading.path}"
+        want = stage2_messages(ctx, p["metadata"], cats[0], ans["data_level"])
+        if label.get("data_level") != ans["data_level"]:
+            return "label", "label.data_level differs from the stage2 answer"
+    if want != [{"role": m["role"], "content": m["content"]} for m in msgs]:
+        return (
+            "messages",
+            "messages differ from what the registry/corpus/task/grading configs render (stale or edited prompt)",
+        )
+    if row.get("answer") != msgs[2]["content"]:
+        return "answer", "answer column differs from the assistant message"
+    leak = leaked_ids(ctx, msgs[1]["content"], cats)
+    if leak:
+        return "messages", f"canonical category id {leak[0]} appears in the prompt"
     return None, None
 
-def _h64(s:str) -> int: return int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), 'little')
 
-def validate_sft_dataset(dataset_dir, ctx:ReleaseContext, progress:bool=True) -> dict:
+def _h64(s: str) -> int:
+    return int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
+
+
+def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True) -> dict:
     "Validate a legacy stage1/stage2 release folder; returns the report body (`valid`, errors, counts)."
-    d = Path(dataset_dir); errs = Errors()
-    pending = {}           # pair key -> (split, row, stage, choice) while its twin is unseen (adjacent rows keep this small)
-    done = array('Q')      # 8-byte hashes of completed pairs: a repeated pair is found at the end, in constant memory per record
-    counts = {s: Counter() for s in SPLITS}; per_cat, per_lvl = Counter(), Counter()
+    d = Path(dataset_dir)
+    errs = Errors()
+    pending = {}  # pair key -> (split, row, stage, choice) while its twin is unseen (adjacent rows keep this small)
+    done = array(
+        "Q"
+    )  # 8-byte hashes of completed pairs: a repeated pair is found at the end, in constant memory per record
+    counts = {s: Counter() for s in SPLITS}
+    per_cat, per_lvl = Counter(), Counter()
     rows = 0
     for s in SPLITS:
-        path = d/f'{s}.parquet'
-        pf = open_parquet(path); _refuse_trajectory(path, pf)
-        missing = [c for c in ('source_id', 'stage', 'split', 'messages', 'answer', 'label') if c not in pf.schema_arrow.names]
-        if missing: raise UserError(f"missing column(s) {', '.join(missing)}", path, None, missing[0])
-        for i, row in tqdm(iter_parquet(path), desc=f'sft-validate {s}', disable=not progress, mininterval=1):
+        path = d / f"{s}.parquet"
+        pf = open_parquet(path)
+        _refuse_trajectory(path, pf)
+        missing = [
+            c for c in ("source_id", "stage", "split", "messages", "answer", "label") if c not in pf.schema_arrow.names
+        ]
+        if missing:
+            raise UserError(f"missing column(s) {', '.join(missing)}", path, None, missing[0])
+        for i, row in tqdm(iter_parquet(path), desc=f"sft-validate {s}", disable=not progress, mininterval=1):
             rows += 1
             fld, msg = malformed(check_sft_row, ctx, row)
-            if fld: errs.add(path, i, fld, msg); continue
-            if row['split'] != s: errs.add(path, i, 'split', f"split column {row['split']!r} in {s}.parquet"); continue
-            st, sample = row['stage'], row.get('sample_id') or ''
-            if not sample.endswith(':' + st): errs.add(path, i, 'sample_id', f"sample_id {sample!r} does not end with ':{st}'"); continue
-            sid = sample[:-len(st) - 1]           # the pair key: the source id, or name:source:copy in a mixture
-            lab = json.loads(row['label']); choice = lab['choice_id']
+            if fld:
+                errs.add(path, i, fld, msg)
+                continue
+            if row["split"] != s:
+                errs.add(path, i, "split", f"split column {row['split']!r} in {s}.parquet")
+                continue
+            st, sample = row["stage"], row.get("sample_id") or ""
+            if not sample.endswith(":" + st):
+                errs.add(path, i, "sample_id", f"sample_id {sample!r} does not end with ':{st}'")
+                continue
+            sid = sample[: -len(st) - 1]  # the pair key: the source id, or name:source:copy in a mixture
+            lab = json.loads(row["label"])
+            choice = lab["choice_id"]
             p = pending.get(sid)
             if p is not None:
-                if p[0] != s: errs.add(path, i, 'source_id', f"source {sid} appears in {p[0]} and {s}"); continue
-                if p[2] == st: errs.add(path, i, 'stage', f"second {st} row for source {sid}"); continue
+                if p[0] != s:
+                    errs.add(path, i, "source_id", f"source {sid} appears in {p[0]} and {s}")
+                    continue
+                if p[2] == st:
+                    errs.add(path, i, "stage", f"second {st} row for source {sid}")
+                    continue
                 del pending[sid]
-                if p[3] != choice: errs.add(path, i, 'label', f"stage1 and stage2 of source {sid} disagree on the category ({p[3]} vs {choice})")
+                if p[3] != choice:
+                    errs.add(
+                        path,
+                        i,
+                        "label",
+                        f"stage1 and stage2 of source {sid} disagree on the category ({p[3]} vs {choice})",
+                    )
                 done.append(_h64(sid))
-            else: pending[sid] = (s, i, st, choice)
-            counts[s][st] += 1
-            if st == 'stage1': per_cat[choice] += 1
             else:
-                per_lvl[lab['data_level']] += 1
-                stage2_choice = parse_user(row['messages'][1]['content'], ctx.task.metadata_fields)['choices'][0]
-                if stage2_choice != choice: errs.add(path, i, 'messages', f"stage2 prompt names {stage2_choice}, label says {choice}")
-    if rows == 0: errs.add(d, None, 'rows', "the release has no rows: an empty release never validates")
+                pending[sid] = (s, i, st, choice)
+            counts[s][st] += 1
+            if st == "stage1":
+                per_cat[choice] += 1
+            else:
+                per_lvl[lab["data_level"]] += 1
+                stage2_choice = parse_user(row["messages"][1]["content"], ctx.task.metadata_fields)["choices"][0]
+                if stage2_choice != choice:
+                    errs.add(path, i, "messages", f"stage2 prompt names {stage2_choice}, label says {choice}")
+    if rows == 0:
+        errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
     hashes = np.sort(np.frombuffer(done, dtype=np.uint64)) if len(done) else np.zeros(0, np.uint64)
     repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
     for sid, (s, i, st, _) in pending.items():
-        h = _h64(sid); j = np.searchsorted(hashes, np.uint64(h))
-        if j < len(hashes) and hashes[j] == h: errs.add(d/f'{s}.parquet', i, 'stage', f"second {st} row for source {sid}")
-        else: errs.add(d/f'{s}.parquet', i, 'stage', f"{st} row of source {sid} has no {'stage2' if st == 'stage1' else 'stage1'} twin")
-    if repeated:                                   # second pass, only on error, to name the rows
+        h = _h64(sid)
+        j = np.searchsorted(hashes, np.uint64(h))
+        if j < len(hashes) and hashes[j] == h:
+            errs.add(d / f"{s}.parquet", i, "stage", f"second {st} row for source {sid}")
+        else:
+            errs.add(
+                d / f"{s}.parquet",
+                i,
+                "stage",
+                f"{st} row of source {sid} has no {'stage2' if st == 'stage1' else 'stage1'} twin",
+            )
+    if repeated:  # second pass, only on error, to name the rows
         for s in SPLITS:
-            for i, row in iter_parquet(d/f'{s}.parquet', columns=['sample_id', 'stage']):
-                sid = (row['sample_id'] or '')[:-len(row['stage'] or '') - 1]
-                if _h64(sid) in repeated: errs.add(d/f'{s}.parquet', i, 'source_id', f"source {sid} has more than one stage1/stage2 pair")
-    return {'valid': not errs, 'line': 'legacy-stage1-stage2', 'error_count': errs.count, 'errors': errs.items, 'rows': rows,
-            'sources': len(done) + len(pending), 'counts': {s: dict(c) for s, c in counts.items()},
-            'per_category': {ctx.choices.to_category[k]: v for k, v in sorted(per_cat.items())},
-            'per_level': dict(sorted(per_lvl.items())), '_errors': errs}
+            for i, row in iter_parquet(d / f"{s}.parquet", columns=["sample_id", "stage"]):
+                sid = (row["sample_id"] or "")[: -len(row["stage"] or "") - 1]
+                if _h64(sid) in repeated:
+                    errs.add(d / f"{s}.parquet", i, "source_id", f"source {sid} has more than one stage1/stage2 pair")
+    return {
+        "valid": not errs,
+        "line": "legacy-stage1-stage2",
+        "error_count": errs.count,
+        "errors": errs.items,
+        "rows": rows,
+        "sources": len(done) + len(pending),
+        "counts": {s: dict(c) for s, c in counts.items()},
+        "per_category": {ctx.choices.to_category[k]: v for k, v in sorted(per_cat.items())},
+        "per_level": dict(sorted(per_lvl.items())),
+        "_errors": errs,
+    }
 
-def sft_validate(dataset_dir:str=None,   # legacy release folder (train/val/test.parquet)
-                 registry:str=None,      # leaf registry JSON
-                 corpus:str=None,        # corpus JSON
-                 metadata_fields:list[str]=None, # prompt fields, exactly as in the task config
-                 task_config:str=None,   # task config JSON
-                 grading_config:str=None, # grading config JSON
-                 report:str=None,        # validation report JSON to write (default DATASET_DIR/validation.json)
-                 progress:bool=True):    # show a progress bar
+
+def sft_validate(
+    dataset_dir: str = None,  # legacy release folder (train/val/test.parquet)
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON
+    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    task_config: str = None,  # task config JSON
+    grading_config: str = None,  # grading config JSON
+    report: str = None,  # validation report JSON to write (default DATASET_DIR/validation.json)
+    progress: bool = True,  # show a progress bar
+):
     "Validate a legacy stage1/stage2 SFT release; writes the report; exit 2 when invalid."
-    required(dataset_dir=dataset_dir, registry=registry, corpus=corpus, metadata_fields=metadata_fields, task_config=task_config, grading_config=grading_config)
-    params = dict(dataset_dir=dataset_dir, registry=registry, corpus=corpus, metadata_fields=metadata_fields, task_config=task_config,
-                  grading_config=grading_config, report=report)
+    required(
+        dataset_dir=dataset_dir,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+    )
+    params = dict(
+        dataset_dir=dataset_dir,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+        report=report,
+    )
     ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
-    report = report or str(Path(dataset_dir)/'validation.json')
+    report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_sft_dataset(dataset_dir, ctx, progress)
-    errs = body.pop('_errors')
-    rep = make_report('sft-validate', params, [*(Path(dataset_dir)/f'{s}.parquet' for s in SPLITS), *ctx.asset_paths()], ctx.dataset,
-                      status='passed' if body['valid'] else 'failed', **body)
+    errs = body.pop("_errors")
+    rep = make_report(
+        "sft-validate",
+        params,
+        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *ctx.asset_paths()],
+        ctx.dataset,
+        status="passed" if body["valid"] else "failed",
+        **body,
+    )
     write_json(report, rep)
-    if errs: errs.raise_first(report)
+    if errs:
+        errs.raise_first(report)
     return rep

@@ -4,96 +4,191 @@
 
 # %% ../../nbs/release/10_tools.ipynb #0016aa2a
 from __future__ import annotations
+
 import json
 from pathlib import Path
+
 import yaml
-from ..utils import UserError, atomic_write
-from .assets import Registry, Corpus, TaskConfig, ChoiceMap, normalize_cell
+
+from .assets import ChoiceMap, Corpus, Registry, TaskConfig, normalize_cell
+from ..utils import atomic_write
 
 # %% auto #0
-__all__ = ['MIN_SCORE', 'TOOL_SCHEMAS', 'TOOL_NAMES', 'VERL_TOOL_CLASSES', 'ToolError', 'CategoryTools', 'write_tool_config']
+__all__ = [
+    "MIN_SCORE",
+    "TOOL_SCHEMAS",
+    "TOOL_NAMES",
+    "VERL_TOOL_CLASSES",
+    "ToolError",
+    "CategoryTools",
+    "write_tool_config",
+]
 
 # %% ../../nbs/release/10_tools.ipynb #6b665c6f
 MIN_SCORE = 0.34
 TOOL_SCHEMAS = [
-    {'type': 'function', 'function': {
-        'name': 'search_categories', 'description': '按文本检索分类标准中的叶子类别，返回候选编号、路径和相似度。',
-        'parameters': {'type': 'object', 'properties': {
-            'query': {'type': 'string', 'description': '检索文本，如字段描述或业务名词'},
-            'top_k': {'type': 'integer', 'description': '最多返回的结果数（默认 5）'}}, 'required': ['query']}}},
-    {'type': 'function', 'function': {
-        'name': 'read_category', 'description': '读取一个叶子类别的路径和说明。',
-        'parameters': {'type': 'object', 'properties': {
-            'choice_id': {'type': 'string', 'description': '候选编号，如 K1a2b3c4d'}}, 'required': ['choice_id']}}},
-    {'type': 'function', 'function': {
-        'name': 'list_children', 'description': '列出一个类别节点（按名称路径，空字符串为根）的子类别。',
-        'parameters': {'type': 'object', 'properties': {
-            'path': {'type': 'string', 'description': '类别名称路径，用“/”分隔；空字符串列出顶层类别'}}, 'required': ['path']}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "search_categories",
+            "description": "按文本检索分类标准中的叶子类别，返回候选编号、路径和相似度。",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "检索文本，如字段描述或业务名词"},
+                    "top_k": {"type": "integer", "description": "最多返回的结果数（默认 5）"},
+                },
+                "required": ["query"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_category",
+            "description": "读取一个叶子类别的路径和说明。",
+            "parameters": {
+                "type": "object",
+                "properties": {"choice_id": {"type": "string", "description": "候选编号，如 K1a2b3c4d"}},
+                "required": ["choice_id"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "list_children",
+            "description": "列出一个类别节点（按名称路径，空字符串为根）的子类别。",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "类别名称路径，用“/”分隔；空字符串列出顶层类别"}
+                },
+                "required": ["path"],
+            },
+        },
+    },
 ]
-TOOL_NAMES = tuple(t['function']['name'] for t in TOOL_SCHEMAS)
+TOOL_NAMES = tuple(t["function"]["name"] for t in TOOL_SCHEMAS)
+
 
 # %% ../../nbs/release/10_tools.ipynb #8a6d5a2e
-def _bigrams(s:str) -> set:
-    s = normalize_cell(s).casefold().replace(' ', '')
-    return {s[i:i + 2] for i in range(len(s) - 1)} or ({s} if s else set())
+def _bigrams(s: str) -> set:
+    s = normalize_cell(s).casefold().replace(" ", "")
+    return {s[i : i + 2] for i in range(len(s) - 1)} or ({s} if s else set())
+
 
 class ToolError(ValueError):
     "A tool call that cannot be executed (unknown tool, bad arguments)."
 
+
 class CategoryTools:
     "Native tools over a registry, its corpus and the task config's choice ids."
-    def __init__(self, registry:Registry, corpus:Corpus, task:TaskConfig):
+
+    def __init__(self, registry: Registry, corpus: Corpus, task: TaskConfig):
         self.registry, self.corpus = registry, corpus
         self.choices = ChoiceMap(registry, task)
-        self._index = [(c, _bigrams(registry.path_text(c) + ' ' + corpus.description(c))) for c in registry.leaves if c in corpus.entries]
+        self._index = [
+            (c, _bigrams(registry.path_text(c) + " " + corpus.description(c)))
+            for c in registry.leaves
+            if c in corpus.entries
+        ]
 
     @classmethod
-    def from_paths(cls, registry, corpus, task_config) -> 'CategoryTools':
+    def from_paths(cls, registry, corpus, task_config) -> CategoryTools:
         return cls(Registry.from_path(registry), Corpus.from_path(corpus), TaskConfig.from_path(task_config))
 
-    def search_categories(self, query:str, top_k:int=5) -> dict:
+    def search_categories(self, query: str, top_k: int = 5) -> dict:
         "Leaves ranked by shared character bigrams with `query`."
         q = _bigrams(query)
         scored = [(round(len(q & b) / len(q), 3), c) for c, b in self._index] if q else []
-        hits = sorted(((s, c) for s, c in scored if s >= MIN_SCORE), key=lambda x: (-x[0], self.registry.path_text(x[1])))[:max(1, int(top_k))]
-        return {'query': query, 'results': [{'choice_id': self.choices.to_choice[c], 'path': self.registry.path_text(c), 'score': s} for s, c in hits]}
+        hits = sorted(
+            ((s, c) for s, c in scored if s >= MIN_SCORE), key=lambda x: (-x[0], self.registry.path_text(x[1]))
+        )[: max(1, int(top_k))]
+        return {
+            "query": query,
+            "results": [
+                {"choice_id": self.choices.to_choice[c], "path": self.registry.path_text(c), "score": s}
+                for s, c in hits
+            ],
+        }
 
-    def read_category(self, choice_id:str) -> dict:
+    def read_category(self, choice_id: str) -> dict:
         "A leaf's path and description."
         c = self.choices.to_category.get(choice_id)
-        if c is None: return {'choice_id': choice_id, 'error': 'unknown choice_id'}
-        return {'choice_id': choice_id, 'path': self.registry.path_text(c), 'description': normalize_cell(self.corpus.description(c))}
+        if c is None:
+            return {"choice_id": choice_id, "error": "unknown choice_id"}
+        return {
+            "choice_id": choice_id,
+            "path": self.registry.path_text(c),
+            "description": normalize_cell(self.corpus.description(c)),
+        }
 
-    def list_children(self, path:str='') -> dict:
+    def list_children(self, path: str = "") -> dict:
         "Children of the node at name path `path` ('' for the roots)."
-        p = '/'.join(x.strip() for x in normalize_cell(path).split('/')) if path else ''
-        if p and p not in self.registry.by_path: return {'path': path, 'error': 'no such category path', 'children': []}
+        p = "/".join(x.strip() for x in normalize_cell(path).split("/")) if path else ""
+        if p and p not in self.registry.by_path:
+            return {"path": path, "error": "no such category path", "children": []}
         node = self.registry.by_path[p] if p else None
         kids = sorted(self.registry.children.get(node, []), key=lambda c: self.registry.path_text(c))
-        return {'path': p, 'children': [{'name': self.registry.categories[c].name, 'path': self.registry.path_text(c),
-                                         **({'choice_id': self.choices.to_choice[c]} if self.registry.is_leaf(c) else {'leaf': False})}
-                                        for c in kids]}
+        return {
+            "path": p,
+            "children": [
+                {
+                    "name": self.registry.categories[c].name,
+                    "path": self.registry.path_text(c),
+                    **({"choice_id": self.choices.to_choice[c]} if self.registry.is_leaf(c) else {"leaf": False}),
+                }
+                for c in kids
+            ],
+        }
 
-    def call(self, name:str, arguments:str|dict) -> str:
+    def call(self, name: str, arguments: str | dict) -> str:
         "Execute a tool call; returns the JSON result text (sorted keys). Raises `ToolError` on a bad call."
         if isinstance(arguments, str):
-            try: arguments = json.loads(arguments)
-            except json.JSONDecodeError: raise ToolError(f"arguments of {name} are not JSON: {arguments[:60]!r}") from None
-        if not isinstance(arguments, dict): raise ToolError(f"arguments of {name} must be an object")
-        if name not in TOOL_NAMES: raise ToolError(f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})")
-        allowed = set(next(t for t in TOOL_SCHEMAS if t['function']['name'] == name)['function']['parameters']['properties'])
-        if set(arguments) - allowed: raise ToolError(f"{name} got unknown arguments {sorted(set(arguments) - allowed)}")
-        try: out = getattr(self, name)(**arguments)
-        except TypeError as e: raise ToolError(f"bad arguments for {name}: {e}") from None
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                raise ToolError(f"arguments of {name} are not JSON: {arguments[:60]!r}") from None
+        if not isinstance(arguments, dict):
+            raise ToolError(f"arguments of {name} must be an object")
+        if name not in TOOL_NAMES:
+            raise ToolError(f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})")
+        allowed = set(
+            next(t for t in TOOL_SCHEMAS if t["function"]["name"] == name)["function"]["parameters"]["properties"]
+        )
+        if set(arguments) - allowed:
+            raise ToolError(f"{name} got unknown arguments {sorted(set(arguments) - allowed)}")
+        try:
+            out = getattr(self, name)(**arguments)
+        except TypeError as e:
+            raise ToolError(f"bad arguments for {name}: {e}") from None
         return json.dumps(out, ensure_ascii=False, sort_keys=True)
 
+
 # %% ../../nbs/release/10_tools.ipynb #e43288fa
-VERL_TOOL_CLASSES = {'search_categories': 'SearchCategoriesTool', 'read_category': 'ReadCategoryTool', 'list_children': 'ListChildrenTool'}
+VERL_TOOL_CLASSES = {
+    "search_categories": "SearchCategoriesTool",
+    "read_category": "ReadCategoryTool",
+    "list_children": "ListChildrenTool",
+}
+
 
 def write_tool_config(path, registry, corpus, task_config) -> Path:
     "Write the verl tool YAML for the three tools over the given assets (absolute paths)."
-    cfg = {'tools': [{'class_name': f"vtreetrm.release.verl_tools.{VERL_TOOL_CLASSES[t['function']['name']]}",
-                      'config': {'type': 'native', 'registry': str(Path(registry).resolve()), 'corpus': str(Path(corpus).resolve()),
-                                 'task_config': str(Path(task_config).resolve())},
-                      'tool_schema': t} for t in TOOL_SCHEMAS]}
+    cfg = {
+        "tools": [
+            {
+                "class_name": f"vtreetrm.release.verl_tools.{VERL_TOOL_CLASSES[t['function']['name']]}",
+                "config": {
+                    "type": "native",
+                    "registry": str(Path(registry).resolve()),
+                    "corpus": str(Path(corpus).resolve()),
+                    "task_config": str(Path(task_config).resolve()),
+                },
+                "tool_schema": t,
+            }
+            for t in TOOL_SCHEMAS
+        ]
+    }
     return atomic_write(path, yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))

@@ -4,380 +4,772 @@
 
 # %% ../../nbs/release/11_trajectory.ipynb #92300f9d
 from __future__ import annotations
-import hashlib, json, time
+
+import hashlib
+import json
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
+
 import numpy as np
-import pyarrow as pa, pyarrow.parquet as pq
+import pyarrow as pa
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_dir, write_json, iter_jsonl
-from .assets import SPLITS, ReleaseContext, Record, iter_records, required, make_report, dataset_note, release_report
-from .prompts import native_messages, native_answer, candidates_for, parse_user
+
+from vtreetrm.release.assets import (
+    SPLITS,
+    Record,
+    ReleaseContext,
+    iter_records,
+    make_report,
+    release_report,
+    required,
+)
+from .prompts import candidates_for, native_answer, native_messages, parse_user
 from .reward import parse_final_answer
-from .sft import Errors, malformed, SplitWriter, iter_parquet, open_parquet, check_canonical_record, BATCH_ROWS
-from .tools import CategoryTools, ToolError, TOOL_SCHEMAS
+from vtreetrm.release.sft import (
+    BATCH_ROWS,
+    Errors,
+    SplitWriter,
+    check_canonical_record,
+    iter_parquet,
+    malformed,
+    open_parquet,
+)
+from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
+from ..utils import UserError, atomic_dir, iter_jsonl, write_json
 
 # %% auto #0
-__all__ = ['TRAJECTORY_STAGE', 'TRAJECTORY_FORMAT', 'TRAJECTORY_CLASSES', 'NO_RESULT_FALLBACK', 'TRAJECTORY_SCHEMA',
-           'TRAJ_SCHEMA_CACHE', 'trajectory_class', 'build_context', 'iter_contexts', 'trajectory_collect',
-           'mock_think', 'resolve_think_file', 'load_think_file', 'assemble', 'to_row', 'check_trajectory_row',
-           'validate_trajectory_dataset', 'trajectory_export', 'release_think_source', 'trajectory_validate',
-           'trajectory_stats']
+__all__ = [
+    "TRAJECTORY_STAGE",
+    "TRAJECTORY_FORMAT",
+    "TRAJECTORY_CLASSES",
+    "NO_RESULT_FALLBACK",
+    "TRAJECTORY_SCHEMA",
+    "TRAJ_SCHEMA_CACHE",
+    "trajectory_class",
+    "build_context",
+    "iter_contexts",
+    "trajectory_collect",
+    "mock_think",
+    "resolve_think_file",
+    "load_think_file",
+    "assemble",
+    "to_row",
+    "check_trajectory_row",
+    "validate_trajectory_dataset",
+    "trajectory_export",
+    "release_think_source",
+    "trajectory_validate",
+    "trajectory_stats",
+]
 
 # %% ../../nbs/release/11_trajectory.ipynb #ada6c3c5
-TRAJECTORY_STAGE = 'tool_trajectory'
-TRAJECTORY_FORMAT = 'qwen3.5-native-tools-v2'
-TRAJECTORY_CLASSES = {'direct': 0, 'single_tool': 1, 'multi_tool': 3, 'no_result': 2}   # class -> tool calls
-NO_RESULT_FALLBACK = '∅'
+TRAJECTORY_STAGE = "tool_trajectory"
+TRAJECTORY_FORMAT = "qwen3.5-native-tools-v2"
+TRAJECTORY_CLASSES = {"direct": 0, "single_tool": 1, "multi_tool": 3, "no_result": 2}  # class -> tool calls
+NO_RESULT_FALLBACK = "∅"
 
-def trajectory_class(source_id:str) -> str:
+
+def trajectory_class(source_id: str) -> str:
     "The deterministic class of a source record."
     return list(TRAJECTORY_CLASSES)[int(hashlib.sha256(f"traj\x1f{source_id}".encode()).hexdigest()[:8], 16) % 4]
 
-def _calls(ctx, tools:CategoryTools, rec:Record, klass:str) -> list:
-    gold = ctx.choices.to_choice[rec.target.category_id]
-    read = ('read_category', {'choice_id': gold})
-    if klass == 'direct': return []
-    if klass == 'single_tool': return [read]
-    if klass == 'multi_tool':
-        parent = ctx.registry.path_text(rec.target.category_id).rsplit('/', 1)[0]
-        return [('search_categories', {'query': rec.metadata.get('field_description', '')}), ('list_children', {'path': parent}), read]
-    q = rec.metadata.get('table_name', '')
-    if not q or tools.search_categories(q)['results']: q = NO_RESULT_FALLBACK
-    return [('search_categories', {'query': q}), read]
 
-def build_context(ctx:ReleaseContext, tools:CategoryTools, rec:Record, seed:int) -> dict:
+def _calls(ctx, tools: CategoryTools, rec: Record, klass: str) -> list:
+    gold = ctx.choices.to_choice[rec.target.category_id]
+    read = ("read_category", {"choice_id": gold})
+    if klass == "direct":
+        return []
+    if klass == "single_tool":
+        return [read]
+    if klass == "multi_tool":
+        parent = ctx.registry.path_text(rec.target.category_id).rsplit("/", 1)[0]
+        return [
+            ("search_categories", {"query": rec.metadata.get("field_description", "")}),
+            ("list_children", {"path": parent}),
+            read,
+        ]
+    q = rec.metadata.get("table_name", "")
+    if not q or tools.search_categories(q)["results"]:
+        q = NO_RESULT_FALLBACK
+    return [("search_categories", {"query": q}), read]
+
+
+def build_context(ctx: ReleaseContext, tools: CategoryTools, rec: Record, seed: int) -> dict:
     "The think-free context of a record's trajectory (one shard line)."
     klass = trajectory_class(rec.id)
     cands = candidates_for(ctx, rec.target.category_id, rec.id, seed)
     msgs = native_messages(ctx, rec.metadata, cands)
     for k, (name, args) in enumerate(_calls(ctx, tools, rec, klass)):
         a = json.dumps(args, ensure_ascii=False, sort_keys=True)
-        msgs.append({'role': 'assistant', 'content': '', 'tool_calls': [{'id': f'call_{k}', 'type': 'function', 'function': {'name': name, 'arguments': a}}]})
-        msgs.append({'role': 'tool', 'tool_call_id': f'call_{k}', 'name': name, 'content': tools.call(name, a)})
-    gt = {'choice_id': ctx.choices.to_choice[rec.target.category_id], 'data_level': rec.target.data_level}
-    msgs.append({'role': 'assistant', 'content': native_answer(gt['choice_id'], gt['data_level'])})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": f"call_{k}", "type": "function", "function": {"name": name, "arguments": a}}],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"call_{k}", "name": name, "content": tools.call(name, a)})
+    gt = {"choice_id": ctx.choices.to_choice[rec.target.category_id], "data_level": rec.target.data_level}
+    msgs.append({"role": "assistant", "content": native_answer(gt["choice_id"], gt["data_level"])})
     n = TRAJECTORY_CLASSES[klass]
-    return {'sample_id': f"{rec.id}:traj", 'source_id': rec.id, 'dataset': rec.dataset, 'split': rec.split, 'trajectory_class': klass,
-            'prompt_seed': seed, 'ground_truth': gt, 'messages': msgs, 'think': None, 'tool_think': [None] * n}
+    return {
+        "sample_id": f"{rec.id}:traj",
+        "source_id": rec.id,
+        "dataset": rec.dataset,
+        "split": rec.split,
+        "trajectory_class": klass,
+        "prompt_seed": seed,
+        "ground_truth": gt,
+        "messages": msgs,
+        "think": None,
+        "tool_think": [None] * n,
+    }
 
-def iter_contexts(ctx, tools, canonical, progress=True, desc='contexts'):
+
+def iter_contexts(ctx, tools, canonical, progress=True, desc="contexts"):
     "Yield `(record, context)` for each canonical record, checked for export."
     for line, dct in tqdm(iter_records(canonical), desc=desc, disable=not progress, mininterval=1):
         rec = Record.from_dict(dct, canonical, line)
         check_canonical_record(ctx, rec, canonical, line)
         yield rec, build_context(ctx, tools, rec, ctx.task.prompt_seed)
 
-def _tools_for(ctx): return CategoryTools(ctx.registry, ctx.corpus, ctx.task)
+
+def _tools_for(ctx):
+    return CategoryTools(ctx.registry, ctx.corpus, ctx.task)
+
 
 # %% ../../nbs/release/11_trajectory.ipynb #87a40d53
-def trajectory_collect(dataset:str=None,      # dataset name (must match the records and assets)
-                       canonical:str=None,    # canonical all.json (with embedded split)
-                       registry:str=None,     # leaf registry JSON
-                       corpus:str=None,       # corpus JSON
-                       metadata_fields:list[str]=None, # prompt fields, exactly as in the task config
-                       task_config:str=None,  # task config JSON
-                       grading_config:str=None, # grading config JSON
-                       collect_dir:str=None,  # folder to publish the think-<split>-NNN.jsonl shards into
-                       shard_size:int=64,     # lines per shard
-                       progress:bool=True):   # show a progress bar
+def trajectory_collect(
+    dataset: str = None,  # dataset name (must match the records and assets)
+    canonical: str = None,  # canonical all.json (with embedded split)
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON
+    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    task_config: str = None,  # task config JSON
+    grading_config: str = None,  # grading config JSON
+    collect_dir: str = None,  # folder to publish the think-<split>-NNN.jsonl shards into
+    shard_size: int = 64,  # lines per shard
+    progress: bool = True,  # show a progress bar
+):
     "Write think-free JSONL context shards and collect_report.json (no parquet)."
-    required(dataset=dataset, canonical=canonical, registry=registry, corpus=corpus, metadata_fields=metadata_fields,
-             task_config=task_config, grading_config=grading_config, collect_dir=collect_dir)
-    if shard_size < 1: raise UserError("--shard-size must be at least 1")
-    params = dict(dataset=dataset, canonical=canonical, registry=registry, corpus=corpus, metadata_fields=metadata_fields,
-                  task_config=task_config, grading_config=grading_config, collect_dir=collect_dir, shard_size=shard_size)
+    required(
+        dataset=dataset,
+        canonical=canonical,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+        collect_dir=collect_dir,
+    )
+    if shard_size < 1:
+        raise UserError("--shard-size must be at least 1")
+    params = dict(
+        dataset=dataset,
+        canonical=canonical,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+        collect_dir=collect_dir,
+        shard_size=shard_size,
+    )
     ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
-    if dataset != ctx.dataset: raise UserError(f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, 'dataset')
-    tools = _tools_for(ctx); t0 = time.time()
-    counts = {s: Counter() for s in SPLITS}; shards = Counter(); files = {}
+    if dataset != ctx.dataset:
+        raise UserError(
+            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
+        )
+    tools = _tools_for(ctx)
+    t0 = time.time()
+    counts = {s: Counter() for s in SPLITS}
+    shards = Counter()
     with atomic_dir(collect_dir) as d:
         open_ = {}
         try:
-            for rec, c in iter_contexts(ctx, tools, canonical, progress, 'collect'):
-                s = rec.split; n = sum(counts[s].values())
+            for rec, c in iter_contexts(ctx, tools, canonical, progress, "collect"):
+                s = rec.split
+                n = sum(counts[s].values())
                 if n % shard_size == 0:
-                    if s in open_: open_[s].close()
-                    name = f"think-{s}-{n // shard_size:03d}.jsonl"; open_[s] = open(d/name, 'w', encoding='utf-8'); shards[s] += 1
-                open_[s].write(json.dumps(c, ensure_ascii=False) + '\n'); counts[s][c['trajectory_class']] += 1
+                    if s in open_:
+                        open_[s].close()
+                    name = f"think-{s}-{n // shard_size:03d}.jsonl"
+                    open_[s] = open(d / name, "w", encoding="utf-8")
+                    shards[s] += 1
+                open_[s].write(json.dumps(c, ensure_ascii=False) + "\n")
+                counts[s][c["trajectory_class"]] += 1
         finally:
-            for f in open_.values(): f.close()
-        rep = make_report('trajectory-collect', params, [canonical, *ctx.asset_paths()], ctx.dataset, status='ok', mode='collect',
-                          samples=sum(sum(c.values()) for c in counts.values()), shards=dict(shards),
-                          counts={s: dict(c) for s, c in counts.items()}, shard_size=shard_size, seconds=round(time.time() - t0, 3))
-        write_json(d/'collect_report.json', rep)
+            for f in open_.values():
+                f.close()
+        rep = make_report(
+            "trajectory-collect",
+            params,
+            [canonical, *ctx.asset_paths()],
+            ctx.dataset,
+            status="ok",
+            mode="collect",
+            samples=sum(sum(c.values()) for c in counts.values()),
+            shards=dict(shards),
+            counts={s: dict(c) for s, c in counts.items()},
+            shard_size=shard_size,
+            seconds=round(time.time() - t0, 3),
+        )
+        write_json(d / "collect_report.json", rep)
     return rep
 
+
 # %% ../../nbs/release/11_trajectory.ipynb #3aa3a402
-def mock_think(c:dict) -> tuple[str, list]:
+def mock_think(c: dict) -> tuple[str, list]:
     "Deterministic terminal think and one tool think per tool-call turn."
-    md = parse_user(c['messages'][1]['content'], [l.split(': ', 1)[0] for l in c['messages'][1]['content'].split('\n\n')[0].split('\n')[1:]])['metadata']
+    md = parse_user(
+        c["messages"][1]["content"],
+        [l.split(": ", 1)[0] for l in c["messages"][1]["content"].split("\n\n")[0].split("\n")[1:]],
+    )["metadata"]
     tool_think = []
-    for m in c['messages']:
-        for tc in m.get('tool_calls') or []:
-            tool_think.append(f"需要调用 {tc['function']['name']} 确认字段 {md.get('field_name', '')} 的类别，参数 {tc['function']['arguments']}。")
-    gt = c['ground_truth']
-    think = (f"字段 {md.get('field_name', '')}（{md.get('field_description', '')}）位于表 {md.get('table_name', '')}，"
-             f"最符合候选 {gt['choice_id']}，数据级别为 {gt['data_level']}。")
+    for m in c["messages"]:
+        for tc in m.get("tool_calls") or []:
+            tool_think.append(
+                f"需要调用 {tc['function']['name']} 确认字段 {md.get('field_name', '')} 的类别，参数 {tc['function']['arguments']}。"
+            )
+    gt = c["ground_truth"]
+    think = (
+        f"字段 {md.get('field_name', '')}（{md.get('field_description', '')}）位于表 {md.get('table_name', '')}，"
+        f"最符合候选 {gt['choice_id']}，数据级别为 {gt['data_level']}。"
+    )
     return think, tool_think
 
-def resolve_think_file(spec:str, root:str|Path) -> list[Path]:
+
+def resolve_think_file(spec: str, root: str | Path) -> list[Path]:
     "The JSONL files of a `file:PATH` source; PATH must stay inside `root`."
-    p = spec[len('file:'):]
-    if not p: raise UserError("--think-source file: needs a path")
-    root = Path(root).resolve(); path = (root/p).resolve() if not Path(p).is_absolute() else Path(p).resolve()
+    p = spec[len("file:") :]
+    if not p:
+        raise UserError("--think-source file: needs a path")
+    root = Path(root).resolve()
+    path = (root / p).resolve() if not Path(p).is_absolute() else Path(p).resolve()
     if path != root and root not in path.parents:
-        raise UserError(f"think file {path} is outside the allowed folder {root} (--think-root)", p, None, 'think-source')
-    if path.is_dir(): files = sorted(path.glob('*.jsonl'))
-    elif path.is_file(): files = [path]
-    else: raise UserError("no such think file or folder", path)
-    if not files: raise UserError("no .jsonl files in the think folder", path)
-    for f in files:   # a link inside the folder may point anywhere: each file must resolve inside the root too
+        raise UserError(
+            f"think file {path} is outside the allowed folder {root} (--think-root)", p, None, "think-source"
+        )
+    if path.is_dir():
+        files = sorted(path.glob("*.jsonl"))
+    elif path.is_file():
+        files = [path]
+    else:
+        raise UserError("no such think file or folder", path)
+    if not files:
+        raise UserError("no .jsonl files in the think folder", path)
+    for f in files:  # a link inside the folder may point anywhere: each file must resolve inside the root too
         if root not in f.resolve().parents:
-            raise UserError(f"think file {f} resolves to {f.resolve()}, outside the allowed folder {root} (--think-root)", f, None, 'think-source')
+            raise UserError(
+                f"think file {f} resolves to {f.resolve()}, outside the allowed folder {root} (--think-root)",
+                f,
+                None,
+                "think-source",
+            )
     return files
+
 
 def load_think_file(files) -> tuple[dict, list]:
     "sample_id -> (think, tool_think, file, line); plus audit entries for duplicates and malformed lines."
     out, failed = {}, []
     for f in files:
         for line, d in iter_jsonl(f):
-            sid = d.get('sample_id')
-            if not isinstance(sid, str): failed.append({'file': str(f), 'line': line, 'sample_id': sid, 'reason': 'missing sample_id'}); continue
+            sid = d.get("sample_id")
+            if not isinstance(sid, str):
+                failed.append({"file": str(f), "line": line, "sample_id": sid, "reason": "missing sample_id"})
+                continue
             if sid in out:
-                failed.append({'file': str(f), 'line': line, 'sample_id': sid, 'reason': f"duplicated sample_id (first at {out[sid][2]}:{out[sid][3]})"}); continue
-            out[sid] = (d.get('think'), d.get('tool_think'), str(f), line)
+                failed.append(
+                    {
+                        "file": str(f),
+                        "line": line,
+                        "sample_id": sid,
+                        "reason": f"duplicated sample_id (first at {out[sid][2]}:{out[sid][3]})",
+                    }
+                )
+                continue
+            out[sid] = (d.get("think"), d.get("tool_think"), str(f), line)
     return out, failed
 
+
 # %% ../../nbs/release/11_trajectory.ipynb #38939dfe
-def assemble(c:dict, think:str, tool_think:list) -> dict:
+def assemble(c: dict, think: str, tool_think: list) -> dict:
     "Put thoughts into a context: every assistant turn gets `reasoning_content`."
     msgs, k = [], 0
-    for m in c['messages']:
+    for m in c["messages"]:
         m = dict(m)
-        if m['role'] == 'assistant':
-            if m.get('tool_calls'): m['reasoning_content'] = tool_think[k]; k += 1
-            else: m['reasoning_content'] = think
+        if m["role"] == "assistant":
+            if m.get("tool_calls"):
+                m["reasoning_content"] = tool_think[k]
+                k += 1
+            else:
+                m["reasoning_content"] = think
         msgs.append(m)
-    return {**c, 'messages': msgs}
+    return {**c, "messages": msgs}
 
-def to_row(c:dict) -> dict:
+
+def to_row(c: dict) -> dict:
     "The parquet row of an assembled trajectory."
-    return {'data_source': c['dataset'], 'sample_id': c['sample_id'], 'source_id': c['source_id'], 'split': c['split'],
-            'stage': TRAJECTORY_STAGE, 'trajectory_format': TRAJECTORY_FORMAT, 'trajectory_class': c['trajectory_class'],
-            'prompt_seed': c['prompt_seed'], 'ground_truth': json.dumps(c['ground_truth']), 'messages': c['messages'], 'tools': TOOL_SCHEMAS}
+    return {
+        "data_source": c["dataset"],
+        "sample_id": c["sample_id"],
+        "source_id": c["source_id"],
+        "split": c["split"],
+        "stage": TRAJECTORY_STAGE,
+        "trajectory_format": TRAJECTORY_FORMAT,
+        "trajectory_class": c["trajectory_class"],
+        "prompt_seed": c["prompt_seed"],
+        "ground_truth": json.dumps(c["ground_truth"]),
+        "messages": c["messages"],
+        "tools": TOOL_SCHEMAS,
+    }
+
 
 def _schema() -> pa.Schema:
     "The trajectory parquet schema, fixed up front (every message key, the union of the tools' keys)."
-    m = {'role': 'assistant', 'content': '', 'reasoning_content': '', 'tool_calls': [{'id': '', 'type': 'function', 'function': {'name': '', 'arguments': ''}}],
-         'tool_call_id': '', 'name': ''}
-    row = to_row({'dataset': '', 'sample_id': '', 'source_id': '', 'split': '', 'trajectory_class': '', 'prompt_seed': 0, 'ground_truth': {}, 'messages': [m]})
+    m = {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "",
+        "tool_calls": [{"id": "", "type": "function", "function": {"name": "", "arguments": ""}}],
+        "tool_call_id": "",
+        "name": "",
+    }
+    row = to_row(
+        {
+            "dataset": "",
+            "sample_id": "",
+            "source_id": "",
+            "split": "",
+            "trajectory_class": "",
+            "prompt_seed": 0,
+            "ground_truth": {},
+            "messages": [m],
+        }
+    )
     return pa.Table.from_pylist([row]).schema
+
 
 TRAJECTORY_SCHEMA = _schema()
 
+
 def _clean(x):
     "Drop the None members parquet adds when it unions dict keys across rows."
-    if isinstance(x, dict): return {k: _clean(v) for k, v in x.items() if v is not None}
-    if isinstance(x, list): return [_clean(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
     return x
 
-def check_trajectory_row(ctx:ReleaseContext, tools:CategoryTools, row:dict, timing:dict=None) -> tuple[str, str]:
+
+def check_trajectory_row(ctx: ReleaseContext, tools: CategoryTools, row: dict, timing: dict = None) -> tuple[str, str]:
     "First problem of one trajectory row as `(field, message)`, re-executing every tool call; `(None, None)` when valid."
-    if row.get('stage') != TRAJECTORY_STAGE: return 'stage', f"stage must be {TRAJECTORY_STAGE!r}, got {row.get('stage')!r}"
-    if row.get('trajectory_format') != TRAJECTORY_FORMAT: return 'trajectory_format', f"trajectory_format must be {TRAJECTORY_FORMAT!r}"
-    if row.get('data_source') != ctx.dataset: return 'data_source', f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
-    if _clean(row.get('tools')) != TOOL_SCHEMAS: return 'tools', "tools differ from the native tool schemas"
-    klass = row.get('trajectory_class')
-    if klass not in TRAJECTORY_CLASSES: return 'trajectory_class', f"unknown class {klass!r}"
-    msgs = [_clean(m) for m in row.get('messages') or []]
-    if len(msgs) < 3 or [m.get('role') for m in msgs[:2]] != ['system', 'user'] or msgs[-1].get('role') != 'assistant' or msgs[-1].get('tool_calls'):
-        return 'messages', "a trajectory is [system, user, (assistant tool call, tool)*, assistant answer]"
-    try: gt = json.loads(row['ground_truth']); p = parse_user(msgs[1]['content'], ctx.task.metadata_fields)
-    except (ValueError, TypeError, KeyError) as e: return 'messages', str(e)
-    cid = ctx.choices.to_category.get(gt.get('choice_id'))
-    if cid is None: return 'ground_truth', f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
-    if gt.get('data_level') not in ctx.grading.approved: return 'ground_truth', f"level {gt.get('data_level')!r} is not approved by {ctx.grading.path}"
-    if [ctx.choices.to_category.get(c) for c in p['choices']] != candidates_for(ctx, cid, row.get('source_id', ''), row.get('prompt_seed') or 0):
-        return 'messages', "candidates differ from the draw for this source and prompt_seed"
-    cats = [ctx.choices.to_category[c] for c in p['choices']]
-    if [{'role': m['role'], 'content': m['content']} for m in msgs[:2]] != native_messages(ctx, p['metadata'], cats):
-        return 'messages', "system/user prompt differs from what the assets render"
-    calls = 0; body = msgs[2:-1]
-    if len(body) % 2: return 'messages', "every tool-call turn must be followed by exactly one tool message"
+    if row.get("stage") != TRAJECTORY_STAGE:
+        return "stage", f"stage must be {TRAJECTORY_STAGE!r}, got {row.get('stage')!r}"
+    if row.get("trajectory_format") != TRAJECTORY_FORMAT:
+        return "trajectory_format", f"trajectory_format must be {TRAJECTORY_FORMAT!r}"
+    if row.get("data_source") != ctx.dataset:
+        return "data_source", f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
+    if _clean(row.get("tools")) != TOOL_SCHEMAS:
+        return "tools", "tools differ from the native tool schemas"
+    klass = row.get("trajectory_class")
+    if klass not in TRAJECTORY_CLASSES:
+        return "trajectory_class", f"unknown class {klass!r}"
+    msgs = [_clean(m) for m in row.get("messages") or []]
+    if (
+        len(msgs) < 3
+        or [m.get("role") for m in msgs[:2]] != ["system", "user"]
+        or msgs[-1].get("role") != "assistant"
+        or msgs[-1].get("tool_calls")
+    ):
+        return "messages", "a trajectory is [system, user, (assistant tool call, tool)*, assistant answer]"
+    try:
+        gt = json.loads(row["ground_truth"])
+        p = parse_user(msgs[1]["content"], ctx.task.metadata_fields)
+    except (ValueError, TypeError, KeyError) as e:
+        return "messages", str(e)
+    cid = ctx.choices.to_category.get(gt.get("choice_id"))
+    if cid is None:
+        return "ground_truth", f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
+    if gt.get("data_level") not in ctx.grading.approved:
+        return "ground_truth", f"level {gt.get('data_level')!r} is not approved by {ctx.grading.path}"
+    if [ctx.choices.to_category.get(c) for c in p["choices"]] != candidates_for(
+        ctx, cid, row.get("source_id", ""), row.get("prompt_seed") or 0
+    ):
+        return "messages", "candidates differ from the draw for this source and prompt_seed"
+    cats = [ctx.choices.to_category[c] for c in p["choices"]]
+    if [{"role": m["role"], "content": m["content"]} for m in msgs[:2]] != native_messages(ctx, p["metadata"], cats):
+        return "messages", "system/user prompt differs from what the assets render"
+    calls = 0
+    body = msgs[2:-1]
+    if len(body) % 2:
+        return "messages", "every tool-call turn must be followed by exactly one tool message"
     for i in range(0, len(body), 2):
         a, t = body[i], body[i + 1]
-        if a.get('role') != 'assistant' or len(a.get('tool_calls') or []) != 1: return 'messages', f"message {i + 3} must be an assistant turn with one tool call"
-        if t.get('role') != 'tool': return 'messages', f"message {i + 4} must be a tool message"
-        if not (a.get('reasoning_content') or '').strip(): return 'messages', f"assistant turn {i + 3} has no reasoning_content"
-        f = a['tool_calls'][0].get('function') or {}
-        if not isinstance(f.get('arguments'), str): return 'messages', "tool-call arguments must be a JSON string"
-        if t.get('tool_call_id') != a['tool_calls'][0].get('id'): return 'messages', f"tool message {i + 4} answers another call id"
+        if a.get("role") != "assistant" or len(a.get("tool_calls") or []) != 1:
+            return "messages", f"message {i + 3} must be an assistant turn with one tool call"
+        if t.get("role") != "tool":
+            return "messages", f"message {i + 4} must be a tool message"
+        if not (a.get("reasoning_content") or "").strip():
+            return "messages", f"assistant turn {i + 3} has no reasoning_content"
+        f = a["tool_calls"][0].get("function") or {}
+        if not isinstance(f.get("arguments"), str):
+            return "messages", "tool-call arguments must be a JSON string"
+        if t.get("tool_call_id") != a["tool_calls"][0].get("id"):
+            return "messages", f"tool message {i + 4} answers another call id"
         t0 = time.perf_counter()
-        try: want = tools.call(f.get('name'), f['arguments'])
-        except ToolError as e: return 'messages', f"tool call in message {i + 3}: {e}"
-        if timing is not None: timing['tools'] = timing.get('tools', 0.0) + time.perf_counter() - t0
-        if t.get('content') != want: return 'messages', f"tool result in message {i + 4} differs from re-execution of {f.get('name')}"
+        try:
+            want = tools.call(f.get("name"), f["arguments"])
+        except ToolError as e:
+            return "messages", f"tool call in message {i + 3}: {e}"
+        if timing is not None:
+            timing["tools"] = timing.get("tools", 0.0) + time.perf_counter() - t0
+        if t.get("content") != want:
+            return "messages", f"tool result in message {i + 4} differs from re-execution of {f.get('name')}"
         calls += 1
-    if calls != TRAJECTORY_CLASSES[klass]: return 'trajectory_class', f"class {klass} needs {TRAJECTORY_CLASSES[klass]} tool calls, got {calls}"
-    if klass == 'no_result' and json.loads(body[1]['content']).get('results'): return 'messages', "no_result trajectory's search found results"
+    if calls != TRAJECTORY_CLASSES[klass]:
+        return "trajectory_class", f"class {klass} needs {TRAJECTORY_CLASSES[klass]} tool calls, got {calls}"
+    if klass == "no_result" and json.loads(body[1]["content"]).get("results"):
+        return "messages", "no_result trajectory's search found results"
     last = msgs[-1]
-    if not (last.get('reasoning_content') or '').strip(): return 'messages', "terminal assistant turn has no reasoning_content"
-    ans = parse_final_answer(last.get('content', ''))
-    if not ans or 'choice_id' not in ans: return 'messages', "terminal answer has no choice_id"
-    if ans['choice_id'] not in p['choices']: return 'messages', f"final answer names {ans['choice_id']}, outside the candidates"
-    if ans != gt: return 'messages', f"final answer {ans} differs from the ground truth {gt}"
+    if not (last.get("reasoning_content") or "").strip():
+        return "messages", "terminal assistant turn has no reasoning_content"
+    ans = parse_final_answer(last.get("content", ""))
+    if not ans or "choice_id" not in ans:
+        return "messages", "terminal answer has no choice_id"
+    if ans["choice_id"] not in p["choices"]:
+        return "messages", f"final answer names {ans['choice_id']}, outside the candidates"
+    if ans != gt:
+        return "messages", f"final answer {ans} differs from the ground truth {gt}"
     return None, None
 
-def validate_trajectory_dataset(dataset_dir, ctx:ReleaseContext, progress:bool=True) -> dict:
+
+def validate_trajectory_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True) -> dict:
     "Validate a trajectory release folder (tools re-executed); report body with `valid`."
-    d = Path(dataset_dir); errs = Errors(); tools = _tools_for(ctx); seen = {}
-    counts = {s: Counter() for s in SPLITS}; timing = {}; rows = 0; t0 = time.perf_counter()
+    d = Path(dataset_dir)
+    errs = Errors()
+    tools = _tools_for(ctx)
+    seen = {}
+    counts = {s: Counter() for s in SPLITS}
+    timing = {}
+    rows = 0
+    t0 = time.perf_counter()
     for s in SPLITS:
-        path = d/f'{s}.parquet'; pf = open_parquet(path)
-        if 'trajectory_format' not in pf.schema_arrow.names:
-            raise UserError("not a trajectory release (no trajectory_format column); legacy stage1/stage2 releases use sft-validate", path, None, 'trajectory_format')
-        for i, row in tqdm(iter_parquet(path), desc=f'trajectory-validate {s}', disable=not progress, mininterval=1):
+        path = d / f"{s}.parquet"
+        pf = open_parquet(path)
+        if "trajectory_format" not in pf.schema_arrow.names:
+            raise UserError(
+                "not a trajectory release (no trajectory_format column); legacy stage1/stage2 releases use sft-validate",
+                path,
+                None,
+                "trajectory_format",
+            )
+        for i, row in tqdm(iter_parquet(path), desc=f"trajectory-validate {s}", disable=not progress, mininterval=1):
             rows += 1
             fld, msg = malformed(check_trajectory_row, ctx, tools, row, timing)
-            if fld: errs.add(path, i, fld, msg); continue
-            if row['split'] != s: errs.add(path, i, 'split', f"split {row['split']!r} in {s}.parquet"); continue
-            if row['sample_id'] in seen: errs.add(path, i, 'sample_id', f"duplicated sample_id {row['sample_id']} (first at {seen[row['sample_id']]})"); continue
-            seen[row['sample_id']] = f"{s}.parquet:{i}"
-            counts[s][row['trajectory_class']] += 1
-    if rows == 0: errs.add(d, None, 'rows', "the release has no rows: an empty release never validates")
+            if fld:
+                errs.add(path, i, fld, msg)
+                continue
+            if row["split"] != s:
+                errs.add(path, i, "split", f"split {row['split']!r} in {s}.parquet")
+                continue
+            if row["sample_id"] in seen:
+                errs.add(
+                    path, i, "sample_id", f"duplicated sample_id {row['sample_id']} (first at {seen[row['sample_id']]})"
+                )
+                continue
+            seen[row["sample_id"]] = f"{s}.parquet:{i}"
+            counts[s][row["trajectory_class"]] += 1
+    if rows == 0:
+        errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
     total = time.perf_counter() - t0
-    return {'valid': not errs, 'line': 'tool-trajectory', 'trajectory_format': TRAJECTORY_FORMAT, 'error_count': errs.count, 'errors': errs.items,
-            'rows': rows, 'counts': {s: dict(c) for s, c in counts.items()}, 'seconds': round(total, 3),
-            'tool_reexecution_seconds': round(timing.get('tools', 0.0), 3), '_errors': errs}
+    return {
+        "valid": not errs,
+        "line": "tool-trajectory",
+        "trajectory_format": TRAJECTORY_FORMAT,
+        "error_count": errs.count,
+        "errors": errs.items,
+        "rows": rows,
+        "counts": {s: dict(c) for s, c in counts.items()},
+        "seconds": round(total, 3),
+        "tool_reexecution_seconds": round(timing.get("tools", 0.0), 3),
+        "_errors": errs,
+    }
+
 
 TRAJ_SCHEMA_CACHE = {}
 
-def trajectory_export(dataset:str=None,       # dataset name
-                      canonical:str=None,     # canonical all.json (with embedded split)
-                      registry:str=None,      # leaf registry JSON
-                      corpus:str=None,        # corpus JSON
-                      metadata_fields:list[str]=None, # prompt fields, exactly as in the task config
-                      task_config:str=None,   # task config JSON
-                      grading_config:str=None, # grading config JSON
-                      think_source:str='mock', # mock, or file:PATH (filled JSONL file or folder of shards)
-                      think_root:str='.',     # folder a file: think source must stay inside
-                      output_dir:str=None,    # trajectory release folder to publish
-                      failed_audit:str=None,  # JSON listing think-source problems (default OUTPUT_DIR.failed.json)
-                      progress:bool=True):    # show a progress bar
+
+def trajectory_export(
+    dataset: str = None,  # dataset name
+    canonical: str = None,  # canonical all.json (with embedded split)
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON
+    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    task_config: str = None,  # task config JSON
+    grading_config: str = None,  # grading config JSON
+    think_source: str = "mock",  # mock, or file:PATH (filled JSONL file or folder of shards)
+    think_root: str = ".",  # folder a file: think source must stay inside
+    output_dir: str = None,  # trajectory release folder to publish
+    failed_audit: str = None,  # JSON listing think-source problems (default OUTPUT_DIR.failed.json)
+    progress: bool = True,  # show a progress bar
+):
     "Assemble contexts and thoughts, re-execute tools, validate and publish the trajectory parquet."
-    required(dataset=dataset, canonical=canonical, registry=registry, corpus=corpus, metadata_fields=metadata_fields,
-             task_config=task_config, grading_config=grading_config, output_dir=output_dir)
-    params = dict(dataset=dataset, canonical=canonical, registry=registry, corpus=corpus, metadata_fields=metadata_fields, task_config=task_config,
-                  grading_config=grading_config, think_source=think_source, think_root=think_root, output_dir=output_dir, failed_audit=failed_audit)
+    required(
+        dataset=dataset,
+        canonical=canonical,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+        output_dir=output_dir,
+    )
+    params = dict(
+        dataset=dataset,
+        canonical=canonical,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+        think_source=think_source,
+        think_root=think_root,
+        output_dir=output_dir,
+        failed_audit=failed_audit,
+    )
     ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
-    if dataset != ctx.dataset: raise UserError(f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, 'dataset')
-    if think_source != 'mock' and not think_source.startswith('file:'): raise UserError("--think-source must be mock or file:PATH")
-    think_files = resolve_think_file(think_source, think_root) if think_source != 'mock' else []
+    if dataset != ctx.dataset:
+        raise UserError(
+            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
+        )
+    if think_source != "mock" and not think_source.startswith("file:"):
+        raise UserError("--think-source must be mock or file:PATH")
+    think_files = resolve_think_file(think_source, think_root) if think_source != "mock" else []
     thinks, failed = load_think_file(think_files) if think_files else ({}, [])
-    failed_audit = Path(failed_audit or f"{output_dir.rstrip('/') if isinstance(output_dir, str) else output_dir}.failed.json")
-    tools = _tools_for(ctx); t0 = time.time(); used = set()
+    failed_audit = Path(
+        failed_audit or f"{output_dir.rstrip('/') if isinstance(output_dir, str) else output_dir}.failed.json"
+    )
+    tools = _tools_for(ctx)
+    t0 = time.time()
+    used = set()
     with atomic_dir(output_dir) as d:
-        out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)   # every split gets a file, empty ones too
+        out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)  # every split gets a file, empty ones too
         try:
-            for rec, c in iter_contexts(ctx, tools, canonical, progress, 'trajectory-export'):
-                n = len(c['tool_think'])
+            for _rec, c in iter_contexts(ctx, tools, canonical, progress, "trajectory-export"):
+                n = len(c["tool_think"])
                 if think_files:
-                    e = thinks.get(c['sample_id'])
-                    if e is None: failed.append({'sample_id': c['sample_id'], 'reason': 'missing from the think source'}); continue
-                    used.add(c['sample_id']); think, tool_think, f, line = e
-                    if not isinstance(think, str) or not think.strip(): failed.append({'sample_id': c['sample_id'], 'file': f, 'line': line, 'reason': 'empty or missing think'}); continue
+                    e = thinks.get(c["sample_id"])
+                    if e is None:
+                        failed.append({"sample_id": c["sample_id"], "reason": "missing from the think source"})
+                        continue
+                    used.add(c["sample_id"])
+                    think, tool_think, f, line = e
+                    if not isinstance(think, str) or not think.strip():
+                        failed.append(
+                            {"sample_id": c["sample_id"], "file": f, "line": line, "reason": "empty or missing think"}
+                        )
+                        continue
                     if not isinstance(tool_think, list) or len(tool_think) != n:
-                        failed.append({'sample_id': c['sample_id'], 'file': f, 'line': line,
-                                       'reason': f"tool_think has {len(tool_think) if isinstance(tool_think, list) else 'no'} entries, the trajectory has {n} tool-call turns"}); continue
+                        failed.append(
+                            {
+                                "sample_id": c["sample_id"],
+                                "file": f,
+                                "line": line,
+                                "reason": f"tool_think has {len(tool_think) if isinstance(tool_think, list) else 'no'} entries, the trajectory has {n} tool-call turns",
+                            }
+                        )
+                        continue
                     if any(not isinstance(x, str) or not x.strip() for x in tool_think):
-                        failed.append({'sample_id': c['sample_id'], 'file': f, 'line': line, 'reason': 'empty tool_think entry'}); continue
-                else: think, tool_think = mock_think(c)
-                out.write(c['split'], to_row(assemble(c, think, tool_think)))
+                        failed.append(
+                            {"sample_id": c["sample_id"], "file": f, "line": line, "reason": "empty tool_think entry"}
+                        )
+                        continue
+                else:
+                    think, tool_think = mock_think(c)
+                out.write(c["split"], to_row(assemble(c, think, tool_think)))
             for sid in thinks:
-                if sid not in used: f = thinks[sid]; failed.append({'sample_id': sid, 'file': f[2], 'line': f[3], 'reason': 'extra sample_id: no such trajectory'})
+                if sid not in used:
+                    f = thinks[sid]
+                    failed.append(
+                        {"sample_id": sid, "file": f[2], "line": f[3], "reason": "extra sample_id: no such trajectory"}
+                    )
             if failed:
-                write_json(failed_audit, make_report('trajectory-export', params, [canonical, *think_files], ctx.dataset, status='failed',
-                                                     think_source=think_source, count=len(failed), failed=failed[:5000]))
+                write_json(
+                    failed_audit,
+                    make_report(
+                        "trajectory-export",
+                        params,
+                        [canonical, *think_files],
+                        ctx.dataset,
+                        status="failed",
+                        think_source=think_source,
+                        count=len(failed),
+                        failed=failed[:5000],
+                    ),
+                )
                 e = failed[0]
-                raise UserError(f"{len(failed)} think-source problem(s), first: {e['sample_id']}: {e['reason']} (all listed in {failed_audit})",
-                                e.get('file'), e.get('line'), 'tool_think' if 'tool_think' in e['reason'] else 'sample_id')
-            if not sum(out.counts.values()): raise UserError("no trajectories to export", canonical)
-        finally: out.close()
+                raise UserError(
+                    f"{len(failed)} think-source problem(s), first: {e['sample_id']}: {e['reason']} (all listed in {failed_audit})",
+                    e.get("file"),
+                    e.get("line"),
+                    "tool_think" if "tool_think" in e["reason"] else "sample_id",
+                )
+            if not sum(out.counts.values()):
+                raise UserError("no trajectories to export", canonical)
+        finally:
+            out.close()
         counts = out.counts
         t1 = time.time()
         val = validate_trajectory_dataset(d, ctx, progress)
-        errs = val.pop('_errors')
-        if errs: errs.raise_first()
-        rep = make_report('trajectory-export', params, [canonical, *ctx.asset_paths(), *think_files], ctx.dataset, status='ok',
-                          stage=TRAJECTORY_STAGE, trajectory_format=TRAJECTORY_FORMAT, think_source=think_source.split(':', 1)[0],
-                          rows={s: counts[s] for s in SPLITS}, validation={k: val[k] for k in ('valid', 'rows', 'counts', 'seconds', 'tool_reexecution_seconds')},
-                          export_seconds=round(t1 - t0, 3), validate_seconds=round(time.time() - t1, 3))
-        write_json(d/'export_report.json', rep)
+        errs = val.pop("_errors")
+        if errs:
+            errs.raise_first()
+        rep = make_report(
+            "trajectory-export",
+            params,
+            [canonical, *ctx.asset_paths(), *think_files],
+            ctx.dataset,
+            status="ok",
+            stage=TRAJECTORY_STAGE,
+            trajectory_format=TRAJECTORY_FORMAT,
+            think_source=think_source.split(":", 1)[0],
+            rows={s: counts[s] for s in SPLITS},
+            validation={k: val[k] for k in ("valid", "rows", "counts", "seconds", "tool_reexecution_seconds")},
+            export_seconds=round(t1 - t0, 3),
+            validate_seconds=round(time.time() - t1, 3),
+        )
+        write_json(d / "export_report.json", rep)
     return rep
 
-def release_think_source(release) -> tuple[str|None, Path]:
+
+def release_think_source(release) -> tuple[str | None, Path]:
     "('file', 'mock', 'mixed' or None if unrecorded, the report it is read from) of a trajectory release or mixture."
     r, rep = release_report(release)
-    return (r.get('think_source') if r.get('think_source') in ('file', 'mock', 'mixed') else None), rep
+    return (r.get("think_source") if r.get("think_source") in ("file", "mock", "mixed") else None), rep
 
-def trajectory_validate(dataset_dir:str=None,   # trajectory release folder
-                        registry:str=None,      # leaf registry JSON
-                        corpus:str=None,        # corpus JSON
-                        metadata_fields:list[str]=None, # prompt fields, exactly as in the task config
-                        task_config:str=None,   # task config JSON
-                        grading_config:str=None, # grading config JSON
-                        report:str=None,        # report JSON (default DATASET_DIR/validation.json)
-                        progress:bool=True):    # show a progress bar
+
+def trajectory_validate(
+    dataset_dir: str = None,  # trajectory release folder
+    registry: str = None,  # leaf registry JSON
+    corpus: str = None,  # corpus JSON
+    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    task_config: str = None,  # task config JSON
+    grading_config: str = None,  # grading config JSON
+    report: str = None,  # report JSON (default DATASET_DIR/validation.json)
+    progress: bool = True,  # show a progress bar
+):
     "Standalone trajectory validator (tools re-executed); writes the report; exit 2 when invalid."
-    required(dataset_dir=dataset_dir, registry=registry, corpus=corpus, metadata_fields=metadata_fields, task_config=task_config, grading_config=grading_config)
-    params = dict(dataset_dir=dataset_dir, registry=registry, corpus=corpus, metadata_fields=metadata_fields, task_config=task_config,
-                  grading_config=grading_config, report=report)
+    required(
+        dataset_dir=dataset_dir,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+    )
+    params = dict(
+        dataset_dir=dataset_dir,
+        registry=registry,
+        corpus=corpus,
+        metadata_fields=metadata_fields,
+        task_config=task_config,
+        grading_config=grading_config,
+        report=report,
+    )
     ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
-    report = report or str(Path(dataset_dir)/'validation.json')
-    body = validate_trajectory_dataset(dataset_dir, ctx, progress); errs = body.pop('_errors')
-    rep = make_report('trajectory-validate', params, [*(Path(dataset_dir)/f'{s}.parquet' for s in SPLITS), *ctx.asset_paths()], ctx.dataset,
-                      status='passed' if body['valid'] else 'failed', **body)
+    report = report or str(Path(dataset_dir) / "validation.json")
+    body = validate_trajectory_dataset(dataset_dir, ctx, progress)
+    errs = body.pop("_errors")
+    rep = make_report(
+        "trajectory-validate",
+        params,
+        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *ctx.asset_paths()],
+        ctx.dataset,
+        status="passed" if body["valid"] else "failed",
+        **body,
+    )
     write_json(report, rep)
-    if errs: errs.raise_first(report)
+    if errs:
+        errs.raise_first(report)
     return rep
+
 
 # %% ../../nbs/release/11_trajectory.ipynb #4ca5007f
 def _pcts(v) -> dict:
-    if not v: return {'n': 0}
+    if not v:
+        return {"n": 0}
     a = np.asarray(v)
-    return {'n': int(a.size), 'mean': round(float(a.mean()), 1), 'p50': int(np.percentile(a, 50)), 'p90': int(np.percentile(a, 90)),
-            'p95': int(np.percentile(a, 95)), 'p99': int(np.percentile(a, 99)), 'max': int(a.max())}
+    return {
+        "n": int(a.size),
+        "mean": round(float(a.mean()), 1),
+        "p50": int(np.percentile(a, 50)),
+        "p90": int(np.percentile(a, 90)),
+        "p95": int(np.percentile(a, 95)),
+        "p99": int(np.percentile(a, 99)),
+        "max": int(a.max()),
+    }
 
-def trajectory_stats(dataset_dir:str=None,  # trajectory release folder
-                     report:str=None,       # stats report JSON to write
-                     model:str=None,        # local model/tokenizer folder with a chat template (token statistics)
-                     progress:bool=True):   # show a progress bar
+
+def trajectory_stats(
+    dataset_dir: str = None,  # trajectory release folder
+    report: str = None,  # stats report JSON to write
+    model: str = None,  # local model/tokenizer folder with a chat template (token statistics)
+    progress: bool = True,  # show a progress bar
+):
     "Character (and, with --model, token) statistics per split and class of a trajectory release."
     required(dataset_dir=dataset_dir, report=report)
     params = dict(dataset_dir=dataset_dir, report=report, model=model)
     tok = None
     if model:
         from transformers import AutoTokenizer
-        if not Path(model).is_dir(): raise UserError("--model must be a local folder", model)
-        try: tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
-        except (OSError, ValueError) as e: raise UserError(f"cannot load a tokenizer from {model}: {e}", model) from None
-        if not tok.chat_template: raise UserError("the tokenizer has no chat template", model, None, 'chat_template')
+
+        if not Path(model).is_dir():
+            raise UserError("--model must be a local folder", model)
+        try:
+            tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot load a tokenizer from {model}: {e}", model) from None
+        if not tok.chat_template:
+            raise UserError("the tokenizer has no chat template", model, None, "chat_template")
     chars, toks = defaultdict(list), defaultdict(list)
     for s in SPLITS:
-        path = Path(dataset_dir)/f'{s}.parquet'
-        if 'trajectory_format' not in open_parquet(path).schema_arrow.names: raise UserError("not a trajectory release", path, None, 'trajectory_format')
-        for i, row in tqdm(iter_parquet(path, columns=['trajectory_class', 'messages', 'tools']), desc=f'stats {s}', disable=not progress, mininterval=1):
-            msgs = [_clean(m) for m in row['messages']]; k = row['trajectory_class']
-            n = sum(len(m.get('content') or '') + len(m.get('reasoning_content') or '') + sum(len(tc['function']['arguments']) for tc in m.get('tool_calls') or []) for m in msgs)
-            for key in (f'{s}/{k}', f'{s}/all', f'all/{k}', 'all/all'): chars[key].append(n)
+        path = Path(dataset_dir) / f"{s}.parquet"
+        if "trajectory_format" not in open_parquet(path).schema_arrow.names:
+            raise UserError("not a trajectory release", path, None, "trajectory_format")
+        for _i, row in tqdm(
+            iter_parquet(path, columns=["trajectory_class", "messages", "tools"]),
+            desc=f"stats {s}",
+            disable=not progress,
+            mininterval=1,
+        ):
+            msgs = [_clean(m) for m in row["messages"]]
+            k = row["trajectory_class"]
+            n = sum(
+                len(m.get("content") or "")
+                + len(m.get("reasoning_content") or "")
+                + sum(len(tc["function"]["arguments"]) for tc in m.get("tool_calls") or [])
+                for m in msgs
+            )
+            for key in (f"{s}/{k}", f"{s}/all", f"all/{k}", "all/all"):
+                chars[key].append(n)
             if tok is not None:
-                ids = tok.apply_chat_template(msgs, tools=_clean(row['tools']), tokenize=True)
-                t = len(ids['input_ids'] if isinstance(ids, dict) or hasattr(ids, 'keys') else ids)
-                for key in (f'{s}/{k}', f'{s}/all', f'all/{k}', 'all/all'): toks[key].append(t)
-    rep = make_report('trajectory-stats', params, [Path(dataset_dir)/f'{s}.parquet' for s in SPLITS], None, status='ok',
-                      characters={k: _pcts(v) for k, v in sorted(chars.items())},
-                      tokens={k: _pcts(v) for k, v in sorted(toks.items())} if tok is not None else None, model=model)
-    if tok is not None: rep['suggested_max_length'] = int(2 ** np.ceil(np.log2(max(rep['tokens']['all/all']['max'], 1))))
+                ids = tok.apply_chat_template(msgs, tools=_clean(row["tools"]), tokenize=True)
+                t = len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+                for key in (f"{s}/{k}", f"{s}/all", f"all/{k}", "all/all"):
+                    toks[key].append(t)
+    rep = make_report(
+        "trajectory-stats",
+        params,
+        [Path(dataset_dir) / f"{s}.parquet" for s in SPLITS],
+        None,
+        status="ok",
+        characters={k: _pcts(v) for k, v in sorted(chars.items())},
+        tokens={k: _pcts(v) for k, v in sorted(toks.items())} if tok is not None else None,
+        model=model,
+    )
+    if tok is not None:
+        rep["suggested_max_length"] = int(2 ** np.ceil(np.log2(max(rep["tokens"]["all/all"]["max"], 1))))
     write_json(report, rep)
     return rep

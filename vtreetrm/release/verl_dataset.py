@@ -4,60 +4,82 @@
 
 # %% ../../nbs/release/15_verl_dataset.ipynb #3fc8bc76
 from __future__ import annotations
+
 import torch
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
 from .trajectory import _clean
 
 # %% auto #0
-__all__ = ['conversation_tokens', 'PrefixDiffSFTDataset']
+__all__ = ["conversation_tokens", "PrefixDiffSFTDataset"]
+
 
 # %% ../../nbs/release/15_verl_dataset.ipynb #63d754e5
-def _render(tok, messages:list, tools, generation:bool=False, **kw) -> str:
-    if not messages: return ''
+def _render(tok, messages: list, tools, generation: bool = False, **kw) -> str:
+    if not messages:
+        return ""
     return tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation, **kw)
 
-def conversation_tokens(tok, messages:list, tools:list=None, **template_kwargs) -> tuple[list[int], list[int], list[int]]:
+
+def conversation_tokens(
+    tok, messages: list, tools: list = None, **template_kwargs
+) -> tuple[list[int], list[int], list[int]]:
     "`(ids, loss_mask, cuts)` of a conversation: `ids[cuts[i]:cuts[i+1]]` are message i's tokens."
     whole = _render(tok, messages, tools, **template_kwargs)
-    ids = tok(whole, add_special_tokens=False)['input_ids']
-    def cut(text):   # where `text` ends among the whole conversation's tokens; None when it is not a prefix there
-        if not whole.startswith(text): return None
-        part = tok(text, add_special_tokens=False)['input_ids']
-        return len(part) if ids[:len(part)] == part else None
+    ids = tok(whole, add_special_tokens=False)["input_ids"]
+
+    def cut(text):  # where `text` ends among the whole conversation's tokens; None when it is not a prefix there
+        if not whole.startswith(text):
+            return None
+        part = tok(text, add_special_tokens=False)["input_ids"]
+        return len(part) if ids[: len(part)] == part else None
+
     n = len(messages)
     cuts = [0] + [cut(_render(tok, messages[:i], tools, **template_kwargs)) for i in range(1, n)] + [len(ids)]
     for i in range(n - 1, 0, -1):
-        if cuts[i] is None: cuts[i] = cuts[i + 1]    # not a prefix: this message's tokens join the previous one's
+        if cuts[i] is None:
+            cuts[i] = cuts[i + 1]  # not a prefix: this message's tokens join the previous one's
     mask = [0] * len(ids)
     for i, m in enumerate(messages):
-        if m.get('role') != 'assistant': continue
+        if m.get("role") != "assistant":
+            continue
         start = cut(_render(tok, messages[:i], tools, generation=True, **template_kwargs))
-        end = cut(_render(tok, messages[:i + 1], tools, **template_kwargs))
+        end = cut(_render(tok, messages[: i + 1], tools, **template_kwargs))
         if start is None or end is None or not start <= end:
-            raise ValueError(f"message {i} (assistant) renders differently at the end of the conversation than inside it "
-                             "(a chat template that drops reasoning before a later user query?): its loss mask cannot be "
-                             "taken from prefixes")
+            raise ValueError(
+                f"message {i} (assistant) renders differently at the end of the conversation than inside it "
+                "(a chat template that drops reasoning before a later user query?): its loss mask cannot be "
+                "taken from prefixes"
+            )
         mask[start:end] = [1] * (end - start)
     return ids, mask, cuts
+
 
 # %% ../../nbs/release/15_verl_dataset.ipynb #b2175db0
 class PrefixDiffSFTDataset(MultiTurnSFTDataset):
     "verl's `MultiTurnSFTDataset` whose per-message tokens and loss mask come from prefixes of the whole conversation."
+
     def _read_files_and_process(self):
         super()._read_files_and_process()
-        if self.tools is not None: self.tools = [_clean(t) for t in self.tools]
+        if self.tools is not None:
+            self.tools = [_clean(t) for t in self.tools]
         self._conversation = None
 
-    def _build_messages(self, example:dict):
+    def _build_messages(self, example: dict):
         return [_clean(m) for m in super()._build_messages(example)]
 
     def _process_single_message(self, index, message, full_message, tools=None, enable_thinking=None):
-        if self.processor is not None: return super()._process_single_message(index, message, full_message, tools, enable_thinking)
-        if index == 0:    # verl passes the row's tools with the first message only, and goes through messages in order
-            kw = {**self.apply_chat_template_kwargs, **({} if enable_thinking is None else {'enable_thinking': enable_thinking})}
+        if self.processor is not None:
+            return super()._process_single_message(index, message, full_message, tools, enable_thinking)
+        if index == 0:  # verl passes the row's tools with the first message only, and goes through messages in order
+            kw = {
+                **self.apply_chat_template_kwargs,
+                **({} if enable_thinking is None else {"enable_thinking": enable_thinking}),
+            }
             self._conversation = (full_message, *conversation_tokens(self.tokenizer, full_message, tools, **kw))
         conv, ids, mask, cuts = self._conversation
-        if conv is not full_message: raise RuntimeError('messages must be processed in order, starting at index 0')
+        if conv is not full_message:
+            raise RuntimeError("messages must be processed in order, starting at index 0")
         a, b = cuts[index], cuts[index + 1]
         t = torch.tensor(ids[a:b], dtype=torch.long)
         return t, torch.tensor(mask[a:b], dtype=torch.long), torch.ones_like(t), {}

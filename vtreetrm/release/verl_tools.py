@@ -4,38 +4,60 @@
 
 # %% ../../nbs/release/10a_verl_tools.ipynb #9b586013
 from __future__ import annotations
-import functools, json
-from .tools import CategoryTools, ToolError, TOOL_SCHEMAS
+
+import functools
+import json
+
+from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
+
 try:
     from verl.tools.base_tool import BaseTool
     from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
     HAVE_VERL = True
-except ImportError:   # the optional verl extra is absent: the module imports, the tools refuse to start
+except ImportError:  # the optional verl extra is absent: the module imports, the tools refuse to start
     BaseTool, OpenAIFunctionToolSchema, ToolResponse, HAVE_VERL = object, None, None, False
 
 # %% auto #0
-__all__ = ['SearchCategoriesTool', 'ReadCategoryTool', 'ListChildrenTool']
+__all__ = ["SearchCategoriesTool", "ReadCategoryTool", "ListChildrenTool"]
+
 
 # %% ../../nbs/release/10a_verl_tools.ipynb #158f3e7b
 @functools.lru_cache(maxsize=8)
-def _tools(registry:str, corpus:str, task_config:str) -> CategoryTools:
+def _tools(registry: str, corpus: str, task_config: str) -> CategoryTools:
     return CategoryTools.from_paths(registry, corpus, task_config)
+
 
 class _CategoryTool(BaseTool):
     "A verl native tool backed by `CategoryTools` (config: registry, corpus, task_config paths)."
-    tool_name = None
-    def __init__(self, config:dict, tool_schema=None):
-        if not HAVE_VERL: raise ImportError("verl is not installed: pip install -e '.[verl]'")
-        if tool_schema is None:
-            tool_schema = OpenAIFunctionToolSchema.model_validate(next(t for t in TOOL_SCHEMAS if t['function']['name'] == self.tool_name))
-        super().__init__(config, tool_schema)
-        self.tools = _tools(str(config['registry']), str(config['corpus']), str(config['task_config']))
 
-    async def execute(self, instance_id:str, parameters:dict, **kwargs) -> tuple[ToolResponse, float, dict]:
-        try: text = self.tools.call(self.name, parameters)
-        except ToolError as e: text = json.dumps({'error': str(e)}, ensure_ascii=False)
+    tool_name = None
+
+    def __init__(self, config: dict, tool_schema=None):
+        if not HAVE_VERL:
+            raise ImportError("verl is not installed: pip install -e '.[verl]'")
+        if tool_schema is None:
+            tool_schema = OpenAIFunctionToolSchema.model_validate(
+                next(t for t in TOOL_SCHEMAS if t["function"]["name"] == self.tool_name)
+            )
+        super().__init__(config, tool_schema)
+        self.tools = _tools(str(config["registry"]), str(config["corpus"]), str(config["task_config"]))
+
+    async def execute(self, instance_id: str, parameters: dict, **kwargs) -> tuple[ToolResponse, float, dict]:
+        try:
+            text = self.tools.call(self.name, parameters)
+        except ToolError as e:
+            text = json.dumps({"error": str(e)}, ensure_ascii=False)
         return ToolResponse(text=text), 0.0, {}
 
-class SearchCategoriesTool(_CategoryTool): tool_name = 'search_categories'
-class ReadCategoryTool(_CategoryTool): tool_name = 'read_category'
-class ListChildrenTool(_CategoryTool): tool_name = 'list_children'
+
+class SearchCategoriesTool(_CategoryTool):
+    tool_name = "search_categories"
+
+
+class ReadCategoryTool(_CategoryTool):
+    tool_name = "read_category"
+
+
+class ListChildrenTool(_CategoryTool):
+    tool_name = "list_children"

@@ -4,325 +4,538 @@
 
 # %% ../../nbs/runs/00_papermill.ipynb #6e738e01
 from __future__ import annotations
-import ast, concurrent.futures as cf, contextlib, itertools, multiprocessing as mp, os, re, shutil, sys, time, traceback
+
+import ast
+import concurrent.futures as cf
+import contextlib
+import itertools
+import multiprocessing as mp
+import os
+import re
+import shutil
+import sys
+import time
+import traceback
 from pathlib import Path
+
 import yaml
+
 from ..cli import Param
-from ..utils import (UserError, load_yaml, write_json, read_json, provenance, now_iso, sha256_file, PACKAGE_DIR,
-                            make_parent, check_replaceable, recover_publication, publish_dir)
+from vtreetrm.utils import (
+    PACKAGE_DIR,
+    UserError,
+    check_replaceable,
+    load_yaml,
+    make_parent,
+    now_iso,
+    provenance,
+    publish_dir,
+    read_json,
+    recover_publication,
+    write_json,
+)
 
 # %% auto #0
-__all__ = ['REPORT_CSP', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs',
-           'gather_params', 'check_params', 'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep',
-           'run_sweep', 'run_cmd', 'sweep_cmd']
+__all__ = [
+    "REPORT_CSP",
+    "project_root",
+    "notebooks_dir",
+    "resolve_notebook",
+    "notebook_parameters",
+    "parse_param_pairs",
+    "gather_params",
+    "check_params",
+    "render_html",
+    "run_status",
+    "run_notebook",
+    "load_sweep",
+    "expand_sweep",
+    "run_sweep",
+    "run_cmd",
+    "sweep_cmd",
+]
+
 
 # %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
 def project_root() -> Path:
     "The folder holding `nbs/`: the current directory or one above it, else the package's checkout."
     for p in [Path.cwd(), *Path.cwd().parents, PACKAGE_DIR.parent]:
-        if (p/'nbs').is_dir() and (p/'settings.ini').is_file(): return p
+        if (p / "nbs").is_dir() and (p / "settings.ini").is_file():
+            return p
     return Path.cwd()
 
-def notebooks_dir(sub:str) -> Path:
-    "`nbs/<sub>` of the checkout, else the copy an installed vtreetrm ships (`vtreetrm/notebooks/<sub>`)."
-    p = project_root()/'nbs'/sub
-    return p if p.is_dir() else PACKAGE_DIR/'notebooks'/sub
 
-def resolve_notebook(nb:str|Path) -> Path:
+def notebooks_dir(sub: str) -> Path:
+    "`nbs/<sub>` of the checkout, else the copy an installed vtreetrm ships (`vtreetrm/notebooks/<sub>`)."
+    p = project_root() / "nbs" / sub
+    return p if p.is_dir() else PACKAGE_DIR / "notebooks" / sub
+
+
+def resolve_notebook(nb: str | Path) -> Path:
     "A notebook path, or a name looked up in `nbs/experiments/` (with or without `.ipynb`)."
     p = Path(nb)
-    cands = [p, p.with_suffix('.ipynb')] if p.suffix != '.ipynb' else [p]
-    exp = notebooks_dir('experiments')
-    cands += [exp/c.name for c in cands]
+    cands = [p, p.with_suffix(".ipynb")] if p.suffix != ".ipynb" else [p]
+    exp = notebooks_dir("experiments")
+    cands += [exp / c.name for c in cands]
     for c in cands:
-        if c.is_file(): return c.resolve()
+        if c.is_file():
+            return c.resolve()
     raise UserError(f"notebook not found (looked in the current folder and {exp})", nb)
 
-def notebook_parameters(nb:str|Path) -> dict:
+
+def notebook_parameters(nb: str | Path) -> dict:
     "`{name: {'default': …, 'type': …, 'help': …}}` from the notebook's `parameters` cell."
     import papermill as pm
-    try: info = pm.inspect_notebook(str(nb))
-    except Exception as e: raise UserError(f"cannot read notebook: {e}", nb) from None
-    return {k: {'default': v['default'], 'type': v['inferred_type_name'], 'help': v['help']} for k, v in info.items()}
+
+    try:
+        info = pm.inspect_notebook(str(nb))
+    except Exception as e:
+        raise UserError(f"cannot read notebook: {e}", nb) from None
+    return {k: {"default": v["default"], "type": v["inferred_type_name"], "help": v["help"]} for k, v in info.items()}
+
 
 def parse_param_pairs(pairs) -> dict:
     "`['k=v', …]` -> dict; values are read as YAML (`3` is an int, `[a, b]` a list, `true` a bool)."
     out = {}
     for s in pairs or ():
-        k, eq, v = s.partition('=')
-        if not eq or not k.strip(): raise UserError(f"parameter {s!r} is not key=value")
-        out[k.strip()] = load_yaml(v, f"-p {k.strip()}", text_fallback=True) if v.strip() else ''   # not YAML: the text
+        k, eq, v = s.partition("=")
+        if not eq or not k.strip():
+            raise UserError(f"parameter {s!r} is not key=value")
+        out[k.strip()] = load_yaml(v, f"-p {k.strip()}", text_fallback=True) if v.strip() else ""  # not YAML: the text
     return out
 
-def gather_params(p:list=None,   # -p groups: [NAME, VALUE] (papermill's types) or [KEY=VALUE, ...] (YAML values)
-                  r:list=None,   # -r pairs: [NAME, VALUE], the value kept as text
-                  f:list=None,   # -f YAML files of parameters
-                  y:list=None,   # -y YAML mapping strings
-                  ) -> dict:
+
+def gather_params(
+    p: list = None,  # -p groups: [NAME, VALUE] (papermill's types) or [KEY=VALUE, ...] (YAML values)
+    r: list = None,  # -r pairs: [NAME, VALUE], the value kept as text
+    f: list = None,  # -f YAML files of parameters
+    y: list = None,  # -y YAML mapping strings
+) -> dict:
     "Parameters as papermill's command line takes them: files (-f), then YAML (-y), then -p, then -r; later ones win."
-    from papermill.cli import _resolve_type      # papermill's own reading of `-p NAME VALUE`: True/False/None/int/float/text
+    from papermill.cli import (
+        _resolve_type,
+    )  # papermill's own reading of `-p NAME VALUE`: True/False/None/int/float/text
+
     out = {}
+
     def mapping(data, where):
-        if data is None: return {}
-        if not isinstance(data, dict): raise UserError("parameters must be a YAML mapping (name: value)", where)
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise UserError("parameters must be a YAML mapping (name: value)", where)
         return data
+
     for path in f or []:
-        if not Path(path).is_file(): raise UserError("no such parameters file", path)
+        if not Path(path).is_file():
+            raise UserError("no such parameters file", path)
         out.update(mapping(load_yaml(Path(path).read_bytes(), path), path))
-    for text in y or []: out.update(mapping(load_yaml(text, '-y'), '-y'))
+    for text in y or []:
+        out.update(mapping(load_yaml(text, "-y"), "-y"))
     for group in p or []:
-        if '=' in group[0]: out.update(parse_param_pairs(group))
-        elif len(group) == 2: out[group[0]] = _resolve_type(group[1])
-        else: raise UserError(f"-p takes NAME VALUE (one parameter per -p) or KEY=VALUE ..., got {' '.join(group)!r}")
-    for key, value in r or []: out[key] = value
+        if "=" in group[0]:
+            out.update(parse_param_pairs(group))
+        elif len(group) == 2:
+            out[group[0]] = _resolve_type(group[1])
+        else:
+            raise UserError(f"-p takes NAME VALUE (one parameter per -p) or KEY=VALUE ..., got {' '.join(group)!r}")
+    for key, value in r or []:
+        out[key] = value
     return out
 
-def check_params(nb:Path, params:dict, declared:dict=None) -> dict:
+
+def check_params(nb: Path, params: dict, declared: dict = None) -> dict:
     "Fail on parameters the notebook does not declare; return the full parameter set (defaults overlaid)."
     declared = notebook_parameters(nb) if declared is None else declared
-    if not declared and params: raise UserError("notebook has no cell tagged 'parameters'", nb)
+    if not declared and params:
+        raise UserError("notebook has no cell tagged 'parameters'", nb)
     unknown = [k for k in params if k not in declared]
-    if unknown: raise UserError(f"unknown parameter(s) {', '.join(map(repr, unknown))}; the notebook declares: {', '.join(declared)}", nb)
+    if unknown:
+        raise UserError(
+            f"unknown parameter(s) {', '.join(map(repr, unknown))}; the notebook declares: {', '.join(declared)}", nb
+        )
     full = {}
     for k, v in declared.items():
-        if k in params: full[k] = params[k]
+        if k in params:
+            full[k] = params[k]
         else:
-            full[k] = _default_value(v['default'])
+            full[k] = _default_value(v["default"])
     return full
 
-def _default_value(src:str):
+
+def _default_value(src: str):
     "A default as papermill reports it (the Python source text) turned into its value: a literal, else YAML, else the text."
-    try: return ast.literal_eval(src)             # None, True, 1e-3, 'text', [1, 2]
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): pass
-    try: return yaml.safe_load(src)
-    except yaml.YAMLError: return src
+    try:
+        return ast.literal_eval(src)  # None, True, 1e-3, 'text', [1, 2]
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        return yaml.safe_load(src)
+    except yaml.YAMLError:
+        return src
+
 
 # %% ../../nbs/runs/00_papermill.ipynb #8fc95600
 REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:"
 
-def render_html(nb_path:Path, html_path:Path, no_input:bool=True, title:str=None) -> Path:
+
+def render_html(nb_path: Path, html_path: Path, no_input: bool = True, title: str = None) -> Path:
     "Render an executed notebook to self-contained HTML (code cells hidden by default) with nbconvert."
     import nbformat
     from nbconvert import HTMLExporter
+
     exp = HTMLExporter(exclude_input=no_input, exclude_input_prompt=no_input, exclude_output_prompt=no_input)
-    body, _ = exp.from_notebook_node(nbformat.read(str(nb_path), as_version=4),
-                                     resources={'metadata': {'name': title or Path(nb_path).stem}})
+    body, _ = exp.from_notebook_node(
+        nbformat.read(str(nb_path), as_version=4), resources={"metadata": {"name": title or Path(nb_path).stem}}
+    )
     # the page must open offline: drop the template's CDN scripts (require.js, MathJax); figures are embedded
-    body = re.sub(r'<script[^>]*\bsrc="https?://[^"]*"[^>]*>\s*</script>', '', body)
+    body = re.sub(r'<script[^>]*\bsrc="https?://[^"]*"[^>]*>\s*</script>', "", body)
     # no script runs in a report, whatever a value from data holds: figures are data: URIs, styles inline
-    body = body.replace('<head>', f'<head>\n<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">', 1)
-    Path(html_path).write_text(body, encoding='utf-8')
+    body = body.replace("<head>", f'<head>\n<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">', 1)
+    Path(html_path).write_text(body, encoding="utf-8")
     return Path(html_path)
 
-def _safe_name(name:str) -> str:
-    s = re.sub(r'[^A-Za-z0-9._=+-]+', '_', str(name)).strip('._')
-    if not s: raise UserError(f"run name {name!r} has no usable characters")
+
+def _safe_name(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._=+-]+", "_", str(name)).strip("._")
+    if not s:
+        raise UserError(f"run name {name!r} has no usable characters")
     return s
 
-def run_status(run_dir:Path) -> dict|None:
-    "The run.json of a run directory, or None."
-    p = Path(run_dir)/'run.json'
-    try: return read_json(p) if p.is_file() else None
-    except UserError: return None
 
-def run_notebook(notebook:str|Path,            # notebook path or name in nbs/experiments
-                 name:str,                     # run name: the folder under runs_dir
-                 params:dict=None,             # parameter values (checked against the notebook)
-                 runs_dir:str|Path='papermill_runs', # where run folders go
-                 force:bool=False,             # re-run even when a completed run has the same params
-                 html:bool=True,               # render NAME.html without code cells
-                 progress:bool=True,           # papermill's cell progress bar
-                 kernel:str='python3',         # Jupyter kernel that executes it
-                 log_output:bool=False,        # stream the cells' outputs to stderr as they run (papermill --log-output)
-                 ) -> dict:
+def run_status(run_dir: Path) -> dict | None:
+    "The run.json of a run directory, or None."
+    p = Path(run_dir) / "run.json"
+    try:
+        return read_json(p) if p.is_file() else None
+    except UserError:
+        return None
+
+
+def run_notebook(
+    notebook: str | Path,  # notebook path or name in nbs/experiments
+    name: str,  # run name: the folder under runs_dir
+    params: dict = None,  # parameter values (checked against the notebook)
+    runs_dir: str | Path = "papermill_runs",  # where run folders go
+    force: bool = False,  # re-run even when a completed run has the same params
+    html: bool = True,  # render NAME.html without code cells
+    progress: bool = True,  # papermill's cell progress bar
+    kernel: str = "python3",  # Jupyter kernel that executes it
+    log_output: bool = False,  # stream the cells' outputs to stderr as they run (papermill --log-output)
+) -> dict:
     "Execute a notebook into `runs_dir/name/`; returns its run.json (status `completed`, `failed` or `skipped`)."
     nb = resolve_notebook(notebook)
     declared = notebook_parameters(nb)
     full = check_params(nb, dict(params or {}), declared)
     name = _safe_name(name)
-    dest = Path(runs_dir)/name
+    dest = Path(runs_dir) / name
     prev = run_status(dest)
-    if prev and not force and prev.get('status') == 'completed':
-        old = read_json(dest/'params.json') if (dest/'params.json').is_file() else None
-        if old == full: return {**prev, 'status': 'skipped', 'run_dir': str(dest)}
+    if prev and not force and prev.get("status") == "completed":
+        old = read_json(dest / "params.json") if (dest / "params.json").is_file() else None
+        if old == full:
+            return {**prev, "status": "skipped", "run_dir": str(dest)}
         raise UserError(f"run {name!r} exists with other parameters; choose another --name or pass --force", dest)
-    import papermill as pm
+
     inputs = [nb] + [Path(v) for v in full.values() if isinstance(v, str) and len(v) < 4096 and Path(v).is_file()]
-    check_replaceable(Path(os.path.abspath(dest)))             # a folder this tool did not write is refused before running
+    check_replaceable(Path(os.path.abspath(dest)))  # a folder this tool did not write is refused before running
     try:
-        with _run_lock(dest): return _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel, log_output)
-    except _Kept as k: return k.args[0]
+        with _run_lock(dest):
+            return _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel, log_output)
+    except _Kept as k:
+        return k.args[0]
+
 
 @contextlib.contextmanager
-def _run_lock(dest:Path):
+def _run_lock(dest: Path):
     "One process per run name at a time (the lock goes with the process, so a killed run's name is free again)."
     from filelock import FileLock, Timeout
-    make_parent(Path(os.path.abspath(dest)))          # the runs folder
-    lock = FileLock(str(dest.parent/f".{dest.name}.lock"))
-    try: lock.acquire(timeout=0)
-    except Timeout: raise UserError(f"run {dest.name!r} is being executed by another process; wait for it or choose another --name",
-                                    dest.parent/f"{dest.name}.running") from None
-    try: yield
-    finally: lock.release()
 
-def _running_dir(dest:Path, full:dict) -> tuple[Path, bool]:
+    make_parent(Path(os.path.abspath(dest)))  # the runs folder
+    lock = FileLock(str(dest.parent / f".{dest.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UserError(
+            f"run {dest.name!r} is being executed by another process; wait for it or choose another --name",
+            dest.parent / f"{dest.name}.running",
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _running_dir(dest: Path, full: dict) -> tuple[Path, bool]:
     "NAME.running beside NAME: kept, with its files (checkpoints), when an interrupted run had the same parameters."
-    work = dest.parent/f"{dest.name}.running"
+    work = dest.parent / f"{dest.name}.running"
     if work.is_dir():
-        old = read_json(work/'params.json') if (work/'params.json').is_file() else None
-        if old == full: return work, True
+        old = read_json(work / "params.json") if (work / "params.json").is_file() else None
+        if old == full:
+            return work, True
         shutil.rmtree(work)
     work.mkdir(parents=True)
     return work, False
 
-def _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel='python3', log_output=False) -> dict:
+
+def _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel="python3", log_output=False) -> dict:
     import papermill as pm
+
     work, resumed = _running_dir(dest, full)
-    write_json(work/'params.json', full)
-    run = {'status': 'running', 'name': name, 'notebook': str(nb), 'run_dir': str(dest.resolve()), 'running_dir': str(work.resolve()),
-           'pid': os.getpid(), 'resumed': resumed, 'started': now_iso(), **provenance(full, inputs)}
-    write_json(work/'run.json', run)
+    write_json(work / "params.json", full)
+    run = {
+        "status": "running",
+        "name": name,
+        "notebook": str(nb),
+        "run_dir": str(dest.resolve()),
+        "running_dir": str(work.resolve()),
+        "pid": os.getpid(),
+        "resumed": resumed,
+        "started": now_iso(),
+        **provenance(full, inputs),
+    }
+    write_json(work / "run.json", run)
     exec_params = dict(full)
-    if 'run_dir' in declared: exec_params['run_dir'] = str(work.resolve())
-    if log_output: _log_to_stderr()
+    if "run_dir" in declared:
+        exec_params["run_dir"] = str(work.resolve())
+    if log_output:
+        _log_to_stderr()
     t0 = time.time()
     try:
-        pm.execute_notebook(str(nb), str(work/f'{name}.ipynb'), parameters=exec_params, progress_bar=progress,
-                            kernel_name=kernel, cwd=str(Path.cwd()), log_output=log_output)
-        run['status'] = 'completed'
+        pm.execute_notebook(
+            str(nb),
+            str(work / f"{name}.ipynb"),
+            parameters=exec_params,
+            progress_bar=progress,
+            kernel_name=kernel,
+            cwd=str(Path.cwd()),
+            log_output=log_output,
+        )
+        run["status"] = "completed"
     except pm.PapermillExecutionError as e:
-        run.update(status='failed', error=f"{e.ename}: {e.evalue}", failed_cell=e.exec_count)
+        run.update(status="failed", error=f"{e.ename}: {e.evalue}", failed_cell=e.exec_count)
     except Exception as e:
-        run.update(status='failed', error=f"{type(e).__name__}: {e}")
+        run.update(status="failed", error=f"{type(e).__name__}: {e}")
     run.update(finished=now_iso(), duration_s=round(time.time() - t0, 3))
-    if html and (work/f'{name}.ipynb').is_file():
-        try: render_html(work/f'{name}.ipynb', work/f'{name}.html'); run['html'] = f'{name}.html'
-        except Exception as e: run['html_error'] = f"{type(e).__name__}: {e}"
-    if (work/'metrics.json').is_file(): run['metrics'] = 'metrics.json'
-    write_json(work/'run.json', run)
-    if run['status'] == 'failed' and prev and prev.get('status') == 'completed':
-        return _keep_completed(work, dest, run)   # a failed --force never replaces a completed run
-    recover_publication(dest); publish_dir(work, dest)
+    if html and (work / f"{name}.ipynb").is_file():
+        try:
+            render_html(work / f"{name}.ipynb", work / f"{name}.html")
+            run["html"] = f"{name}.html"
+        except Exception as e:
+            run["html_error"] = f"{type(e).__name__}: {e}"
+    if (work / "metrics.json").is_file():
+        run["metrics"] = "metrics.json"
+    write_json(work / "run.json", run)
+    if run["status"] == "failed" and prev and prev.get("status") == "completed":
+        return _keep_completed(work, dest, run)  # a failed --force never replaces a completed run
+    recover_publication(dest)
+    publish_dir(work, dest)
     return run
+
 
 def _log_to_stderr():
     "papermill's --log-output: cell outputs go to the `papermill` logger; show them on stderr."
     import logging
-    lg = logging.getLogger('papermill')
+
+    lg = logging.getLogger("papermill")
     if not any(isinstance(h, logging.StreamHandler) for h in lg.handlers):
-        h = logging.StreamHandler(sys.stderr); h.setFormatter(logging.Formatter('%(message)s')); lg.addHandler(h)
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("%(message)s"))
+        lg.addHandler(h)
     lg.setLevel(logging.INFO)
 
-class _Kept(Exception): pass
 
-def _keep_completed(work:Path, dest:Path, run:dict) -> dict:
+class _Kept(Exception):
+    pass
+
+
+def _keep_completed(work: Path, dest: Path, run: dict) -> dict:
     "Publish a failed re-run beside the completed run it was to replace (NAME.failed), leaving that run as it is."
-    failed = dest.parent/f"{dest.name}.failed"
-    run = {**run, 'run_dir': str(failed.resolve()), 'kept_completed_run': str(dest.resolve())}
-    write_json(work/'run.json', run)
-    recover_publication(failed); check_replaceable(failed); publish_dir(work, failed)
+    failed = dest.parent / f"{dest.name}.failed"
+    run = {**run, "run_dir": str(failed.resolve()), "kept_completed_run": str(dest.resolve())}
+    write_json(work / "run.json", run)
+    recover_publication(failed)
+    check_replaceable(failed)
+    publish_dir(work, failed)
     raise _Kept(run)
 
+
 # %% ../../nbs/runs/00_papermill.ipynb #8bfbac97
-def load_sweep(path:str|Path) -> dict:
+def load_sweep(path: str | Path) -> dict:
     "Read and check a sweep YAML."
     path = Path(path)
-    if not path.is_file(): raise UserError("no such sweep file", path)
+    if not path.is_file():
+        raise UserError("no such sweep file", path)
     spec = load_yaml(path.read_bytes(), path)
-    if not isinstance(spec, dict): raise UserError("a sweep must be a YAML mapping with at least 'notebook'", path)
-    allowed = {'notebook', 'name', 'params', 'grid', 'runs', 'jobs', 'runs_dir'}
+    if not isinstance(spec, dict):
+        raise UserError("a sweep must be a YAML mapping with at least 'notebook'", path)
+    allowed = {"notebook", "name", "params", "grid", "runs", "jobs", "runs_dir"}
     for k in spec:
-        if k not in allowed: raise UserError(f"unknown key; allowed: {', '.join(sorted(allowed))}", path, field=k)
-    if 'notebook' not in spec: raise UserError("missing", path, field='notebook')
-    for k, typ in (('params', dict), ('grid', dict), ('runs', list), ('notebook', str), ('name', str), ('runs_dir', str), ('jobs', int)):
+        if k not in allowed:
+            raise UserError(f"unknown key; allowed: {', '.join(sorted(allowed))}", path, field=k)
+    if "notebook" not in spec:
+        raise UserError("missing", path, field="notebook")
+    for k, typ in (
+        ("params", dict),
+        ("grid", dict),
+        ("runs", list),
+        ("notebook", str),
+        ("name", str),
+        ("runs_dir", str),
+        ("jobs", int),
+    ):
         if k in spec and (not isinstance(spec[k], typ) or isinstance(spec[k], bool)):
-            raise UserError(f"must be {dict(dict='a mapping', list='a list', str='text', int='a whole number')[typ.__name__]}, got {spec[k]!r:.60}", path, field=k)
-    if 'jobs' in spec and spec['jobs'] < 1: raise UserError(f"must be at least 1, got {spec['jobs']}", path, field='jobs')
-    for k, v in (spec.get('grid') or {}).items():
-        if not isinstance(v, list) or not v: raise UserError("grid values must be non-empty lists", path, field=f'grid.{k}')
-    for i, r in enumerate(spec.get('runs') or []):
-        if not isinstance(r, dict): raise UserError("each explicit run must be a mapping", path, field=f'runs[{i}]')
-    spec['_path'] = str(path)
+            raise UserError(
+                f"must be {dict(dict='a mapping', list='a list', str='text', int='a whole number')[typ.__name__]}, got {spec[k]!r:.60}",
+                path,
+                field=k,
+            )
+    if "jobs" in spec and spec["jobs"] < 1:
+        raise UserError(f"must be at least 1, got {spec['jobs']}", path, field="jobs")
+    for k, v in (spec.get("grid") or {}).items():
+        if not isinstance(v, list) or not v:
+            raise UserError("grid values must be non-empty lists", path, field=f"grid.{k}")
+    for i, r in enumerate(spec.get("runs") or []):
+        if not isinstance(r, dict):
+            raise UserError("each explicit run must be a mapping", path, field=f"runs[{i}]")
+    spec["_path"] = str(path)
     return spec
 
-def expand_sweep(spec:dict) -> list[tuple[str, dict]]:
+
+def expand_sweep(spec: dict) -> list[tuple[str, dict]]:
     "`[(run_name, params), …]`: the grid's cartesian product, then the explicit runs."
-    base, grid = dict(spec.get('params') or {}), dict(spec.get('grid') or {})
-    combos = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())] if grid else ([{}] if not spec.get('runs') else [])
-    combos += [dict(r) for r in spec.get('runs') or []]
-    sweep = Path(spec.get('_path', 'sweep')).stem
+    base, grid = dict(spec.get("params") or {}), dict(spec.get("grid") or {})
+    combos = (
+        [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())]
+        if grid
+        else ([{}] if not spec.get("runs") else [])
+    )
+    combos += [dict(r) for r in spec.get("runs") or []]
+    sweep = Path(spec.get("_path", "sweep")).stem
     varying = sorted({k for c in combos for k in c})
     out, seen = [], {}
     for c in combos:
         p = {**base, **c}
-        if spec.get('name'):
-            try: name = str(spec['name']).format(**p)
-            except (KeyError, IndexError, ValueError) as e: raise UserError(f"run-name template {spec['name']!r}: {e!r}", spec.get('_path'), field='name') from None
-        else: name = '-'.join([sweep] + [f"{k}={p[k]}" for k in varying if k in p]) if varying else sweep
+        if spec.get("name"):
+            try:
+                name = str(spec["name"]).format(**p)
+            except (KeyError, IndexError, ValueError) as e:
+                raise UserError(f"run-name template {spec['name']!r}: {e!r}", spec.get("_path"), field="name") from None
+        else:
+            name = "-".join([sweep] + [f"{k}={p[k]}" for k in varying if k in p]) if varying else sweep
         name = _safe_name(name)
         if name in seen:
-            if seen[name] == p: continue
-            raise UserError(f"two runs get the name {name!r} with different params; add the varying keys to 'name'", spec.get('_path'), field='name')
-        seen[name] = p; out.append((name, p))
+            if seen[name] == p:
+                continue
+            raise UserError(
+                f"two runs get the name {name!r} with different params; add the varying keys to 'name'",
+                spec.get("_path"),
+                field="name",
+            )
+        seen[name] = p
+        out.append((name, p))
     return out
+
 
 # %% ../../nbs/runs/00_papermill.ipynb #fa8e5260
 def _run_one(args):
     nb, name, params, runs_dir, force = args
-    try: return name, run_notebook(nb, name, params, runs_dir, force=force, progress=False)
-    except UserError as e: return name, {'status': 'failed', 'error': str(e)}
-    except Exception as e: return name, {'status': 'failed', 'error': f"{type(e).__name__}: {e}", 'traceback': traceback.format_exc()}
+    try:
+        return name, run_notebook(nb, name, params, runs_dir, force=force, progress=False)
+    except UserError as e:
+        return name, {"status": "failed", "error": str(e)}
+    except Exception as e:
+        return name, {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
 
-def run_sweep(path:str|Path, jobs:int=None, force:bool=False, runs_dir:str|Path=None, progress:bool=True) -> dict:
+
+def run_sweep(
+    path: str | Path, jobs: int = None, force: bool = False, runs_dir: str | Path = None, progress: bool = True
+) -> dict:
     "Run every expanded run of a sweep in `jobs` processes; returns the sweep summary (also written as JSON)."
     from tqdm.auto import tqdm
+
     spec = load_sweep(path)
-    nb = resolve_notebook(spec['notebook'])
+    nb = resolve_notebook(spec["notebook"])
     declared = notebook_parameters(nb)
     runs = expand_sweep(spec)
-    for name, p in runs: check_params(nb, p, declared)      # every run is checked before any starts
-    runs_dir = Path(runs_dir or spec.get('runs_dir') or 'papermill_runs')
-    jobs = max(1, int(jobs or spec.get('jobs') or 1))
+    for _name, p in runs:
+        check_params(nb, p, declared)  # every run is checked before any starts
+    runs_dir = Path(runs_dir or spec.get("runs_dir") or "papermill_runs")
+    jobs = max(1, int(jobs or spec.get("jobs") or 1))
     results = {}
     args = [(str(nb), n, p, str(runs_dir), force) for n, p in runs]
-    bar = tqdm(total=len(args), desc=f'sweep {Path(path).stem}', unit='run', disable=not progress)
+    bar = tqdm(total=len(args), desc=f"sweep {Path(path).stem}", unit="run", disable=not progress)
     if jobs == 1:
-        for a in args: n, r = _run_one(a); results[n] = r; bar.update()
+        for a in args:
+            n, r = _run_one(a)
+            results[n] = r
+            bar.update()
     else:
-        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context('spawn')) as ex:
-            for n, r in ex.map(_run_one, args): results[n] = r; bar.update()
+        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
+            for n, r in ex.map(_run_one, args):
+                results[n] = r
+                bar.update()
     bar.close()
-    summary = {'sweep': str(path), 'notebook': str(nb), 'runs_dir': str(runs_dir), 'finished': now_iso(),
-               'counts': {s: sum(r['status'] == s for r in results.values()) for s in ('completed', 'skipped', 'failed')},
-               'runs': {n: {'status': r['status'], **({'error': r['error']} if r.get('error') else {})} for n, r in results.items()}}
-    write_json(runs_dir/f'sweep-{_safe_name(Path(path).stem)}.json', summary)
+    summary = {
+        "sweep": str(path),
+        "notebook": str(nb),
+        "runs_dir": str(runs_dir),
+        "finished": now_iso(),
+        "counts": {s: sum(r["status"] == s for r in results.values()) for s in ("completed", "skipped", "failed")},
+        "runs": {
+            n: {"status": r["status"], **({"error": r["error"]} if r.get("error") else {})} for n, r in results.items()
+        },
+    }
+    write_json(runs_dir / f"sweep-{_safe_name(Path(path).stem)}.json", summary)
     return summary
 
+
 # %% ../../nbs/runs/00_papermill.ipynb #5e57a3d3
-def run_cmd(notebook:Param("notebook path, or a name in nbs/experiments/"),
-            name:str=None,                 # run name (folder under --runs-dir); default: the notebook's name
-            p:Param("a parameter, as papermill takes it: -p NAME VALUE (True/False/None/numbers typed, else text); "
-                    "or -p KEY=VALUE ... (values read as YAML); repeatable", nargs='+', action='append')=None,
-            r:Param("a parameter kept as text: -r NAME VALUE; repeatable", nargs=2, action='append')=None,
-            f:Param("a YAML file of parameters; repeatable", action='append')=None,
-            y:Param("parameters as a YAML mapping, e.g. -y 'epochs: 3'; repeatable", action='append')=None,
-            k:str='python3',               # Jupyter kernel to execute with
-            log_output:bool=False,         # stream the cells' outputs to stderr as they run
-            runs_dir:str='papermill_runs',  # where run folders are written
-            force:bool=False,              # re-run even if a completed run has the same parameters
-            no_html:bool=False):           # skip the HTML rendering
+def run_cmd(
+    notebook: Param("notebook path, or a name in nbs/experiments/"),
+    name: str = None,  # run name (folder under --runs-dir); default: the notebook's name
+    p: Param(
+        "a parameter, as papermill takes it: -p NAME VALUE (True/False/None/numbers typed, else text); "
+        "or -p KEY=VALUE ... (values read as YAML); repeatable",
+        nargs="+",
+        action="append",
+    ) = None,
+    r: Param("a parameter kept as text: -r NAME VALUE; repeatable", nargs=2, action="append") = None,
+    f: Param("a YAML file of parameters; repeatable", action="append") = None,
+    y: Param("parameters as a YAML mapping, e.g. -y 'epochs: 3'; repeatable", action="append") = None,
+    k: str = "python3",  # Jupyter kernel to execute with
+    log_output: bool = False,  # stream the cells' outputs to stderr as they run
+    runs_dir: str = "papermill_runs",  # where run folders are written
+    force: bool = False,  # re-run even if a completed run has the same parameters
+    no_html: bool = False,  # skip the HTML rendering
+):
     "Execute a notebook with papermill into RUNS_DIR/NAME/ (params.json, run.json, metrics.json, notebook, HTML)."
     nb = resolve_notebook(notebook)
-    r = run_notebook(nb, name or nb.stem, gather_params(p, r, f, y), runs_dir, force=force, html=not no_html, kernel=k, log_output=log_output)
-    print(f"{r['status']}: {Path(runs_dir)/_safe_name(name or nb.stem)}" + (f"  ({r['error']})" if r.get('error') else ''))
-    return 0 if r['status'] in ('completed', 'skipped') else 1
+    r = run_notebook(
+        nb,
+        name or nb.stem,
+        gather_params(p, r, f, y),
+        runs_dir,
+        force=force,
+        html=not no_html,
+        kernel=k,
+        log_output=log_output,
+    )
+    print(
+        f"{r['status']}: {Path(runs_dir) / _safe_name(name or nb.stem)}"
+        + (f"  ({r['error']})" if r.get("error") else "")
+    )
+    return 0 if r["status"] in ("completed", "skipped") else 1
 
-def sweep_cmd(sweep:Param("sweep YAML (notebook, params, grid, runs, name)"),
-              jobs:int=None,                # parallel runs (processes); default from the YAML or 1
-              force:bool=False,             # re-run completed runs with the same parameters
-              runs_dir:str=None):           # where run folders go (default: the YAML's runs_dir or papermill_runs)
+
+def sweep_cmd(
+    sweep: Param("sweep YAML (notebook, params, grid, runs, name)"),
+    jobs: int = None,  # parallel runs (processes); default from the YAML or 1
+    force: bool = False,  # re-run completed runs with the same parameters
+    runs_dir: str = None,  # where run folders go (default: the YAML's runs_dir or papermill_runs)
+):
     "Expand a sweep into runs and execute them; failed runs do not stop the others; exit 1 if any failed."
     s = run_sweep(sweep, jobs, force, runs_dir)
-    for n, r in s['runs'].items(): print(f"{r['status']:<10} {n}" + (f"  ({r['error']})" if r.get('error') else ''))
-    c = s['counts']; print(f"{c['completed']} completed, {c['skipped']} skipped, {c['failed']} failed")
-    return 1 if c['failed'] else 0
+    for n, r in s["runs"].items():
+        print(f"{r['status']:<10} {n}" + (f"  ({r['error']})" if r.get("error") else ""))
+    c = s["counts"]
+    print(f"{c['completed']} completed, {c['skipped']} skipped, {c['failed']} failed")
+    return 1 if c["failed"] else 0

@@ -4,448 +4,819 @@
 
 # %% ../../nbs/runs/01_report.ipynb #e59f14cd
 from __future__ import annotations
-import html, json, math, re, shutil, sys, tempfile
+
+import html
+import math
+import re
+import sys
+import tempfile
 from pathlib import Path
+
 import numpy as np
 import pandas as pd
+
 from ..cli import Param
-from ..utils import UserError, read_json, write_json, atomic_write, provenance, sha256_file
+from ..utils import UserError, atomic_write, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'NO_ANSWER', 'CLI_COMMANDS', 'parse_legacy_name',
-           'run_conditions', 'collect_runs', 'simplification_tables', 'reference_m', 'comparison_tables',
-           'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table', 'collect_ladders',
-           'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1', 'confusion', 'training_curves', 'build_report',
-           'build_cmd']
+__all__ = [
+    "PRETTY_MODELS",
+    "PRETTY_DATASETS",
+    "GLOSSARY",
+    "LABEL_MODE",
+    "NO_ANSWER",
+    "CLI_COMMANDS",
+    "parse_legacy_name",
+    "run_conditions",
+    "collect_runs",
+    "simplification_tables",
+    "reference_m",
+    "comparison_tables",
+    "escape_frame",
+    "frame_html",
+    "table_html",
+    "query_figures",
+    "rankreg_table",
+    "collect_ladders",
+    "sample_counts",
+    "bootstrap_ci",
+    "best_runs",
+    "per_class_f1",
+    "confusion",
+    "training_curves",
+    "build_report",
+    "build_cmd",
+]
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
-PRETTY_MODELS = {'qwen25_7b': 'Qwen2.5-7B', 'qwen2.5-7b': 'Qwen2.5-7B', 'qwen3_8b': 'Qwen3-8B', 'qwen3-8b': 'Qwen3-8B'}
-PRETTY_DATASETS = {'lote': 'LoTE-Animal', 'lote-animal': 'LoTE-Animal', 'lote_animal': 'LoTE-Animal',
-                   'mammalnet': 'MammalNet', 'mammal_net': 'MammalNet'}
+PRETTY_MODELS = {"qwen25_7b": "Qwen2.5-7B", "qwen2.5-7b": "Qwen2.5-7B", "qwen3_8b": "Qwen3-8B", "qwen3-8b": "Qwen3-8B"}
+PRETTY_DATASETS = {
+    "lote": "LoTE-Animal",
+    "lote-animal": "LoTE-Animal",
+    "lote_animal": "LoTE-Animal",
+    "mammalnet": "MammalNet",
+    "mammal_net": "MammalNet",
+}
+
 
 def _pretty(v, table):
     "Display name of a model or dataset: a known short name, the last part of a path or hub id, or the value."
-    if v is None: return None
+    if v is None:
+        return None
     s = str(v)
-    if '/' in s and re.fullmatch(r'[\w.~/-]+', s): s = Path(s).name      # local path or hub id -> its last part
+    if "/" in s and re.fullmatch(r"[\w.~/-]+", s):
+        s = Path(s).name  # local path or hub id -> its last part
     return table.get(s.lower(), s)
 
-def parse_legacy_name(name:str) -> dict:
+
+def parse_legacy_name(name: str) -> dict:
     "Conditions from a legacy eval folder name like `sft_qwen25_7b_lote_m64_newp1_simple_best_test_analysis_first`."
-    n = name.lower(); out = {}
-    m = re.search(r'(qwen\d+(?:_\d+)?_\d+b)', n)
-    if m: out['model'] = _pretty(m.group(1), PRETTY_MODELS)
+    n = name.lower()
+    out = {}
+    m = re.search(r"(qwen\d+(?:_\d+)?_\d+b)", n)
+    if m:
+        out["model"] = _pretty(m.group(1), PRETTY_MODELS)
     for k, v in PRETTY_DATASETS.items():
-        if re.search(rf'(^|_){re.escape(k)}(_|$)', n): out['dataset'] = v; break
-    m = re.search(r'(?:^|_)m(\d+)(?:_|$)', n)
-    if m: out['M'] = int(m.group(1))
-    out['answer_order'] = 'analysis_first' if 'analysis_first' in n else 'actions_first'
-    out['label_mode'] = 'simple' if re.search(r'(^|_)simple(_|$)', n) else 'official'
-    for tag, var in (('cls', 'cls'), ('p1own', 'p1-own'), ('p1_own', 'p1-own'), ('e2drop10', 'e2-drop10'),
-                     ('e2_drop10', 'e2-drop10'), ('flip', 'flip-balanced'), ('rankreg', 'rankreg')):
-        if re.search(rf'(^|_){tag}(_|$)', n): out['variant'] = var; break
-    else: out['variant'] = 'baseline'
+        if re.search(rf"(^|_){re.escape(k)}(_|$)", n):
+            out["dataset"] = v
+            break
+    m = re.search(r"(?:^|_)m(\d+)(?:_|$)", n)
+    if m:
+        out["M"] = int(m.group(1))
+    out["answer_order"] = "analysis_first" if "analysis_first" in n else "actions_first"
+    out["label_mode"] = "simple" if re.search(r"(^|_)simple(_|$)", n) else "official"
+    for tag, var in (
+        ("cls", "cls"),
+        ("p1own", "p1-own"),
+        ("p1_own", "p1-own"),
+        ("e2drop10", "e2-drop10"),
+        ("e2_drop10", "e2-drop10"),
+        ("flip", "flip-balanced"),
+        ("rankreg", "rankreg"),
+    ):
+        if re.search(rf"(^|_){tag}(_|$)", n):
+            out["variant"] = var
+            break
+    else:
+        out["variant"] = "baseline"
     return out
 
-def _first(p:dict, *keys):
-    for k in keys:
-        if p.get(k) not in (None, ''): return p[k]
 
-def _num(v, path, field:str, integer:bool=False, unit:bool=False):
+def _first(p: dict, *keys):
+    for k in keys:
+        if p.get(k) not in (None, ""):
+            return p[k]
+
+
+def _num(v, path, field: str, integer: bool = False, unit: bool = False):
     "`v` as a finite number (None stays None); anything else is a `UserError` naming the file and field."
-    if v is None: return None
-    if integer and isinstance(v, str) and v.strip().isdigit(): v = int(v)
+    if v is None:
+        return None
+    if integer and isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok or not math.isfinite(v) or (unit and not 0 <= v <= 1):
-        want = 'a whole number' if integer else 'a number between 0 and 1' if unit else 'a finite number'
+        want = "a whole number" if integer else "a number between 0 and 1" if unit else "a finite number"
         raise UserError(f"must be {want}, got {v!r:.60}", path, None, field)
     return v
 
-def _p1_own(p:dict) -> bool:
+
+def _p1_own(p: dict) -> bool:
     "Phase-1 was trained on the run's own dataset only (`phase1_datasets`: a list, or the notebook's comma-separated text)."
-    p1 = p.get('phase1_datasets')
-    if isinstance(p1, str): p1 = [x for x in p1.split(',') if x.strip()]
-    if not isinstance(p1, list) or not p1: return str(p.get('phase1_mode', '')).lower() in ('own', 'p1-own')
-    ds = _pretty(_first(p, 'train_dataset', 'dataset'), PRETTY_DATASETS)
+    p1 = p.get("phase1_datasets")
+    if isinstance(p1, str):
+        p1 = [x for x in p1.split(",") if x.strip()]
+    if not isinstance(p1, list) or not p1:
+        return str(p.get("phase1_mode", "")).lower() in ("own", "p1-own")
+    ds = _pretty(_first(p, "train_dataset", "dataset"), PRETTY_DATASETS)
     return ds is not None and {_pretty(str(x).strip(), PRETTY_DATASETS) for x in p1} == {ds}
 
-def _flat(params:dict) -> dict:
-    "A run's params with its nested `config` block (Phase-2's dataclass) read in, the outer keys winning."
-    return {**params['config'], **params} if isinstance(params.get('config'), dict) else params
 
-def run_conditions(params:dict, path=None) -> dict:
+def _flat(params: dict) -> dict:
+    "A run's params with its nested `config` block (Phase-2's dataclass) read in, the outer keys winning."
+    return {**params["config"], **params} if isinstance(params.get("config"), dict) else params
+
+
+def run_conditions(params: dict, path=None) -> dict:
     "Normalized conditions of a run from its params.json (a nested `config` block is read too)."
     p = _flat(params)
-    variant = _first(p, 'variant')
+    variant = _first(p, "variant")
     if not variant:
-        if p.get('shuffle_labels'): variant = 'shuffled-labels'
-        elif p.get('cls_head'): variant = 'cls'
-        elif _p1_own(p): variant = 'p1-own'
-        elif (_num(p.get('qformer_dropout'), path, 'qformer_dropout') or 0) > 0: variant = 'e2-drop10'
-        elif str(p.get('sampler', '')).lower() == 'flip-balanced': variant = 'flip-balanced'
-        elif (_num(p.get('rank_reg'), path, 'rank_reg') or 0) > 0: variant = 'rankreg'
-        else: variant = 'baseline'
-    M = _first(p, 'num_queries', 'M', 'num_qformer_queries')
-    ds = _pretty(_first(p, 'dataset', 'eval_dataset'), PRETTY_DATASETS)
-    model, synthetic = _pretty(_first(p, 'llm_name', 'model', 'llm'), PRETTY_MODELS), p.get('synthetic') is True
-    if synthetic: model = f"synthetic {model or 'model'}"      # generated outputs, not a trained model's
-    return {'model': model, 'synthetic': synthetic, 'dataset': ds,
-            'train_dataset': _pretty(_first(p, 'train_dataset'), PRETTY_DATASETS) or ds,
-            'M': _num(M, path, 'num_queries', integer=True), 'answer_order': _first(p, 'answer_order') or 'actions_first',
-            'label_mode': _first(p, 'label_mode') or 'official', 'variant': variant}
+        if p.get("shuffle_labels"):
+            variant = "shuffled-labels"
+        elif p.get("cls_head"):
+            variant = "cls"
+        elif _p1_own(p):
+            variant = "p1-own"
+        elif (_num(p.get("qformer_dropout"), path, "qformer_dropout") or 0) > 0:
+            variant = "e2-drop10"
+        elif str(p.get("sampler", "")).lower() == "flip-balanced":
+            variant = "flip-balanced"
+        elif (_num(p.get("rank_reg"), path, "rank_reg") or 0) > 0:
+            variant = "rankreg"
+        else:
+            variant = "baseline"
+    M = _first(p, "num_queries", "M", "num_qformer_queries")
+    ds = _pretty(_first(p, "dataset", "eval_dataset"), PRETTY_DATASETS)
+    model, synthetic = _pretty(_first(p, "llm_name", "model", "llm"), PRETTY_MODELS), p.get("synthetic") is True
+    if synthetic:
+        model = f"synthetic {model or 'model'}"  # generated outputs, not a trained model's
+    return {
+        "model": model,
+        "synthetic": synthetic,
+        "dataset": ds,
+        "train_dataset": _pretty(_first(p, "train_dataset"), PRETTY_DATASETS) or ds,
+        "M": _num(M, path, "num_queries", integer=True),
+        "answer_order": _first(p, "answer_order") or "actions_first",
+        "label_mode": _first(p, "label_mode") or "official",
+        "variant": variant,
+    }
+
 
 # %% ../../nbs/runs/01_report.ipynb #962a4b77
-def _label_map_of(p:dict, run:Path) -> str|None:
+def _label_map_of(p: dict, run: Path) -> str | None:
     "The {official: simplified} file a run names or its dataset folder holds; relative paths from here or the run's `cwd`."
     p = _flat(p)
-    cands = [p.get('label_map')] + [str(Path(*parts)/'label_map.json') for parts in ([p.get('data_dir'), p.get('dataset')], [p.get('dataset')])
-                                     if all(isinstance(x, str) and x for x in parts)]
-    rj = next((f for f in (run/'run.json', run.parent/'run.json') if f.is_file()), None)
-    try: cwd = read_json(rj).get('cwd') if rj else None
-    except (UserError, AttributeError): cwd = None
-    bases = [Path('.')] + ([Path(cwd)] if isinstance(cwd, str) else [])
-    return next((str(b/f) for f in cands if isinstance(f, str) and f for b in bases if (b/f).is_file()), None)
+    cands = [p.get("label_map")] + [
+        str(Path(*parts) / "label_map.json")
+        for parts in ([p.get("data_dir"), p.get("dataset")], [p.get("dataset")])
+        if all(isinstance(x, str) and x for x in parts)
+    ]
+    rj = next((f for f in (run / "run.json", run.parent / "run.json") if f.is_file()), None)
+    try:
+        cwd = read_json(rj).get("cwd") if rj else None
+    except (UserError, AttributeError):
+        cwd = None
+    bases = [Path(".")] + ([Path(cwd)] if isinstance(cwd, str) else [])
+    return next((str(b / f) for f in cands if isinstance(f, str) and f for b in bases if (b / f).is_file()), None)
 
-def _run_row(mf:Path, m:dict) -> dict:
+
+def _run_row(mf: Path, m: dict) -> dict:
     "The row of one scored metrics.json: conditions from the run's params.json (or its folder name) and the scores."
     d = mf.parent
     params = ppath = None
-    for cand in (d/'params.json', d.parent/'params.json'):
-        if cand.is_file(): params, ppath = read_json(cand), cand; break
-    if params is None and (d/'provenance.json').is_file():     # a prediction run: conditions of its checkpoint
-        ck = (read_json(d/'provenance.json').get('params') or {}).get('ckpt')
-        if ck and (Path(ck).parent/'params.json').is_file(): ppath = Path(ck).parent/'params.json'; params = read_json(ppath)
-    if params is not None and not isinstance(params, dict): raise UserError("expected a JSON object", ppath)
+    for cand in (d / "params.json", d.parent / "params.json"):
+        if cand.is_file():
+            params, ppath = read_json(cand), cand
+            break
+    if params is None and (d / "provenance.json").is_file():  # a prediction run: conditions of its checkpoint
+        ck = (read_json(d / "provenance.json").get("params") or {}).get("ckpt")
+        if ck and (Path(ck).parent / "params.json").is_file():
+            ppath = Path(ck).parent / "params.json"
+            params = read_json(ppath)
+    if params is not None and not isinstance(params, dict):
+        raise UserError("expected a JSON object", ppath)
     cond = run_conditions(params, ppath) if params is not None else parse_legacy_name(d.name)
-    if m.get('trained_on'): cond['train_dataset'] = _pretty(m['trained_on'], PRETTY_DATASETS)
-    if m.get('evaluated_on'): cond['dataset'] = _pretty(m['evaluated_on'], PRETTY_DATASETS)
-    if not cond.get('dataset') and m.get('datasets'): cond['dataset'] = _pretty(m['datasets'][0], PRETTY_DATASETS)
-    cond.setdefault('train_dataset', cond.get('dataset')); cond.setdefault('synthetic', False)
-    return {**cond, 'run': str(d), 'legacy_name': params is None, 'label_map': _label_map_of(params or {}, d),
-            'top1': _num(m.get('top1_accuracy_single_label'), mf, 'top1_accuracy_single_label', unit=True),
-            'macro_f1': _num(m.get('macro_f1'), mf, 'macro_f1', unit=True),
-            'num_samples': _num(m.get('num_samples'), mf, 'num_samples', integer=True),
-            'num_unparseable': _num(m.get('num_unparseable'), mf, 'num_unparseable', integer=True),
-            'chance_top1': _num(m.get('chance_top1'), mf, 'chance_top1', unit=True),
-            'majority_top1': _num(m.get('majority_top1'), mf, 'majority_top1', unit=True)}
+    if m.get("trained_on"):
+        cond["train_dataset"] = _pretty(m["trained_on"], PRETTY_DATASETS)
+    if m.get("evaluated_on"):
+        cond["dataset"] = _pretty(m["evaluated_on"], PRETTY_DATASETS)
+    if not cond.get("dataset") and m.get("datasets"):
+        cond["dataset"] = _pretty(m["datasets"][0], PRETTY_DATASETS)
+    cond.setdefault("train_dataset", cond.get("dataset"))
+    cond.setdefault("synthetic", False)
+    return {
+        **cond,
+        "run": str(d),
+        "legacy_name": params is None,
+        "label_map": _label_map_of(params or {}, d),
+        "top1": _num(m.get("top1_accuracy_single_label"), mf, "top1_accuracy_single_label", unit=True),
+        "macro_f1": _num(m.get("macro_f1"), mf, "macro_f1", unit=True),
+        "num_samples": _num(m.get("num_samples"), mf, "num_samples", integer=True),
+        "num_unparseable": _num(m.get("num_unparseable"), mf, "num_unparseable", integer=True),
+        "chance_top1": _num(m.get("chance_top1"), mf, "chance_top1", unit=True),
+        "majority_top1": _num(m.get("majority_top1"), mf, "majority_top1", unit=True),
+    }
+
 
 def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
     "(one row per evaluation with conditions and scores, folders with predictions but no metrics, runs left out and why)."
-    rows, missing, bad, seen = [], [], [], {}   # seen: sha256 of a metrics.json -> the folders it was read from
+    rows, missing, bad, seen = [], [], [], {}  # seen: sha256 of a metrics.json -> the folders it was read from
     for root in map(Path, paths):
-        if not root.exists(): raise UserError("no such folder", root)
-        if not root.is_dir(): raise UserError("expected a folder of runs", root)
-        for pred in sorted(root.rglob('predictions.jsonl')):
-            if not (pred.parent/'metrics.json').exists(): missing.append(pred.parent)
-        for mf in sorted(root.rglob('metrics.json'), key=lambda f: (len(f.parts), f)):   # shallowest first: the run's own folder
-            digest = sha256_file(mf)   # a run's copy of an evaluation below it is that evaluation; equal files of two runs are two rows
-            if any(d in mf.parents for d in seen.get(digest, ())): continue
+        if not root.exists():
+            raise UserError("no such folder", root)
+        if not root.is_dir():
+            raise UserError("expected a folder of runs", root)
+        for pred in sorted(root.rglob("predictions.jsonl")):
+            if not (pred.parent / "metrics.json").exists():
+                missing.append(pred.parent)
+        for mf in sorted(
+            root.rglob("metrics.json"),
+            key=lambda f: (len(f.parts), f),  # shallowest first: the run's own folder
+        ):
+            digest = sha256_file(
+                mf
+            )  # a run's copy of an evaluation below it is that evaluation; equal files of two runs are two rows
+            if any(d in mf.parents for d in seen.get(digest, ())):
+                continue
             seen.setdefault(digest, []).append(mf.parent)
             try:
                 m = read_json(mf)
-                if not isinstance(m, dict) or 'macro_f1' not in m: continue      # a notebook's own metrics, not a scored prediction set
+                if not isinstance(m, dict) or "macro_f1" not in m:
+                    continue  # a notebook's own metrics, not a scored prediction set
                 rows.append(_run_row(mf, m))
-            except UserError as e: bad.append({'run': str(mf.parent), 'error': str(e)})   # left out and listed, never a wrong row
-    cols = ['model', 'dataset', 'train_dataset', 'M', 'answer_order', 'label_mode', 'variant', 'top1', 'macro_f1',
-            'num_samples', 'num_unparseable', 'chance_top1', 'majority_top1', 'run', 'legacy_name', 'label_map', 'synthetic']
+            except UserError as e:
+                bad.append({"run": str(mf.parent), "error": str(e)})  # left out and listed, never a wrong row
+    cols = [
+        "model",
+        "dataset",
+        "train_dataset",
+        "M",
+        "answer_order",
+        "label_mode",
+        "variant",
+        "top1",
+        "macro_f1",
+        "num_samples",
+        "num_unparseable",
+        "chance_top1",
+        "majority_top1",
+        "run",
+        "legacy_name",
+        "label_map",
+        "synthetic",
+    ]
     return pd.DataFrame(rows, columns=cols), missing, bad
+
 
 # %% ../../nbs/runs/01_report.ipynb #905c9d19
 GLOSSARY = [
-    ('Phase-1 (newp1)', 'the three-branch contrastive module (behaviour tokens, species, environment) on top of the frozen DINOv2 video encoder; newp1 is the one pretrained jointly on all datasets, more stable than a single-dataset Phase-1'),
-    ('Phase-2 / SFT', 'supervised fine-tuning of the Q-former, the optional cls head and LoRA on the multiple-choice task over candidate actions, with Phase-1 and the LLM frozen'),
-    ('M', 'the number of learnable Q-former queries: the visual tokens given to the LLM (the seed: 32, 64, 128, 512)'),
-    ('answer_order', 'actions_first: <predicted_actions>…</predicted_actions> first, then the analysis; analysis_first: the analysis first ("think, then answer")'),
-    ('label simplification (simple)', 'official long or CamelCase labels rewritten as short everyday words, used as the candidates and the supervised answer; training and evaluation use the same mapping'),
-    ('cls', 'an auxiliary multi-label BCE head on the Q-former output trained with the LM loss (weight 0.1 in the seed); predictions still come from the generated text'),
-    ('p1-own', 'Phase-2 on a Phase-1 trained on its own dataset only, instead of the joint newp1'),
-    ('e2-drop10', '10% dropout on the Q-former input from the second epoch on'),
-    ('flip-balanced', 'class-balanced sampling whose repeats are mirrored clips, with direction-coded labels mapped through the flip map'),
-    ('rankreg', 'a regulariser that raises the spectral entropy of the Q-former query outputs, against the query collapse of the query-diversity section'),
-    ('cross-dataset / zero-shot', 'a Phase-2 model trained on one dataset evaluated on another (e.g. MammalNet→LoTE-Animal)'),
-    ('shuffled-labels', 'a control trained on permuted labels: it should stay at the majority class; if it does not, something leaks'),
+    (
+        "Phase-1 (newp1)",
+        "the three-branch contrastive module (behaviour tokens, species, environment) on top of the frozen DINOv2 video encoder; newp1 is the one pretrained jointly on all datasets, more stable than a single-dataset Phase-1",
+    ),
+    (
+        "Phase-2 / SFT",
+        "supervised fine-tuning of the Q-former, the optional cls head and LoRA on the multiple-choice task over candidate actions, with Phase-1 and the LLM frozen",
+    ),
+    ("M", "the number of learnable Q-former queries: the visual tokens given to the LLM (the seed: 32, 64, 128, 512)"),
+    (
+        "answer_order",
+        'actions_first: <predicted_actions>…</predicted_actions> first, then the analysis; analysis_first: the analysis first ("think, then answer")',
+    ),
+    (
+        "label simplification (simple)",
+        "official long or CamelCase labels rewritten as short everyday words, used as the candidates and the supervised answer; training and evaluation use the same mapping",
+    ),
+    (
+        "cls",
+        "an auxiliary multi-label BCE head on the Q-former output trained with the LM loss (weight 0.1 in the seed); predictions still come from the generated text",
+    ),
+    ("p1-own", "Phase-2 on a Phase-1 trained on its own dataset only, instead of the joint newp1"),
+    ("e2-drop10", "10% dropout on the Q-former input from the second epoch on"),
+    (
+        "flip-balanced",
+        "class-balanced sampling whose repeats are mirrored clips, with direction-coded labels mapped through the flip map",
+    ),
+    (
+        "rankreg",
+        "a regulariser that raises the spectral entropy of the Q-former query outputs, against the query collapse of the query-diversity section",
+    ),
+    (
+        "cross-dataset / zero-shot",
+        "a Phase-2 model trained on one dataset evaluated on another (e.g. MammalNet→LoTE-Animal)",
+    ),
+    (
+        "shuffled-labels",
+        "a control trained on permuted labels: it should stay at the majority class; if it does not, something leaks",
+    ),
 ]
 
-def simplification_tables(runs:pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+
+def simplification_tables(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     "[(dataset, official → simplified table)] for each dataset whose runs name a label map; only the labels it renames."
     from vtreetrm.eval.parse import load_label_map
-    if runs.empty or 'label_map' not in runs: return []
+
+    if runs.empty or "label_map" not in runs:
+        return []
     out = []
-    for ds, g in runs.dropna(subset=['label_map']).groupby('dataset', sort=True):
-        f = g['label_map'].iloc[0]
-        try: m = load_label_map(f).mapping
-        except UserError: continue                      # an unreadable map: no table, the runs are scored as before
+    for ds, g in runs.dropna(subset=["label_map"]).groupby("dataset", sort=True):
+        f = g["label_map"].iloc[0]
+        try:
+            m = load_label_map(f).mapping
+        except UserError:
+            continue  # an unreadable map: no table, the runs are scored as before
         rows = [(k, v) for k, v in sorted(m.items()) if k.strip().lower() != v.strip().lower()]
-        if rows: out.append((f"{ds} ({len(m)} labels, {len(rows)} renamed)", pd.DataFrame(rows, columns=['official label', 'simplified label'])))
+        if rows:
+            out.append(
+                (
+                    f"{ds} ({len(m)} labels, {len(rows)} renamed)",
+                    pd.DataFrame(rows, columns=["official label", "simplified label"]),
+                )
+            )
     return out
+
 
 # %% ../../nbs/runs/01_report.ipynb #01726a31
-LABEL_MODE = {'official': 'official labels', 'simple': 'simplified labels'}
+LABEL_MODE = {"official": "official labels", "simple": "simplified labels"}
+
 
 def _agg(df, name=str):
-    keys = ['model', 'dataset', 'train_dataset', 'M', 'answer_order', 'label_mode', 'variant']
-    g = df.fillna({'model': '?', 'dataset': '?', 'train_dataset': '?', 'M': -1}).groupby(keys, dropna=False)
-    out = g.agg(top1=('top1', 'mean'), macro_f1=('macro_f1', 'mean'), top1_sd=('top1', 'std'), macro_f1_sd=('macro_f1', 'std'),
-                runs=('run', 'count'), sources=('run', lambda r: ', '.join(sorted(map(name, r))))).reset_index()
-    out['M'] = out['M'].astype(int)
+    keys = ["model", "dataset", "train_dataset", "M", "answer_order", "label_mode", "variant"]
+    g = df.fillna({"model": "?", "dataset": "?", "train_dataset": "?", "M": -1}).groupby(keys, dropna=False)
+    out = g.agg(
+        top1=("top1", "mean"),
+        macro_f1=("macro_f1", "mean"),
+        top1_sd=("top1", "std"),
+        macro_f1_sd=("macro_f1", "std"),
+        runs=("run", "count"),
+        sources=("run", lambda r: ", ".join(sorted(map(name, r)))),
+    ).reset_index()
+    out["M"] = out["M"].astype(int)
     return out
 
-def reference_m(df) -> int|None:
+
+def reference_m(df) -> int | None:
     "The M used by the fixed-M comparisons: 64 when present (the seed's choice), else the most common M."
-    ms = df['M'].dropna()
-    if ms.empty: return None
+    ms = df["M"].dropna()
+    if ms.empty:
+        return None
     return 64 if (ms == 64).any() else int(ms.mode().iloc[0])
 
-def comparison_tables(runs:pd.DataFrame, name=str) -> list[tuple[str, pd.DataFrame]]:
+
+def comparison_tables(runs: pd.DataFrame, name=str) -> list[tuple[str, pd.DataFrame]]:
     "`[(title, table)]` with columns block, Model, Dataset, M, Top1, Macro-F1 (percent), sds, runs and their names (`name(path)`)."
-    if runs.empty: return []
-    df = _agg(runs, name); refm = reference_m(df)
+    if runs.empty:
+        return []
+    df = _agg(runs, name)
+    refm = reference_m(df)
     indomain = df[df.train_dataset == df.dataset]
     tables = []
+
     def add(title, sub, label, block=None):
-        if sub.empty: return
-        t = pd.DataFrame({'block': block(sub) if block else sub['model'] + ' | ' + sub['dataset'] + ' | ' + sub['answer_order'],
-                          'Model': [f"{m} ({label(r)})" if label(r) else m for m, (_, r) in zip(sub['model'], sub.iterrows())],
-                          'Dataset': sub['dataset'], 'M': sub['M'], 'Top1': 100*sub['top1'], 'Macro-F1': 100*sub['macro_f1'],
-                          'Top1 sd': 100*sub['top1_sd'], 'Macro-F1 sd': 100*sub['macro_f1_sd'], 'runs': sub['runs'], 'from': sub['sources']})
-        tables.append((title, t.sort_values(['block', 'M', 'Model'], kind='stable').reset_index(drop=True)))
-    base = indomain[indomain.variant == 'baseline']
-    lab = base[(base.answer_order == 'actions_first') & (base.M == refm)]
+        if sub.empty:
+            return
+        t = pd.DataFrame(
+            {
+                "block": block(sub) if block else sub["model"] + " | " + sub["dataset"] + " | " + sub["answer_order"],
+                "Model": [f"{m} ({label(r)})" if label(r) else m for m, (_, r) in zip(sub["model"], sub.iterrows())],
+                "Dataset": sub["dataset"],
+                "M": sub["M"],
+                "Top1": 100 * sub["top1"],
+                "Macro-F1": 100 * sub["macro_f1"],
+                "Top1 sd": 100 * sub["top1_sd"],
+                "Macro-F1 sd": 100 * sub["macro_f1_sd"],
+                "runs": sub["runs"],
+                "from": sub["sources"],
+            }
+        )
+        tables.append((title, t.sort_values(["block", "M", "Model"], kind="stable").reset_index(drop=True)))
+
+    base = indomain[indomain.variant == "baseline"]
+    lab = base[(base.answer_order == "actions_first") & (base.M == refm)]
     if lab.label_mode.nunique() > 1:
-        add(f"Label simplification (actions_first, M={refm})", lab, lambda r: LABEL_MODE.get(r.label_mode, r.label_mode))
-    for order in ('analysis_first', 'actions_first'):
-        sw = base[(base.answer_order == order) & (base.label_mode == 'simple')]
-        if sw.M.nunique() > 1: add(f"M sweep, simplified labels: {order}", sw, lambda r: '')
-    fixed = indomain[(indomain.answer_order == 'actions_first') & (indomain.M == refm)]
-    if not (fixed.variant != 'baseline').any():   # variants may have been run at another M (e.g. the smallest)
-        vm = indomain.loc[indomain.variant != 'baseline', 'M']
-        if len(vm): refm = int(vm.mode().iloc[0]); fixed = indomain[(indomain.answer_order == 'actions_first') & (indomain.M == refm)]
-    simple = fixed[fixed.label_mode == 'simple'] if (fixed.label_mode == 'simple').any() else fixed
-    for var, title in (('cls', 'Auxiliary classification head'), ('p1-own', 'p1-own variant'),
-                       ('e2-drop10', 'e2-drop10 variant'), ('flip-balanced', 'flip-balanced variant'),
-                       ('shuffled-labels', 'Learnability control: shuffled training labels')):
-        v = simple[simple.variant.isin(['baseline', var])]
+        add(
+            f"Label simplification (actions_first, M={refm})", lab, lambda r: LABEL_MODE.get(r.label_mode, r.label_mode)
+        )
+    for order in ("analysis_first", "actions_first"):
+        sw = base[(base.answer_order == order) & (base.label_mode == "simple")]
+        if sw.M.nunique() > 1:
+            add(f"M sweep, simplified labels: {order}", sw, lambda r: "")
+    fixed = indomain[(indomain.answer_order == "actions_first") & (indomain.M == refm)]
+    if not (fixed.variant != "baseline").any():  # variants may have been run at another M (e.g. the smallest)
+        vm = indomain.loc[indomain.variant != "baseline", "M"]
+        if len(vm):
+            refm = int(vm.mode().iloc[0])
+            fixed = indomain[(indomain.answer_order == "actions_first") & (indomain.M == refm)]
+    simple = fixed[fixed.label_mode == "simple"] if (fixed.label_mode == "simple").any() else fixed
+    for var, title in (
+        ("cls", "Auxiliary classification head"),
+        ("p1-own", "p1-own variant"),
+        ("e2-drop10", "e2-drop10 variant"),
+        ("flip-balanced", "flip-balanced variant"),
+        ("shuffled-labels", "Learnability control: shuffled training labels"),
+    ):
+        v = simple[simple.variant.isin(["baseline", var])]
         if (v.variant == var).any():
-            keep = v.groupby(['model', 'dataset'])['variant'].transform(lambda s: (s == var).any())
+            keep = v.groupby(["model", "dataset"])["variant"].transform(lambda s, var=var: (s == var).any())
             add(f"{title} vs baseline (actions_first, M={refm})", v[keep], lambda r: r.variant)
     cross = df[(df.train_dataset != df.dataset)]
     if not cross.empty:
-        add("Cross-dataset / zero-shot", cross, lambda r: f"{r.train_dataset}→{r.dataset}", block=lambda s: s['dataset'] + ' | ' + s['M'].astype(str))
+        add(
+            "Cross-dataset / zero-shot",
+            cross,
+            lambda r: f"{r.train_dataset}→{r.dataset}",
+            block=lambda s: s["dataset"] + " | " + s["M"].astype(str),
+        )
     return tables
 
-def escape_frame(df:pd.DataFrame) -> pd.DataFrame:
+
+def escape_frame(df: pd.DataFrame) -> pd.DataFrame:
     "A copy with every non-numeric cell and every column name HTML-escaped (pandas' Styler escapes only str cells, not lists)."
     out = df.copy()
     for c in out.columns:
         if not pd.api.types.is_numeric_dtype(out[c]):
-            out[c] = out[c].map(lambda v: v if v is None or (isinstance(v, float) and math.isnan(v)) else html.escape(str(v)))
+            out[c] = out[c].map(
+                lambda v: v if v is None or (isinstance(v, float) and math.isnan(v)) else html.escape(str(v))
+            )
     out.columns = [html.escape(str(c)) for c in out.columns]
     return out
 
-def frame_html(df:pd.DataFrame, formats:dict=None, precision:int=2) -> str:
-    "HTML of a data frame, every value from data escaped, numbers with `precision` decimals (or `formats` per column)."
-    sty = escape_frame(df).style.format(precision=precision, na_rep='n/a')
-    if formats: sty = sty.format(formats, na_rep='n/a')
-    return sty.hide(axis='index').to_html()
 
-def table_html(t:pd.DataFrame) -> str:
+def frame_html(df: pd.DataFrame, formats: dict = None, precision: int = 2) -> str:
+    "HTML of a data frame, every value from data escaped, numbers with `precision` decimals (or `formats` per column)."
+    sty = escape_frame(df).style.format(precision=precision, na_rep="n/a")
+    if formats:
+        sty = sty.format(formats, na_rep="n/a")
+    return sty.hide(axis="index").to_html()
+
+
+def table_html(t: pd.DataFrame) -> str:
     "HTML of one table: values escaped, percent with 2 decimals, best Top1/Macro-F1 of each block in bold."
-    show = t.drop(columns=['block'])
-    if (show['runs'] <= 1).all(): show = show.drop(columns=['runs', 'Top1 sd', 'Macro-F1 sd'], errors='ignore')
-    best = {c: t.groupby('block')[c].transform('max') for c in ('Top1', 'Macro-F1')}
-    size = t.groupby('block')['block'].transform('size')
-    def style(col):   # bold the best of each block that compares at least two rows
-        if col.name not in best: return [''] * len(col)
-        return ['font-weight: bold' if n > 1 and pd.notna(v) and abs(v - b) < 1e-9 else '' for v, b, n in zip(col, best[col.name], size)]
-    sty = escape_frame(show).style.apply(style, axis=0).format({'Top1': '{:.2f}', 'Macro-F1': '{:.2f}', 'Top1 sd': '±{:.2f}', 'Macro-F1 sd': '±{:.2f}'},
-                                                               na_rep='n/a', subset=[c for c in ('Top1', 'Macro-F1', 'Top1 sd', 'Macro-F1 sd') if c in show]).hide(axis='index')
+    show = t.drop(columns=["block"])
+    if (show["runs"] <= 1).all():
+        show = show.drop(columns=["runs", "Top1 sd", "Macro-F1 sd"], errors="ignore")
+    best = {c: t.groupby("block")[c].transform("max") for c in ("Top1", "Macro-F1")}
+    size = t.groupby("block")["block"].transform("size")
+
+    def style(col):  # bold the best of each block that compares at least two rows
+        if col.name not in best:
+            return [""] * len(col)
+        return [
+            "font-weight: bold" if n > 1 and pd.notna(v) and abs(v - b) < 1e-9 else ""
+            for v, b, n in zip(col, best[col.name], size)
+        ]
+
+    sty = (
+        escape_frame(show)
+        .style.apply(style, axis=0)
+        .format(
+            {"Top1": "{:.2f}", "Macro-F1": "{:.2f}", "Top1 sd": "±{:.2f}", "Macro-F1 sd": "±{:.2f}"},
+            na_rep="n/a",
+            subset=[c for c in ("Top1", "Macro-F1", "Top1 sd", "Macro-F1 sd") if c in show],
+        )
+        .hide(axis="index")
+    )
     # a thin rule between blocks
-    starts = [i for i in range(1, len(t)) if t['block'].iat[i] != t['block'].iat[i-1]]
-    sty = sty.set_table_styles([{'selector': f'tbody tr:nth-child({i+1})', 'props': 'border-top: 2px solid #888'} for i in starts]
-                               + [{'selector': 'td, th', 'props': 'padding: 3px 10px; text-align: left'}], overwrite=False)
-    if 'from' in show: sty = sty.set_properties(subset=['from'], **{'font-size': '75%', 'color': '#555', 'max-width': '28em'})
+    starts = [i for i in range(1, len(t)) if t["block"].iat[i] != t["block"].iat[i - 1]]
+    sty = sty.set_table_styles(
+        [{"selector": f"tbody tr:nth-child({i + 1})", "props": "border-top: 2px solid #888"} for i in starts]
+        + [{"selector": "td, th", "props": "padding: 3px 10px; text-align: left"}],
+        overwrite=False,
+    )
+    if "from" in show:
+        sty = sty.set_properties(subset=["from"], **{"font-size": "75%", "color": "#555", "max-width": "28em"})
     return sty.to_html()
 
-# %% ../../nbs/runs/01_report.ipynb #db5971c1
-def _steps_file(d:Path) -> Path|None:
-    return next((f for f in (d/'steps.jsonl', d/'phase2'/'steps.jsonl') if f.is_file()), None)
 
-def query_figures(run:str|Path) -> dict:
+# %% ../../nbs/runs/01_report.ipynb #db5971c1
+def _steps_file(d: Path) -> Path | None:
+    return next((f for f in (d / "steps.jsonl", d / "phase2" / "steps.jsonl") if f.is_file()), None)
+
+
+def query_figures(run: str | Path) -> dict:
     "R_eff/M, its ceiling n/M and Gini of a run's learned query tokens, and its last epoch's mean output rank entropy; {} without query tokens."
     from vtreetrm.analysis.queries import load_query_tokens, query_diversity
     from vtreetrm.utils import iter_jsonl
+
     d = Path(run)
-    qt = next((f for f in (d/'query_tokens.safetensors', d/'best'/'model.safetensors', d/'phase2'/'query_tokens.safetensors')
-               if f.is_file()), None)
-    if qt is None: return {}
+    qt = next(
+        (
+            f
+            for f in (
+                d / "query_tokens.safetensors",
+                d / "best" / "model.safetensors",
+                d / "phase2" / "query_tokens.safetensors",
+            )
+            if f.is_file()
+        ),
+        None,
+    )
+    if qt is None:
+        return {}
     q = query_diversity(load_query_tokens(qt))
-    out = {'R_eff/M': q['effective_rank_ratio'], 'ceiling n/M': q['rank_bound_ratio'], 'Gini': q['gini'], 'output rank entropy': None}
+    out = {
+        "R_eff/M": q["effective_rank_ratio"],
+        "ceiling n/M": q["rank_bound_ratio"],
+        "Gini": q["gini"],
+        "output rank entropy": None,
+    }
     if (sf := _steps_file(d)) is not None:
         rows = [r for _, r in iter_jsonl(sf)]
-        epoch = rows[-1].get('epoch') if rows else None
-        last = [_num(r['query_rank_entropy'], sf, 'query_rank_entropy', unit=True) for r in rows
-                if r.get('epoch') == epoch and r.get('query_rank_entropy') is not None]
-        if last: out['output rank entropy'] = sum(last)/len(last)
+        epoch = rows[-1].get("epoch") if rows else None
+        last = [
+            _num(r["query_rank_entropy"], sf, "query_rank_entropy", unit=True)
+            for r in rows
+            if r.get("epoch") == epoch and r.get("query_rank_entropy") is not None
+        ]
+        if last:
+            out["output rank entropy"] = sum(last) / len(last)
     return out
+
 
 # %% ../../nbs/runs/01_report.ipynb #496be709
 def _figures_or_why(run) -> dict:
-    try: return query_figures(run)
-    except UserError as e: return {'note': str(e)}          # a damaged file: the row stays, with the reason
+    try:
+        return query_figures(run)
+    except UserError as e:
+        return {"note": str(e)}  # a damaged file: the row stays, with the reason
 
-def rankreg_table(runs:pd.DataFrame) -> pd.DataFrame|None:
+
+def rankreg_table(runs: pd.DataFrame) -> pd.DataFrame | None:
     "Each in-domain rankreg run beside its baselines (same model, dataset, M, order, labels), with accuracy and query figures."
-    if runs.empty or not (runs.variant == 'rankreg').any(): return None
-    keys = ['model', 'dataset', 'M', 'answer_order', 'label_mode']
-    ind = runs[(runs.train_dataset == runs.dataset) & runs.variant.isin(['baseline', 'rankreg'])].fillna({'model': '?', 'dataset': '?', 'M': -1})
+    if runs.empty or not (runs.variant == "rankreg").any():
+        return None
+    keys = ["model", "dataset", "M", "answer_order", "label_mode"]
+    ind = runs[(runs.train_dataset == runs.dataset) & runs.variant.isin(["baseline", "rankreg"])].fillna(
+        {"model": "?", "dataset": "?", "M": -1}
+    )
     rows = []
     for k, g in ind.groupby(keys, sort=True):
-        if not (g.variant == 'rankreg').any(): continue
-        for _, r in g.sort_values('variant').iterrows():
-            rows.append({'block': ' | '.join(map(str, k)), 'Model': f"{r.model} ({r.variant})", 'Dataset': r.dataset, 'M': int(r.M),
-                         'Top1': 100*r.top1, 'Macro-F1': 100*r.macro_f1, **_figures_or_why(r.run), 'run': r.run})
+        if not (g.variant == "rankreg").any():
+            continue
+        for _, r in g.sort_values("variant").iterrows():
+            rows.append(
+                {
+                    "block": " | ".join(map(str, k)),
+                    "Model": f"{r.model} ({r.variant})",
+                    "Dataset": r.dataset,
+                    "M": int(r.M),
+                    "Top1": 100 * r.top1,
+                    "Macro-F1": 100 * r.macro_f1,
+                    **_figures_or_why(r.run),
+                    "run": r.run,
+                }
+            )
     return pd.DataFrame(rows) if rows else None
+
 
 # %% ../../nbs/runs/01_report.ipynb #2cf90808
 def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
     "[(title, table)] for every ladder.json under `paths`: one row per rung (and why a rung is empty), then chance and the majority class (percent)."
     out = []
     for root in map(Path, paths):
-        for f in sorted(root.rglob('ladder.json')):
+        for f in sorted(root.rglob("ladder.json")):
             lad = read_json(f)
-            if not isinstance(lad, dict) or not isinstance(lad.get('rungs'), list): raise UserError("not a ladder file (no 'rungs' list)", f)
+            if not isinstance(lad, dict) or not isinstance(lad.get("rungs"), list):
+                raise UserError("not a ladder file (no 'rungs' list)", f)
             rows = []
-            for i, r in enumerate(lad['rungs']):
-                if not isinstance(r, dict): raise UserError("a rung must be an object", f, field=f'rungs[{i}]')
-                rows.append({'stage': str(r.get('stage', '?')), 'Top1': _num(r.get('top1'), f, f'rungs[{i}].top1', unit=True),
-                             'Macro-F1': _num(r.get('macro_f1'), f, f'rungs[{i}].macro_f1', unit=True), 'note': r.get('note')})
-            for k, name in (('chance_top1', 'chance'), ('majority_top1', 'majority class')):
-                rows.append({'stage': name, 'Top1': _num(lad.get(k), f, k, unit=True), 'Macro-F1': None})
+            for i, r in enumerate(lad["rungs"]):
+                if not isinstance(r, dict):
+                    raise UserError("a rung must be an object", f, field=f"rungs[{i}]")
+                rows.append(
+                    {
+                        "stage": str(r.get("stage", "?")),
+                        "Top1": _num(r.get("top1"), f, f"rungs[{i}].top1", unit=True),
+                        "Macro-F1": _num(r.get("macro_f1"), f, f"rungs[{i}].macro_f1", unit=True),
+                        "note": r.get("note"),
+                    }
+                )
+            for k, name in (("chance_top1", "chance"), ("majority_top1", "majority class")):
+                rows.append({"stage": name, "Top1": _num(lad.get(k), f, k, unit=True), "Macro-F1": None})
             t = pd.DataFrame(rows)
-            if t['note'].isna().all(): t = t.drop(columns=['note'])
-            t[['Top1', 'Macro-F1']] = 100*t[['Top1', 'Macro-F1']].astype(float)
+            if t["note"].isna().all():
+                t = t.drop(columns=["note"])
+            t[["Top1", "Macro-F1"]] = 100 * t[["Top1", "Macro-F1"]].astype(float)
             name = f.parent.relative_to(root) if f.parent != root else Path(root.name)
-            out.append((f"{_pretty(lad.get('dataset'), PRETTY_DATASETS) or '?'} {lad.get('split', 'test')} — {name}", t))
+            out.append(
+                (f"{_pretty(lad.get('dataset'), PRETTY_DATASETS) or '?'} {lad.get('split', 'test')} — {name}", t)
+            )
     return out
 
-# %% ../../nbs/runs/01_report.ipynb #f3ede848
-def sample_counts(run:str|Path) -> dict:
-    "Per-sample arrays of a run's parsed predictions: single-label mask, gold and first-predicted label, and per-class gold, predicted and true-positive counts."
-    from vtreetrm.eval.parse import read_predictions
-    from vtreetrm.eval.metrics import first_predictions
-    pr = read_predictions(Path(run)/'predictions.jsonl')
-    n, K = pr.n, len(pr.labels)
-    G = np.zeros((n, K)); G[pr.gold_rows, pr.gold_cols] = 1                 # a gold label given twice is one gold label
-    P = np.zeros((n, K)); np.add.at(P, (pr.pred_rows, pr.pred_cols), 1)
-    hit = G[pr.pred_rows, pr.pred_cols] > 0
-    T = np.zeros((n, K)); np.add.at(T, (pr.pred_rows[hit], pr.pred_cols[hit]), 1)
-    gold = np.full(n, -2); gold[pr.gold_rows] = pr.gold_cols
-    return {'labels': pr.labels, 'single': G.sum(1) == 1, 'gold': gold, 'first': first_predictions(n, pr.pred_rows, pr.pred_cols), 'T': T, 'P': P, 'G': G}
 
-def bootstrap_ci(run:str|Path, n_boot:int=1000, seed:int=0, level:float=0.95, weights:np.ndarray=None) -> dict:
+# %% ../../nbs/runs/01_report.ipynb #f3ede848
+def sample_counts(run: str | Path) -> dict:
+    "Per-sample arrays of a run's parsed predictions: single-label mask, gold and first-predicted label, and per-class gold, predicted and true-positive counts."
+    from vtreetrm.eval.metrics import first_predictions
+    from vtreetrm.eval.parse import read_predictions
+
+    pr = read_predictions(Path(run) / "predictions.jsonl")
+    n, K = pr.n, len(pr.labels)
+    G = np.zeros((n, K))
+    G[pr.gold_rows, pr.gold_cols] = 1  # a gold label given twice is one gold label
+    P = np.zeros((n, K))
+    np.add.at(P, (pr.pred_rows, pr.pred_cols), 1)
+    hit = G[pr.pred_rows, pr.pred_cols] > 0
+    T = np.zeros((n, K))
+    np.add.at(T, (pr.pred_rows[hit], pr.pred_cols[hit]), 1)
+    gold = np.full(n, -2)
+    gold[pr.gold_rows] = pr.gold_cols
+    return {
+        "labels": pr.labels,
+        "single": G.sum(1) == 1,
+        "gold": gold,
+        "first": first_predictions(n, pr.pred_rows, pr.pred_cols),
+        "T": T,
+        "P": P,
+        "G": G,
+    }
+
+
+def bootstrap_ci(
+    run: str | Path, n_boot: int = 1000, seed: int = 0, level: float = 0.95, weights: np.ndarray = None
+) -> dict:
     "{'top1': (lo, hi), 'macro_f1': (lo, hi)} percentile intervals over resampled test samples (`weights` (B, n): fixed resamples)."
     s = sample_counts(run)
-    single, T, P, G = s['single'], s['T'], s['P'], s['G']
-    correct, n = (s['first'] == s['gold']) & single, len(single)
-    W = weights if weights is not None else np.random.default_rng(seed).multinomial(n, np.full(n, 1/n), size=n_boot).astype(float)
+    single, T, P, G = s["single"], s["T"], s["P"], s["G"]
+    correct, n = (s["first"] == s["gold"]) & single, len(single)
+    W = (
+        weights
+        if weights is not None
+        else np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=n_boot).astype(float)
+    )
     ns = W @ single
     top1 = np.divide(W @ correct, ns, out=np.full(len(W), np.nan), where=ns > 0)
     tp, npred, sup = W @ T, W @ P, W @ G
-    f1 = np.divide(2*tp, npred + sup, out=np.zeros_like(tp), where=(npred + sup) > 0)
-    with np.errstate(invalid='ignore'): macro = np.where(sup > 0, f1, np.nan).sum(1) / (sup > 0).sum(1)
-    q = [(1 - level)/2*100, (1 + level)/2*100]
-    ci = lambda x: tuple(float(v) for v in np.nanpercentile(x, q)) if np.isfinite(x).any() else (None, None)
-    return {'top1': ci(top1), 'macro_f1': ci(macro), 'top1_boot': top1, 'macro_f1_boot': macro}
+    f1 = np.divide(2 * tp, npred + sup, out=np.zeros_like(tp), where=(npred + sup) > 0)
+    with np.errstate(invalid="ignore"):
+        macro = np.where(sup > 0, f1, np.nan).sum(1) / (sup > 0).sum(1)
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+
+    def ci(x):
+        return tuple(float(v) for v in np.nanpercentile(x, q)) if np.isfinite(x).any() else (None, None)
+
+    return {"top1": ci(top1), "macro_f1": ci(macro), "top1_boot": top1, "macro_f1_boot": macro}
+
 
 # %% ../../nbs/runs/01_report.ipynb #86f399aa
-def best_runs(runs:pd.DataFrame) -> pd.DataFrame:
+def best_runs(runs: pd.DataFrame) -> pd.DataFrame:
     "The highest-Top1 row of each evaluated dataset, preferring trained runs over controls and synthetic outputs."
-    if runs.empty: return runs
-    r = runs.dropna(subset=['top1']).assign(_pref=lambda d: (d.variant == 'shuffled-labels') | d.synthetic.fillna(False).astype(bool))
-    r = r.sort_values(['dataset', '_pref', 'top1', 'run'], ascending=[True, True, False, True], kind='stable')
-    return r.groupby('dataset', sort=True).head(1).drop(columns=['_pref']).reset_index(drop=True)
+    if runs.empty:
+        return runs
+    r = runs.dropna(subset=["top1"]).assign(
+        _pref=lambda d: (d.variant == "shuffled-labels") | d.synthetic.fillna(False).astype(bool)
+    )
+    r = r.sort_values(["dataset", "_pref", "top1", "run"], ascending=[True, True, False, True], kind="stable")
+    return r.groupby("dataset", sort=True).head(1).drop(columns=["_pref"]).reset_index(drop=True)
 
-def per_class_f1(run:str|Path) -> pd.DataFrame:
+
+def per_class_f1(run: str | Path) -> pd.DataFrame:
     "label, F1 (percent), support of one run's metrics.json, most supported class first."
-    mf = Path(run)/'metrics.json'; pc = read_json(mf).get('per_class')
-    if not isinstance(pc, dict): raise UserError("no per_class scores", mf, field='per_class')
-    rows = [{'label': str(k), 'F1': 100*_num(v.get('f1'), mf, f'per_class.{k}.f1', unit=True),
-             'support': _num(v.get('support'), mf, f'per_class.{k}.support', integer=True)} for k, v in pc.items() if isinstance(v, dict)]
-    return pd.DataFrame(rows, columns=['label', 'F1', 'support']).query('support > 0').sort_values(['support', 'label'], ascending=[False, True]).reset_index(drop=True)
+    mf = Path(run) / "metrics.json"
+    pc = read_json(mf).get("per_class")
+    if not isinstance(pc, dict):
+        raise UserError("no per_class scores", mf, field="per_class")
+    rows = [
+        {
+            "label": str(k),
+            "F1": 100 * _num(v.get("f1"), mf, f"per_class.{k}.f1", unit=True),
+            "support": _num(v.get("support"), mf, f"per_class.{k}.support", integer=True),
+        }
+        for k, v in pc.items()
+        if isinstance(v, dict)
+    ]
+    return (
+        pd.DataFrame(rows, columns=["label", "F1", "support"])
+        .query("support > 0")
+        .sort_values(["support", "label"], ascending=[False, True])
+        .reset_index(drop=True)
+    )
 
-NO_ANSWER = '(no answer)'
 
-def confusion(run:str|Path) -> pd.DataFrame:
+NO_ANSWER = "(no answer)"
+
+
+def confusion(run: str | Path) -> pd.DataFrame:
     "Counts gold (rows) x first predicted action (columns) over the single-label samples of a run's predictions.jsonl."
     s = sample_counts(run)
-    single, gold, first = np.nonzero(s['single'])[0], s['gold'], s['first']
-    names = s['labels'] + [NO_ANSWER]                                                    # first == -1: no answer
+    single, gold, first = np.nonzero(s["single"])[0], s["gold"], s["first"]
+    names = s["labels"] + [NO_ANSWER]  # first == -1: no answer
     g = pd.Categorical([names[i] for i in gold[single]], categories=sorted(set(names[i] for i in gold[single])))
-    p = pd.Categorical([names[i] for i in first[single]], categories=[*g.categories, *sorted({names[i] for i in first[single]} - set(g.categories))])
-    return pd.crosstab(g, p, dropna=False).rename_axis(index='gold', columns='predicted')
+    p = pd.Categorical(
+        [names[i] for i in first[single]],
+        categories=[*g.categories, *sorted({names[i] for i in first[single]} - set(g.categories))],
+    )
+    return pd.crosstab(g, p, dropna=False).rename_axis(index="gold", columns="predicted")
+
 
 # %% ../../nbs/runs/01_report.ipynb #b6cd7aef
-def training_curves(runs:pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def training_curves(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     "(run, dataset, epoch, train_loss, val_top1 (percent) per epoch of every run with a history.jsonl, problems)."
     from vtreetrm.utils import iter_jsonl
+
     rows, problems, done = [], [], set()
     for _, r in runs.iterrows():
         d = Path(r.run)
-        h = next((f for f in (d/'history.jsonl', d/'phase2'/'history.jsonl') if f.is_file()), None)
-        if h is None or h in done: continue                      # a cross-dataset evaluation shares its model's history
+        h = next((f for f in (d / "history.jsonl", d / "phase2" / "history.jsonl") if f.is_file()), None)
+        if h is None or h in done:
+            continue  # a cross-dataset evaluation shares its model's history
         done.add(h)
         try:
             for _, e in iter_jsonl(h):
-                rows.append({'run': r.run, 'dataset': r.train_dataset, 'epoch': _num(e.get('epoch'), h, 'epoch', integer=True),
-                             'train_loss': _num(e.get('train_loss'), h, 'train_loss'),
-                             'val_top1': None if e.get('val_top1') is None else 100*_num(e['val_top1'], h, 'val_top1', unit=True)})
+                rows.append(
+                    {
+                        "run": r.run,
+                        "dataset": r.train_dataset,
+                        "epoch": _num(e.get("epoch"), h, "epoch", integer=True),
+                        "train_loss": _num(e.get("train_loss"), h, "train_loss"),
+                        "val_top1": None
+                        if e.get("val_top1") is None
+                        else 100 * _num(e["val_top1"], h, "val_top1", unit=True),
+                    }
+                )
         except UserError as e:
-            rows = [x for x in rows if x['run'] != r.run]; problems.append(str(e))
-    return pd.DataFrame(rows, columns=['run', 'dataset', 'epoch', 'train_loss', 'val_top1']), problems
+            rows = [x for x in rows if x["run"] != r.run]
+            problems.append(str(e))
+    return pd.DataFrame(rows, columns=["run", "dataset", "epoch", "train_loss", "val_top1"]), problems
+
 
 # %% ../../nbs/runs/01_report.ipynb #a32ea8ae
-def build_report(inputs:list,              # run or eval folders
-                 out:str|Path,             # the HTML file to write
-                 analysis:str|Path=None,   # a query-diversity folder (summary.json + PNGs)
-                 title:str='Phase-2 SFT results',
-                 notebook:str|Path=None,   # the report notebook (default nbs/reports/group_meeting.ipynb)
-                 ) -> Path:
+def build_report(
+    inputs: list,  # run or eval folders
+    out: str | Path,  # the HTML file to write
+    analysis: str | Path = None,  # a query-diversity folder (summary.json + PNGs)
+    title: str = "Phase-2 SFT results",
+    notebook: str | Path = None,  # the report notebook (default nbs/reports/group_meeting.ipynb)
+) -> Path:
     "Execute the report notebook and write a code-free HTML report; returns its path."
     import papermill as pm
+
     from vtreetrm.runs.papermill import notebooks_dir, render_html
-    if not inputs: raise UserError("no run folders given")
+
+    if not inputs:
+        raise UserError("no run folders given")
     for p in map(Path, inputs):
-        if not p.is_dir(): raise UserError("no such folder of runs", p)
-    if analysis and not (Path(analysis)/'summary.json').is_file(): raise UserError("no summary.json in the analysis folder", analysis)
-    nb = Path(notebook) if notebook else notebooks_dir('reports')/'group_meeting.ipynb'
-    if not nb.is_file(): raise UserError("report notebook not found", nb)
+        if not p.is_dir():
+            raise UserError("no such folder of runs", p)
+    if analysis and not (Path(analysis) / "summary.json").is_file():
+        raise UserError("no summary.json in the analysis folder", analysis)
+    nb = Path(notebook) if notebook else notebooks_dir("reports") / "group_meeting.ipynb"
+    if not nb.is_file():
+        raise UserError("report notebook not found", nb)
     out = Path(out)
-    if out.suffix.lower() != '.html': raise UserError("the report must be an .html file", out)
+    if out.suffix.lower() != ".html":
+        raise UserError("the report must be an .html file", out)
     df, missing, bad = collect_runs(inputs)
-    for b in bad: print(f"left out of the tables: {b['error']}", file=sys.stderr)
-    params = {'inputs': [str(Path(p).resolve()) for p in inputs],
-              'input_names': [Path(p).name if Path(p).is_absolute() else str(p) for p in inputs],   # what the report prints
-              'analysis': str(Path(analysis).resolve()) if analysis else '',
-              'title': title}
+    for b in bad:
+        print(f"left out of the tables: {b['error']}", file=sys.stderr)
+    params = {
+        "inputs": [str(Path(p).resolve()) for p in inputs],
+        "input_names": [Path(p).name if Path(p).is_absolute() else str(p) for p in inputs],  # what the report prints
+        "analysis": str(Path(analysis).resolve()) if analysis else "",
+        "title": title,
+    }
     with tempfile.TemporaryDirectory() as td:
-        executed = Path(td)/'report.ipynb'
-        try: pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False, kernel_name='python3')
-        except pm.PapermillExecutionError as e: raise RuntimeError(f"report notebook failed: {e.ename}: {e.evalue}") from None
-        render_html(executed, Path(td)/'report.html', title=title)
+        executed = Path(td) / "report.ipynb"
+        try:
+            pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False, kernel_name="python3")
+        except pm.PapermillExecutionError as e:
+            raise RuntimeError(f"report notebook failed: {e.ename}: {e.evalue}") from None
+        render_html(executed, Path(td) / "report.html", title=title)
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, (Path(td)/'report.html').read_bytes())
-    write_json(out.with_suffix('.json'), {'report': str(out), 'num_runs': len(df), 'num_missing_metrics': len(missing),
-                                          'left_out': bad,
-                                          **provenance(params, [nb])})
+        atomic_write(out, (Path(td) / "report.html").read_bytes())
+    write_json(
+        out.with_suffix(".json"),
+        {
+            "report": str(out),
+            "num_runs": len(df),
+            "num_missing_metrics": len(missing),
+            "left_out": bad,
+            **provenance(params, [nb]),
+        },
+    )
     return out
 
-def build_cmd(inputs:Param("run folders or eval_outputs folders (searched recursively)", nargs='+'),
-              out:str='reports/group_meeting.html',  # the HTML file to write
-              analysis:str=None,             # query-diversity folder from `vtreetrm analyze queries`
-              title:str='Phase-2 SFT results'):  # report title
+
+def build_cmd(
+    inputs: Param("run folders or eval_outputs folders (searched recursively)", nargs="+"),
+    out: str = "reports/group_meeting.html",  # the HTML file to write
+    analysis: str = None,  # query-diversity folder from `vtreetrm analyze queries`
+    title: str = "Phase-2 SFT results",  # report title
+):
     "Build the group-meeting HTML report from runs and their metrics."
     p = build_report(inputs, out, analysis, title)
     print(p.resolve())
     return 0
 
-CLI_COMMANDS = {'build': build_cmd}
+
+CLI_COMMANDS = {"build": build_cmd}

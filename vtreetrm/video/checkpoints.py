@@ -4,198 +4,338 @@
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e004
 from __future__ import annotations
-import json, os, random, time
+
+import json
+import os
+import random
+import time
 from pathlib import Path
-import numpy as np, torch
+
+import numpy as np
+import torch
 from safetensors import SafetensorError
-from safetensors.torch import save_file, load_file
-from ..utils import UserError, atomic_dir, check_parent, write_json, read_json, write_jsonl, sha256_file, provenance, now_iso
+from safetensors.torch import load_file, save_file
+
+from vtreetrm.utils import (
+    UserError,
+    atomic_dir,
+    check_parent,
+    now_iso,
+    provenance,
+    read_json,
+    sha256_file,
+    write_json,
+    write_jsonl,
+)
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
-           'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'RunFolder', 'check_run_folder']
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_FIELDS",
+    "RUN_FILES",
+    "save_checkpoint",
+    "read_checkpoint",
+    "load_tensors",
+    "rng_state",
+    "set_rng_state",
+    "load_resume_state",
+    "model_config_sha256",
+    "RunFolder",
+    "check_run_folder",
+]
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e007
-CHECKPOINT_FORMAT = 'vtreetrm-checkpoint/1'
+CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
 
-def save_checkpoint(dest:str|Path,       # checkpoint folder to publish (RUN/best, RUN/last)
-                    kind:str,            # 'phase1' | 'phase2'
-                    tensors:dict,        # name -> tensor: our own modules (written as model.safetensors)
-                    meta:dict,           # config, epoch, step, metrics, base LLM, ... (checkpoint.json)
-                    adapter=None,        # a peft model: its adapter goes to adapter/ through save_pretrained
-                    resume:dict=None,    # optimizer/scheduler/RNG state of plain tensors (resume.pt)
-                    adapter_state:dict=None):  # the peft model's full state dict when gathered elsewhere (FSDP)
+
+def save_checkpoint(
+    dest: str | Path,  # checkpoint folder to publish (RUN/best, RUN/last)
+    kind: str,  # 'phase1' | 'phase2'
+    tensors: dict,  # name -> tensor: our own modules (written as model.safetensors)
+    meta: dict,  # config, epoch, step, metrics, base LLM, ... (checkpoint.json)
+    adapter=None,  # a peft model: its adapter goes to adapter/ through save_pretrained
+    resume: dict = None,  # optimizer/scheduler/RNG state of plain tensors (resume.pt)
+    adapter_state: dict = None,  # the peft model's full state dict when gathered elsewhere (FSDP)
+):
     "Publish one checkpoint folder atomically."
     with atomic_dir(dest) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp/'model.safetensors'))
-        if adapter is not None:   # the frozen embeddings are the base's: only the LoRA tensors go into the adapter
-            adapter.save_pretrained(str(tmp/'adapter'), safe_serialization=True, save_embedding_layers=False,
-                                    **({'state_dict': adapter_state} if adapter_state is not None else {}))
-        if resume is not None: torch.save(resume, tmp/'resume.pt')
-        files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob('*')) if p.is_file()}
-        write_json(tmp/'checkpoint.json', {'format': CHECKPOINT_FORMAT, 'kind': kind, **meta, 'files': files})
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"))
+        if adapter is not None:  # the frozen embeddings are the base's: only the LoRA tensors go into the adapter
+            adapter.save_pretrained(
+                str(tmp / "adapter"),
+                safe_serialization=True,
+                save_embedding_layers=False,
+                **({"state_dict": adapter_state} if adapter_state is not None else {}),
+            )
+        if resume is not None:
+            torch.save(resume, tmp / "resume.pt")
+        files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        write_json(tmp / "checkpoint.json", {"format": CHECKPOINT_FORMAT, "kind": kind, **meta, "files": files})
     return Path(dest)
 
+
 _INT, _NUM = (int,), (int, float)
-CHECKPOINT_FIELDS = {   # kind -> field -> (types, required): what the readers of a checkpoint use
-    'phase1': {'config': ((dict,), False), 'epoch': (_INT, False), 'step': (_INT, False), 'score': (_NUM, False)},
-    'phase2': {'feature_shape': ((list,), True), 'vision': ((str,), True), 'frames': (_INT, True), 'grid': (_INT, True),
-               'encoder_width': (_INT, True), 'llm': ((dict,), True), 'dataset': ((str,), True), 'label_mode': ((str,), True),
-               'config': ((dict,), True), 'epoch': (_INT, True), 'step': (_INT, False), 'score': (_NUM, False),
-               'label_map': ((dict,), False), 'phase1': ((dict,), False), 'tiny_llm': ((bool,), False)},
+CHECKPOINT_FIELDS = {  # kind -> field -> (types, required): what the readers of a checkpoint use
+    "phase1": {"config": ((dict,), False), "epoch": (_INT, False), "step": (_INT, False), "score": (_NUM, False)},
+    "phase2": {
+        "feature_shape": ((list,), True),
+        "vision": ((str,), True),
+        "frames": (_INT, True),
+        "grid": (_INT, True),
+        "encoder_width": (_INT, True),
+        "llm": ((dict,), True),
+        "dataset": ((str,), True),
+        "label_mode": ((str,), True),
+        "config": ((dict,), True),
+        "epoch": (_INT, True),
+        "step": (_INT, False),
+        "score": (_NUM, False),
+        "label_map": ((dict,), False),
+        "phase1": ((dict,), False),
+        "tiny_llm": ((bool,), False),
+    },
 }
 
-def _check_fields(meta:dict, kind:str, path:Path):
+
+def _check_fields(meta: dict, kind: str, path: Path):
     "Every field the readers use is there with its type (a hand-edited or foreign checkpoint.json is refused here)."
     for k, (types, required) in CHECKPOINT_FIELDS.get(kind, {}).items():
         v = meta.get(k)
         if v is None:
-            if required: raise UserError("missing: the checkpoint cannot be used without it", path, None, k)
+            if required:
+                raise UserError("missing: the checkpoint cannot be used without it", path, None, k)
             continue
         if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
-            raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(v).__name__} {json.dumps(v)[:40]}", path, None, k)
-    fs = meta.get('feature_shape')
-    if fs is not None and (len(fs) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in fs)):
-        raise UserError(f"expected three positive sizes (T, P, D), got {json.dumps(fs)[:40]}", path, None, 'feature_shape')
+            raise UserError(
+                f"expected {' or '.join(t.__name__ for t in types)}, got {type(v).__name__} {json.dumps(v)[:40]}",
+                path,
+                None,
+                k,
+            )
+    fs = meta.get("feature_shape")
+    if fs is not None and (
+        len(fs) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in fs)
+    ):
+        raise UserError(
+            f"expected three positive sizes (T, P, D), got {json.dumps(fs)[:40]}", path, None, "feature_shape"
+        )
 
-def read_checkpoint(path:str|Path, kind:str, verify:bool=True) -> dict:
+
+def read_checkpoint(path: str | Path, kind: str, verify: bool = True) -> dict:
     "The checked `checkpoint.json` of a checkpoint folder of `kind`."
     path = Path(path)
     if path.is_file():
-        raise UserError(f"expected a {kind} checkpoint folder (RUN/best or RUN/last), got a file; "
-                        "pickled checkpoints (.pt) are never read", path)
-    if not path.is_dir(): raise UserError(f"no such {kind} checkpoint folder", path)
-    if not (path/'checkpoint.json').is_file() and (path/'best'/'checkpoint.json').is_file():
-        raise UserError(f"this is a run folder; pass its checkpoint folder, {path/'best'}", path)
-    meta = read_json(path/'checkpoint.json')
-    if not isinstance(meta, dict) or meta.get('format') != CHECKPOINT_FORMAT:
-        raise UserError(f"not a checkpoint folder written by vtreetrm ({CHECKPOINT_FORMAT})", path/'checkpoint.json', field='format')
-    if meta.get('kind') != kind:
-        raise UserError(f"a {meta.get('kind')!r} checkpoint where a {kind} checkpoint is expected", path/'checkpoint.json', field='kind')
-    _check_fields(meta, kind, path/'checkpoint.json')
-    files = meta.get('files')
-    if not isinstance(files, dict) or 'model.safetensors' not in files:
-        raise UserError("the list of files is missing", path/'checkpoint.json', field='files')
+        raise UserError(
+            f"expected a {kind} checkpoint folder (RUN/best or RUN/last), got a file; "
+            "pickled checkpoints (.pt) are never read",
+            path,
+        )
+    if not path.is_dir():
+        raise UserError(f"no such {kind} checkpoint folder", path)
+    if not (path / "checkpoint.json").is_file() and (path / "best" / "checkpoint.json").is_file():
+        raise UserError(f"this is a run folder; pass its checkpoint folder, {path / 'best'}", path)
+    meta = read_json(path / "checkpoint.json")
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(
+            f"not a checkpoint folder written by vtreetrm ({CHECKPOINT_FORMAT})",
+            path / "checkpoint.json",
+            field="format",
+        )
+    if meta.get("kind") != kind:
+        raise UserError(
+            f"a {meta.get('kind')!r} checkpoint where a {kind} checkpoint is expected",
+            path / "checkpoint.json",
+            field="kind",
+        )
+    _check_fields(meta, kind, path / "checkpoint.json")
+    files = meta.get("files")
+    if not isinstance(files, dict) or "model.safetensors" not in files:
+        raise UserError("the list of files is missing", path / "checkpoint.json", field="files")
     for rel, sha in files.items():
-        f = (path/rel).resolve()
-        if path.resolve() not in f.parents: raise UserError(f"file {rel!r} lies outside the checkpoint folder", path/'checkpoint.json', field='files')
-        if not f.is_file(): raise UserError(f"the checkpoint is incomplete: {rel} is missing", path)
-        if verify and sha256_file(f) != sha: raise UserError(f"{rel} does not match the sha256 in checkpoint.json (changed or truncated)", path)
+        f = (path / rel).resolve()
+        if path.resolve() not in f.parents:
+            raise UserError(f"file {rel!r} lies outside the checkpoint folder", path / "checkpoint.json", field="files")
+        if not f.is_file():
+            raise UserError(f"the checkpoint is incomplete: {rel} is missing", path)
+        if verify and sha256_file(f) != sha:
+            raise UserError(f"{rel} does not match the sha256 in checkpoint.json (changed or truncated)", path)
     return meta
 
-def load_tensors(path:str|Path, name:str='model.safetensors') -> dict:
+
+def load_tensors(path: str | Path, name: str = "model.safetensors") -> dict:
     "The tensors of a checkpoint folder's safetensors file."
-    f = Path(path)/name
-    try: return load_file(str(f))
-    except (SafetensorError, OSError, ValueError) as e: raise UserError(f"cannot read safetensors: {e}", f) from None
+    f = Path(path) / name
+    try:
+        return load_file(str(f))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise UserError(f"cannot read safetensors: {e}", f) from None
+
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e010
 def rng_state() -> dict:
     "torch, python and numpy RNG states as plain tensors and lists."
     v, key, pos, has_gauss, gauss = np.random.get_state()
     pv, pstate, pgauss = random.getstate()
-    return {'torch': torch.get_rng_state(), 'python': [pv, list(pstate), pgauss],
-            'numpy': [v, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
+    return {
+        "torch": torch.get_rng_state(),
+        "python": [pv, list(pstate), pgauss],
+        "numpy": [v, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss],
+    }
 
-def set_rng_state(s:dict):
+
+def set_rng_state(s: dict):
     "Restore what `rng_state` returned."
-    torch.set_rng_state(s['torch'])
-    pv, pstate, pgauss = s['python']; random.setstate((pv, tuple(pstate), pgauss))
-    v, key, pos, has_gauss, gauss = s['numpy']
+    torch.set_rng_state(s["torch"])
+    pv, pstate, pgauss = s["python"]
+    random.setstate((pv, tuple(pstate), pgauss))
+    v, key, pos, has_gauss, gauss = s["numpy"]
     np.random.set_state((v, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
-def load_resume_state(path:str|Path) -> dict:
+
+def load_resume_state(path: str | Path) -> dict:
     "`resume.pt` of a `last/` folder, read with torch's restricted (weights-only) loader."
-    f = Path(path)/'resume.pt'
-    if not f.is_file(): raise UserError("nothing to resume: the checkpoint has no resume.pt", Path(path))
-    try: return torch.load(f, map_location='cpu', weights_only=True)
+    f = Path(path) / "resume.pt"
+    if not f.is_file():
+        raise UserError("nothing to resume: the checkpoint has no resume.pt", Path(path))
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise UserError(f"refused: resume.pt is not plain tensor state ({first[:160]})", f) from None
 
+
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e013
-def model_config_sha256(model:str|Path) -> str|None:
+def model_config_sha256(model: str | Path) -> str | None:
     "sha256 of `config.json` of a model folder or cached hub id (None when there is none)."
     p = Path(model)
-    if (p/'config.json').is_file(): return sha256_file(p/'config.json')
+    if (p / "config.json").is_file():
+        return sha256_file(p / "config.json")
     try:
         from transformers.utils import cached_file
-        f = cached_file(str(model), 'config.json', local_files_only=True)
+
+        f = cached_file(str(model), "config.json", local_files_only=True)
         return sha256_file(f) if f else None
-    except Exception: return None
+    except Exception:
+        return None
+
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e016
 class RunFolder:
     "params.json, run.json, history.jsonl, steps.jsonl and the best/ and last/ checkpoints of one training run."
-    def __init__(self, out:str|Path, params:dict, resume:bool=False, inputs=(), kind:str=None,
-                 main:bool=True,    # False on the other ranks of a multi-process run: they read, never write
-                 checked:bool=False):  # the caller already ran `check_run_folder` (it hashes last/'s files)
+
+    def __init__(
+        self,
+        out: str | Path,
+        params: dict,
+        resume: bool = False,
+        inputs=(),
+        kind: str = None,
+        main: bool = True,  # False on the other ranks of a multi-process run: they read, never write
+        checked: bool = False,  # the caller already ran `check_run_folder` (it hashes last/'s files)
+    ):
         self.dir, self.kind, self.main = Path(out), kind, main
-        if not checked: check_run_folder(self.dir, resume, kind)
+        if not checked:
+            check_run_folder(self.dir, resume, kind)
         self.params, self.t0 = params, time.time()
-        hist = self.dir/'history.jsonl'
-        self.history = [json.loads(l) for l in hist.read_text().splitlines() if l.strip()] if resume and hist.is_file() else []
-        if not main: return
+        hist = self.dir / "history.jsonl"
+        self.history = (
+            [json.loads(l) for l in hist.read_text().splitlines() if l.strip()] if resume and hist.is_file() else []
+        )
+        if not main:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
-        old = read_json(self.dir/'run.json') if resume and (self.dir/'run.json').is_file() else {}
-        self.run = {'status': 'running', 'started': old.get('started', now_iso()), 'resumed': resume,
-                    **provenance(params, inputs)}
-        write_json(self.dir/'params.json', params)
-        write_json(self.dir/'run.json', self.run)
-        if resume: self._trim_steps(read_checkpoint(self.last, kind, verify=False).get('step', 0))
-        elif (self.dir/'steps.jsonl').exists(): os.remove(self.dir/'steps.jsonl')
+        old = read_json(self.dir / "run.json") if resume and (self.dir / "run.json").is_file() else {}
+        self.run = {
+            "status": "running",
+            "started": old.get("started", now_iso()),
+            "resumed": resume,
+            **provenance(params, inputs),
+        }
+        write_json(self.dir / "params.json", params)
+        write_json(self.dir / "run.json", self.run)
+        if resume:
+            self._trim_steps(read_checkpoint(self.last, kind, verify=False).get("step", 0))
+        elif (self.dir / "steps.jsonl").exists():
+            os.remove(self.dir / "steps.jsonl")
 
     @property
-    def best(self) -> Path: return self.dir/'best'
-    @property
-    def last(self) -> Path: return self.dir/'last'
+    def best(self) -> Path:
+        return self.dir / "best"
 
-    def log(self, row:dict):
+    @property
+    def last(self) -> Path:
+        return self.dir / "last"
+
+    def log(self, row: dict):
         "One row per epoch in history.jsonl (an epoch logged again replaces its row)."
-        self.history = [h for h in self.history if h.get('epoch') != row.get('epoch')] + [row]
-        if self.main: write_jsonl(self.dir/'history.jsonl', self.history)
+        self.history = [h for h in self.history if h.get("epoch") != row.get("epoch")] + [row]
+        if self.main:
+            write_jsonl(self.dir / "history.jsonl", self.history)
 
-    def log_step(self, row:dict):
+    def log_step(self, row: dict):
         "One row per optimizer step, appended to steps.jsonl."
-        if not self.main: return
-        with open(self.dir/'steps.jsonl', 'a', encoding='utf-8') as f: f.write(json.dumps(row) + '\n')
+        if not self.main:
+            return
+        with open(self.dir / "steps.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
 
-    def _trim_steps(self, step:int):
+    def _trim_steps(self, step: int):
         "On resume, drop the step rows written after the checkpoint being resumed."
-        p = self.dir/'steps.jsonl'
-        if p.is_file(): write_jsonl(p, [r for r in map(json.loads, p.read_text().splitlines()) if r.get('step', 0) <= step])
+        p = self.dir / "steps.jsonl"
+        if p.is_file():
+            write_jsonl(p, [r for r in map(json.loads, p.read_text().splitlines()) if r.get("step", 0) <= step])
 
-    def best_score(self) -> float|None:
-        return read_checkpoint(self.best, self.kind, verify=False).get('score') if (self.best/'checkpoint.json').is_file() else None
+    def best_score(self) -> float | None:
+        return (
+            read_checkpoint(self.best, self.kind, verify=False).get("score")
+            if (self.best / "checkpoint.json").is_file()
+            else None
+        )
 
-    def save_best(self, score:float, higher_is_better:bool=True, **checkpoint) -> bool:
+    def save_best(self, score: float, higher_is_better: bool = True, **checkpoint) -> bool:
         "Publish best/ (`save_checkpoint(**checkpoint)`) if `score` beats the one on disk; returns whether it did."
         old = self.best_score()
-        if old is not None and not (score > old if higher_is_better else score < old): return False
-        if not self.main: return True
-        meta = {**checkpoint.pop('meta', {}), 'score': score}
+        if old is not None and not (score > old if higher_is_better else score < old):
+            return False
+        if not self.main:
+            return True
+        meta = {**checkpoint.pop("meta", {}), "score": score}
         save_checkpoint(self.best, self.kind, meta=meta, **checkpoint)
         return True
 
-    def finish(self, status:str='done', **extra):
-        if not self.main: return
+    def finish(self, status: str = "done", **extra):
+        if not self.main:
+            return
         self.run.update(status=status, ended=now_iso(), seconds=round(time.time() - self.t0, 2), **extra)
-        write_json(self.dir/'run.json', self.run)
+        write_json(self.dir / "run.json", self.run)
 
-RUN_FILES = ('run.json', 'params.json')   # a folder holding either is a run folder: it may be started again or resumed
 
-def check_run_folder(out:Path, resume:bool, kind:str) -> dict|None:
+RUN_FILES = ("run.json", "params.json")  # a folder holding either is a run folder: it may be started again or resumed
+
+
+def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
     "Refuse to start into a folder with checkpoints (unless resuming) or to resume one without `last/`; returns last/'s checked metadata."
-    out = Path(out); check_parent(out)
-    if out.exists() and not out.is_dir(): raise UserError("the run folder must be a folder (this path is a file)", out)
-    if not resume and out.is_dir() and any(out.iterdir()) and not any((out/n).is_file() for n in RUN_FILES):
-        raise UserError("refusing to start a run in a folder that holds other files (it has no run.json or params.json); "
-                        "choose another --out", out)
-    if any((out/n).exists() for n in ('best.pt', 'last.pt')):
-        raise UserError("this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
-                        "start a new run in another --out", out)
-    if not resume and any((out/n).exists() for n in ('best', 'last')):
-        raise UserError("run folder already holds checkpoints; pass --resume to continue it or choose another --out", out)
+    out = Path(out)
+    check_parent(out)
+    if out.exists() and not out.is_dir():
+        raise UserError("the run folder must be a folder (this path is a file)", out)
+    if not resume and out.is_dir() and any(out.iterdir()) and not any((out / n).is_file() for n in RUN_FILES):
+        raise UserError(
+            "refusing to start a run in a folder that holds other files (it has no run.json or params.json); "
+            "choose another --out",
+            out,
+        )
+    if any((out / n).exists() for n in ("best.pt", "last.pt")):
+        raise UserError(
+            "this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
+            "start a new run in another --out",
+            out,
+        )
+    if not resume and any((out / n).exists() for n in ("best", "last")):
+        raise UserError(
+            "run folder already holds checkpoints; pass --resume to continue it or choose another --out", out
+        )
     if resume:
-        if not (out/'last').exists(): raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
-        return read_checkpoint(out/'last', kind)
+        if not (out / "last").exists():
+            raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
+        return read_checkpoint(out / "last", kind)

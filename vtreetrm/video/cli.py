@@ -4,149 +4,239 @@
 
 # %% ../../nbs/video/06_cli.ipynb #8731360a
 from __future__ import annotations
-import json
-from dataclasses import asdict
+
 from pathlib import Path
 from typing import Literal
+
 from accelerate import PartialState
-from ..utils import UserError, write_json, provenance
-from .labels import load_dataset
+
+from ..utils import UserError, provenance, write_json
+from .export import export_checkpoint
 from .importers import import_annotations
+from .labels import load_dataset
 from .ladder import ladder
-from .synthetic import make_synthetic, SyntheticConfig, SCALES
-from .phase1 import open_cache, dataset_features, train_phase1, Phase1Config, Phase1TrainConfig
+from .phase1 import Phase1Config, Phase1TrainConfig, dataset_features, open_cache, train_phase1
 from .phase2 import Phase2Config, train_phase2
 from .predict import predict
-from .export import export_checkpoint
+from .synthetic import SCALES, SyntheticConfig, make_synthetic
 
 # %% auto #0
-__all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd',
-           'export_cmd', 'import_cmd', 'ladder_cmd']
+__all__ = [
+    "DEFAULT_CACHE",
+    "CLI_COMMANDS",
+    "make_synthetic_cmd",
+    "features_cmd",
+    "phase1_cmd",
+    "phase2_cmd",
+    "predict_cmd",
+    "export_cmd",
+    "import_cmd",
+    "ladder_cmd",
+]
 
 # %% ../../nbs/video/06_cli.ipynb #3ad8492c
-DEFAULT_CACHE = '.cache/vtreetrm/features'
+DEFAULT_CACHE = ".cache/vtreetrm/features"
 
-def make_synthetic_cmd(out:str='.cache/vtreetrm/synthetic',     # folder to create (holds lote/ and mammalnet/)
-                       scale:Literal['tiny', 'small', 'default', 'large']='default',  # dataset size (tiny: tests)
-                       seed:int=0,                               # random seed
-                       datasets:list[str]=None,                  # lote and/or mammalnet (default: both)
-                       overwrite:bool=False):                    # replace an existing folder
+
+def make_synthetic_cmd(
+    out: str = ".cache/vtreetrm/synthetic",  # folder to create (holds lote/ and mammalnet/)
+    scale: Literal["tiny", "small", "default", "large"] = "default",  # dataset size (tiny: tests)
+    seed: int = 0,  # random seed
+    datasets: list[str] = None,  # lote and/or mammalnet (default: both)
+    overwrite: bool = False,  # replace an existing folder
+):
     "Render the synthetic LoTE-shaped and MammalNet-shaped datasets as .mp4 clips."
-    rep = make_synthetic(out, SyntheticConfig(seed=seed, **SCALES[scale]), datasets=tuple(datasets or ('lote', 'mammalnet')),
-                         overwrite=overwrite)
-    for n, r in rep['datasets'].items(): print(f"{n}: {r['clips']} clips {r['splits']}")
+    rep = make_synthetic(
+        out,
+        SyntheticConfig(seed=seed, **SCALES[scale]),
+        datasets=tuple(datasets or ("lote", "mammalnet")),
+        overwrite=overwrite,
+    )
+    for n, r in rep["datasets"].items():
+        print(f"{n}: {r['clips']} clips {r['splits']}")
 
-def features_cmd(datasets:list[str],                 # dataset folders
-                 cache:str=DEFAULT_CACHE,            # feature cache folder
-                 vision:str='tiny',                  # 'tiny' or a Dinov2 checkpoint path / hub id
-                 frames:int=8,                       # frames sampled per clip
-                 grid:int=4,                         # patch tokens pooled to grid x grid
-                 batch_size:int=16,                  # clips per encoder batch
-                 image_size:int=None,                # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
-                 workers:int=0,                      # processes decoding clips while the encoder runs (0: decode in this process)
-                 skip_bad:bool=False,                # leave out missing/undecodable clips (reported)
-                 report:str=None):                   # write the cache report JSON here
+
+def features_cmd(
+    datasets: list[str],  # dataset folders
+    cache: str = DEFAULT_CACHE,  # feature cache folder
+    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
+    frames: int = 8,  # frames sampled per clip
+    grid: int = 4,  # patch tokens pooled to grid x grid
+    batch_size: int = 16,  # clips per encoder batch
+    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
+    skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
+    report: str = None,  # write the cache report JSON here
+):
     "Precompute (or check) the cached frozen features of datasets."
-    c = open_cache(cache, vision, frames, grid, batch_size, image_size, workers); out = {}
+    c = open_cache(cache, vision, frames, grid, batch_size, image_size, workers)
+    out = {}
     for d in datasets:
         _, f, r = dataset_features(load_dataset(d, skip_bad=skip_bad), c, skip_bad)
-        out[str(d)] = {**r, 'shape': list(f.shape)}
-        print(f"{d}: {r['encoded']} encoded, {r['cached']} cached, {len(r['short_clips'])} sampled with repetition, {len(r['skipped'])} skipped")
-    if report: write_json(report, {'features': c.key, 'datasets': out, 'timing': {k: round(v, 3) for k, v in c.timing.items()},
-                                   'provenance': provenance()})
+        out[str(d)] = {**r, "shape": list(f.shape)}
+        print(
+            f"{d}: {r['encoded']} encoded, {r['cached']} cached, {len(r['short_clips'])} sampled with repetition, {len(r['skipped'])} skipped"
+        )
+    if report:
+        write_json(
+            report,
+            {
+                "features": c.key,
+                "datasets": out,
+                "timing": {k: round(v, 3) for k, v in c.timing.items()},
+                "provenance": provenance(),
+            },
+        )
 
-def phase1_cmd(datasets:list[str],                   # dataset folders (several: joint training)
-               out:str='papermill_runs/video/phase1',  # run folder
-               cache:str=DEFAULT_CACHE,              # feature cache folder
-               vision:str='tiny',                    # 'tiny' or a Dinov2 checkpoint path / hub id
-               frames:int=8,                         # frames sampled per clip
-               grid:int=4,                           # patch tokens pooled to grid x grid
-               image_size:int=None,                  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
-               epochs:int=60,                        # training epochs
-               batch_size:int=32,                    # clips per batch (in-batch contrastive negatives)
-               lr:float=1e-3,                        # AdamW learning rate
-               seed:int=0,                           # random seed
-               width:int=64,                         # Phase-1 width (= width of the tokens Phase-2 reads)
-               skip_bad:bool=False,                  # leave out missing/undecodable clips (reported)
-               resume:bool=False):                   # continue the run in --out from its last/ checkpoint
+
+def phase1_cmd(
+    datasets: list[str],  # dataset folders (several: joint training)
+    out: str = "papermill_runs/video/phase1",  # run folder
+    cache: str = DEFAULT_CACHE,  # feature cache folder
+    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
+    frames: int = 8,  # frames sampled per clip
+    grid: int = 4,  # patch tokens pooled to grid x grid
+    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
+    epochs: int = 60,  # training epochs
+    batch_size: int = 32,  # clips per batch (in-batch contrastive negatives)
+    lr: float = 1e-3,  # AdamW learning rate
+    seed: int = 0,  # random seed
+    width: int = 64,  # Phase-1 width (= width of the tokens Phase-2 reads)
+    skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
+    resume: bool = False,  # continue the run in --out from its last/ checkpoint
+):
     "Train the three-branch contrastive Phase-1 module; keeps best/ by validation loss."
-    s = train_phase1(datasets, out, cache, vision, frames, grid, Phase1Config(width=width),
-                     Phase1TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed), skip_bad, resume,
-                     image_size=image_size)
-    if s['branches_skipped']: print(f"branches without labels, not trained: {', '.join(s['branches_skipped'])}")
-    print(f"best epoch {s['best_epoch']} val loss {s['best_val_loss']:.4f} -> {Path(out)/'best'}")
+    s = train_phase1(
+        datasets,
+        out,
+        cache,
+        vision,
+        frames,
+        grid,
+        Phase1Config(width=width),
+        Phase1TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed),
+        skip_bad,
+        resume,
+        image_size=image_size,
+    )
+    if s["branches_skipped"]:
+        print(f"branches without labels, not trained: {', '.join(s['branches_skipped'])}")
+    print(f"best epoch {s['best_epoch']} val loss {s['best_val_loss']:.4f} -> {Path(out) / 'best'}")
 
-def phase2_cmd(dataset:str,                          # dataset folder
-               out:str='papermill_runs/video/phase2',  # run folder
-               phase1:str=None,                      # frozen Phase-1 checkpoint folder (RUN/best of video phase1)
-               cache:str=DEFAULT_CACHE,              # feature cache folder
-               vision:str='tiny',                    # 'tiny' or a Dinov2 checkpoint path / hub id
-               frames:int=8,                         # frames sampled per clip
-               grid:int=4,                           # patch tokens pooled to grid x grid
-               image_size:int=None,                  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
-               threads:int=None,                     # torch CPU threads
-               skip_bad:bool=False,                  # leave out missing/undecodable clips (reported)
-               resume:bool=False,                    # continue the run in --out from its last/ checkpoint
-               cfg:Phase2Config=None):               # the model and training flags (Phase2Config)
+
+def phase2_cmd(
+    dataset: str,  # dataset folder
+    out: str = "papermill_runs/video/phase2",  # run folder
+    phase1: str = None,  # frozen Phase-1 checkpoint folder (RUN/best of video phase1)
+    cache: str = DEFAULT_CACHE,  # feature cache folder
+    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
+    frames: int = 8,  # frames sampled per clip
+    grid: int = 4,  # patch tokens pooled to grid x grid
+    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
+    threads: int = None,  # torch CPU threads
+    skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
+    resume: bool = False,  # continue the run in --out from its last/ checkpoint
+    cfg: Phase2Config = None,  # the model and training flags (Phase2Config)
+):
     "Phase-2 SFT (Q-former + projection + LoRA LLM); keeps best/ by val Top1, predicts and scores the test split."
-    m = train_phase2(dataset, out, cfg, cache, vision, frames, grid, phase1, skip_bad, resume, threads=threads, image_size=image_size)
-    if not PartialState().is_main_process: return          # several processes: the main one reports
-    print(f"test Top1 {m['top1_accuracy_single_label']:.4f} (chance {m.get('chance_top1', 0):.4f}, "
-          f"majority {m.get('majority_top1', 0):.4f}), Macro-F1 {m['macro_f1']:.4f} -> {Path(out)/'metrics.json'}")
+    m = train_phase2(
+        dataset, out, cfg, cache, vision, frames, grid, phase1, skip_bad, resume, threads=threads, image_size=image_size
+    )
+    if not PartialState().is_main_process:
+        return  # several processes: the main one reports
+    print(
+        f"test Top1 {m['top1_accuracy_single_label']:.4f} (chance {m.get('chance_top1', 0):.4f}, "
+        f"majority {m.get('majority_top1', 0):.4f}), Macro-F1 {m['macro_f1']:.4f} -> {Path(out) / 'metrics.json'}"
+    )
 
-def predict_cmd(ckpt:str,                            # Phase-2 checkpoint folder (RUN/best)
-                dataset:str=None,                    # dataset folder (another one for cross-dataset rows)
-                out:str=None,                        # output folder (default: RUN/predict_DATASET_SPLIT)
-                split:Literal['train', 'val', 'test']='test',  # split to predict
-                cache:str=DEFAULT_CACHE,             # feature cache folder
-                label_mode:str=None,                 # official | simple (default: the checkpoint's)
-                skip_bad:bool=False):                # leave out missing/undecodable clips (reported)
+
+def predict_cmd(
+    ckpt: str,  # Phase-2 checkpoint folder (RUN/best)
+    dataset: str = None,  # dataset folder (another one for cross-dataset rows)
+    out: str = None,  # output folder (default: RUN/predict_DATASET_SPLIT)
+    split: Literal["train", "val", "test"] = "test",  # split to predict
+    cache: str = DEFAULT_CACHE,  # feature cache folder
+    label_mode: str = None,  # official | simple (default: the checkpoint's)
+    skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
+):
     "Generate on a split and write predictions.jsonl + metrics.json."
-    if not dataset: raise UserError("--dataset is required (the dataset folder to predict on)")
-    out = out or Path(ckpt).parent/f"predict_{Path(dataset).name}_{split}"
+    if not dataset:
+        raise UserError("--dataset is required (the dataset folder to predict on)")
+    out = out or Path(ckpt).parent / f"predict_{Path(dataset).name}_{split}"
     m = predict(ckpt, dataset, out, split, cache, label_mode, skip_bad)
-    print(f"Top1 {m['top1_accuracy_single_label']:.4f} Macro-F1 {m['macro_f1']:.4f} -> {Path(out)/'metrics.json'}")
+    print(f"Top1 {m['top1_accuracy_single_label']:.4f} Macro-F1 {m['macro_f1']:.4f} -> {Path(out) / 'metrics.json'}")
 
-def export_cmd(ckpt:str,                             # Phase-2 checkpoint folder (RUN/best)
-               out:str=None,                         # folder to write (required)
-               merge:bool=False):                    # merge the LoRA into the LLM: a plain transformers folder in OUT/llm
+
+def export_cmd(
+    ckpt: str,  # Phase-2 checkpoint folder (RUN/best)
+    out: str = None,  # folder to write (required)
+    merge: bool = False,  # merge the LoRA into the LLM: a plain transformers folder in OUT/llm
+):
     "Export a Phase-2 checkpoint: the LLM (merged) or its peft adapter, the vision side, export.json."
-    if not out: raise UserError("--out is required (the folder to write)")
+    if not out:
+        raise UserError("--out is required (the folder to write)")
     export_checkpoint(ckpt, out, merge)
     print(f"{'merged LLM' if merge else 'adapter'} + vision -> {out}")
 
-def import_cmd(annotations:str,                     # annotation file (ActivityNet-layout JSON or CSV)
-               format:Literal['activitynet', 'lote', 'mammalnet', 'csv']='activitynet',  # annotation format
-               videos:str=None,                      # folder holding the video files (required)
-               out:str=None,                         # dataset folder to write (required)
-               label_map:str=None,                   # JSON {official: simplified} (default: the seed's table for lote/mammalnet)
-               split_file:str=None,                  # JSON {video_id: split} or {split: [video ids]}; overrides the subsets
-               name:str=None,                        # dataset name (default: the --out folder's name)
-               skip_bad:bool=False):                 # leave bad segments out (listed in import_report.json)
-    "Import temporal annotations of long videos as a dataset folder: one manifest row per annotated segment."
-    if not videos: raise UserError("--videos is required (the folder holding the video files)")
-    if not out: raise UserError("--out is required (the dataset folder to write)")
-    r = import_annotations(annotations, format, videos, out, label_map, split_file, name, skip_bad)
-    print(f"{r['rows']} segments ({r['multi_label_rows']} multi-label) from {r['videos']} videos {r['splits']}, "
-          f"{len(r['skipped'])} skipped -> {out}")
 
-def ladder_cmd(dataset:str,                          # dataset folder
-               phase1:str=None,                      # Phase-1 checkpoint folder (RUN/best): adds the probe on its behaviour embedding
-               phase2:str=None,                      # Phase-2 checkpoint (RUN/best, or RUN): adds its cls head and its generated answer
-               cache:str=DEFAULT_CACHE,              # feature cache folder
-               vision:str='tiny',                    # 'tiny' or a Dinov2 checkpoint path / hub id
-               frames:int=8,                         # frames sampled per clip
-               grid:int=4,                           # patch tokens pooled to grid x grid
-               image_size:int=None,                  # frames fed to the encoder (default: the checkpoint processor's crop)
-               split:Literal['val', 'test']='test',  # the split scored
-               out:str=None):                        # write the ladder as JSON here
+def import_cmd(
+    annotations: str,  # annotation file (ActivityNet-layout JSON or CSV)
+    format: Literal["activitynet", "lote", "mammalnet", "csv"] = "activitynet",  # annotation format
+    videos: str = None,  # folder holding the video files (required)
+    out: str = None,  # dataset folder to write (required)
+    label_map: str = None,  # JSON {official: simplified} (default: the seed's table for lote/mammalnet)
+    split_file: str = None,  # JSON {video_id: split} or {split: [video ids]}; overrides the subsets
+    name: str = None,  # dataset name (default: the --out folder's name)
+    skip_bad: bool = False,  # leave bad segments out (listed in import_report.json)
+):
+    "Import temporal annotations of long videos as a dataset folder: one manifest row per annotated segment."
+    if not videos:
+        raise UserError("--videos is required (the folder holding the video files)")
+    if not out:
+        raise UserError("--out is required (the dataset folder to write)")
+    r = import_annotations(annotations, format, videos, out, label_map, split_file, name, skip_bad)
+    print(
+        f"{r['rows']} segments ({r['multi_label_rows']} multi-label) from {r['videos']} videos {r['splits']}, "
+        f"{len(r['skipped'])} skipped -> {out}"
+    )
+
+
+def ladder_cmd(
+    dataset: str,  # dataset folder
+    phase1: str = None,  # Phase-1 checkpoint folder (RUN/best): adds the probe on its behaviour embedding
+    phase2: str = None,  # Phase-2 checkpoint (RUN/best, or RUN): adds its cls head and its generated answer
+    cache: str = DEFAULT_CACHE,  # feature cache folder
+    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
+    frames: int = 8,  # frames sampled per clip
+    grid: int = 4,  # patch tokens pooled to grid x grid
+    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop)
+    split: Literal["val", "test"] = "test",  # the split scored
+    out: str = None,  # write the ladder as JSON here
+):
     "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 cls head and answer."
     r = ladder(dataset, cache, vision, frames, grid, image_size, phase1, phase2, split)
-    print(f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%")
-    for g in r['rungs']:
-        if g['top1'] is None: print(f"  {g['stage']:<45} -      ({g['note']})")
-        else: print(f"  {g['stage']:<45} Top1 {100 * g['top1']:5.1f}%  Macro-F1 {100 * (g['macro_f1'] or 0):5.1f}%")
-    if out: write_json(out, {**r, 'provenance': provenance({'dataset': dataset, 'phase1': phase1, 'phase2': phase2, 'split': split})})
+    print(
+        f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%"
+    )
+    for g in r["rungs"]:
+        if g["top1"] is None:
+            print(f"  {g['stage']:<45} -      ({g['note']})")
+        else:
+            print(f"  {g['stage']:<45} Top1 {100 * g['top1']:5.1f}%  Macro-F1 {100 * (g['macro_f1'] or 0):5.1f}%")
+    if out:
+        write_json(
+            out,
+            {**r, "provenance": provenance({"dataset": dataset, "phase1": phase1, "phase2": phase2, "split": split})},
+        )
 
-CLI_COMMANDS = {'make-synthetic': make_synthetic_cmd, 'import': import_cmd, 'features': features_cmd, 'phase1': phase1_cmd,
-                'phase2': phase2_cmd, 'predict': predict_cmd, 'export': export_cmd, 'ladder': ladder_cmd}
+
+CLI_COMMANDS = {
+    "make-synthetic": make_synthetic_cmd,
+    "import": import_cmd,
+    "features": features_cmd,
+    "phase1": phase1_cmd,
+    "phase2": phase2_cmd,
+    "predict": predict_cmd,
+    "export": export_cmd,
+    "ladder": ladder_cmd,
+}

@@ -4,76 +4,124 @@
 
 # %% ../../nbs/video/07_demo.ipynb #6cefbd2b
 from __future__ import annotations
+
 import time
-from dataclasses import replace
 from pathlib import Path
+
 import torch
-from ..utils import UserError, write_json, read_json
-from .synthetic import make_synthetic, SyntheticConfig, SCALES
-from .phase1 import train_phase1, Phase1TrainConfig
+
+from ..utils import read_json, write_json
+from .ladder import ladder
+from .phase1 import Phase1TrainConfig, train_phase1
 from .phase2 import Phase2Config, train_phase2
 from .predict import predict
-from .ladder import ladder
+from .synthetic import SCALES, SyntheticConfig, make_synthetic
 
 # %% auto #0
-__all__ = ['HEADLINE', 'demo_runs', 'run_video_demo']
+__all__ = ["HEADLINE", "demo_runs", "run_video_demo"]
 
 # %% ../../nbs/video/07_demo.ipynb #f0838bc6
-HEADLINE = dict(num_queries=32, label_mode='simple', answer_order='actions_first', epochs=12)
+HEADLINE = dict(num_queries=32, label_mode="simple", answer_order="actions_first", epochs=12)
 
-def demo_runs(quick:bool=False) -> list[dict]:
+
+def demo_runs(quick: bool = False) -> list[dict]:
     "The Phase-2 runs of the demo: name, data ('default' or 'small'), dataset and config overrides."
     head = {**HEADLINE, **(dict(num_queries=8, epochs=2) if quick else {})}
-    M, big = head['num_queries'], 16 if quick else 128
-    runs = [dict(name=f"lote_m{M}_simple_actions_first", data='default', dataset='lote', **head, ladder=True),
-            dict(name=f"lote_m{M}_simple_actions_first_shuffled", data='default', dataset='lote', **head, shuffle_labels=True),
-            dict(name=f"mammalnet_m{M}_simple_actions_first", data='default', dataset='mammalnet', **head, cross_to='lote')]
+    M, big = head["num_queries"], 16 if quick else 128
+    runs = [
+        dict(name=f"lote_m{M}_simple_actions_first", data="default", dataset="lote", **head, ladder=True),
+        dict(
+            name=f"lote_m{M}_simple_actions_first_shuffled", data="default", dataset="lote", **head, shuffle_labels=True
+        ),
+        dict(name=f"mammalnet_m{M}_simple_actions_first", data="default", dataset="mammalnet", **head, cross_to="lote"),
+    ]
     # the rank regulariser's pair: M = 128 with a Q-former as wide as M (d >= M, so R_eff/M can reach 1), on the small data
-    pair = dict(num_queries=big, qformer_hidden=big, label_mode='simple', answer_order='actions_first', epochs=2 if quick else 6)
-    runs += [dict(name=f"small_lote_m{big}_simple_actions_first", data='small', dataset='lote', **pair),
-             dict(name=f"small_lote_m{big}_simple_actions_first_rankreg", data='small', dataset='lote', **pair, rank_reg=0.2)]
+    pair = dict(
+        num_queries=big, qformer_hidden=big, label_mode="simple", answer_order="actions_first", epochs=2 if quick else 6
+    )
+    runs += [
+        dict(name=f"small_lote_m{big}_simple_actions_first", data="small", dataset="lote", **pair),
+        dict(
+            name=f"small_lote_m{big}_simple_actions_first_rankreg", data="small", dataset="lote", **pair, rank_reg=0.2
+        ),
+    ]
     return runs
 
-def run_video_demo(out_dir:str|Path='papermill_runs/video_demo',  # where data, cache and runs go
-                   quick:bool=False,                               # tiny data and few epochs (a smoke test)
-                   epochs:int=None,                                # Phase-2 epochs (default: Phase2Config's; quick: 2)
-                   threads:int=None,                               # torch CPU threads
-                   progress:bool=True) -> dict:
+
+def run_video_demo(
+    out_dir: str | Path = "papermill_runs/video_demo",  # where data, cache and runs go
+    quick: bool = False,  # tiny data and few epochs (a smoke test)
+    epochs: int = None,  # Phase-2 epochs (default: Phase2Config's; quick: 2)
+    threads: int = None,  # torch CPU threads
+    progress: bool = True,
+) -> dict:
     "Synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions + metrics; returns the summary."
-    t0 = time.time(); out = Path(out_dir)
-    if threads: torch.set_num_threads(threads)
-    cache = out/'cache'
-    scales = {'default': 'tiny' if quick else 'default', 'small': 'tiny' if quick else 'small'}
-    dirs = {'default': out/'data', 'small': out/'data_small'}
-    for k in ('default', 'small'):
-        if not (dirs[k]/'report.json').is_file() and any(r['data'] == k for r in demo_runs(quick)):
+    t0 = time.time()
+    out = Path(out_dir)
+    if threads:
+        torch.set_num_threads(threads)
+    cache = out / "cache"
+    scales = {"default": "tiny" if quick else "default", "small": "tiny" if quick else "small"}
+    dirs = {"default": out / "data", "small": out / "data_small"}
+    for k in ("default", "small"):
+        if not (dirs[k] / "report.json").is_file() and any(r["data"] == k for r in demo_runs(quick)):
             make_synthetic(dirs[k], SyntheticConfig(**SCALES[scales[k]]), overwrite=dirs[k].exists(), progress=progress)
-    p1 = out/'runs'/'phase1_joint'
-    if not (p1/'metrics.json').is_file():
-        train_phase1([dirs['default']/'lote', dirs['default']/'mammalnet'], p1, cache, train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
-                     progress=progress, resume=(p1/'last').is_dir())
+    p1 = out / "runs" / "phase1_joint"
+    if not (p1 / "metrics.json").is_file():
+        train_phase1(
+            [dirs["default"] / "lote", dirs["default"] / "mammalnet"],
+            p1,
+            cache,
+            train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
+            progress=progress,
+            resume=(p1 / "last").is_dir(),
+        )
     rows = []
+
     def row(run_dir, ds, evaluated, data, r):
-        m = read_json(run_dir/'metrics.json')
-        return {'run': run_dir.name, 'train_dataset': ds, 'dataset': evaluated, 'data': data.name, **r,
-                'top1': m['top1_accuracy_single_label'], 'macro_f1': m['macro_f1'], 'chance_top1': m.get('chance_top1'),
-                'majority_top1': m.get('majority_top1'), 'run_dir': str(run_dir)}
+        m = read_json(run_dir / "metrics.json")
+        return {
+            "run": run_dir.name,
+            "train_dataset": ds,
+            "dataset": evaluated,
+            "data": data.name,
+            **r,
+            "top1": m["top1_accuracy_single_label"],
+            "macro_f1": m["macro_f1"],
+            "chance_top1": m.get("chance_top1"),
+            "majority_top1": m.get("majority_top1"),
+            "run_dir": str(run_dir),
+        }
+
     for r in demo_runs(quick):
-        r = dict(r); name, data, ds, cross = r.pop('name'), dirs[r.pop('data')], r.pop('dataset'), r.pop('cross_to', None)
-        with_ladder = r.pop('ladder', False)
-        if epochs: r['epochs'] = epochs
+        r = dict(r)
+        name, data, ds, cross = r.pop("name"), dirs[r.pop("data")], r.pop("dataset"), r.pop("cross_to", None)
+        with_ladder = r.pop("ladder", False)
+        if epochs:
+            r["epochs"] = epochs
         cfg = Phase2Config(**r)
-        run_dir = out/'runs'/name
-        if not (run_dir/'metrics.json').is_file():
-            train_phase2(data/ds, run_dir, cfg, cache, phase1=p1/'best', progress=progress,
-                         resume=(run_dir/'last').is_dir())
-        if with_ladder and not (run_dir/'ladder.json').is_file():   # where the headline loses accuracy, for the report
-            write_json(run_dir/'ladder.json', ladder(data/ds, cache, phase1=p1/'best', phase2=run_dir/'best', progress=progress))
+        run_dir = out / "runs" / name
+        if not (run_dir / "metrics.json").is_file():
+            train_phase2(
+                data / ds,
+                run_dir,
+                cfg,
+                cache,
+                phase1=p1 / "best",
+                progress=progress,
+                resume=(run_dir / "last").is_dir(),
+            )
+        if with_ladder and not (run_dir / "ladder.json").is_file():  # where the headline loses accuracy, for the report
+            write_json(
+                run_dir / "ladder.json",
+                ladder(data / ds, cache, phase1=p1 / "best", phase2=run_dir / "best", progress=progress),
+            )
         rows.append(row(run_dir, ds, ds, data, r))
         if cross:
-            xdir = out/'runs'/f"{name}_to_{cross}"
-            if not (xdir/'metrics.json').is_file(): predict(run_dir/'best', data/cross, xdir, 'test', cache, progress=progress)
+            xdir = out / "runs" / f"{name}_to_{cross}"
+            if not (xdir / "metrics.json").is_file():
+                predict(run_dir / "best", data / cross, xdir, "test", cache, progress=progress)
             rows.append(row(xdir, ds, cross, data, r))
-    summary = {'rows': rows, 'phase1': str(p1/'best'), 'seconds': round(time.time() - t0, 1), 'quick': quick}
-    write_json(out/'summary.json', summary)
+    summary = {"rows": rows, "phase1": str(p1 / "best"), "seconds": round(time.time() - t0, 1), "quick": quick}
+    write_json(out / "summary.json", summary)
     return summary

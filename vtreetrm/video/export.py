@@ -4,47 +4,73 @@
 
 # %% ../../nbs/video/05a_export.ipynb #e5a0c004
 from __future__ import annotations
-import json, shutil
+
+import shutil
 from pathlib import Path
-import torch
+
 from safetensors.torch import save_file
-from ..utils import UserError, atomic_dir, write_json, read_json, provenance, check_replaceable
-from .predict import read_phase2, load_phase2
+
+from ..utils import atomic_dir, check_replaceable, provenance, read_json, write_json
+from .predict import load_phase2, read_phase2
 
 # %% auto #0
-__all__ = ['export_checkpoint']
+__all__ = ["export_checkpoint"]
+
 
 # %% ../../nbs/video/05a_export.ipynb #e5a0c006
-def export_checkpoint(ckpt:str|Path,     # Phase-2 checkpoint folder (RUN/best)
-                      out:str|Path,      # folder to write
-                      merge:bool=False   # merge the LoRA into the LLM (a plain transformers folder)
-                      ) -> dict:
+def export_checkpoint(
+    ckpt: str | Path,  # Phase-2 checkpoint folder (RUN/best)
+    out: str | Path,  # folder to write
+    merge: bool = False,  # merge the LoRA into the LLM (a plain transformers folder)
+) -> dict:
     "Write the LLM (merged) or its adapter, the vision side and export.json into `out`; returns export.json."
     ckpt = Path(ckpt)
-    check_replaceable(Path(out))                     # before any work: a user's folder or file is never replaced
+    check_replaceable(Path(out))  # before any work: a user's folder or file is never replaced
     meta, base = read_phase2(ckpt)
     model, tok, meta = load_phase2(ckpt, (meta, base))
-    model = model.to('cpu')
+    model = model.to("cpu")
     with atomic_dir(out) as tmp:
         if merge:
             merged = model.llm.merge_and_unload()
-            merged.save_pretrained(tmp/'llm')
-            tok.save_pretrained(tmp/'llm')
+            merged.save_pretrained(tmp / "llm")
+            tok.save_pretrained(tmp / "llm")
         else:
-            shutil.copytree(ckpt/'adapter', tmp/'adapter')
-            cfg = read_json(tmp/'adapter'/'adapter_config.json')
-            write_json(tmp/'adapter'/'adapter_config.json', {**cfg, 'base_model_name_or_path': str(base)})
-        (tmp/'vision').mkdir()
-        save_file({k: v.contiguous() for k, v in model.own_state().items()}, str(tmp/'vision'/'model.safetensors'))
-        write_json(tmp/'vision'/'config.json', {'phase2_config': meta['config'], 'qformer_config': model.qformer.config.to_dict(),
-                                                'feature_shape': meta['feature_shape'], 'encoder_width': meta['encoder_width'],
-                                                'llm_hidden_size': model.proj.out_features, 'vision': meta['vision'],
-                                                'frames': meta['frames'], 'grid': meta['grid'], 'features': meta['features']})
-        if meta.get('phase1'):
-            (tmp/'phase1').mkdir()
-            for f in ('model.safetensors', 'checkpoint.json'): shutil.copy2(Path(meta['phase1']['path'])/f, tmp/'phase1'/f)
-        rep = {'checkpoint': str(ckpt.resolve()), 'merged': merge, 'base_llm': str(base), 'base_llm_config_sha256': meta['llm']['config_sha256'],
-               'epoch': meta['epoch'], 'score': meta.get('score'), 'label_mode': meta['label_mode'], 'dataset': meta['dataset'],
-               'provenance': provenance({'ckpt': str(ckpt), 'merge': merge}, [ckpt/'model.safetensors', ckpt/'adapter'/'adapter_model.safetensors'])}
-        write_json(tmp/'export.json', rep)
+            shutil.copytree(ckpt / "adapter", tmp / "adapter")
+            cfg = read_json(tmp / "adapter" / "adapter_config.json")
+            write_json(tmp / "adapter" / "adapter_config.json", {**cfg, "base_model_name_or_path": str(base)})
+        (tmp / "vision").mkdir()
+        save_file({k: v.contiguous() for k, v in model.own_state().items()}, str(tmp / "vision" / "model.safetensors"))
+        write_json(
+            tmp / "vision" / "config.json",
+            {
+                "phase2_config": meta["config"],
+                "qformer_config": model.qformer.config.to_dict(),
+                "feature_shape": meta["feature_shape"],
+                "encoder_width": meta["encoder_width"],
+                "llm_hidden_size": model.proj.out_features,
+                "vision": meta["vision"],
+                "frames": meta["frames"],
+                "grid": meta["grid"],
+                "features": meta["features"],
+            },
+        )
+        if meta.get("phase1"):
+            (tmp / "phase1").mkdir()
+            for f in ("model.safetensors", "checkpoint.json"):
+                shutil.copy2(Path(meta["phase1"]["path"]) / f, tmp / "phase1" / f)
+        rep = {
+            "checkpoint": str(ckpt.resolve()),
+            "merged": merge,
+            "base_llm": str(base),
+            "base_llm_config_sha256": meta["llm"]["config_sha256"],
+            "epoch": meta["epoch"],
+            "score": meta.get("score"),
+            "label_mode": meta["label_mode"],
+            "dataset": meta["dataset"],
+            "provenance": provenance(
+                {"ckpt": str(ckpt), "merge": merge},
+                [ckpt / "model.safetensors", ckpt / "adapter" / "adapter_model.safetensors"],
+            ),
+        }
+        write_json(tmp / "export.json", rep)
     return rep

@@ -4,331 +4,531 @@
 
 # %% ../../nbs/video/02_features.ipynb #5c611a01
 from __future__ import annotations
-import collections, contextlib, io, json, os, time
+
+import collections
+import contextlib
+import io
+import json
 import multiprocessing as mp
+import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-import av, numpy as np, torch, torch.nn.functional as F
-from tqdm.auto import tqdm
-from filelock import FileLock, Timeout
+
+import av
+import numpy as np
+import torch
+import torch.nn.functional as F
 import transformers
+from filelock import FileLock, Timeout
+from tqdm.auto import tqdm
 from transformers import Dinov2Config, Dinov2Model
-from ..utils import UserError, atomic_write, write_json, read_json, sha256_file, sha256_json
-from .labels import Clip
+
+from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json, write_json
 
 # %% auto #0
-__all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times', 'video_duration',
-           'decode_clip', 'load_vision_encoder', 'load_image_processor', 'processor_settings', 'encoder_identity',
-           'Sampling', 'pixel_values', 'encode_frames', 'FeatureCache']
+__all__ = [
+    "TINY_DINOV2",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "PROCESSOR_KEYS",
+    "sample_indices",
+    "segment_times",
+    "video_duration",
+    "decode_clip",
+    "load_vision_encoder",
+    "load_image_processor",
+    "processor_settings",
+    "encoder_identity",
+    "Sampling",
+    "pixel_values",
+    "encode_frames",
+    "FeatureCache",
+]
+
 
 # %% ../../nbs/video/02_features.ipynb #4b0bbc45
-def sample_indices(n:int, T:int) -> list:
+def sample_indices(n: int, T: int) -> list:
     "T frame indices spread uniformly over n frames (repeats when n < T)."
-    if n <= 0: raise ValueError("a clip needs at least one frame")
-    if T == 1: return [n // 2]
+    if n <= 0:
+        raise ValueError("a clip needs at least one frame")
+    if T == 1:
+        return [n // 2]
     return [int(round(i * (n - 1) / (T - 1))) for i in range(T)]
 
-def segment_times(start:float, end:float, T:int) -> list:
+
+def segment_times(start: float, end: float, T: int) -> list:
     "T timestamps (seconds) at the centres of T equal parts of [start, end)."
     step = (end - start) / T
     return [start + (i + 0.5) * step for i in range(T)]
 
-def video_duration(container, stream) -> float|None:
+
+def video_duration(container, stream) -> float | None:
     "Seconds of the video stream (or the container) when the file says; None otherwise."
-    if stream.duration: return float(stream.duration * stream.time_base)
+    if stream.duration:
+        return float(stream.duration * stream.time_base)
     return container.duration / 1e6 if container.duration else None
 
-def _by_index(c, s, T:int):
+
+def _by_index(c, s, T: int):
     "Frames at `sample_indices(s.frames, T)`, decoding forward only to the last one (None when the count is wrong)."
-    want = sample_indices(s.frames, T); last, keep, n = max(want), {}, 0
+    want = sample_indices(s.frames, T)
+    last, keep, n = max(want), {}, 0
     for n, f in enumerate(c.decode(s), 1):
-        if n - 1 in want: keep[n - 1] = f.to_ndarray(format='rgb24')
-        if n - 1 >= last: break
-    if len(keep) < len(set(want)): return None, n                  # the container overstated its frame count
+        if n - 1 in want:
+            keep[n - 1] = f.to_ndarray(format="rgb24")
+        if n - 1 >= last:
+            break
+    if len(keep) < len(set(want)):
+        return None, n  # the container overstated its frame count
     return [keep[i] for i in want], s.frames
 
-def _by_time(c, s, T:int, start:float, end:float):
+
+def _by_time(c, s, T: int, start: float, end: float):
     "(frame on screen at each of `segment_times(start, end, T)`, distinct frames): seek to the keyframe before `start`, stop after the last."
     times = segment_times(start, end, T)
-    if start > 0: c.seek(int(start / s.time_base), stream=s, backward=True, any_frame=False)
+    if start > 0:
+        c.seek(int(start / s.time_base), stream=s, backward=True, any_frame=False)
     out, j, prev, arr, distinct = [None] * T, 0, None, None, 0
+
     def take():
         nonlocal arr, distinct
-        if arr is None: arr = prev.to_ndarray(format='rgb24'); distinct += 1
+        if arr is None:
+            arr = prev.to_ndarray(format="rgb24")
+            distinct += 1
         return arr
+
     for f in c.decode(s):
         t = f.time
-        if t is None: continue
-        while j < T and times[j] < t:                   # times[j] falls before this frame: the previous one is on screen
-            if prev is None: prev, arr = f, None       # (a segment that starts before the first frame)
-            out[j] = take(); j += 1
-        if j == T: break
-        if prev is not f: prev, arr = f, None
-    if prev is None: return None, 0
-    while j < T: out[j] = take(); j += 1               # the stream ended
+        if t is None:
+            continue
+        while j < T and times[j] < t:  # times[j] falls before this frame: the previous one is on screen
+            if prev is None:
+                prev, arr = f, None  # (a segment that starts before the first frame)
+            out[j] = take()
+            j += 1
+        if j == T:
+            break
+        if prev is not f:
+            prev, arr = f, None
+    if prev is None:
+        return None, 0
+    while j < T:
+        out[j] = take()
+        j += 1  # the stream ended
     return out, distinct
 
-def decode_clip(path:str|Path,    # video file
-                T:int,            # frames to sample
-                start:float=None, # segment start in seconds (None: the whole file)
-                end:float=None,   # segment end in seconds
-                ) -> tuple[np.ndarray, dict]:
+
+def decode_clip(
+    path: str | Path,  # video file
+    T: int,  # frames to sample
+    start: float = None,  # segment start in seconds (None: the whole file)
+    end: float = None,  # segment end in seconds
+) -> tuple[np.ndarray, dict]:
     "T frames of a video file or of its segment [start, end), decoding only what they need: ((T, H, W, 3) uint8, info)."
     path = Path(path)
-    if not path.is_file(): raise UserError("clip file not found", path)
+    if not path.is_file():
+        raise UserError("clip file not found", path)
     if (start is None) != (end is None) or (start is not None and not 0 <= start < end):
         raise UserError(f"a segment needs 0 <= start < end, got start={start} end={end}", path)
     try:
         with av.open(str(path)) as c:
-            if not c.streams.video: raise UserError("no video stream in clip", path)
-            s = c.streams.video[0]; s.thread_type = 'AUTO'
+            if not c.streams.video:
+                raise UserError("no video stream in clip", path)
+            s = c.streams.video[0]
+            s.thread_type = "AUTO"
             dur = video_duration(c, s)
             if start is not None and dur is not None and start >= dur:
                 raise UserError(f"the segment starts at {start:g} s, after the end of the video ({dur:.3f} s)", path)
             frames = None
             if start is None and s.frames > 0:
                 frames, n = _by_index(c, s, T)
-                if frames is None: c.seek(0, stream=s)                 # count overstated: sample by time instead
-            if frames is None and start is None and not dur:           # neither a frame count nor a duration: rare
-                allf = [f.to_ndarray(format='rgb24') for f in c.decode(s)]
+                if frames is None:
+                    c.seek(0, stream=s)  # count overstated: sample by time instead
+            if frames is None and start is None and not dur:  # neither a frame count nor a duration: rare
+                allf = [f.to_ndarray(format="rgb24") for f in c.decode(s)]
                 frames, n = ([allf[i] for i in sample_indices(len(allf), T)] if allf else None), len(allf)
             elif frames is None:
                 frames, n = _by_time(c, s, T, *((start, end) if start is not None else (0.0, dur)))
-    except UserError: raise
-    except (av.error.FFmpegError, ValueError, OSError) as e: raise UserError(f"cannot decode clip ({e.__class__.__name__}: {e})", path) from None
-    if not frames: raise UserError("clip has no decodable frames" if start is None else f"no frame in the segment [{start:g}, {end:g}) s", path)
-    info = {'n_frames': int(n), 'repeated': n < T}
+    except UserError:
+        raise
+    except (av.error.FFmpegError, ValueError, OSError) as e:
+        raise UserError(f"cannot decode clip ({e.__class__.__name__}: {e})", path) from None
+    if not frames:
+        raise UserError(
+            "clip has no decodable frames" if start is None else f"no frame in the segment [{start:g}, {end:g}) s", path
+        )
+    info = {"n_frames": int(n), "repeated": n < T}
     return np.stack(frames), info
 
+
 # %% ../../nbs/video/02_features.ipynb #b04627ca
-TINY_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=8,
-                   image_size=64, layerscale_value=1.0, drop_path_rate=0.0)
+TINY_DINOV2 = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    mlp_ratio=2,
+    patch_size=8,
+    image_size=64,
+    layerscale_value=1.0,
+    drop_path_rate=0.0,
+)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
-def load_vision_encoder(vision:str='tiny',  # 'tiny' (random config built in code) or a local path / hub id
-                        seed:int=0,         # seed of the tiny random weights
-                        ) -> Dinov2Model:
+
+def load_vision_encoder(
+    vision: str = "tiny",  # 'tiny' (random config built in code) or a local path / hub id
+    seed: int = 0,  # seed of the tiny random weights
+) -> Dinov2Model:
     "A frozen `Dinov2Model` in eval mode."
-    if vision == 'tiny':
-        g = torch.random.get_rng_state(); torch.manual_seed(seed)
-        try: m = Dinov2Model(Dinov2Config(**TINY_DINOV2))
-        finally: torch.random.set_rng_state(g)
+    if vision == "tiny":
+        g = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            m = Dinov2Model(Dinov2Config(**TINY_DINOV2))
+        finally:
+            torch.random.set_rng_state(g)
     else:
-        try: m = Dinov2Model.from_pretrained(vision)
-        except (OSError, ValueError) as e: raise UserError(f"cannot load a Dinov2Model from {vision!r}: {str(e).splitlines()[0]}") from None
+        try:
+            m = Dinov2Model.from_pretrained(vision)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot load a Dinov2Model from {vision!r}: {str(e).splitlines()[0]}") from None
     m.requires_grad_(False).eval()
-    m.vision_source = vision if vision == 'tiny' else str(vision)
-    m.image_processor = None if vision == 'tiny' else load_image_processor(vision)
+    m.vision_source = vision if vision == "tiny" else str(vision)
+    m.image_processor = None if vision == "tiny" else load_image_processor(vision)
     return m
 
-def load_image_processor(vision:str):
+
+def load_image_processor(vision: str):
     "The checkpoint's own image processor (its `preprocessor_config.json`), or None for a folder that has none."
     p = Path(vision)
-    if p.is_dir() and not (p/'preprocessor_config.json').is_file(): return None
+    if p.is_dir() and not (p / "preprocessor_config.json").is_file():
+        return None
     try:
-        try: return transformers.AutoImageProcessor.from_pretrained(vision)
-        except ImportError:   # this processor's default backend needs torchvision: use the same processor's PIL backend
-            name = read_json(p/'preprocessor_config.json').get('image_processor_type', 'BitImageProcessor') if p.is_dir() else 'BitImageProcessor'
-            cls = getattr(transformers, name + 'Pil', None) or getattr(transformers, name)
+        try:
+            return transformers.AutoImageProcessor.from_pretrained(vision)
+        except ImportError:  # this processor's default backend needs torchvision: use the same processor's PIL backend
+            name = (
+                read_json(p / "preprocessor_config.json").get("image_processor_type", "BitImageProcessor")
+                if p.is_dir()
+                else "BitImageProcessor"
+            )
+            cls = getattr(transformers, name + "Pil", None) or getattr(transformers, name)
             return cls.from_pretrained(vision)
     except (OSError, ValueError, AttributeError) as e:
         raise UserError(f"cannot load the image processor of {vision!r}: {str(e).splitlines()[0]}") from None
 
-PROCESSOR_KEYS = ('image_processor_type', 'do_resize', 'size', 'resample', 'do_center_crop', 'crop_size', 'do_rescale',
-                  'rescale_factor', 'do_normalize', 'image_mean', 'image_std')
 
-def processor_settings(proc, image_size:int=None) -> dict:
+PROCESSOR_KEYS = (
+    "image_processor_type",
+    "do_resize",
+    "size",
+    "resample",
+    "do_center_crop",
+    "crop_size",
+    "do_rescale",
+    "rescale_factor",
+    "do_normalize",
+    "image_mean",
+    "image_std",
+)
+
+
+def processor_settings(proc, image_size: int = None) -> dict:
     "What the processor does to a frame (part of the feature cache key); `image_size` replaces the crop, the resize scales with it."
-    d = proc.to_dict(); out = {k: d.get(k) for k in PROCESSOR_KEYS}
+    d = proc.to_dict()
+    out = {k: d.get(k) for k in PROCESSOR_KEYS}
     if image_size:
-        crop, size = out.get('crop_size') or {}, out.get('size') or {}
-        if 'shortest_edge' in size and crop.get('height'):
-            out['size'] = {'shortest_edge': int(round(image_size * size['shortest_edge'] / crop['height']))}
-        else: out['size'] = {'height': image_size, 'width': image_size}
-        out['crop_size'] = {'height': image_size, 'width': image_size}
+        crop, size = out.get("crop_size") or {}, out.get("size") or {}
+        if "shortest_edge" in size and crop.get("height"):
+            out["size"] = {"shortest_edge": int(round(image_size * size["shortest_edge"] / crop["height"]))}
+        else:
+            out["size"] = {"height": image_size, "width": image_size}
+        out["crop_size"] = {"height": image_size, "width": image_size}
     return json.loads(json.dumps(out))
 
-_NOT_IDENTITY = {'transformers_version', '_name_or_path', 'architectures', 'dtype', 'torch_dtype', '_commit_hash',
-                 '_attn_implementation_autoset'}   # bookkeeping that save/load changes, not the computation
 
-def encoder_identity(model:Dinov2Model) -> dict:
+_NOT_IDENTITY = {
+    "transformers_version",
+    "_name_or_path",
+    "architectures",
+    "dtype",
+    "torch_dtype",
+    "_commit_hash",
+    "_attn_implementation_autoset",
+}  # bookkeeping that save/load changes, not the computation
+
+
+def encoder_identity(model: Dinov2Model) -> dict:
     "Config and weight hashes identifying a frozen encoder."
-    h = __import__('hashlib').sha256()
+    h = __import__("hashlib").sha256()
     for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode()); h.update(v.detach().to('cpu', torch.float32).contiguous().numpy().tobytes())
+        h.update(k.encode())
+        h.update(v.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     cfg = {k: v for k, v in model.config.to_dict().items() if k not in _NOT_IDENTITY}
-    return {'source': getattr(model, 'vision_source', None), 'config_sha256': sha256_json(cfg),
-            'weights_sha256': h.hexdigest(), 'hidden_size': model.config.hidden_size,
-            'key': sha256_json([sha256_json(cfg), h.hexdigest()])}
+    return {
+        "source": getattr(model, "vision_source", None),
+        "config_sha256": sha256_json(cfg),
+        "weights_sha256": h.hexdigest(),
+        "hidden_size": model.config.hidden_size,
+        "key": sha256_json([sha256_json(cfg), h.hexdigest()]),
+    }
+
 
 # %% ../../nbs/video/02_features.ipynb #498e3fa3
 @dataclass
 class Sampling:
     "How a clip becomes encoder input."
-    frames: int = 8          # T, frames sampled uniformly per clip
-    grid: int = 4            # patch tokens are average-pooled to grid x grid
-    image_size: int = None   # frame size fed to the encoder (default: the processor's crop, else the encoder's config.image_size)
-    processor: dict = None   # the checkpoint's image processor settings (None: resize to image_size, ImageNet mean/std)
-    def resolved(self, model) -> 'Sampling':
-        proc = getattr(model, 'image_processor', None)
-        if proc is None: return Sampling(self.frames, self.grid, self.image_size or model.config.image_size)
+
+    frames: int = 8  # T, frames sampled uniformly per clip
+    grid: int = 4  # patch tokens are average-pooled to grid x grid
+    # frame size fed to the encoder (default: the processor's crop, else the encoder's config.image_size)
+    image_size: int = None
+    processor: dict = None  # the checkpoint's image processor settings (None: resize to image_size, ImageNet mean/std)
+
+    def resolved(self, model) -> Sampling:
+        proc = getattr(model, "image_processor", None)
+        if proc is None:
+            return Sampling(self.frames, self.grid, self.image_size or model.config.image_size)
         ps = processor_settings(proc, self.image_size)
-        return Sampling(self.frames, self.grid, (ps.get('crop_size') or {}).get('height') or self.image_size, ps)
+        return Sampling(self.frames, self.grid, (ps.get("crop_size") or {}).get("height") or self.image_size, ps)
+
     def key(self) -> dict:
         "What the cache key hashes (without processor when there is none, so tiny-encoder caches keep their keys)."
-        return {k: v for k, v in asdict(self).items() if not (k == 'processor' and v is None)}
-    def __post_init__(self):
-        if self.frames < 1: raise UserError(f"frames must be >= 1, got {self.frames}")
-        if self.grid < 1: raise UserError(f"grid must be >= 1, got {self.grid}")
+        return {k: v for k, v in asdict(self).items() if not (k == "processor" and v is None)}
 
-def pixel_values(model, frames:np.ndarray, s:Sampling) -> torch.Tensor:
+    def __post_init__(self):
+        if self.frames < 1:
+            raise UserError(f"frames must be >= 1, got {self.frames}")
+        if self.grid < 1:
+            raise UserError(f"grid must be >= 1, got {self.grid}")
+
+
+def pixel_values(model, frames: np.ndarray, s: Sampling) -> torch.Tensor:
     "(N, 3, S, S) encoder input of frames (N, H, W, 3) uint8: the checkpoint's image processor, else resize + ImageNet mean/std."
-    proc = getattr(model, 'image_processor', None)
+    proc = getattr(model, "image_processor", None)
     if proc is not None and s.processor is not None:
-        return proc(images=list(frames), return_tensors='pt', size=s.processor['size'], crop_size=s.processor['crop_size'])['pixel_values']
-    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.
+        return proc(
+            images=list(frames), return_tensors="pt", size=s.processor["size"], crop_size=s.processor["crop_size"]
+        )["pixel_values"]
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
     if x.shape[-1] != s.image_size or x.shape[-2] != s.image_size:
-        x = F.interpolate(x, size=(s.image_size, s.image_size), mode='bilinear', align_corners=False)
+        x = F.interpolate(x, size=(s.image_size, s.image_size), mode="bilinear", align_corners=False)
     return (x - torch.tensor(IMAGENET_MEAN)[:, None, None]) / torch.tensor(IMAGENET_STD)[:, None, None]
 
+
 @torch.no_grad()
-def encode_frames(model:Dinov2Model, frames:np.ndarray, sampling:Sampling) -> torch.Tensor:
+def encode_frames(model: Dinov2Model, frames: np.ndarray, sampling: Sampling) -> torch.Tensor:
     "Features (B, T, 1 + grid*grid, D) of frames (B, T, H, W, 3) uint8."
     s = sampling.resolved(model)
     B, T = frames.shape[:2]
     dev = next(model.parameters()).device
-    h = model(pixel_values=pixel_values(model, frames.reshape(B * T, *frames.shape[2:]), s).to(dev, model.dtype)).last_hidden_state.float()
+    h = model(
+        pixel_values=pixel_values(model, frames.reshape(B * T, *frames.shape[2:]), s).to(dev, model.dtype)
+    ).last_hidden_state.float()
     cls, patches = h[:, :1], h[:, 1:]
-    side = int(round(patches.shape[1] ** .5))
+    side = int(round(patches.shape[1] ** 0.5))
     if side * side == patches.shape[1] and side != s.grid:
         grid = patches.transpose(1, 2).reshape(-1, h.shape[-1], side, side)
-        patches = F.adaptive_avg_pool2d(grid, s.grid).flatten(2).transpose(1, 2)      # (B*T, grid*grid, D)
+        patches = F.adaptive_avg_pool2d(grid, s.grid).flatten(2).transpose(1, 2)  # (B*T, grid*grid, D)
     return torch.cat([cls, patches], 1).reshape(B, T, -1, h.shape[-1]).cpu()
+
 
 # %% ../../nbs/video/02_features.ipynb #13da3171
 def _decode_job(path, T, start, end):
     "One clip decoded in a worker process: (frames, info, error message, error path)."
-    try: return (*decode_clip(path, T, start, end), None, None)
-    except UserError as e: return None, None, e.msg, str(e.path) if e.path is not None else None
+    try:
+        return (*decode_clip(path, T, start, end), None, None)
+    except UserError as e:
+        return None, None, e.msg, str(e.path) if e.path is not None else None
+
 
 class FeatureCache:
     "On-disk features keyed by clip sha256 + encoder identity + sampling."
-    def __init__(self, root:str|Path, model:Dinov2Model, sampling:Sampling=None, batch_size:int=16,
-                 workers:int=0):   # processes decoding ahead of the encoder (0: decode in this process)
+
+    def __init__(
+        self,
+        root: str | Path,
+        model: Dinov2Model,
+        sampling: Sampling = None,
+        batch_size: int = 16,
+        workers: int = 0,  # processes decoding ahead of the encoder (0: decode in this process)
+    ):
         self.model, self.sampling, self.batch_size = model, (sampling or Sampling()).resolved(model), batch_size
-        if workers < 0: raise UserError(f"--workers must be 0 or more, got {workers}")
-        self.workers, self.timing = workers, {'decode_wait': 0.0, 'encode': 0.0}
+        if workers < 0:
+            raise UserError(f"--workers must be 0 or more, got {workers}")
+        self.workers, self.timing = workers, {"decode_wait": 0.0, "encode": 0.0}
         self.identity = encoder_identity(model)
         self.root = Path(root)
-        self.dir = self.root/self.identity['key'][:16]/sha256_json(self.sampling.key())[:12]
+        self.dir = self.root / self.identity["key"][:16] / sha256_json(self.sampling.key())[:12]
         self.dir.mkdir(parents=True, exist_ok=True)
-        if not (self.dir/'sampling.json').exists():
-            write_json(self.dir.parent/'encoder.json', self.identity); write_json(self.dir/'sampling.json', self.sampling.key())
-        self._memo_path = self.root/'clip_hashes.json'
+        if not (self.dir / "sampling.json").exists():
+            write_json(self.dir.parent / "encoder.json", self.identity)
+            write_json(self.dir / "sampling.json", self.sampling.key())
+        self._memo_path = self.root / "clip_hashes.json"
         self._memo = read_json(self._memo_path) if self._memo_path.is_file() else {}
         self.encoded = 0
 
     @property
-    def key(self) -> dict: return {'encoder': self.identity['key'], 'sampling': self.sampling.key()}
+    def key(self) -> dict:
+        return {"encoder": self.identity["key"], "sampling": self.sampling.key()}
 
     def clip_sha(self, path) -> str:
-        p = Path(path); st = p.stat()
-        k = str(p.resolve()); stamp = [st.st_size, st.st_mtime_ns]
+        p = Path(path)
+        st = p.stat()
+        k = str(p.resolve())
+        stamp = [st.st_size, st.st_mtime_ns]
         hit = self._memo.get(k)
-        if hit and hit[:2] == stamp: return hit[2]
-        sha = sha256_file(p); self._memo[k] = stamp + [sha]
+        if hit and hit[:2] == stamp:
+            return hit[2]
+        sha = sha256_file(p)
+        self._memo[k] = stamp + [sha]
         return sha
 
     @staticmethod
-    def segment_key(c, sha:str) -> str:
+    def segment_key(c, sha: str) -> str:
         "The file's sha256 for a whole-file clip; for a segment, the sha256 of (file sha, start, end)."
         return sha if c.start is None else sha256_json([sha, c.start, c.end])
 
-    def path_for(self, sha:str) -> Path: return self.dir/sha[:2]/f"{sha}.npy"
+    def path_for(self, sha: str) -> Path:
+        return self.dir / sha[:2] / f"{sha}.npy"
 
-    def features_for(self, clips:list,             # list[Clip]
-                     skip_bad:bool=False,          # skip clips that are missing or undecodable (reported)
-                     progress:bool=True,
-                     mirror:bool=False) -> tuple[dict, dict]:   # features of the left-right mirrored frames (their own keys)
+    def features_for(
+        self,
+        clips: list,  # list[Clip]
+        skip_bad: bool = False,  # skip clips that are missing or undecodable (reported)
+        progress: bool = True,
+        mirror: bool = False,  # features of the left-right mirrored frames (their own keys)
+    ) -> tuple[dict, dict]:
         "({clip id: (T, P, D) float32 array}, report), encoding only what is not cached."
-        out, todo, report = {}, [], {'cached': 0, 'encoded': 0, 'short_clips': [], 'skipped': []}
+        out, todo, report = {}, [], {"cached": 0, "encoded": 0, "short_clips": [], "skipped": []}
         for c in clips:
             try:
-                if not Path(c.video).is_file(): raise UserError("clip file not found", c.video)
+                if not Path(c.video).is_file():
+                    raise UserError("clip file not found", c.video)
                 sha = self.segment_key(c, self.clip_sha(c.video))
-                if mirror: sha = sha256_json([sha, 'mirror'])
+                if mirror:
+                    sha = sha256_json([sha, "mirror"])
             except UserError as e:
-                if not skip_bad: raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-                report['skipped'].append({'id': c.id, 'path': c.video, 'reason': e.msg}); continue
-            if not self._take_cached(c, sha, out, report): todo.append((c, sha))
+                if not skip_bad:
+                    raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+                report["skipped"].append({"id": c.id, "path": c.video, "reason": e.msg})
+                continue
+            if not self._take_cached(c, sha, out, report):
+                todo.append((c, sha))
         with self.filling(bool(todo)):
-            todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]   # filled meanwhile
+            todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]  # filled meanwhile
             self._encode(todo, out, report, skip_bad, progress, mirror)
         return out, report
 
-    def _take_cached(self, c, sha, out:dict, report:dict) -> bool:
+    def _take_cached(self, c, sha, out: dict, report: dict) -> bool:
         p = self.path_for(sha)
-        if not p.is_file(): return False
-        out[c.id] = np.load(p, allow_pickle=False); report['cached'] += 1
-        meta = p.with_suffix('.json')
-        if meta.is_file() and read_json(meta).get('repeated'): report['short_clips'].append(c.id)
+        if not p.is_file():
+            return False
+        out[c.id] = np.load(p, allow_pickle=False)
+        report["cached"] += 1
+        meta = p.with_suffix(".json")
+        if meta.is_file() and read_json(meta).get("repeated"):
+            report["short_clips"].append(c.id)
         return True
 
     @contextlib.contextmanager
-    def filling(self, needed:bool=True):
+    def filling(self, needed: bool = True):
         "Hold the cache folder's fill lock while encoding (one filler at a time); say so when waiting for another."
-        if not needed: yield; return
-        lock = FileLock(str(self.dir/'.fill.lock'))
-        try: lock.acquire(timeout=0)
+        if not needed:
+            yield
+            return
+        lock = FileLock(str(self.dir / ".fill.lock"))
+        try:
+            lock.acquire(timeout=0)
         except Timeout:
             tqdm.write(f"waiting for another process that is filling the feature cache {self.dir} …")
             lock.acquire()
-        try: yield
-        finally: lock.release()
+        try:
+            yield
+        finally:
+            lock.release()
 
-    def _decoded(self, todo:list):
+    def _decoded(self, todo: list):
         "`(clip, key, frames, info, error)` in order; with `workers`, decoded that many clips ahead in other processes."
         T = self.sampling.frames
         if not self.workers:
             for c, sha in todo:
                 t0 = time.perf_counter()
-                try: fr, info = decode_clip(c.video, T, c.start, c.end); err = None
-                except UserError as e: fr, info, err = None, None, e
-                self.timing['decode_wait'] += time.perf_counter() - t0
+                try:
+                    fr, info = decode_clip(c.video, T, c.start, c.end)
+                    err = None
+                except UserError as e:
+                    fr, info, err = None, None, e
+                self.timing["decode_wait"] += time.perf_counter() - t0
                 yield c, sha, fr, info, err
             return
-        ctx = mp.get_context('fork' if 'fork' in mp.get_all_start_methods() else 'spawn')   # fork: no re-import per worker
+        ctx = mp.get_context(
+            "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        )  # fork: no re-import per worker
         with ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
             it, window = iter(todo), collections.deque()
+
             def submit():
                 nxt = next(it, None)
-                if nxt is not None: window.append((*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end)))
-            for _ in range(max(2 * self.batch_size, 4 * self.workers)): submit()   # bounded: memory of a few batches
+                if nxt is not None:
+                    window.append((*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end)))
+
+            for _ in range(max(2 * self.batch_size, 4 * self.workers)):
+                submit()  # bounded: memory of a few batches
             while window:
-                c, sha, fut = window.popleft(); submit()
-                t0 = time.perf_counter(); fr, info, msg, path = fut.result(); self.timing['decode_wait'] += time.perf_counter() - t0
+                c, sha, fut = window.popleft()
+                submit()
+                t0 = time.perf_counter()
+                fr, info, msg, path = fut.result()
+                self.timing["decode_wait"] += time.perf_counter() - t0
                 yield c, sha, fr, info, (UserError(msg, path) if msg is not None else None)
 
-    def _encode(self, todo:list, out:dict, report:dict, skip_bad:bool, progress:bool, mirror:bool=False):
-        batch, pbar = [], tqdm(total=len(todo), desc='encode mirrored clips' if mirror else 'encode clips', disable=not progress or not todo, leave=False)
+    def _encode(self, todo: list, out: dict, report: dict, skip_bad: bool, progress: bool, mirror: bool = False):
+        batch, pbar = (
+            [],
+            tqdm(
+                total=len(todo),
+                desc="encode mirrored clips" if mirror else "encode clips",
+                disable=not progress or not todo,
+                leave=False,
+            ),
+        )
+
         def flush():
-            if not batch: return
+            if not batch:
+                return
             t0 = time.perf_counter()
             feats = encode_frames(self.model, np.stack([b[2] for b in batch]), self.sampling).numpy()
-            self.timing['encode'] += time.perf_counter() - t0
+            self.timing["encode"] += time.perf_counter() - t0
             for (c, sha, _, info), f in zip(batch, feats):
-                buf = io.BytesIO(); np.save(buf, f.astype(np.float32)); atomic_write(self.path_for(sha), buf.getvalue())
-                write_json(self.path_for(sha).with_suffix('.json'), {'clip': c.video, 'id': c.id, **info})
+                buf = io.BytesIO()
+                np.save(buf, f.astype(np.float32))
+                atomic_write(self.path_for(sha), buf.getvalue())
+                write_json(self.path_for(sha).with_suffix(".json"), {"clip": c.video, "id": c.id, **info})
                 out[c.id] = f.astype(np.float32)
-            self.encoded += len(batch); report['encoded'] += len(batch); pbar.update(len(batch)); batch.clear()
+            self.encoded += len(batch)
+            report["encoded"] += len(batch)
+            pbar.update(len(batch))
+            batch.clear()
+
         for c, sha, frames, info, err in self._decoded(todo):
             if err is not None:
-                if not skip_bad: raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-                report['skipped'].append({'id': c.id, 'path': c.video, 'reason': err.msg}); continue
-            if info['repeated']: report['short_clips'].append(c.id)
-            if mirror: frames, info = np.ascontiguousarray(frames[:, :, ::-1]), {**info, 'mirrored': True}   # (T, H, W, 3): W flipped
+                if not skip_bad:
+                    raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+                report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
+                continue
+            if info["repeated"]:
+                report["short_clips"].append(c.id)
+            if mirror:
+                frames, info = (
+                    np.ascontiguousarray(frames[:, :, ::-1]),
+                    {**info, "mirrored": True},
+                )  # (T, H, W, 3): W flipped
             batch.append((c, sha, frames, info))
-            if len(batch) >= self.batch_size: flush()
-        flush(); pbar.close()
-        if todo: write_json(self._memo_path, self._memo)
+            if len(batch) >= self.batch_size:
+                flush()
+        flush()
+        pbar.close()
+        if todo:
+            write_json(self._memo_path, self._memo)

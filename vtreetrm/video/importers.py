@@ -4,26 +4,50 @@
 
 # %% ../../nbs/video/00a_import.ipynb #a1b2c304
 from __future__ import annotations
-import csv, json, math
-from dataclasses import dataclass, field
+
+import csv
+import math
+from dataclasses import dataclass
 from pathlib import Path
+
 import av
-from ..utils import UserError, atomic_dir, write_json, read_json, provenance, path_component, sha256_file
-from .labels import LABEL_MAPS, SPLITS, check_label_mapping, load_label_mapping, write_dataset_files, load_dataset
+
+from ..utils import UserError, atomic_dir, path_component, provenance, read_json, write_json
 from .features import video_duration
+from vtreetrm.video.labels import (
+    LABEL_MAPS,
+    SPLITS,
+    load_dataset,
+    load_label_mapping,
+    write_dataset_files,
+)
 
 # %% auto #0
-__all__ = ['FORMATS', 'SUBSETS', 'VIDEO_EXTS', 'CSV_REQUIRED', 'Segment', 'read_activitynet', 'read_csv', 'read_annotations',
-           'find_video', 'probe_duration', 'read_split_file', 'import_annotations']
+__all__ = [
+    "FORMATS",
+    "SUBSETS",
+    "VIDEO_EXTS",
+    "CSV_REQUIRED",
+    "Segment",
+    "read_activitynet",
+    "read_csv",
+    "read_annotations",
+    "find_video",
+    "probe_duration",
+    "read_split_file",
+    "import_annotations",
+]
 
 # %% ../../nbs/video/00a_import.ipynb #a1b2c307
-FORMATS = ('activitynet', 'lote', 'mammalnet', 'csv')
-SUBSETS = {'training': 'train', 'train': 'train', 'validation': 'val', 'val': 'val', 'testing': 'test', 'test': 'test'}
-VIDEO_EXTS = ('.mp4', '.mkv', '.avi', '.mov', '.webm', '.m4v')
+FORMATS = ("activitynet", "lote", "mammalnet", "csv")
+SUBSETS = {"training": "train", "train": "train", "validation": "val", "val": "val", "testing": "test", "test": "test"}
+VIDEO_EXTS = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v")
+
 
 @dataclass
 class Segment:
     "One annotated span of one video."
+
     video_id: str
     start: float
     end: float
@@ -32,191 +56,322 @@ class Segment:
     environment: str = None
     split: str = None
     id: str = None
-    where: tuple = ()        # (file, line) for messages
+    where: tuple = ()  # (file, line) for messages
+
 
 def _seconds(v, where, what):
     if isinstance(v, str):
-        try: v = float(v)
-        except ValueError: pass
+        try:
+            v = float(v)
+        except ValueError:
+            pass
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise UserError(f"expected a number of seconds >= 0, got {v!r:.40}", *where, what)
     return float(v)
 
+
 def _text(v, where, what, required=False):
     if v is None or (isinstance(v, str) and not v.strip()):
-        if required: raise UserError("missing", *where, what)
+        if required:
+            raise UserError("missing", *where, what)
         return None
-    if not isinstance(v, str): raise UserError(f"expected text, got {v!r:.40}", *where, what)
+    if not isinstance(v, str):
+        raise UserError(f"expected text, got {v!r:.40}", *where, what)
     return v.strip()
 
-def read_activitynet(path:Path) -> list:
+
+def read_activitynet(path: Path) -> list:
     "Segments of an ActivityNet-layout JSON file."
     data = read_json(path)
-    db = data.get('database') if isinstance(data, dict) else None
-    if not isinstance(db, dict): raise UserError("expected an object with a 'database' mapping of video ids", path, None, 'database')
+    db = data.get("database") if isinstance(data, dict) else None
+    if not isinstance(db, dict):
+        raise UserError("expected an object with a 'database' mapping of video ids", path, None, "database")
     out = []
     for vid, e in db.items():
         where = (path, None)
-        if not isinstance(e, dict): raise UserError(f"video {vid!r}: expected an object", path, None, 'database')
-        anns = e.get('annotations')
-        if not isinstance(anns, list): raise UserError(f"video {vid!r}: expected a list of annotations", path, None, f'database.{vid}.annotations')
-        sub = e.get('subset')
+        if not isinstance(e, dict):
+            raise UserError(f"video {vid!r}: expected an object", path, None, "database")
+        anns = e.get("annotations")
+        if not isinstance(anns, list):
+            raise UserError(f"video {vid!r}: expected a list of annotations", path, None, f"database.{vid}.annotations")
+        sub = e.get("subset")
         split = SUBSETS.get(str(sub).lower()) if sub is not None else None
-        if sub is not None and split is None: raise UserError(f"video {vid!r}: unknown subset {sub!r} (training, validation, testing)", path, None, f'database.{vid}.subset')
+        if sub is not None and split is None:
+            raise UserError(
+                f"video {vid!r}: unknown subset {sub!r} (training, validation, testing)",
+                path,
+                None,
+                f"database.{vid}.subset",
+            )
         for k, a in enumerate(anns):
-            f = f'database.{vid}.annotations[{k}]'
-            if not isinstance(a, dict): raise UserError(f"video {vid!r}: expected an object", path, None, f)
-            seg = a.get('segment')
-            if not (isinstance(seg, list) and len(seg) == 2): raise UserError(f"video {vid!r}: segment must be [start, end]", path, None, f + '.segment')
-            out.append(Segment(str(vid), _seconds(seg[0], where, f + '.segment'), _seconds(seg[1], where, f + '.segment'),
-                               _text(a.get('label'), where, f + '.label', required=True),
-                               _text(a.get('species', e.get('species')), where, f + '.species'),
-                               _text(a.get('environment', e.get('environment')), where, f + '.environment'), split,
-                               where=(path, None, f)))
+            f = f"database.{vid}.annotations[{k}]"
+            if not isinstance(a, dict):
+                raise UserError(f"video {vid!r}: expected an object", path, None, f)
+            seg = a.get("segment")
+            if not (isinstance(seg, list) and len(seg) == 2):
+                raise UserError(f"video {vid!r}: segment must be [start, end]", path, None, f + ".segment")
+            out.append(
+                Segment(
+                    str(vid),
+                    _seconds(seg[0], where, f + ".segment"),
+                    _seconds(seg[1], where, f + ".segment"),
+                    _text(a.get("label"), where, f + ".label", required=True),
+                    _text(a.get("species", e.get("species")), where, f + ".species"),
+                    _text(a.get("environment", e.get("environment")), where, f + ".environment"),
+                    split,
+                    where=(path, None, f),
+                )
+            )
     return out
 
-CSV_REQUIRED = ('video', 'start', 'end', 'label')
 
-def read_csv(path:Path) -> list:
+CSV_REQUIRED = ("video", "start", "end", "label")
+
+
+def read_csv(path: Path) -> list:
     "Segments of a CSV file with columns video,start,end,label[,species,environment,split,id]."
     try:
-        with open(path, newline='', encoding='utf-8-sig') as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
             cols = rows[0].keys() if rows else []
-    except UnicodeDecodeError as e: raise UserError(f"not UTF-8 text: {e.reason}", path) from None
-    except csv.Error as e: raise UserError(f"invalid CSV: {e}", path) from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"not UTF-8 text: {e.reason}", path) from None
+    except csv.Error as e:
+        raise UserError(f"invalid CSV: {e}", path) from None
     missing = [c for c in CSV_REQUIRED if c not in cols]
-    if missing: raise UserError(f"missing column(s) {', '.join(missing)} (need {', '.join(CSV_REQUIRED)})", path, 1, missing[0])
+    if missing:
+        raise UserError(f"missing column(s) {', '.join(missing)} (need {', '.join(CSV_REQUIRED)})", path, 1, missing[0])
     out = []
     for i, r in enumerate(rows, 2):
         w = (path, i)
-        sp = _text(r.get('split'), w, 'split')
-        if sp is not None and sp.lower() not in SUBSETS: raise UserError(f"unknown split {sp!r} (train, val, test)", path, i, 'split')
-        out.append(Segment(_text(r['video'], w, 'video', True), _seconds(r['start'], w, 'start'), _seconds(r['end'], w, 'end'),
-                           _text(r['label'], w, 'label', True), _text(r.get('species'), w, 'species'),
-                           _text(r.get('environment'), w, 'environment'), SUBSETS[sp.lower()] if sp else None,
-                           _text(r.get('id'), w, 'id'), where=(path, i, None)))
+        sp = _text(r.get("split"), w, "split")
+        if sp is not None and sp.lower() not in SUBSETS:
+            raise UserError(f"unknown split {sp!r} (train, val, test)", path, i, "split")
+        out.append(
+            Segment(
+                _text(r["video"], w, "video", True),
+                _seconds(r["start"], w, "start"),
+                _seconds(r["end"], w, "end"),
+                _text(r["label"], w, "label", True),
+                _text(r.get("species"), w, "species"),
+                _text(r.get("environment"), w, "environment"),
+                SUBSETS[sp.lower()] if sp else None,
+                _text(r.get("id"), w, "id"),
+                where=(path, i, None),
+            )
+        )
     return out
 
-def read_annotations(path:str|Path, fmt:str) -> list:
+
+def read_annotations(path: str | Path, fmt: str) -> list:
     "Segments of an annotation file in `fmt`."
     path = Path(path)
-    if fmt not in FORMATS: raise UserError(f"unknown --format {fmt!r}; choose from {', '.join(FORMATS)}")
-    if not path.is_file(): raise UserError("no such annotation file", path)
-    if fmt == 'csv' or (fmt == 'lote' and path.suffix.lower() == '.csv'): return read_csv(path)
+    if fmt not in FORMATS:
+        raise UserError(f"unknown --format {fmt!r}; choose from {', '.join(FORMATS)}")
+    if not path.is_file():
+        raise UserError("no such annotation file", path)
+    if fmt == "csv" or (fmt == "lote" and path.suffix.lower() == ".csv"):
+        return read_csv(path)
     return read_activitynet(path)
 
-# %% ../../nbs/video/00a_import.ipynb #a1b2c310
-def find_video(videos:Path, video_id:str, where) -> Path:
-    "The file of `video_id` in `videos` (the id itself, or the id plus a video extension); never outside the folder."
-    path_component(video_id, 'video', *where[:2])
-    for cand in [videos/video_id, *(videos/(video_id + e) for e in VIDEO_EXTS)]:
-        if cand.is_file(): return cand
-    raise UserError(f"video {video_id!r}: no file {video_id}[{'|'.join(VIDEO_EXTS)}] in {videos}", *where[:2], 'video')
 
-def probe_duration(path:Path, video_id:str, where) -> float:
+# %% ../../nbs/video/00a_import.ipynb #a1b2c310
+def find_video(videos: Path, video_id: str, where) -> Path:
+    "The file of `video_id` in `videos` (the id itself, or the id plus a video extension); never outside the folder."
+    path_component(video_id, "video", *where[:2])
+    for cand in [videos / video_id, *(videos / (video_id + e) for e in VIDEO_EXTS)]:
+        if cand.is_file():
+            return cand
+    raise UserError(f"video {video_id!r}: no file {video_id}[{'|'.join(VIDEO_EXTS)}] in {videos}", *where[:2], "video")
+
+
+def probe_duration(path: Path, video_id: str, where) -> float:
     "The video's duration in seconds, read with PyAV; an unreadable file is an error naming the video."
     try:
         with av.open(str(path)) as c:
-            if not c.streams.video: raise UserError(f"video {video_id!r}: no video stream in {path}", *where[:2], 'video')
+            if not c.streams.video:
+                raise UserError(f"video {video_id!r}: no video stream in {path}", *where[:2], "video")
             d = video_duration(c, c.streams.video[0])
-    except UserError: raise
+    except UserError:
+        raise
     except (av.error.FFmpegError, ValueError, OSError) as e:
-        raise UserError(f"video {video_id!r}: cannot open {path} ({type(e).__name__})", *where[:2], 'video') from None
-    if not d: raise UserError(f"video {video_id!r}: {path} states no duration", *where[:2], 'video')
+        raise UserError(f"video {video_id!r}: cannot open {path} ({type(e).__name__})", *where[:2], "video") from None
+    if not d:
+        raise UserError(f"video {video_id!r}: {path} states no duration", *where[:2], "video")
     return d
+
 
 def read_split_file(path) -> dict:
     "`{video_id: split}` from JSON `{video_id: split}` or `{split: [video ids]}`."
     data = read_json(path)
-    if not isinstance(data, dict): raise UserError("expected a JSON object", path)
+    if not isinstance(data, dict):
+        raise UserError("expected a JSON object", path)
     if set(data) <= set(SUBSETS) and all(isinstance(v, list) for v in data.values()):
         out = {}
         for sp, vids in data.items():
             for v in vids:
-                if v in out and out[v] != SUBSETS[sp]: raise UserError(f"video {v!r} is listed in {out[v]} and {SUBSETS[sp]}", path, None, sp)
+                if v in out and out[v] != SUBSETS[sp]:
+                    raise UserError(f"video {v!r} is listed in {out[v]} and {SUBSETS[sp]}", path, None, sp)
                 out[str(v)] = SUBSETS[sp]
         return out
     bad = {k: v for k, v in data.items() if str(v).lower() not in SUBSETS}
-    if bad: k = next(iter(bad)); raise UserError(f"video {k!r}: unknown split {bad[k]!r}", path, None, k)
+    if bad:
+        k = next(iter(bad))
+        raise UserError(f"video {k!r}: unknown split {bad[k]!r}", path, None, k)
     return {str(k): SUBSETS[str(v).lower()] for k, v in data.items()}
 
-# %% ../../nbs/video/00a_import.ipynb #a1b2c311
-def _where(s:Segment) -> str:
-    f, line, fld = (list(s.where) + [None, None, None])[:3]
-    return f"{f}" + (f":{line}" if line else '') + (f" ({fld})" if fld else '')
 
-def _group(segs:list, mapping:dict, splits:dict, bad) -> list:
+# %% ../../nbs/video/00a_import.ipynb #a1b2c311
+def _where(s: Segment) -> str:
+    f, line, fld = (list(s.where) + [None, None, None])[:3]
+    return f"{f}" + (f":{line}" if line else "") + (f" ({fld})" if fld else "")
+
+
+def _group(segs: list, mapping: dict, splits: dict, bad) -> list:
     "One row per (video, start, end): labels merged in order; species/environment/split must agree within a row."
     rows, seen_split = {}, {}
     for s in segs:
-        if s.label not in mapping: bad(s, 'label', f"video {s.video_id!r}: label {s.label!r} is not in the label map"); continue
-        if s.start >= s.end: bad(s, 'end', f"video {s.video_id!r}: segment [{s.start:g}, {s.end:g}] must end after it starts"); continue
+        if s.label not in mapping:
+            bad(s, "label", f"video {s.video_id!r}: label {s.label!r} is not in the label map")
+            continue
+        if s.start >= s.end:
+            bad(s, "end", f"video {s.video_id!r}: segment [{s.start:g}, {s.end:g}] must end after it starts")
+            continue
         split = splits.get(s.video_id) or s.split
-        if split is None: bad(s, 'split', f"video {s.video_id!r}: no split (give the annotation's subset or --split-file)"); continue
+        if split is None:
+            bad(s, "split", f"video {s.video_id!r}: no split (give the annotation's subset or --split-file)")
+            continue
         prev = seen_split.setdefault(s.video_id, split)
-        if prev != split: bad(s, 'split', f"video {s.video_id!r} is in two splits ({prev} and {split})"); continue
+        if prev != split:
+            bad(s, "split", f"video {s.video_id!r} is in two splits ({prev} and {split})")
+            continue
         key = (s.video_id, round(s.start, 6), round(s.end, 6))
         r = rows.get(key)
         if r is None:
-            rows[key] = dict(id=s.id, video_id=s.video_id, start=s.start, end=s.end, labels=[s.label], species=s.species,
-                             environment=s.environment, split=split, where=s)
+            rows[key] = dict(
+                id=s.id,
+                video_id=s.video_id,
+                start=s.start,
+                end=s.end,
+                labels=[s.label],
+                species=s.species,
+                environment=s.environment,
+                split=split,
+                where=s,
+            )
             continue
-        for k in ('species', 'environment'):
+        for k in ("species", "environment"):
             if getattr(s, k) and r[k] and getattr(s, k) != r[k]:
-                bad(s, k, f"video {s.video_id!r}: segment [{s.start:g}, {s.end:g}] has {k} {r[k]!r} and {getattr(s, k)!r}")
+                bad(
+                    s,
+                    k,
+                    f"video {s.video_id!r}: segment [{s.start:g}, {s.end:g}] has {k} {r[k]!r} and {getattr(s, k)!r}",
+                )
             r[k] = r[k] or getattr(s, k)
-        if s.label not in r['labels']: r['labels'].append(s.label)
+        if s.label not in r["labels"]:
+            r["labels"].append(s.label)
     return list(rows.values())
 
-def import_annotations(annotations:str|Path,   # annotation file
-                       fmt:str,                # one of FORMATS
-                       videos:str|Path,        # folder holding the video files
-                       out:str|Path,           # dataset folder to publish
-                       label_map:str|Path=None, # JSON {official: simplified}; default: the seed's table (lote, mammalnet) or identity
-                       split_file:str|Path=None, # JSON {video_id: split} or {split: [video ids]}
-                       name:str=None,          # dataset name (default: the output folder's name)
-                       skip_bad:bool=False,    # leave bad segments out (listed in import_report.json) instead of failing
-                       ) -> dict:
+
+def import_annotations(
+    annotations: str | Path,  # annotation file
+    fmt: str,  # one of FORMATS
+    videos: str | Path,  # folder holding the video files
+    out: str | Path,  # dataset folder to publish
+    # JSON {official: simplified}; default: the seed's table (lote, mammalnet) or identity
+    label_map: str | Path = None,
+    split_file: str | Path = None,  # JSON {video_id: split} or {split: [video ids]}
+    name: str = None,  # dataset name (default: the output folder's name)
+    skip_bad: bool = False,  # leave bad segments out (listed in import_report.json) instead of failing
+) -> dict:
     "Import temporal annotations into a dataset folder; returns the import report."
     annotations, videos, out = Path(annotations), Path(videos), Path(out)
-    if not videos.is_dir(): raise UserError("no such videos folder", videos)
+    if not videos.is_dir():
+        raise UserError("no such videos folder", videos)
     segs = read_annotations(annotations, fmt)
-    if not segs: raise UserError("the annotation file holds no segments", annotations)
-    if label_map: mapping = load_label_mapping(label_map)
-    elif fmt in LABEL_MAPS: mapping = LABEL_MAPS[fmt]
-    else: mapping = {l: l for l in dict.fromkeys(s.label for s in segs)}
+    if not segs:
+        raise UserError("the annotation file holds no segments", annotations)
+    if label_map:
+        mapping = load_label_mapping(label_map)
+    elif fmt in LABEL_MAPS:
+        mapping = LABEL_MAPS[fmt]
+    else:
+        mapping = {l: l for l in dict.fromkeys(s.label for s in segs)}
     splits = read_split_file(split_file) if split_file else {}
     skipped = []
+
     def bad(s, fld, msg):
-        if not skip_bad: raise UserError(msg + ' (or pass --skip-bad to leave it out)', s.where[0], s.where[1], s.where[2] or fld)
-        skipped.append({'where': _where(s), 'video': s.video_id, 'field': fld, 'reason': msg})
+        if not skip_bad:
+            raise UserError(msg + " (or pass --skip-bad to leave it out)", s.where[0], s.where[1], s.where[2] or fld)
+        skipped.append({"where": _where(s), "video": s.video_id, "field": fld, "reason": msg})
+
     rows, files, durations, ids, manifest = _group(segs, mapping, splits, bad), {}, {}, {}, []
     for r in rows:
-        s = r.pop('where')
+        s = r.pop("where")
         try:
-            vid = r.pop('video_id')
+            vid = r.pop("video_id")
             if vid not in files:
-                f = find_video(videos, vid, s.where); durations[vid] = probe_duration(f, vid, s.where); files[vid] = f
-            if r['end'] > durations[vid] + 1e-3:
-                raise UserError(f"video {vid!r}: segment [{r['start']:g}, {r['end']:g}] ends after the video ({durations[vid]:.3f} s)", *s.where[:2], s.where[2] or 'end')
-            r['id'] = r['id'] or f"{vid}@{r['start']:.3f}-{r['end']:.3f}"
-            if r['id'] in ids: raise UserError(f"video {vid!r}: duplicate segment id {r['id']!r} (first at {ids[r['id']]})", *s.where[:2], 'id')
-            ids[r['id']] = _where(s)
+                f = find_video(videos, vid, s.where)
+                durations[vid] = probe_duration(f, vid, s.where)
+                files[vid] = f
+            if r["end"] > durations[vid] + 1e-3:
+                raise UserError(
+                    f"video {vid!r}: segment [{r['start']:g}, {r['end']:g}] ends after the video ({durations[vid]:.3f} s)",
+                    *s.where[:2],
+                    s.where[2] or "end",
+                )
+            r["id"] = r["id"] or f"{vid}@{r['start']:.3f}-{r['end']:.3f}"
+            if r["id"] in ids:
+                raise UserError(
+                    f"video {vid!r}: duplicate segment id {r['id']!r} (first at {ids[r['id']]})", *s.where[:2], "id"
+                )
+            ids[r["id"]] = _where(s)
         except UserError as e:
-            if not skip_bad: raise UserError(f"{e.msg} (or pass --skip-bad to leave it out)", e.path, e.line, e.field) from None
-            skipped.append({'where': _where(s), 'video': vid, 'field': e.field, 'reason': e.msg}); continue
-        manifest.append({'id': r['id'], 'video': str(files[vid].resolve()), 'start': r['start'], 'end': r['end'], 'labels': r['labels'],
-                         'species': r['species'], 'environment': r['environment'], 'split': r['split']})
-    if not manifest: raise UserError("no usable segment is left", annotations)
+            if not skip_bad:
+                raise UserError(f"{e.msg} (or pass --skip-bad to leave it out)", e.path, e.line, e.field) from None
+            skipped.append({"where": _where(s), "video": vid, "field": e.field, "reason": e.msg})
+            continue
+        manifest.append(
+            {
+                "id": r["id"],
+                "video": str(files[vid].resolve()),
+                "start": r["start"],
+                "end": r["end"],
+                "labels": r["labels"],
+                "species": r["species"],
+                "environment": r["environment"],
+                "split": r["split"],
+            }
+        )
+    if not manifest:
+        raise UserError("no usable segment is left", annotations)
     name = name or out.name
-    report = {'format': fmt, 'annotations': str(annotations), 'segments_read': len(segs), 'rows': len(manifest),
-              'multi_label_rows': sum(len(m['labels']) > 1 for m in manifest), 'videos': len({m['video'] for m in manifest}),
-              'splits': {sp: sum(m['split'] == sp for m in manifest) for sp in SPLITS}, 'skipped': skipped}
+    report = {
+        "format": fmt,
+        "annotations": str(annotations),
+        "segments_read": len(segs),
+        "rows": len(manifest),
+        "multi_label_rows": sum(len(m["labels"]) > 1 for m in manifest),
+        "videos": len({m["video"] for m in manifest}),
+        "splits": {sp: sum(m["split"] == sp for m in manifest) for sp in SPLITS},
+        "skipped": skipped,
+    }
     with atomic_dir(out, validate=lambda d: load_dataset(d)) as tmp:
-        write_dataset_files(tmp, name, mapping, manifest)   # checks the mapping
-        write_json(tmp/'import_report.json', report)
-        write_json(tmp/'provenance.json', provenance({'annotations': str(annotations), 'format': fmt, 'videos': str(videos), 'out': str(out),
-                                                      'label_map': str(label_map) if label_map else None, 'split_file': str(split_file) if split_file else None,
-                                                      'skip_bad': skip_bad}, [annotations] + ([label_map] if label_map else []) + ([split_file] if split_file else [])))
+        write_dataset_files(tmp, name, mapping, manifest)  # checks the mapping
+        write_json(tmp / "import_report.json", report)
+        write_json(
+            tmp / "provenance.json",
+            provenance(
+                {
+                    "annotations": str(annotations),
+                    "format": fmt,
+                    "videos": str(videos),
+                    "out": str(out),
+                    "label_map": str(label_map) if label_map else None,
+                    "split_file": str(split_file) if split_file else None,
+                    "skip_bad": skip_bad,
+                },
+                [annotations] + ([label_map] if label_map else []) + ([split_file] if split_file else []),
+            ),
+        )
     return report

@@ -4,39 +4,80 @@
 
 # %% ../../nbs/video/00_labels.ipynb #79f54f78
 from __future__ import annotations
+
 import math
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from ..utils import UserError, read_json, write_json, iter_jsonl
+
 from ..eval.parse import norm_label
+from ..utils import UserError, iter_jsonl, read_json, write_json
 
 # %% auto #0
-__all__ = ['LOTE_SIMPLE', 'MAMMALNET_SIMPLE', 'LABEL_MAPS', 'LABEL_MODES', 'SPLITS', 'MANIFEST_FIELDS', 'check_label_mapping',
-           'load_label_mapping', 'LabelSpace', 'check_flip_map', 'mirror_labels', 'Clip', 'Dataset', 'load_dataset',
-           'write_dataset_files']
+__all__ = [
+    "LOTE_SIMPLE",
+    "MAMMALNET_SIMPLE",
+    "LABEL_MAPS",
+    "LABEL_MODES",
+    "SPLITS",
+    "MANIFEST_FIELDS",
+    "check_label_mapping",
+    "load_label_mapping",
+    "LabelSpace",
+    "check_flip_map",
+    "mirror_labels",
+    "Clip",
+    "Dataset",
+    "load_dataset",
+    "write_dataset_files",
+]
 
 # %% ../../nbs/video/00_labels.ipynb #4644f5c5
 LOTE_SIMPLE = {
-    'Aggregation': 'grouping', 'CircumanalGlandSigning': 'scent marking', 'DrinkWater': 'drinking',
-    'Defecating': 'pooping', 'Exploratory': 'exploring', 'Feeding': 'eating', 'Miscellaneous': 'other',
-    'Parental': 'parenting', 'Smelling': 'sniffing', 'Urinating': 'peeing', 'UrineSigning': 'urine marking',
+    "Aggregation": "grouping",
+    "CircumanalGlandSigning": "scent marking",
+    "DrinkWater": "drinking",
+    "Defecating": "pooping",
+    "Exploratory": "exploring",
+    "Feeding": "eating",
+    "Miscellaneous": "other",
+    "Parental": "parenting",
+    "Smelling": "sniffing",
+    "Urinating": "peeing",
+    "UrineSigning": "urine marking",
     # not in the report's table: lowercase everyday phrases
-    'Resting': 'resting', 'Walking': 'walking', 'Running': 'running', 'Vigilance': 'watching',
-    'SelfGrooming': 'grooming', 'Playing': 'playing', 'Climbing': 'climbing', 'TreeScratching': 'scratching',
-    'Swimming': 'swimming', 'Vocalizing': 'calling'}
+    "Resting": "resting",
+    "Walking": "walking",
+    "Running": "running",
+    "Vigilance": "watching",
+    "SelfGrooming": "grooming",
+    "Playing": "playing",
+    "Climbing": "climbing",
+    "TreeScratching": "scratching",
+    "Swimming": "swimming",
+    "Vocalizing": "calling",
+}
 
 MAMMALNET_SIMPLE = {
-    'drinks water': 'drinking', 'eats food': 'eating', 'fights against other animals': 'fighting',
-    'gives birth to a baby': 'birthing', 'grooms/cleans itself or other animal': 'grooming',
-    'hunts other animals': 'hunting', 'mates with other animals': 'mating',
-    'nurses or breastfeeds its baby': 'nursing',
+    "drinks water": "drinking",
+    "eats food": "eating",
+    "fights against other animals": "fighting",
+    "gives birth to a baby": "birthing",
+    "grooms/cleans itself or other animal": "grooming",
+    "hunts other animals": "hunting",
+    "mates with other animals": "mating",
+    "nurses or breastfeeds its baby": "nursing",
     # not in the report's table
-    'sleeps or rests': 'resting', 'urinates': 'peeing', 'defecates': 'pooping', 'vomits': 'vomiting'}
+    "sleeps or rests": "resting",
+    "urinates": "peeing",
+    "defecates": "pooping",
+    "vomits": "vomiting",
+}
 
-LABEL_MAPS = {'lote': LOTE_SIMPLE, 'mammalnet': MAMMALNET_SIMPLE}
+LABEL_MAPS = {"lote": LOTE_SIMPLE, "mammalnet": MAMMALNET_SIMPLE}
 
 # %% ../../nbs/video/00_labels.ipynb #07f6737e
-LABEL_MODES = ('official', 'simple')
+LABEL_MODES = ("official", "simple")
+
 
 def check_label_mapping(mapping, path=None) -> dict:
     "Validate an `{official: simplified}` dict; returns it."
@@ -44,138 +85,211 @@ def check_label_mapping(mapping, path=None) -> dict:
         raise UserError("a label mapping must be a non-empty JSON object {official: simplified}", path)
     seen = {}
     for k, v in mapping.items():
-        if not isinstance(k, str) or not k.strip(): raise UserError(f"empty official label", path, field=repr(k))
+        if not isinstance(k, str) or not k.strip():
+            raise UserError("empty official label", path, field=repr(k))
         if not isinstance(v, str) or not v.strip():
             raise UserError(f"label {k!r} maps to {v!r}; expected a non-empty string", path, field=k)
-        if ',' in k or ',' in v: raise UserError("labels may not contain ',' (it separates predicted actions)", path, field=k)
+        if "," in k or "," in v:
+            raise UserError("labels may not contain ',' (it separates predicted actions)", path, field=k)
         if norm_label(v) in seen:
-            raise UserError(f"simplified label {v!r} comes from both {seen[norm_label(v)]!r} and {k!r}; make it unique", path, field=k)
+            raise UserError(
+                f"simplified label {v!r} comes from both {seen[norm_label(v)]!r} and {k!r}; make it unique",
+                path,
+                field=k,
+            )
         seen[norm_label(v)] = k
     return dict(mapping)
 
-def load_label_mapping(path:str|Path) -> dict:
+
+def load_label_mapping(path: str | Path) -> dict:
     "Read and validate a label-mapping JSON file."
     return check_label_mapping(read_json(path), path)
+
 
 @dataclass
 class LabelSpace:
     "A dataset's official labels and their simplified names."
-    mapping: dict                          # official -> simplified
-    name: str = ''                         # dataset name
-    def __post_init__(self): self.mapping = check_label_mapping(self.mapping)
+
+    mapping: dict  # official -> simplified
+    name: str = ""  # dataset name
+
+    def __post_init__(self):
+        self.mapping = check_label_mapping(self.mapping)
+
     @property
-    def official(self) -> list: return list(self.mapping)
-    def labels(self, mode:str='official') -> list:
+    def official(self) -> list:
+        return list(self.mapping)
+
+    def labels(self, mode: str = "official") -> list:
         "The label names shown to the model in `mode`."
-        if mode not in LABEL_MODES: raise UserError(f"unknown label mode {mode!r}; choose from {', '.join(LABEL_MODES)}")
-        return list(self.mapping) if mode == 'official' else list(self.mapping.values())
-    def to_mode(self, labels:list, mode:str='official') -> list:
+        if mode not in LABEL_MODES:
+            raise UserError(f"unknown label mode {mode!r}; choose from {', '.join(LABEL_MODES)}")
+        return list(self.mapping) if mode == "official" else list(self.mapping.values())
+
+    def to_mode(self, labels: list, mode: str = "official") -> list:
         "Official labels as shown in `mode`."
-        return [self.mapping[l] for l in labels] if mode == 'simple' else list(labels)
+        return [self.mapping[l] for l in labels] if mode == "simple" else list(labels)
+
 
 # %% ../../nbs/video/00_labels.ipynb #f1a90002
 def check_flip_map(m, labels, path=None) -> dict:
     "Validate a `{official: mirrored official | None}` dict against the label set; returns it with every label present."
-    if not isinstance(m, dict): raise UserError("a flip map must be a JSON object {official label: label of its mirror image, or null}", path)
+    if not isinstance(m, dict):
+        raise UserError("a flip map must be a JSON object {official label: label of its mirror image, or null}", path)
     labels = list(labels)
     for k, v in m.items():
-        if k not in labels: raise UserError(f"label {k!r} is not in the label mapping (label_map.json)", path, field=k)
+        if k not in labels:
+            raise UserError(f"label {k!r} is not in the label mapping (label_map.json)", path, field=k)
         if v is not None and (not isinstance(v, str) or v not in labels):
-            raise UserError(f"{k!r} mirrors to {v!r}, which is neither null nor a label of label_map.json", path, field=k)
+            raise UserError(
+                f"{k!r} mirrors to {v!r}, which is neither null nor a label of label_map.json", path, field=k
+            )
     for k, v in m.items():
         if v is not None and m.get(v) != k:
-            raise UserError(f"{k!r} mirrors to {v!r} but {v!r} mirrors to {m.get(v)!r}; a mirror of a mirror must give {k!r} back", path, field=v)
+            raise UserError(
+                f"{k!r} mirrors to {v!r} but {v!r} mirrors to {m.get(v)!r}; a mirror of a mirror must give {k!r} back",
+                path,
+                field=v,
+            )
     return {l: m.get(l) for l in labels}
 
-def mirror_labels(labels:list, flip_map:dict) -> list|None:
+
+def mirror_labels(labels: list, flip_map: dict) -> list | None:
     "The official labels of the mirrored clip, or None when one of them has no safe mirror."
     out = [flip_map.get(l) for l in labels]
     return None if any(l is None for l in out) else out
 
+
 # %% ../../nbs/video/00_labels.ipynb #6d4605a7
-SPLITS = ('train', 'val', 'test')
-MANIFEST_FIELDS = ('id', 'video', 'labels', 'split')          # required; species, environment, start, end optional
+SPLITS = ("train", "val", "test")
+MANIFEST_FIELDS = ("id", "video", "labels", "split")  # required; species, environment, start, end optional
+
 
 @dataclass
 class Clip:
     "One manifest row."
-    id: str                 # unique clip id
-    video: str              # absolute clip path
-    labels: list            # official labels
-    species: str            # the animal (None when not annotated)
-    environment: str        # the scene (None when not annotated)
-    split: str              # train | val | test
-    dataset: str = ''       # dataset name
-    start: float = None     # segment start in seconds (None: the whole file)
-    end: float = None       # segment end in seconds
+
+    id: str  # unique clip id
+    video: str  # absolute clip path
+    labels: list  # official labels
+    species: str  # the animal (None when not annotated)
+    environment: str  # the scene (None when not annotated)
+    split: str  # train | val | test
+    dataset: str = ""  # dataset name
+    start: float = None  # segment start in seconds (None: the whole file)
+    end: float = None  # segment end in seconds
+
 
 @dataclass
 class Dataset:
     "A manifest and its label space."
+
     name: str
-    root: Path                                   # folder holding manifest.jsonl and label_map.json
+    root: Path  # folder holding manifest.jsonl and label_map.json
     labels: LabelSpace
-    clips: list = field(default_factory=list)    # list[Clip]
+    clips: list = field(default_factory=list)  # list[Clip]
     skipped: list = field(default_factory=list)  # [{'path', 'line', 'reason'}]
-    flip_map: dict = None                        # official -> its mirror image's label (None: no safe mirror); from flip_map.json
-    def split(self, name:str) -> list:
+    flip_map: dict = None  # official -> its mirror image's label (None: no safe mirror); from flip_map.json
+
+    def split(self, name: str) -> list:
         "Clips of one split."
-        if name not in SPLITS: raise UserError(f"unknown split {name!r}; choose from {', '.join(SPLITS)}")
+        if name not in SPLITS:
+            raise UserError(f"unknown split {name!r}; choose from {', '.join(SPLITS)}")
         return [c for c in self.clips if c.split == name]
+
 
 def _row_to_clip(o, root, path, line, label_set, name):
     for f in MANIFEST_FIELDS:
-        if f not in o: raise UserError("missing", path, line, f)
-    for f in ('id', 'video', 'species', 'environment', 'split'):
-        if f in ('species', 'environment') and o.get(f) is None: continue   # not annotated: no label is invented
-        if not isinstance(o[f], str) or not o[f].strip(): raise UserError(f"expected a non-empty string, got {o[f]!r:.60}", path, line, f)
-    labels = o['labels'] if isinstance(o['labels'], list) else [o['labels']]
+        if f not in o:
+            raise UserError("missing", path, line, f)
+    for f in ("id", "video", "species", "environment", "split"):
+        if f in ("species", "environment") and o.get(f) is None:
+            continue  # not annotated: no label is invented
+        if not isinstance(o[f], str) or not o[f].strip():
+            raise UserError(f"expected a non-empty string, got {o[f]!r:.60}", path, line, f)
+    labels = o["labels"] if isinstance(o["labels"], list) else [o["labels"]]
     if not labels or not all(isinstance(l, str) for l in labels):
-        raise UserError(f"expected a non-empty list of labels, got {o['labels']!r:.60}", path, line, 'labels')
+        raise UserError(f"expected a non-empty list of labels, got {o['labels']!r:.60}", path, line, "labels")
     for l in labels:
-        if l not in label_set: raise UserError(f"label {l!r} is not in the label mapping (label_map.json)", path, line, 'labels')
-    if o['split'] not in SPLITS: raise UserError(f"split {o['split']!r} is not one of {', '.join(SPLITS)}", path, line, 'split')
-    start, end = o.get('start'), o.get('end')
-    if (start is None) != (end is None): raise UserError("a segment needs both start and end (seconds)", path, line, 'start' if start is None else 'end')
+        if l not in label_set:
+            raise UserError(f"label {l!r} is not in the label mapping (label_map.json)", path, line, "labels")
+    if o["split"] not in SPLITS:
+        raise UserError(f"split {o['split']!r} is not one of {', '.join(SPLITS)}", path, line, "split")
+    start, end = o.get("start"), o.get("end")
+    if (start is None) != (end is None):
+        raise UserError("a segment needs both start and end (seconds)", path, line, "start" if start is None else "end")
     if start is not None:
-        for f, v in (('start', start), ('end', end)):
+        for f, v in (("start", start), ("end", end)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise UserError(f"expected a number of seconds >= 0, got {v!r:.40}", path, line, f)
-        if start >= end: raise UserError(f"the segment must end after it starts, got start={start} end={end}", path, line, 'end')
+        if start >= end:
+            raise UserError(f"the segment must end after it starts, got start={start} end={end}", path, line, "end")
         start, end = float(start), float(end)
-    video = Path(o['video']) if Path(o['video']).is_absolute() else root/o['video']
-    return Clip(o['id'], str(video), list(labels), o.get('species'), o.get('environment'), o['split'], o.get('dataset') or name, start, end)
+    video = Path(o["video"]) if Path(o["video"]).is_absolute() else root / o["video"]
+    return Clip(
+        o["id"],
+        str(video),
+        list(labels),
+        o.get("species"),
+        o.get("environment"),
+        o["split"],
+        o.get("dataset") or name,
+        start,
+        end,
+    )
 
-def load_dataset(root:str|Path,          # folder with manifest.jsonl and label_map.json
-                 skip_bad:bool=False,    # leave out rows whose clip file is missing (listed in `skipped`)
-                 check_files:bool=True,  # check that each clip file exists
-                 ) -> Dataset:
+
+def load_dataset(
+    root: str | Path,  # folder with manifest.jsonl and label_map.json
+    skip_bad: bool = False,  # leave out rows whose clip file is missing (listed in `skipped`)
+    check_files: bool = True,  # check that each clip file exists
+) -> Dataset:
     "Read and validate a dataset folder."
     root = Path(root)
-    if not root.is_dir(): raise UserError("no such dataset folder (expected manifest.jsonl and label_map.json inside)", root)
-    mapping = load_label_mapping(root/'label_map.json')
-    meta = read_json(root/'dataset.json') if (root/'dataset.json').is_file() else {}
-    name = meta.get('name') or root.name
+    if not root.is_dir():
+        raise UserError("no such dataset folder (expected manifest.jsonl and label_map.json inside)", root)
+    mapping = load_label_mapping(root / "label_map.json")
+    meta = read_json(root / "dataset.json") if (root / "dataset.json").is_file() else {}
+    name = meta.get("name") or root.name
     ds = Dataset(name, root.resolve(), LabelSpace(mapping, name))
-    if (root/'flip_map.json').is_file(): ds.flip_map = check_flip_map(read_json(root/'flip_map.json'), mapping, root/'flip_map.json')
+    if (root / "flip_map.json").is_file():
+        ds.flip_map = check_flip_map(read_json(root / "flip_map.json"), mapping, root / "flip_map.json")
     ids = {}
-    for line, o in iter_jsonl(root/'manifest.jsonl'):
-        c = _row_to_clip(o, ds.root, root/'manifest.jsonl', line, mapping, name)
-        if c.id in ids: raise UserError(f"duplicate id {c.id!r} (first on line {ids[c.id]})", root/'manifest.jsonl', line, 'id')
+    for line, o in iter_jsonl(root / "manifest.jsonl"):
+        c = _row_to_clip(o, ds.root, root / "manifest.jsonl", line, mapping, name)
+        if c.id in ids:
+            raise UserError(f"duplicate id {c.id!r} (first on line {ids[c.id]})", root / "manifest.jsonl", line, "id")
         ids[c.id] = line
         if check_files and not Path(c.video).is_file():
-            if not skip_bad: raise UserError(f"clip file not found: {c.video} (use --skip-bad to leave such rows out)", root/'manifest.jsonl', line, 'video')
-            ds.skipped.append({'path': c.video, 'line': line, 'reason': 'missing file'}); continue
+            if not skip_bad:
+                raise UserError(
+                    f"clip file not found: {c.video} (use --skip-bad to leave such rows out)",
+                    root / "manifest.jsonl",
+                    line,
+                    "video",
+                )
+            ds.skipped.append({"path": c.video, "line": line, "reason": "missing file"})
+            continue
         ds.clips.append(c)
-    if not ds.clips: raise UserError("the manifest lists no usable clips", root/'manifest.jsonl')
+    if not ds.clips:
+        raise UserError("the manifest lists no usable clips", root / "manifest.jsonl")
     return ds
 
-def write_dataset_files(root:str|Path, name:str, mapping:dict, rows:list,
-                        flip_map:dict=None):   # written as flip_map.json when given
+
+def write_dataset_files(
+    root: str | Path,
+    name: str,
+    mapping: dict,
+    rows: list,
+    flip_map: dict = None,  # written as flip_map.json when given
+):
     "Write `label_map.json`, `dataset.json` and `manifest.jsonl` (and `flip_map.json`) of a dataset folder."
     from vtreetrm.utils import write_jsonl
-    root = Path(root); root.mkdir(parents=True, exist_ok=True)
-    write_json(root/'label_map.json', check_label_mapping(mapping))
-    if flip_map is not None: write_json(root/'flip_map.json', check_flip_map(flip_map, mapping))
-    write_json(root/'dataset.json', {'name': name, 'labels': list(mapping)})
-    write_jsonl(root/'manifest.jsonl', rows)
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    write_json(root / "label_map.json", check_label_mapping(mapping))
+    if flip_map is not None:
+        write_json(root / "flip_map.json", check_flip_map(flip_map, mapping))
+    write_json(root / "dataset.json", {"name": name, "labels": list(mapping)})
+    write_jsonl(root / "manifest.jsonl", rows)

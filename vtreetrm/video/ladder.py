@@ -4,76 +4,141 @@
 
 # %% ../../nbs/video/08_ladder.ipynb #b7c8d904
 from __future__ import annotations
+
 from pathlib import Path
-import numpy as np, torch
-from ..utils import UserError, read_json, write_json, provenance
+
+import numpy as np
+import torch
+
 from ..eval.metrics import compute_metrics
-from .labels import load_dataset
-from .phase1 import open_cache, dataset_features, load_phase1
-from .phase2 import baselines, make_samples, predict_samples, compute_rows_metrics, Phase2Config
+from ..utils import UserError
 from .checkpoints import load_tensors
+from .labels import load_dataset
+from .phase1 import dataset_features, load_phase1, open_cache
+from .phase2 import Phase2Config, baselines, compute_rows_metrics, make_samples, predict_samples
 from .predict import load_phase2
 
 # %% auto #0
-__all__ = ['linear_probe', 'ladder', 'phase2_rungs']
+__all__ = ["linear_probe", "ladder", "phase2_rungs"]
+
 
 # %% ../../nbs/video/08_ladder.ipynb #b7c8d906
-def linear_probe(Xtr:np.ndarray, ytr:list, Xte:np.ndarray, gold:list, C:float=0.1, seed:int=0) -> dict:
+def linear_probe(Xtr: np.ndarray, ytr: list, Xte: np.ndarray, gold: list, C: float = 0.1, seed: int = 0) -> dict:
     "Top1 / Macro-F1 (project metrics) of a standardised logistic regression fitted on (Xtr, ytr), scored on Xte against `gold` lists."
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
-    if len(set(ytr)) < 2: raise UserError("a probe needs at least two classes in the train split")
+
+    if len(set(ytr)) < 2:
+        raise UserError("a probe needs at least two classes in the train split")
     clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=3000, random_state=seed)).fit(Xtr, ytr)
     m = compute_metrics(gold, [[p] for p in clf.predict(Xte)])
-    return {'top1': m['top1_accuracy_single_label'], 'macro_f1': m['macro_f1']}
+    return {"top1": m["top1_accuracy_single_label"], "macro_f1": m["macro_f1"]}
 
-def ladder(dataset:str|Path, cache_dir:str|Path, vision:str='tiny', frames:int=8, grid:int=4, image_size:int=None,
-           phase1:str|Path=None, phase2:str|Path=None, split:str='test', progress:bool=True) -> dict:
+
+def ladder(
+    dataset: str | Path,
+    cache_dir: str | Path,
+    vision: str = "tiny",
+    frames: int = 8,
+    grid: int = 4,
+    image_size: int = None,
+    phase1: str | Path = None,
+    phase2: str | Path = None,
+    split: str = "test",
+    progress: bool = True,
+) -> dict:
     "The rungs of the ladder for one dataset's `split` (see above)."
     ds = load_dataset(dataset)
-    clips, feats, _ = dataset_features(ds, open_cache(cache_dir, vision, frames, grid, image_size=image_size), progress=progress)
-    tr = [i for i, c in enumerate(clips) if c.split == 'train']; ev = [i for i, c in enumerate(clips) if c.split == split]
-    if not tr or not ev: raise UserError(f"the ladder needs train clips and {split} clips", dataset)
+    clips, feats, _ = dataset_features(
+        ds, open_cache(cache_dir, vision, frames, grid, image_size=image_size), progress=progress
+    )
+    tr = [i for i, c in enumerate(clips) if c.split == "train"]
+    ev = [i for i, c in enumerate(clips) if c.split == split]
+    if not tr or not ev:
+        raise UserError(f"the ladder needs train clips and {split} clips", dataset)
     ytr, gold = [clips[i].labels[0] for i in tr], [clips[i].labels for i in ev]
-    base = baselines([{'gold': g, 'candidates': list(ds.labels.mapping)} for g in gold], [clips[i].labels for i in tr])   # as Phase-2 reports them
-    out = {'dataset': ds.name, 'split': split, 'clips': {'train': len(tr), split: len(ev)},
-           'chance_top1': base.get('chance_top1'), 'majority_top1': base.get('majority_top1'), 'rungs': []}
+    base = baselines(
+        [{"gold": g, "candidates": list(ds.labels.mapping)} for g in gold], [clips[i].labels for i in tr]
+    )  # as Phase-2 reports them
+    out = {
+        "dataset": ds.name,
+        "split": split,
+        "clips": {"train": len(tr), split: len(ev)},
+        "chance_top1": base.get("chance_top1"),
+        "majority_top1": base.get("majority_top1"),
+        "rungs": [],
+    }
     X = feats.flatten(1).numpy()
-    out['rungs'].append({'stage': 'linear probe: frozen encoder features', **linear_probe(X[tr], ytr, X[ev], gold)})
+    out["rungs"].append({"stage": "linear probe: frozen encoder features", **linear_probe(X[tr], ytr, X[ev], gold)})
     if phase1:
         p1 = load_phase1(phase1, tuple(feats.shape[1:]))
-        with torch.no_grad(): E = torch.cat([p1(feats[i:i + 256]).embeddings['behaviour'] for i in range(0, len(feats), 256)]).numpy()
-        out['rungs'].append({'stage': 'linear probe: Phase-1 behaviour embedding', **linear_probe(E[tr], ytr, E[ev], gold)})
-    if phase2: out['rungs'] += phase2_rungs(phase2, ds, clips, feats, ev, split, progress)
+        with torch.no_grad():
+            E = torch.cat([p1(feats[i : i + 256]).embeddings["behaviour"] for i in range(0, len(feats), 256)]).numpy()
+        out["rungs"].append(
+            {"stage": "linear probe: Phase-1 behaviour embedding", **linear_probe(E[tr], ytr, E[ev], gold)}
+        )
+    if phase2:
+        out["rungs"] += phase2_rungs(phase2, ds, clips, feats, ev, split, progress)
     return out
+
 
 def _checkpoint_dir(p) -> Path:
     p = Path(p)
-    if (p/'checkpoint.json').is_file(): return p
-    if (p/'best'/'checkpoint.json').is_file(): return p/'best'
+    if (p / "checkpoint.json").is_file():
+        return p
+    if (p / "best" / "checkpoint.json").is_file():
+        return p / "best"
     raise UserError("not a Phase-2 checkpoint folder (no checkpoint.json here or in best/)", p)
 
-def phase2_rungs(phase2, ds, clips:list, feats:torch.Tensor, ev:list, split:str, progress:bool=False) -> list:
+
+def phase2_rungs(phase2, ds, clips: list, feats: torch.Tensor, ev: list, split: str, progress: bool = False) -> list:
     "Rungs 3 and 4: the checkpoint's cls head (if it has one) and its generated answer on the clips `ev`."
     ckpt = _checkpoint_dir(phase2)
     model, tok, meta = load_phase2(ckpt)
-    if list(feats.shape[1:]) != list(meta['feature_shape']):
-        raise UserError(f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}: "
-                        f"pass the --vision/--frames/--grid/--image-size it was trained with (frames {meta['frames']}, grid {meta['grid']})", ckpt)
-    cfg, mode = Phase2Config(**meta['config']), meta['label_mode']
+    if list(feats.shape[1:]) != list(meta["feature_shape"]):
+        raise UserError(
+            f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}: "
+            f"pass the --vision/--frames/--grid/--image-size it was trained with (frames {meta['frames']}, grid {meta['grid']})",
+            ckpt,
+        )
+    cfg, mode = Phase2Config(**meta["config"]), meta["label_mode"]
     gold = [clips[i].labels for i in ev]
     W, rungs = load_tensors(ckpt), []
-    if 'cls.weight' not in W: rungs.append({'stage': 'Phase-2 cls head', 'top1': None, 'macro_f1': None, 'note': 'the run was trained without --cls-head'})
-    elif meta['dataset'] != ds.name: rungs.append({'stage': 'Phase-2 cls head', 'top1': None, 'macro_f1': None, 'note': f"trained on {meta['dataset']}"})
+    if "cls.weight" not in W:
+        rungs.append(
+            {
+                "stage": "Phase-2 cls head",
+                "top1": None,
+                "macro_f1": None,
+                "note": "the run was trained without --cls-head",
+            }
+        )
+    elif meta["dataset"] != ds.name:
+        rungs.append(
+            {"stage": "Phase-2 cls head", "top1": None, "macro_f1": None, "note": f"trained on {meta['dataset']}"}
+        )
     else:
-        names, dev = list(meta['label_map']), model.query_tokens.device
+        names, dev = list(meta["label_map"]), model.query_tokens.device
         with torch.no_grad():
-            h = torch.cat([model.visual(feats[ev[b:b + 64]].to(dev))[1] for b in range(0, len(ev), 64)])
-            pred = (h.mean(1).float() @ W['cls.weight'].T.float().to(dev) + W['cls.bias'].float().to(dev)).argmax(-1).tolist()
+            h = torch.cat([model.visual(feats[ev[b : b + 64]].to(dev))[1] for b in range(0, len(ev), 64)])
+            pred = (
+                (h.mean(1).float() @ W["cls.weight"].T.float().to(dev) + W["cls.bias"].float().to(dev))
+                .argmax(-1)
+                .tolist()
+            )
         m = compute_metrics(gold, [[names[p]] for p in pred])
-        rungs.append({'stage': 'Phase-2 cls head', 'top1': m['top1_accuracy_single_label'], 'macro_f1': m['macro_f1']})
-    rows = predict_samples(model, tok, feats, make_samples(clips, ds, mode, split), ds.labels.labels(mode), cfg.seed, max_new_tokens=cfg.max_new_tokens, progress=progress)
+        rungs.append({"stage": "Phase-2 cls head", "top1": m["top1_accuracy_single_label"], "macro_f1": m["macro_f1"]})
+    rows = predict_samples(
+        model,
+        tok,
+        feats,
+        make_samples(clips, ds, mode, split),
+        ds.labels.labels(mode),
+        cfg.seed,
+        max_new_tokens=cfg.max_new_tokens,
+        progress=progress,
+    )
     m = compute_rows_metrics(rows)
-    rungs.append({'stage': 'Phase-2 generated answer', 'top1': m['top1'], 'macro_f1': m['macro_f1']})
+    rungs.append({"stage": "Phase-2 generated answer", "top1": m["top1"], "macro_f1": m["macro_f1"]})
     return rungs

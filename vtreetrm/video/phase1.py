@@ -4,103 +4,173 @@
 
 # %% ../../nbs/video/03_phase1.ipynb #9be37476
 from __future__ import annotations
-import math, random
-from dataclasses import dataclass, asdict, field
+
+import math
+import random
+from dataclasses import asdict, dataclass
 from pathlib import Path
-import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from tqdm.auto import tqdm
+
 from ..utils import UserError, write_json
-from .checkpoints import (RunFolder, save_checkpoint, read_checkpoint, load_tensors, rng_state,
-                                        set_rng_state, load_resume_state, check_run_folder)
-from .labels import load_dataset, Dataset
+from vtreetrm.video.checkpoints import (
+    RunFolder,
+    check_run_folder,
+    load_resume_state,
+    load_tensors,
+    read_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from .features import FeatureCache, Sampling, load_vision_encoder
+from .labels import Dataset, load_dataset
 
 # %% auto #0
-__all__ = ['BRANCHES', 'dataset_features', 'open_cache', 'Phase1Config', 'Phase1Output', 'Phase1Encoder', 'supcon_loss',
-           'prototype_loss', 'label_matrix', 'Phase1TrainConfig', 'load_phase1', 'train_phase1']
+__all__ = [
+    "BRANCHES",
+    "dataset_features",
+    "open_cache",
+    "Phase1Config",
+    "Phase1Output",
+    "Phase1Encoder",
+    "supcon_loss",
+    "prototype_loss",
+    "label_matrix",
+    "Phase1TrainConfig",
+    "load_phase1",
+    "train_phase1",
+]
+
 
 # %% ../../nbs/video/03_phase1.ipynb #bfabf358
-def dataset_features(ds:Dataset, cache:FeatureCache, skip_bad:bool=False, progress:bool=True,
-                     clips:list=None,      # these clips of `ds` only (default: all)
-                     mirror:bool=False     # features of the mirrored frames
-                     ) -> tuple[list, torch.Tensor, dict]:
+def dataset_features(
+    ds: Dataset,
+    cache: FeatureCache,
+    skip_bad: bool = False,
+    progress: bool = True,
+    clips: list = None,  # these clips of `ds` only (default: all)
+    mirror: bool = False,  # features of the mirrored frames
+) -> tuple[list, torch.Tensor, dict]:
     "(clips, features (N, T, P, D) float32, report) for every usable clip of `ds`."
-    feats, rep = cache.features_for(ds.clips if clips is None else clips, skip_bad=skip_bad, progress=progress, mirror=mirror)
+    feats, rep = cache.features_for(
+        ds.clips if clips is None else clips, skip_bad=skip_bad, progress=progress, mirror=mirror
+    )
     clips = [c for c in (ds.clips if clips is None else clips) if c.id in feats]
-    if not clips: raise UserError("no clip of the dataset could be used", ds.root)
-    rep['skipped'] = ds.skipped + rep['skipped']
+    if not clips:
+        raise UserError("no clip of the dataset could be used", ds.root)
+    rep["skipped"] = ds.skipped + rep["skipped"]
     return clips, torch.from_numpy(np.stack([feats[c.id] for c in clips])), rep
 
-def open_cache(cache_dir, vision:str='tiny', frames:int=8, grid:int=4, batch_size:int=16,
-               image_size:int=None,     # None: the checkpoint processor's crop (or the encoder's image_size)
-               workers:int=0) -> FeatureCache:   # processes decoding ahead of the encoder
+
+def open_cache(
+    cache_dir,
+    vision: str = "tiny",
+    frames: int = 8,
+    grid: int = 4,
+    batch_size: int = 16,
+    image_size: int = None,  # None: the checkpoint processor's crop (or the encoder's image_size)
+    workers: int = 0,  # processes decoding ahead of the encoder
+) -> FeatureCache:
     "A `FeatureCache` for an encoder spec and sampling."
-    return FeatureCache(cache_dir, load_vision_encoder(vision), Sampling(frames=frames, grid=grid, image_size=image_size), batch_size, workers)
+    return FeatureCache(
+        cache_dir,
+        load_vision_encoder(vision),
+        Sampling(frames=frames, grid=grid, image_size=image_size),
+        batch_size,
+        workers,
+    )
+
 
 # %% ../../nbs/video/03_phase1.ipynb #d9f2b935
-BRANCHES = ('behaviour', 'species', 'environment')
+BRANCHES = ("behaviour", "species", "environment")
+
 
 @dataclass
 class Phase1Config:
     "Sizes of the Phase-1 module."
-    feature_dim: int = 32         # D, width of the frozen encoder's tokens
-    frames: int = 8               # T
-    tokens_per_frame: int = 17    # P (CLS + pooled patches)
-    width: int = 64               # model width (also the width of the tokens Phase-2 reads)
-    layers: int = 2               # transformer layers
+
+    feature_dim: int = 32  # D, width of the frozen encoder's tokens
+    frames: int = 8  # T
+    tokens_per_frame: int = 17  # P (CLS + pooled patches)
+    width: int = 64  # model width (also the width of the tokens Phase-2 reads)
+    layers: int = 2  # transformer layers
     heads: int = 4
-    proj_dim: int = 32            # contrastive embedding size per branch
-    temperature: float = 0.1      # InfoNCE temperature
-    supcon_weight: float = 0.5    # weight of the clip-to-clip term (the clip-to-label term has weight 1)
+    proj_dim: int = 32  # contrastive embedding size per branch
+    temperature: float = 0.1  # InfoNCE temperature
+    supcon_weight: float = 0.5  # weight of the clip-to-clip term (the clip-to-label term has weight 1)
     dropout: float = 0.1
-    classes: dict = None          # branch -> label names (set from the training data)
+    classes: dict = None  # branch -> label names (set from the training data)
 
     def __post_init__(self):
-        for f in ('feature_dim', 'frames', 'tokens_per_frame', 'width', 'layers', 'heads', 'proj_dim'):
-            if getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
-        if self.width % self.heads: raise UserError(f"--width {self.width} must be a multiple of the {self.heads} attention heads")
-        if not (math.isfinite(self.temperature) and self.temperature > 0): raise UserError(f"temperature must be a positive number, got {self.temperature}")
-        if not 0 <= self.dropout < 1: raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+        for f in ("feature_dim", "frames", "tokens_per_frame", "width", "layers", "heads", "proj_dim"):
+            if getattr(self, f) < 1:
+                raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
+        if self.width % self.heads:
+            raise UserError(f"--width {self.width} must be a multiple of the {self.heads} attention heads")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise UserError(f"temperature must be a positive number, got {self.temperature}")
+        if not 0 <= self.dropout < 1:
+            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+
 
 @dataclass
 class Phase1Output:
-    tokens: torch.Tensor          # (B, 3 + T, width): branch tokens, then one token per frame
-    embeddings: dict              # branch -> (B, proj_dim), L2-normalised
+    tokens: torch.Tensor  # (B, 3 + T, width): branch tokens, then one token per frame
+    embeddings: dict  # branch -> (B, proj_dim), L2-normalised
+
 
 class Phase1Encoder(nn.Module):
     "Frozen-feature tokens -> mixed tokens + three contrastive branch embeddings."
-    def __init__(self, cfg:Phase1Config):
+
+    def __init__(self, cfg: Phase1Config):
         super().__init__()
         self.cfg = cfg
-        self.in_proj = nn.Linear(cfg.tokens_per_frame * cfg.feature_dim, cfg.width)   # one token per frame
-        self.time_emb = nn.Parameter(torch.randn(1, cfg.frames, cfg.width) * .02)
-        self.branch_tokens = nn.Parameter(torch.randn(1, len(BRANCHES), cfg.width) * .02)
-        layer = nn.TransformerEncoderLayer(cfg.width, cfg.heads, 2*cfg.width, cfg.dropout, batch_first=True, norm_first=True)
+        self.in_proj = nn.Linear(cfg.tokens_per_frame * cfg.feature_dim, cfg.width)  # one token per frame
+        self.time_emb = nn.Parameter(torch.randn(1, cfg.frames, cfg.width) * 0.02)
+        self.branch_tokens = nn.Parameter(torch.randn(1, len(BRANCHES), cfg.width) * 0.02)
+        layer = nn.TransformerEncoderLayer(
+            cfg.width, cfg.heads, 2 * cfg.width, cfg.dropout, batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(cfg.width)
         self.heads = nn.ModuleDict({b: nn.Linear(cfg.width, cfg.proj_dim) for b in BRANCHES})
-        self.prototypes = nn.ParameterDict({b: nn.Parameter(torch.randn(len(cfg.classes[b]), cfg.proj_dim))
-                                            for b in BRANCHES if cfg.classes and cfg.classes.get(b)})
+        self.prototypes = nn.ParameterDict(
+            {
+                b: nn.Parameter(torch.randn(len(cfg.classes[b]), cfg.proj_dim))
+                for b in BRANCHES
+                if cfg.classes and cfg.classes.get(b)
+            }
+        )
 
-    def check_features(self, feats:torch.Tensor):
+    def check_features(self, feats: torch.Tensor):
         want = (self.cfg.frames, self.cfg.tokens_per_frame, self.cfg.feature_dim)
         if tuple(feats.shape[1:]) != want:
-            raise UserError(f"Phase-1 expects features of shape (T, P, D) = {want}, got {tuple(feats.shape[1:])}; "
-                            "use the same --vision, --frames and --grid as when Phase-1 was trained")
+            raise UserError(
+                f"Phase-1 expects features of shape (T, P, D) = {want}, got {tuple(feats.shape[1:])}; "
+                "use the same --vision, --frames and --grid as when Phase-1 was trained"
+            )
 
-    def forward(self, feats:torch.Tensor) -> Phase1Output:   # feats (B, T, P, D)
+    def forward(self, feats: torch.Tensor) -> Phase1Output:  # feats (B, T, P, D)
         self.check_features(feats)
         B = feats.shape[0]
-        x = self.in_proj(feats.flatten(2)) + self.time_emb               # (B, T, W)
-        x = torch.cat([self.branch_tokens.expand(B, -1, -1), x], 1)      # (B, 3 + T, W)
+        x = self.in_proj(feats.flatten(2)) + self.time_emb  # (B, T, W)
+        x = torch.cat([self.branch_tokens.expand(B, -1, -1), x], 1)  # (B, 3 + T, W)
         x = self.norm(self.encoder(x))
         emb = {b: F.normalize(self.heads[b](x[:, i]), dim=-1) for i, b in enumerate(BRANCHES)}
         return Phase1Output(x, emb)
 
+
 # %% ../../nbs/video/03_phase1.ipynb #b5ac5563
-def supcon_loss(z:torch.Tensor,       # (B, d) L2-normalised embeddings
-                pos:torch.Tensor,     # (B, B) bool, True where two clips share a label
-                tau:float=0.1) -> torch.Tensor:
+def supcon_loss(
+    z: torch.Tensor,  # (B, d) L2-normalised embeddings
+    pos: torch.Tensor,  # (B, B) bool, True where two clips share a label
+    tau: float = 0.1,
+) -> torch.Tensor:
     "Supervised contrastive loss (Khosla et al. 2020), mean over anchors that have a positive."
     B = z.shape[0]
     eye = torch.eye(B, dtype=torch.bool, device=z.device)
@@ -109,28 +179,36 @@ def supcon_loss(z:torch.Tensor,       # (B, d) L2-normalised embeddings
     pos = pos & ~eye
     n = pos.sum(1)
     keep = n > 0
-    if not keep.any(): return z.sum() * 0.
+    if not keep.any():
+        return z.sum() * 0.0
     return (-(logp * pos).sum(1)[keep] / n[keep]).mean()
 
-def prototype_loss(z:torch.Tensor,       # (B, d) L2-normalised embeddings
-                   protos:torch.Tensor,  # (K, d) one learnable embedding per label
-                   target:torch.Tensor,  # (B, K) multi-hot labels
-                   tau:float=0.1) -> torch.Tensor:
+
+def prototype_loss(
+    z: torch.Tensor,  # (B, d) L2-normalised embeddings
+    protos: torch.Tensor,  # (K, d) one learnable embedding per label
+    target: torch.Tensor,  # (B, K) multi-hot labels
+    tau: float = 0.1,
+) -> torch.Tensor:
     "Clip-to-label InfoNCE (CLIP-style, labels as the other modality); multi-label targets share the mass."
     logp = (z @ F.normalize(protos, dim=-1).T / tau).log_softmax(-1)
     t = target / target.sum(-1, keepdim=True).clamp(min=1)
-    has = target.sum(-1) > 0                       # clips without a label of this branch take no part
-    if not has.any(): return z.sum() * 0.
+    has = target.sum(-1) > 0  # clips without a label of this branch take no part
+    if not has.any():
+        return z.sum() * 0.0
     return -(logp * t).sum(-1)[has].mean()
 
-def label_matrix(groups:list) -> torch.Tensor:
+
+def label_matrix(groups: list) -> torch.Tensor:
     "(B, B) bool: True where two items share a label; `groups` holds one set of labels per item."
     return torch.tensor([[bool(a & b) for b in groups] for a in groups])
+
 
 # %% ../../nbs/video/03_phase1.ipynb #ff721b7d
 @dataclass
 class Phase1TrainConfig:
     "Training knobs of Phase-1."
+
     epochs: int = 60
     batch_size: int = 32
     lr: float = 1e-3
@@ -138,22 +216,29 @@ class Phase1TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for f in ('epochs', 'batch_size'):
-            if getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
-        for f in ('lr', 'weight_decay'):
+        for f in ("epochs", "batch_size"):
+            if getattr(self, f) < 1:
+                raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
+        for f in ("lr", "weight_decay"):
             v = getattr(self, f)
-            if not math.isfinite(v) or v < 0 or (f == 'lr' and v == 0): raise UserError(f"--{f.replace('_', '-')} must be a finite positive number, got {v}")
+            if not math.isfinite(v) or v < 0 or (f == "lr" and v == 0):
+                raise UserError(f"--{f.replace('_', '-')} must be a finite positive number, got {v}")
+
 
 def _groups(clips):
-    return {'behaviour': [{f"{c.dataset}:{l}" for l in c.labels} for c in clips],
-            'species': [{c.species} if c.species else set() for c in clips],          # not annotated: no label, no positives
-            'environment': [{c.environment} if c.environment else set() for c in clips]}
+    return {
+        "behaviour": [{f"{c.dataset}:{l}" for l in c.labels} for c in clips],
+        "species": [{c.species} if c.species else set() for c in clips],  # not annotated: no label, no positives
+        "environment": [{c.environment} if c.environment else set() for c in clips],
+    }
+
 
 def _phase1_loss(model, feats, groups, idx, tau):
     out, cfg = model(feats[idx]), model.cfg
     losses = {}
     for b in BRANCHES:
-        if cfg.classes is not None and not cfg.classes.get(b): continue   # a branch without labels is not trained
+        if cfg.classes is not None and not cfg.classes.get(b):
+            continue  # a branch without labels is not trained
         gs = [groups[b][i] for i in idx]
         l = cfg.supcon_weight * supcon_loss(out.embeddings[b], label_matrix(gs), tau)
         if b in model.prototypes:
@@ -161,95 +246,171 @@ def _phase1_loss(model, feats, groups, idx, tau):
             t = torch.zeros(len(idx), len(pos))
             for r, g in enumerate(gs):
                 for c in g:
-                    if c in pos: t[r, pos[c]] = 1.
+                    if c in pos:
+                        t[r, pos[c]] = 1.0
             l = l + prototype_loss(out.embeddings[b], model.prototypes[b], t, tau)
         losses[b] = l
     return sum(losses.values()) / len(losses), losses
 
-def load_phase1(path:str|Path, feature_shape:tuple=None) -> Phase1Encoder:
+
+def load_phase1(path: str | Path, feature_shape: tuple = None) -> Phase1Encoder:
     "A frozen `Phase1Encoder` from a Phase-1 checkpoint folder, checked against `feature_shape` (T, P, D)."
     path = Path(path)
-    meta = read_checkpoint(path, 'phase1')
-    try: cfg = Phase1Config(**meta['config'])
-    except (KeyError, TypeError) as e: raise UserError(f"bad Phase-1 config ({e})", path/'checkpoint.json', field='config') from None
+    meta = read_checkpoint(path, "phase1")
+    try:
+        cfg = Phase1Config(**meta["config"])
+    except (KeyError, TypeError) as e:
+        raise UserError(f"bad Phase-1 config ({e})", path / "checkpoint.json", field="config") from None
     if feature_shape is not None and tuple(feature_shape) != (cfg.frames, cfg.tokens_per_frame, cfg.feature_dim):
-        raise UserError(f"the Phase-1 checkpoint was trained on features of shape (T, P, D) = "
-                        f"{(cfg.frames, cfg.tokens_per_frame, cfg.feature_dim)} but these features are {tuple(feature_shape)} "
-                        "(wrong width: use the --vision, --frames and --grid it was trained with)", path)
+        raise UserError(
+            f"the Phase-1 checkpoint was trained on features of shape (T, P, D) = "
+            f"{(cfg.frames, cfg.tokens_per_frame, cfg.feature_dim)} but these features are {tuple(feature_shape)} "
+            "(wrong width: use the --vision, --frames and --grid it was trained with)",
+            path,
+        )
     m = Phase1Encoder(cfg)
-    try: m.load_state_dict(load_tensors(path))
-    except RuntimeError as e: raise UserError(f"the weights do not match the config: {str(e).splitlines()[0]}", path/'model.safetensors') from None
+    try:
+        m.load_state_dict(load_tensors(path))
+    except RuntimeError as e:
+        raise UserError(
+            f"the weights do not match the config: {str(e).splitlines()[0]}", path / "model.safetensors"
+        ) from None
     return m.requires_grad_(False).eval()
 
-def train_phase1(datasets:list,             # dataset folders
-                 out:str|Path,              # run folder
-                 cache_dir:str|Path,        # feature cache
-                 vision:str='tiny', frames:int=8, grid:int=4,
-                 model_cfg:Phase1Config=None, train_cfg:Phase1TrainConfig=None,
-                 skip_bad:bool=False, resume:bool=False, progress:bool=True,
-                 image_size:int=None) -> dict:              # frames fed to the encoder (None: the checkpoint's processor)
+
+def train_phase1(
+    datasets: list,  # dataset folders
+    out: str | Path,  # run folder
+    cache_dir: str | Path,  # feature cache
+    vision: str = "tiny",
+    frames: int = 8,
+    grid: int = 4,
+    model_cfg: Phase1Config = None,
+    train_cfg: Phase1TrainConfig = None,
+    skip_bad: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+    image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
+) -> dict:
     "Train Phase-1 on the train splits of `datasets`; returns the run summary (also in metrics.json)."
     train_cfg = train_cfg or Phase1TrainConfig()
-    check_run_folder(out, resume, 'phase1')                      # before any feature is encoded
-    torch.manual_seed(train_cfg.seed); random.seed(train_cfg.seed); np.random.seed(train_cfg.seed)
+    check_run_folder(out, resume, "phase1")  # before any feature is encoded
+    torch.manual_seed(train_cfg.seed)
+    random.seed(train_cfg.seed)
+    np.random.seed(train_cfg.seed)
     cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
     dss = [load_dataset(d, skip_bad=skip_bad) for d in datasets]
     clips, feats, reports = [], [], {}
     for ds in dss:
         c, f, r = dataset_features(ds, cache, skip_bad, progress)
-        clips += c; feats.append(f); reports[ds.name] = r
+        clips += c
+        feats.append(f)
+        reports[ds.name] = r
     feats = torch.cat(feats)
     T, P, D = feats.shape[1:]
     cfg = model_cfg or Phase1Config()
-    groups0 = _groups([c for c in clips if c.split == 'train'])
+    groups0 = _groups([c for c in clips if c.split == "train"])
     classes = {b: sorted(set().union(*groups0[b])) if groups0[b] else [] for b in BRANCHES}
-    cfg = Phase1Config(**{**asdict(cfg), 'feature_dim': D, 'frames': T, 'tokens_per_frame': P, 'classes': classes})
-    params = {'datasets': [str(d) for d in datasets], 'cache_dir': str(cache_dir), 'vision': vision, 'frames': frames,
-              'grid': grid, 'model': asdict(cfg), 'train': asdict(train_cfg), 'skip_bad': skip_bad, 'features': cache.key}
-    state = load_resume_state(Path(out)/'last') if resume and (Path(out)/'last').is_dir() else None  # refused before writing
-    rf = RunFolder(out, params, resume, kind='phase1', checked=True)   # checked at the start
+    cfg = Phase1Config(**{**asdict(cfg), "feature_dim": D, "frames": T, "tokens_per_frame": P, "classes": classes})
+    params = {
+        "datasets": [str(d) for d in datasets],
+        "cache_dir": str(cache_dir),
+        "vision": vision,
+        "frames": frames,
+        "grid": grid,
+        "model": asdict(cfg),
+        "train": asdict(train_cfg),
+        "skip_bad": skip_bad,
+        "features": cache.key,
+    }
+    state = (
+        load_resume_state(Path(out) / "last") if resume and (Path(out) / "last").is_dir() else None
+    )  # refused before writing
+    rf = RunFolder(out, params, resume, kind="phase1", checked=True)  # checked at the start
     try:
-        tr = [i for i, c in enumerate(clips) if c.split == 'train']
-        va = [i for i, c in enumerate(clips) if c.split == 'val']
-        if len(tr) < 2 or not va: raise UserError("Phase-1 needs at least two train clips and one val clip")
+        tr = [i for i, c in enumerate(clips) if c.split == "train"]
+        va = [i for i, c in enumerate(clips) if c.split == "val"]
+        if len(tr) < 2 or not va:
+            raise UserError("Phase-1 needs at least two train clips and one val clip")
         groups = _groups(clips)
         model = Phase1Encoder(cfg)
         opt = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
         start = 1
         if resume:
             model.load_state_dict(load_tensors(rf.last))
-            opt.load_state_dict(state['optimizer'])
-            set_rng_state(state['rng'])
-            start = read_checkpoint(rf.last, 'phase1')['epoch'] + 1
+            opt.load_state_dict(state["optimizer"])
+            set_rng_state(state["rng"])
+            start = read_checkpoint(rf.last, "phase1")["epoch"] + 1
         gen = torch.Generator().manual_seed(train_cfg.seed)
         for epoch in range(start, train_cfg.epochs + 1):
             gen.manual_seed(train_cfg.seed * 1000 + epoch)
             order = [tr[i] for i in torch.randperm(len(tr), generator=gen).tolist()]
-            model.train(); tot, nb = 0., 0
-            for b in tqdm(range(0, len(order), train_cfg.batch_size), desc=f"phase1 epoch {epoch}", disable=not progress, leave=False):
-                idx = order[b:b + train_cfg.batch_size]
-                if len(idx) < 2: continue
+            model.train()
+            tot, nb = 0.0, 0
+            for b in tqdm(
+                range(0, len(order), train_cfg.batch_size),
+                desc=f"phase1 epoch {epoch}",
+                disable=not progress,
+                leave=False,
+            ):
+                idx = order[b : b + train_cfg.batch_size]
+                if len(idx) < 2:
+                    continue
                 loss, _ = _phase1_loss(model, feats, groups, idx, cfg.temperature)
-                opt.zero_grad(); loss.backward(); opt.step(); tot += loss.item(); nb += 1
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                tot += loss.item()
+                nb += 1
             model.eval()
             with torch.no_grad():
-                vl = [(_phase1_loss(model, feats, groups, va[b:b + train_cfg.batch_size], cfg.temperature), len(va[b:b + train_cfg.batch_size]))
-                      for b in range(0, len(va), train_cfg.batch_size)]
+                vl = [
+                    (
+                        _phase1_loss(model, feats, groups, va[b : b + train_cfg.batch_size], cfg.temperature),
+                        len(va[b : b + train_cfg.batch_size]),
+                    )
+                    for b in range(0, len(va), train_cfg.batch_size)
+                ]
             val = sum(l[0].item() * n for l, n in vl) / len(va)
             branch = {b: sum(l[1][b].item() * n for l, n in vl) / len(va) for b in BRANCHES if b in vl[0][0][1]}
-            meta = {'config': asdict(cfg), 'epoch': epoch, 'metrics': {'val_loss': val}, 'features': cache.key,
-                    'datasets': [ds.name for ds in dss]}
+            meta = {
+                "config": asdict(cfg),
+                "epoch": epoch,
+                "metrics": {"val_loss": val},
+                "features": cache.key,
+                "datasets": [ds.name for ds in dss],
+            }
             weights = model.state_dict()
             improved = rf.save_best(val, higher_is_better=False, tensors=weights, meta=meta)
-            save_checkpoint(rf.last, 'phase1', weights, meta, resume={'optimizer': opt.state_dict(), 'rng': rng_state()})
-            rf.log({'epoch': epoch, 'train_loss': tot / max(nb, 1), 'val_loss': val,
-                    **{f"val_loss_{b}": v for b, v in branch.items()}, 'best': improved})
-        best = min(rf.history, key=lambda h: h['val_loss'])
-        summary = {'best_epoch': best['epoch'], 'best_val_loss': best['val_loss'], 'epochs': len(rf.history),
-                   'branches_trained': [b for b in BRANCHES if classes[b]], 'branches_skipped': [b for b in BRANCHES if not classes[b]],
-                   'train_clips': len(tr), 'val_clips': len(va), 'datasets': [ds.name for ds in dss],
-                   'features': {k: {kk: r[kk] for kk in ('encoded', 'cached', 'short_clips', 'skipped')} for k, r in reports.items()}}
-        write_json(rf.dir/'metrics.json', summary)
-        rf.finish('done'); return summary
+            save_checkpoint(
+                rf.last, "phase1", weights, meta, resume={"optimizer": opt.state_dict(), "rng": rng_state()}
+            )
+            rf.log(
+                {
+                    "epoch": epoch,
+                    "train_loss": tot / max(nb, 1),
+                    "val_loss": val,
+                    **{f"val_loss_{b}": v for b, v in branch.items()},
+                    "best": improved,
+                }
+            )
+        best = min(rf.history, key=lambda h: h["val_loss"])
+        summary = {
+            "best_epoch": best["epoch"],
+            "best_val_loss": best["val_loss"],
+            "epochs": len(rf.history),
+            "branches_trained": [b for b in BRANCHES if classes[b]],
+            "branches_skipped": [b for b in BRANCHES if not classes[b]],
+            "train_clips": len(tr),
+            "val_clips": len(va),
+            "datasets": [ds.name for ds in dss],
+            "features": {
+                k: {kk: r[kk] for kk in ("encoded", "cached", "short_clips", "skipped")} for k, r in reports.items()
+            },
+        }
+        write_json(rf.dir / "metrics.json", summary)
+        rf.finish("done")
+        return summary
     except BaseException as e:
-        rf.finish('failed', error=f"{e.__class__.__name__}: {e}"); raise
+        rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
+        raise

@@ -4,71 +4,168 @@
 
 # %% ../../nbs/video/04_phase2.ipynb #1643189b
 from __future__ import annotations
-import contextlib, importlib.util, json, math, os, random, re, time
-from filelock import FileLock
-from dataclasses import dataclass, asdict, field, replace
+
+import contextlib
+import importlib.util
+import math
+import os
+import random
+import re
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
-import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
-from fastcore.basics import patch
-from tqdm.auto import tqdm
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import gather_object
-from torch.utils.data import DistributedSampler
-from tokenizers import Tokenizer, models as tok_models, trainers as tok_trainers, pre_tokenizers, decoders
-from transformers import (AutoModelForCausalLM, AutoTokenizer, Blip2QFormerConfig, Blip2QFormerModel,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, get_scheduler)
+from fastcore.basics import patch
+from filelock import FileLock
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from peft.utils import load_peft_weights
-from safetensors import safe_open, SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
-from ..utils import UserError, write_json, read_json, write_jsonl, sha256_file, sha256_json, atomic_dir
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as tok_models
+from tokenizers import trainers as tok_trainers
+from torch.utils.data import DistributedSampler
+from tqdm.auto import tqdm
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Blip2QFormerConfig,
+    Blip2QFormerModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    get_scheduler,
+)
+
 from ..cli import check_config
-from ..eval.parse import parse_actions
 from ..eval.metrics import compute_metrics, score_file
-from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, LABEL_MODES, load_dataset, Dataset, mirror_labels
-from .synthetic import SPECIES, MAMMALNET_SPECIES, ENVIRONMENTS
-from .checkpoints import (RunFolder, check_run_folder, save_checkpoint, read_checkpoint, load_tensors,
-                                        load_resume_state, rng_state, set_rng_state, model_config_sha256)
-from .phase1 import dataset_features, open_cache, load_phase1, Phase1Encoder, Phase1Config
+from ..eval.parse import parse_actions
+from ..utils import UserError, atomic_dir, read_json, sha256_file, sha256_json, write_json, write_jsonl
+from vtreetrm.video.checkpoints import (
+    RunFolder,
+    check_run_folder,
+    load_resume_state,
+    load_tensors,
+    model_config_sha256,
+    read_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, Dataset, load_dataset, mirror_labels
+from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
+from .synthetic import ENVIRONMENTS, MAMMALNET_SPECIES, SPECIES
 
 # %% auto #0
-__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS',
-           'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer',
-           'build_tiny_llm', 'load_llm', 'pretrain_tiny_llm', 'tiny_llm_cache', 'tiny_llm', 'Phase2Config',
-           'resolve_dtype', 'VideoQFormerLM', 'rank_entropy', 'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2',
-           'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt', 'encode_target',
-           'predict_samples', 'compute_rows_metrics', 'baselines', 'load_base_llm', 'check_llm', 'base_identity',
-           'build_phase2', 'mirrored_samples', 'make_optimizer', 'rank_batches', 'train_epoch', 'make_accelerator',
-           'predict_gathered', 'state_for_saving', 'train_phase2']
+__all__ = [
+    "VIDEO_MARKER",
+    "ANSWER_ORDERS",
+    "CHATML_TEMPLATE",
+    "TINY_QWEN2",
+    "DTYPES",
+    "LR_SCHEDULES",
+    "PROJECTIONS",
+    "SAMPLERS",
+    "OWN_EXCLUDE",
+    "QFORMER_SIZE_KEYS",
+    "TRACKER_PACKAGES",
+    "question",
+    "analysis",
+    "target",
+    "build_tokenizer",
+    "build_tiny_llm",
+    "load_llm",
+    "pretrain_tiny_llm",
+    "tiny_llm_cache",
+    "tiny_llm",
+    "Phase2Config",
+    "resolve_dtype",
+    "VideoQFormerLM",
+    "rank_entropy",
+    "read_blip2_qformer",
+    "blip2_sizes",
+    "init_from_blip2",
+    "Sample",
+    "make_samples",
+    "candidates_for",
+    "stop_ids_for",
+    "encode_prompt",
+    "encode_target",
+    "predict_samples",
+    "compute_rows_metrics",
+    "baselines",
+    "load_base_llm",
+    "check_llm",
+    "base_identity",
+    "build_phase2",
+    "mirrored_samples",
+    "make_optimizer",
+    "rank_batches",
+    "train_epoch",
+    "make_accelerator",
+    "predict_gathered",
+    "state_for_saving",
+    "train_phase2",
+]
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
-VIDEO_MARKER = '<video>'
-ANSWER_ORDERS = ('actions_first', 'analysis_first')
+VIDEO_MARKER = "<video>"
+ANSWER_ORDERS = ("actions_first", "analysis_first")
 
-def question(candidates:list) -> str:
+
+def question(candidates: list) -> str:
     "The user turn: visual tokens, the candidate actions, the question."
-    return (f"{VIDEO_MARKER}\nCandidate actions: {', '.join(candidates)}.\n"
-            "Which of the candidate actions does the animal perform in this video? "
-            "Answer with <predicted_actions>...</predicted_actions> and a short analysis.")
+    return (
+        f"{VIDEO_MARKER}\nCandidate actions: {', '.join(candidates)}.\n"
+        "Which of the candidate actions does the animal perform in this video? "
+        "Answer with <predicted_actions>...</predicted_actions> and a short analysis."
+    )
 
-def analysis(labels:list, species:str, environment:str) -> str:
+
+def analysis(labels: list, species: str, environment: str) -> str:
     "The analysis sentence of a target."
-    who, where = (f"a {species}" if species else "an animal"), (f" in a {environment} scene" if environment else '')   # none invented
+    who, where = (
+        (f"a {species}" if species else "an animal"),
+        (f" in a {environment} scene" if environment else ""),
+    )  # none invented
     return f"Analysis: the video shows {who}{where}; its movement matches {' and '.join(labels)}."
 
-def target(labels:list, species:str, environment:str, order:str='actions_first') -> str:
+
+def target(labels: list, species: str, environment: str, order: str = "actions_first") -> str:
     "The assistant answer in `order`."
     acts = f"<predicted_actions>{', '.join(labels)}</predicted_actions>"
-    if order not in ANSWER_ORDERS: raise UserError(f"unknown answer order {order!r}; choose from {', '.join(ANSWER_ORDERS)}")
-    return f"{acts}\n{analysis(labels, species, environment)}" if order == 'actions_first' else f"{analysis(labels, species, environment)}\n{acts}"
+    if order not in ANSWER_ORDERS:
+        raise UserError(f"unknown answer order {order!r}; choose from {', '.join(ANSWER_ORDERS)}")
+    return (
+        f"{acts}\n{analysis(labels, species, environment)}"
+        if order == "actions_first"
+        else f"{analysis(labels, species, environment)}\n{acts}"
+    )
+
 
 # %% ../../nbs/video/04_phase2.ipynb #16d208a7
-CHATML_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-                   "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-TINY_QWEN2 = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=False,
-                  initializer_range=0.02)
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+TINY_QWEN2 = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    tie_word_embeddings=False,
+    initializer_range=0.02,
+)
+
 
 def _corpus(extra_labels=()) -> list:
     labels = [*LOTE_SIMPLE, *LOTE_SIMPLE.values(), *MAMMALNET_SIMPLE, *MAMMALNET_SIMPLE.values(), *extra_labels]
@@ -76,225 +173,364 @@ def _corpus(extra_labels=()) -> list:
     lines = []
     for i, l in enumerate(labels):
         s, e = sp[i % len(sp)], list(ENVIRONMENTS)[i % len(ENVIRONMENTS)]
-        lines += [question(labels[i:i + 5] or [l]), target([l], s, e, 'actions_first'), target([l], s, e, 'analysis_first')]
+        lines += [
+            question(labels[i : i + 5] or [l]),
+            target([l], s, e, "actions_first"),
+            target([l], s, e, "analysis_first"),
+        ]
     return lines * 3
 
-def build_tokenizer(extra_labels=(), vocab_size:int=800) -> PreTrainedTokenizerFast:
+
+def build_tokenizer(extra_labels=(), vocab_size: int = 800) -> PreTrainedTokenizerFast:
     "Train a byte-level BPE tokenizer with ChatML special tokens and chat template."
     tok = Tokenizer(tok_models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = tok_trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                      special_tokens=['<|endoftext|>', '<|im_start|>', '<|im_end|>'],
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = tok_trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        show_progress=False,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_corpus(extra_labels), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token='<|im_end|>', pad_token='<|endoftext|>')
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHATML_TEMPLATE
     return fast
 
-def build_tiny_llm(tokenizer, seed:int=0, **overrides) -> Qwen2ForCausalLM:
+
+def build_tiny_llm(tokenizer, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
     "A small random Qwen2 causal LM sized to `tokenizer`."
-    cfg = Qwen2Config(**{**TINY_QWEN2, **overrides}, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.pad_token_id)
-    g = torch.random.get_rng_state(); torch.manual_seed(seed)
-    try: return Qwen2ForCausalLM(cfg)
-    finally: torch.random.set_rng_state(g)
+    cfg = Qwen2Config(
+        **{**TINY_QWEN2, **overrides},
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.pad_token_id,
+    )
+    g = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return Qwen2ForCausalLM(cfg)
+    finally:
+        torch.random.set_rng_state(g)
+
 
 # %% ../../nbs/video/04_phase2.ipynb #8a56188f
-def load_llm(llm:str='tiny', seed:int=0, extra_labels=(), dtype=None):
+def load_llm(llm: str = "tiny", seed: int = 0, extra_labels=(), dtype=None):
     "(tokenizer, causal LM) for a spec: 'tiny' or a local path / hub id."
-    if llm == 'tiny':
+    if llm == "tiny":
         tok = build_tokenizer(extra_labels)
         return tok, build_tiny_llm(tok, seed)
-    try: tok = AutoTokenizer.from_pretrained(llm)
-    except (OSError, ValueError) as e: raise UserError(f"cannot load a tokenizer from {llm!r}: {str(e).splitlines()[0]}") from None
-    if not getattr(tok, 'chat_template', None):
-        raise UserError(f"the tokenizer at {llm!r} has no chat template; use a chat/instruct model or add one "
-                        "(set tokenizer.chat_template to a ChatML template and save_pretrained it)")
-    try: model = AutoModelForCausalLM.from_pretrained(llm, dtype=dtype)
-    except (OSError, ValueError) as e: raise UserError(f"cannot load a causal LM from {llm!r}: {str(e).splitlines()[0]}") from None
-    if tok.pad_token is None: tok.pad_token = tok.eos_token
+    try:
+        tok = AutoTokenizer.from_pretrained(llm)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot load a tokenizer from {llm!r}: {str(e).splitlines()[0]}") from None
+    if not getattr(tok, "chat_template", None):
+        raise UserError(
+            f"the tokenizer at {llm!r} has no chat template; use a chat/instruct model or add one "
+            "(set tokenizer.chat_template to a ChatML template and save_pretrained it)"
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(llm, dtype=dtype)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot load a causal LM from {llm!r}: {str(e).splitlines()[0]}") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
     return tok, model
 
+
 # %% ../../nbs/video/04_phase2.ipynb #f1a90042
-def _pretrain_example(tok, rng:random.Random, pools:list, stop:str) -> tuple[list, list]:
+def _pretrain_example(tok, rng: random.Random, pools: list, stop: str) -> tuple[list, list]:
     pool = rng.choice(pools)
-    cands = rng.sample(pool, min(len(pool), rng.randint(5, 24))) if rng.random() < .25 else list(pool)
+    cands = rng.sample(pool, min(len(pool), rng.randint(5, 24))) if rng.random() < 0.25 else list(pool)
     rng.shuffle(cands)
-    labs = rng.sample(cands, 1 if rng.random() < .85 or len(cands) < 2 else 2)
+    labs = rng.sample(cands, 1 if rng.random() < 0.85 or len(cands) < 2 else 2)
     sp, env = rng.choice([*SPECIES, *MAMMALNET_SPECIES, None]), rng.choice([*ENVIRONMENTS, None])
     seen = f"Seen: {sp or 'an animal'} | {env or 'unknown scene'} | {', '.join(labs)}"
-    text = tok.apply_chat_template([{'role': 'user', 'content': question(cands).replace(VIDEO_MARKER, seen)}],
-                                   tokenize=False, add_generation_prompt=True)
-    return (tok(text, add_special_tokens=False)['input_ids'],
-            tok(target(labs, sp, env, rng.choice(ANSWER_ORDERS)) + stop, add_special_tokens=False)['input_ids'])
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": question(cands).replace(VIDEO_MARKER, seen)}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    return (
+        tok(text, add_special_tokens=False)["input_ids"],
+        tok(target(labs, sp, env, rng.choice(ANSWER_ORDERS)) + stop, add_special_tokens=False)["input_ids"],
+    )
 
-def pretrain_tiny_llm(tok, llm, pools:list,      # label lists to draw candidates from (e.g. a dataset's official and simple names)
-                      steps:int=200, batch_size:int=32, lr:float=3e-3, seed:int=0, progress:bool=True):
+
+def pretrain_tiny_llm(
+    tok,
+    llm,
+    pools: list,  # label lists to draw candidates from (e.g. a dataset's official and simple names)
+    steps: int = 200,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    progress: bool = True,
+):
     "Train `llm` (all weights) on text-only answers in the target format; returns it in eval mode."
-    rng, stop = random.Random(f"{seed}:pretrain"), tok.eos_token          # the tiny tokenizer's eos is <|im_end|>
+    rng, stop = random.Random(f"{seed}:pretrain"), tok.eos_token  # the tiny tokenizer's eos is <|im_end|>
     opt = torch.optim.AdamW(llm.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    llm.train(); loss = None
-    for _ in tqdm(range(steps), desc='pretrain tiny LLM', disable=not progress, leave=False):
+    llm.train()
+    loss = None
+    for _ in tqdm(range(steps), desc="pretrain tiny LLM", disable=not progress, leave=False):
         ex = [_pretrain_example(tok, rng, pools, stop) for _ in range(batch_size)]
         L = max(len(a) + len(b) for a, b in ex)
-        ids = torch.full((batch_size, L), tok.pad_token_id); lab = torch.full((batch_size, L), -100)
+        ids = torch.full((batch_size, L), tok.pad_token_id)
+        lab = torch.full((batch_size, L), -100)
         mask = torch.zeros(batch_size, L, dtype=torch.long)
         for i, (a, b) in enumerate(ex):
-            n = len(a) + len(b); ids[i, :n] = torch.tensor(a + b); lab[i, len(a):n] = torch.tensor(b); mask[i, :n] = 1
+            n = len(a) + len(b)
+            ids[i, :n] = torch.tensor(a + b)
+            lab[i, len(a) : n] = torch.tensor(b)
+            mask[i, :n] = 1
         loss = llm(input_ids=ids, attention_mask=mask, labels=lab).loss
-        opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(llm.parameters(), 1.0); opt.step(); sched.step()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(llm.parameters(), 1.0)
+        opt.step()
+        sched.step()
     llm.final_pretrain_loss = float(loss) if loss is not None else None
     return llm.eval()
 
+
 def tiny_llm_cache() -> Path:
     "Where pretrained tiny LLMs are kept: `$VTREETRM_CACHE/tiny_llm`, else `$XDG_CACHE_HOME/vtreetrm/tiny_llm` (~/.cache)."
-    root = os.environ.get('VTREETRM_CACHE') or Path(os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache')/'vtreetrm'
-    return Path(root)/'tiny_llm'
+    root = (
+        os.environ.get("VTREETRM_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vtreetrm"
+    )
+    return Path(root) / "tiny_llm"
 
-_BUILTIN_POOLS = [list(LOTE_SIMPLE), list(LOTE_SIMPLE.values()), list(MAMMALNET_SIMPLE), list(MAMMALNET_SIMPLE.values())]
 
-def tiny_llm(seed:int=0, extra_labels=(), steps:int=200,
-             cache_dir:str|Path=None,    # default `tiny_llm_cache()`; False: neither read nor write a cache
-             progress:bool=True) -> tuple:
+_BUILTIN_POOLS = [
+    list(LOTE_SIMPLE),
+    list(LOTE_SIMPLE.values()),
+    list(MAMMALNET_SIMPLE),
+    list(MAMMALNET_SIMPLE.values()),
+]
+
+
+def tiny_llm(
+    seed: int = 0,
+    extra_labels=(),
+    steps: int = 200,
+    cache_dir: str | Path = None,  # default `tiny_llm_cache()`; False: neither read nor write a cache
+    progress: bool = True,
+) -> tuple:
     "(tokenizer, tiny LLM pretrained for `steps`), read from the cache when it was made before (one process makes it)."
     known = {l for p in _BUILTIN_POOLS for l in p}
-    extra = [l for l in dict.fromkeys(extra_labels) if l not in known]   # the LoTE- and MammalNet-shaped sets share one model
+    extra = [
+        l for l in dict.fromkeys(extra_labels) if l not in known
+    ]  # the LoTE- and MammalNet-shaped sets share one model
     pools = _BUILTIN_POOLS + ([extra] if extra else [])
-    key = sha256_json({'qwen2': TINY_QWEN2, 'labels': extra, 'seed': seed, 'steps': steps, 'recipe': 1})[:16]
+    key = sha256_json({"qwen2": TINY_QWEN2, "labels": extra, "seed": seed, "steps": steps, "recipe": 1})[:16]
     root = None if cache_dir is False or not steps else Path(cache_dir or tiny_llm_cache())
+
     def make():
-        tok = build_tokenizer(extra); llm = build_tiny_llm(tok, seed)
+        tok = build_tokenizer(extra)
+        llm = build_tiny_llm(tok, seed)
         if steps:
-            g = torch.random.get_rng_state(); torch.manual_seed(seed)
-            try: pretrain_tiny_llm(tok, llm, pools, steps, seed=seed, progress=progress)
-            finally: torch.random.set_rng_state(g)
+            g = torch.random.get_rng_state()
+            torch.manual_seed(seed)
+            try:
+                pretrain_tiny_llm(tok, llm, pools, steps, seed=seed, progress=progress)
+            finally:
+                torch.random.set_rng_state(g)
         return tok, llm
-    if root is None: return make()
-    where = root/key
+
+    if root is None:
+        return make()
+    where = root / key
     root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root/f"{key}.lock")):                 # a second process waits, then reads
-        if not (where/'config.json').is_file():
+    with FileLock(str(root / f"{key}.lock")):  # a second process waits, then reads
+        if not (where / "config.json").is_file():
             tok, llm = make()
             with atomic_dir(where) as tmp:
-                tok.save_pretrained(tmp); llm.save_pretrained(tmp)
-                write_json(tmp/'pretrain.json', {'steps': steps, 'seed': seed, 'extra_labels': extra, 'final_loss': llm.final_pretrain_loss})
+                tok.save_pretrained(tmp)
+                llm.save_pretrained(tmp)
+                write_json(
+                    tmp / "pretrain.json",
+                    {"steps": steps, "seed": seed, "extra_labels": extra, "final_loss": llm.final_pretrain_loss},
+                )
             return tok, llm
     return load_llm(str(where))
 
+
 # %% ../../nbs/video/04_phase2.ipynb #466fd27a
-DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'fp32': torch.float32}
-LR_SCHEDULES = ('constant', 'linear', 'cosine')
-PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj')  # attention + MLP (Llama/Qwen names)
-SAMPLERS = ('random', 'flip-balanced')
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+LR_SCHEDULES = ("constant", "linear", "cosine")
+PROJECTIONS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)  # attention + MLP (Llama/Qwen names)
+SAMPLERS = ("random", "flip-balanced")
+
 
 @dataclass
 class Phase2Config:
     "Everything that defines a Phase-2 run: `vtreetrm video phase2`'s flags and the experiment notebook's parameters."
-    num_queries: int = 32                      # M: learnable Q-former queries, the visual tokens given to the LLM
-    answer_order: Literal['actions_first', 'analysis_first'] = 'actions_first'  # target: the actions or the analysis first
-    label_mode: Literal['official', 'simple'] = 'official'  # labels shown and supervised (simple: label_map.json applied)
-    cls_head: bool = False                     # auxiliary multi-label BCE head on the Q-former output (training only)
-    cls_weight: float = 0.1                    # weight of the BCE loss
-    rank_reg: float = 0.0                      # weight of the query-diversity regulariser: raises the spectral entropy of each clip's (M, d) query outputs (0: off)
-    qformer_dropout: float = 0.0               # dropout on the Q-former input ...
-    dropout_from_epoch: int = 2                # ... from this epoch on (1-based)
-    sampler: Literal['random', 'flip-balanced'] = 'random'  # flip-balanced: class-balanced, repeats mirrored
-    shuffle_labels: bool = False               # control run: train and select on permuted labels
-    llm: str = 'tiny'                          # 'tiny' (a small Qwen2 built here) or a chat causal LM folder / hub id
-    llm_pretrain_steps: int = 200              # tiny LLM only: text-only steps on the answer format before it is frozen (0: random)
-    dtype: Literal['auto', 'bf16', 'fp16', 'fp32'] = 'auto'  # frozen LLM dtype; auto: bf16 on a GPU that has it, else fp32
-    lora_r: int = 8                            # LoRA rank
-    lora_alpha: int = 16                       # LoRA scale numerator (the scale is alpha / r)
-    lora_dropout: float = 0.0                  # dropout on the LoRA input
-    lora_targets: str = 'auto'                 # comma list of LLM module names; auto: attention + MLP projections (+ lm_head for tiny)
-    max_length: int = 1024                     # longest LLM input in tokens (prompt + M visual + target); longer targets are cut
-    max_new_tokens: int = 64                   # generation budget when predicting
-    qformer_hidden: int = 64                   # Q-former width d (BLIP-2: 768)
-    qformer_layers: int = 2                    # Q-former layers (BLIP-2: 12)
-    qformer_heads: int = 4                     # Q-former attention heads (BLIP-2: 12); must divide --qformer-hidden
-    qformer_intermediate: int|None = None      # Q-former feed-forward width (default: 4 x --qformer-hidden)
-    cross_attention_frequency: int = 1         # a cross-attention block every N Q-former layers (BLIP-2: 2)
-    qformer_init: str|None = None              # BLIP-2 folder (transformers save_pretrained) to start Q-former + queries from; its sizes win
-    epochs: int = 16                           # training epochs
-    batch_size: int = 8                        # clips per micro-batch
-    grad_accum: int = 1                        # micro-batches per optimizer step
-    lr: float = 2e-3                           # learning rate of Q-former, queries, projection, cls head
-    lora_lr: float|None = 5e-3                 # learning rate of the LoRA adapters (None: --lr)
-    lr_schedule: Literal['constant', 'linear', 'cosine'] = 'cosine'  # LR schedule over all optimizer steps
-    warmup_ratio: float = 0.05                 # fraction of the optimizer steps with linear warm-up
-    weight_decay: float = 0.0                  # AdamW weight decay
-    grad_clip: float = 1.0                     # max gradient norm (0: no clipping)
-    gradient_checkpointing: bool = False       # recompute LLM and Q-former activations in backward: less memory, more time
-    max_steps: int = 0                         # stop after this many optimizer steps (0: run all epochs)
-    seed: int = 0                              # random seed
-    report_to: Literal['none', 'tensorboard', 'wandb', 'mlflow'] = 'none'  # training curves to an accelerate tracker (besides steps.jsonl)
+
+    num_queries: int = 32  # M: learnable Q-former queries, the visual tokens given to the LLM
+    # target: the actions or the analysis first
+    answer_order: Literal["actions_first", "analysis_first"] = "actions_first"
+    # labels shown and supervised (simple: label_map.json applied)
+    label_mode: Literal["official", "simple"] = "official"
+    cls_head: bool = False  # auxiliary multi-label BCE head on the Q-former output (training only)
+    cls_weight: float = 0.1  # weight of the BCE loss
+    rank_reg: float = 0.0  # weight of the query-diversity regulariser: raises the spectral entropy of each clip's (M, d) query outputs (0: off)
+    qformer_dropout: float = 0.0  # dropout on the Q-former input ...
+    dropout_from_epoch: int = 2  # ... from this epoch on (1-based)
+    sampler: Literal["random", "flip-balanced"] = "random"  # flip-balanced: class-balanced, repeats mirrored
+    shuffle_labels: bool = False  # control run: train and select on permuted labels
+    llm: str = "tiny"  # 'tiny' (a small Qwen2 built here) or a chat causal LM folder / hub id
+    llm_pretrain_steps: int = 200  # tiny LLM only: text-only steps on the answer format before it is frozen (0: random)
+    # frozen LLM dtype; auto: bf16 on a GPU that has it, else fp32
+    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    lora_r: int = 8  # LoRA rank
+    lora_alpha: int = 16  # LoRA scale numerator (the scale is alpha / r)
+    lora_dropout: float = 0.0  # dropout on the LoRA input
+    lora_targets: str = "auto"  # comma list of LLM module names; auto: attention + MLP projections (+ lm_head for tiny)
+    max_length: int = 1024  # longest LLM input in tokens (prompt + M visual + target); longer targets are cut
+    max_new_tokens: int = 64  # generation budget when predicting
+    qformer_hidden: int = 64  # Q-former width d (BLIP-2: 768)
+    qformer_layers: int = 2  # Q-former layers (BLIP-2: 12)
+    qformer_heads: int = 4  # Q-former attention heads (BLIP-2: 12); must divide --qformer-hidden
+    qformer_intermediate: int | None = None  # Q-former feed-forward width (default: 4 x --qformer-hidden)
+    cross_attention_frequency: int = 1  # a cross-attention block every N Q-former layers (BLIP-2: 2)
+    # BLIP-2 folder (transformers save_pretrained) to start Q-former + queries from; its sizes win
+    qformer_init: str | None = None
+    epochs: int = 16  # training epochs
+    batch_size: int = 8  # clips per micro-batch
+    grad_accum: int = 1  # micro-batches per optimizer step
+    lr: float = 2e-3  # learning rate of Q-former, queries, projection, cls head
+    lora_lr: float | None = 5e-3  # learning rate of the LoRA adapters (None: --lr)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "cosine"  # LR schedule over all optimizer steps
+    warmup_ratio: float = 0.05  # fraction of the optimizer steps with linear warm-up
+    weight_decay: float = 0.0  # AdamW weight decay
+    grad_clip: float = 1.0  # max gradient norm (0: no clipping)
+    gradient_checkpointing: bool = False  # recompute LLM and Q-former activations in backward: less memory, more time
+    max_steps: int = 0  # stop after this many optimizer steps (0: run all epochs)
+    seed: int = 0  # random seed
+    # training curves to an accelerate tracker (besides steps.jsonl)
+    report_to: Literal["none", "tensorboard", "wandb", "mlflow"] = "none"
 
     def __post_init__(self):
         check_config(self)
-        for f in ('num_queries', 'epochs', 'batch_size', 'grad_accum', 'lora_r', 'lora_alpha', 'max_length', 'max_new_tokens',
-                  'qformer_hidden', 'qformer_layers', 'qformer_heads', 'cross_attention_frequency', 'dropout_from_epoch'):
-            if getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
+        for f in (
+            "num_queries",
+            "epochs",
+            "batch_size",
+            "grad_accum",
+            "lora_r",
+            "lora_alpha",
+            "max_length",
+            "max_new_tokens",
+            "qformer_hidden",
+            "qformer_layers",
+            "qformer_heads",
+            "cross_attention_frequency",
+            "dropout_from_epoch",
+        ):
+            if getattr(self, f) < 1:
+                raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
         if self.qformer_intermediate is not None and self.qformer_intermediate < 1:
             raise UserError(f"--qformer-intermediate must be a positive integer, got {self.qformer_intermediate}")
-        if self.max_steps < 0: raise UserError(f"--max-steps must be >= 0, got {self.max_steps}")
-        if self.llm_pretrain_steps < 0: raise UserError(f"--llm-pretrain-steps must be >= 0, got {self.llm_pretrain_steps}")
+        if self.max_steps < 0:
+            raise UserError(f"--max-steps must be >= 0, got {self.max_steps}")
+        if self.llm_pretrain_steps < 0:
+            raise UserError(f"--llm-pretrain-steps must be >= 0, got {self.llm_pretrain_steps}")
         if self.qformer_hidden % self.qformer_heads:
-            raise UserError(f"--qformer-heads {self.qformer_heads} does not divide --qformer-hidden {self.qformer_hidden}")
-        for f in ('qformer_dropout', 'lora_dropout', 'warmup_ratio'):
-            if not 0 <= getattr(self, f) < 1: raise UserError(f"--{f.replace('_', '-')} must be in [0, 1), got {getattr(self, f)}")
-        for f in ('lr', 'lora_lr'):
-            if getattr(self, f) is not None and not getattr(self, f) > 0: raise UserError(f"--{f.replace('_', '-')} must be > 0")
-        for f in ('cls_weight', 'rank_reg'):
-            if not (math.isfinite(getattr(self, f)) and getattr(self, f) >= 0): raise UserError(f"--{f.replace('_', '-')} must be a finite number >= 0, got {getattr(self, f)}")
-        if self.lora_targets != 'auto' and not all(re.fullmatch(r'[A-Za-z_][\w.]*', t) for t in self.targets_list()):
+            raise UserError(
+                f"--qformer-heads {self.qformer_heads} does not divide --qformer-hidden {self.qformer_hidden}"
+            )
+        for f in ("qformer_dropout", "lora_dropout", "warmup_ratio"):
+            if not 0 <= getattr(self, f) < 1:
+                raise UserError(f"--{f.replace('_', '-')} must be in [0, 1), got {getattr(self, f)}")
+        for f in ("lr", "lora_lr"):
+            if getattr(self, f) is not None and not getattr(self, f) > 0:
+                raise UserError(f"--{f.replace('_', '-')} must be > 0")
+        for f in ("cls_weight", "rank_reg"):
+            if not (math.isfinite(getattr(self, f)) and getattr(self, f) >= 0):
+                raise UserError(f"--{f.replace('_', '-')} must be a finite number >= 0, got {getattr(self, f)}")
+        if self.lora_targets != "auto" and not all(re.fullmatch(r"[A-Za-z_][\w.]*", t) for t in self.targets_list()):
             raise UserError(f"--lora-targets must be 'auto' or a comma list of module names, got {self.lora_targets!r}")
 
-    def targets_list(self, tiny:bool=None) -> list:
+    def targets_list(self, tiny: bool = None) -> list:
         "The LoRA target module names (`auto` resolved; `tiny`: whether the LLM is the tiny random one)."
-        if self.lora_targets != 'auto': return [t.strip() for t in self.lora_targets.split(',') if t.strip()]
-        tiny = self.llm == 'tiny' if tiny is None else tiny
-        return [*PROJECTIONS, 'lm_head'] if tiny else list(PROJECTIONS)   # a frozen random LM head cannot reach confident logits
+        if self.lora_targets != "auto":
+            return [t.strip() for t in self.lora_targets.split(",") if t.strip()]
+        tiny = self.llm == "tiny" if tiny is None else tiny
+        return (
+            [*PROJECTIONS, "lm_head"] if tiny else list(PROJECTIONS)
+        )  # a frozen random LM head cannot reach confident logits
 
-    def qformer_config(self, encoder_width:int) -> Blip2QFormerConfig:
+    def qformer_config(self, encoder_width: int) -> Blip2QFormerConfig:
         "transformers' config of the Q-former reading tokens of width `encoder_width`."
-        return Blip2QFormerConfig(hidden_size=self.qformer_hidden, num_hidden_layers=self.qformer_layers,
-                                  num_attention_heads=self.qformer_heads,
-                                  intermediate_size=self.qformer_intermediate or 4 * self.qformer_hidden,
-                                  cross_attention_frequency=self.cross_attention_frequency, encoder_hidden_size=encoder_width,
-                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        return Blip2QFormerConfig(
+            hidden_size=self.qformer_hidden,
+            num_hidden_layers=self.qformer_layers,
+            num_attention_heads=self.qformer_heads,
+            intermediate_size=self.qformer_intermediate or 4 * self.qformer_hidden,
+            cross_attention_frequency=self.cross_attention_frequency,
+            encoder_hidden_size=encoder_width,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
 
-    def lora_config(self, tiny:bool=None) -> LoraConfig:
+    def lora_config(self, tiny: bool = None) -> LoraConfig:
         "peft's LoRA config for the LLM."
-        return LoraConfig(task_type='CAUSAL_LM', r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                          target_modules=self.targets_list(tiny))
+        return LoraConfig(
+            task_type="CAUSAL_LM",
+            r=self.lora_r,
+            lora_alpha=self.lora_alpha,
+            lora_dropout=self.lora_dropout,
+            target_modules=self.targets_list(tiny),
+        )
 
-def resolve_dtype(name:str, device:str=None) -> torch.dtype:
+
+def resolve_dtype(name: str, device: str = None) -> torch.dtype:
     "The torch dtype for `--dtype` on `device` (default: cuda if present); refuses what the device cannot run."
-    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-    if name == 'auto': return torch.bfloat16 if device == 'cuda' and torch.cuda.is_bf16_supported() else torch.float32
-    if name == 'fp16' and device == 'cpu': raise UserError("--dtype fp16 needs a GPU (CPU kernels are missing or slow); use bf16 or fp32 on the CPU")
-    if name == 'bf16' and device == 'cuda' and not torch.cuda.is_bf16_supported():
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "auto":
+        return torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    if name == "fp16" and device == "cpu":
+        raise UserError("--dtype fp16 needs a GPU (CPU kernels are missing or slow); use bf16 or fp32 on the CPU")
+    if name == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("--dtype bf16: this GPU has no bf16; use fp16 or fp32")
     return DTYPES[name]
+
 
 # %% ../../nbs/video/04_phase2.ipynb #d4fb0484
 class VideoQFormerLM(nn.Module):
     "Frozen features -> Q-former (M queries) -> projection -> frozen causal LM with LoRA."
-    def __init__(self, cfg:Phase2Config, llm:nn.Module, feature_shape:tuple, num_labels:int, phase1:Phase1Encoder=None,
-                 encoder_width:int=None,   # width of the tokens the Q-former reads (default: Phase-1's, else the Q-former's)
-                 adapter:str|Path=None,    # a peft adapter folder to load (predict, resume) instead of a new LoRA
-                 tiny:bool=None):          # the LLM is the tiny random one (LoRA targets lm_head too)
+
+    def __init__(
+        self,
+        cfg: Phase2Config,
+        llm: nn.Module,
+        feature_shape: tuple,
+        num_labels: int,
+        phase1: Phase1Encoder = None,
+        encoder_width: int = None,  # width of the tokens the Q-former reads (default: Phase-1's, else the Q-former's)
+        adapter: str | Path = None,  # a peft adapter folder to load (predict, resume) instead of a new LoRA
+        tiny: bool = None,  # the LLM is the tiny random one (LoRA targets lm_head too)
+    ):
         super().__init__()
         T, P, D = feature_shape
         self.cfg, self.feature_shape = cfg, tuple(feature_shape)
         self.phase1 = phase1.requires_grad_(False).eval() if phase1 is not None else None
         enc_dim = phase1.cfg.width if phase1 is not None else (encoder_width or cfg.qformer_hidden)
         self.encoder_width = enc_dim
-        if phase1 is None:   # one token per frame: all its patch tokens, projected, plus a learned frame position
+        if phase1 is None:  # one token per frame: all its patch tokens, projected, plus a learned frame position
             self.frame_proj = nn.Linear(P * D, enc_dim)
-            self.frame_pos = nn.Parameter(torch.randn(1, T, enc_dim) * .02)
+            self.frame_pos = nn.Parameter(torch.randn(1, T, enc_dim) * 0.02)
         self.enc_norm = nn.LayerNorm(enc_dim)
         self.enc_dropout = nn.Dropout(0.0)
         qcfg = cfg.qformer_config(enc_dim)
@@ -303,43 +539,55 @@ class VideoQFormerLM(nn.Module):
         self.proj = nn.Linear(qcfg.hidden_size, llm.config.hidden_size)
         self.cls = nn.Linear(qcfg.hidden_size, num_labels) if cfg.cls_head else None
         llm.requires_grad_(False)
-        if adapter is not None: self.llm = PeftModel.from_pretrained(llm, str(adapter), is_trainable=True)
-        else: self.llm = get_peft_model(llm, cfg.lora_config(tiny))
+        if adapter is not None:
+            self.llm = PeftModel.from_pretrained(llm, str(adapter), is_trainable=True)
+        else:
+            self.llm = get_peft_model(llm, cfg.lora_config(tiny))
         if cfg.gradient_checkpointing:
-            kw = {'gradient_checkpointing_kwargs': {'use_reentrant': False}}
+            kw = {"gradient_checkpointing_kwargs": {"use_reentrant": False}}
             self.llm.gradient_checkpointing_enable(**kw)
             self.qformer.gradient_checkpointing_enable(**kw)
 
-    def train(self, mode:bool=True):
+    def train(self, mode: bool = True):
         super().train(mode)
-        if self.phase1 is not None: self.phase1.eval()
+        if self.phase1 is not None:
+            self.phase1.eval()
         return self
 
-    def encoder_tokens(self, feats:torch.Tensor) -> torch.Tensor:   # feats (B, T, P, D)
+    def encoder_tokens(self, feats: torch.Tensor) -> torch.Tensor:  # feats (B, T, P, D)
         if tuple(feats.shape[1:]) != self.feature_shape:
-            raise UserError(f"the model expects features of shape (T, P, D) = {self.feature_shape}, got {tuple(feats.shape[1:])}")
+            raise UserError(
+                f"the model expects features of shape (T, P, D) = {self.feature_shape}, got {tuple(feats.shape[1:])}"
+            )
         if self.phase1 is not None:
-            with torch.no_grad(): x = self.phase1(feats).tokens                 # (B, 3 + T, W)
-        else: x = self.frame_proj(feats.flatten(2)) + self.frame_pos           # (B, T, W)
+            with torch.no_grad():
+                x = self.phase1(feats).tokens  # (B, 3 + T, W)
+        else:
+            x = self.frame_proj(feats.flatten(2)) + self.frame_pos  # (B, T, W)
         return self.enc_dropout(self.enc_norm(x))
 
-    def visual(self, feats:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def visual(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         "(visual tokens (B, M, H_llm), Q-former output (B, M, d))."
         enc = self.encoder_tokens(feats)
-        q = self.query_tokens.expand(enc.shape[0], -1, -1)                     # (B, M, d)
-        out = self.qformer(query_embeds=q, encoder_hidden_states=enc,
-                           encoder_attention_mask=torch.ones(enc.shape[:2], dtype=torch.long, device=enc.device))
-        h = out.last_hidden_state[:, :q.shape[1]]                                # (B, M, d)
+        q = self.query_tokens.expand(enc.shape[0], -1, -1)  # (B, M, d)
+        out = self.qformer(
+            query_embeds=q,
+            encoder_hidden_states=enc,
+            encoder_attention_mask=torch.ones(enc.shape[:2], dtype=torch.long, device=enc.device),
+        )
+        h = out.last_hidden_state[:, : q.shape[1]]  # (B, M, d)
         return self.proj(h), h
+
 
 # %% ../../nbs/video/04_phase2.ipynb #d63587c3
 @patch
-def embed(self:VideoQFormerLM, ids:list) -> torch.Tensor:
+def embed(self: VideoQFormerLM, ids: list) -> torch.Tensor:
     emb = self.llm.get_input_embeddings()
     return emb(torch.tensor(ids, dtype=torch.long, device=emb.weight.device))
 
+
 @patch
-def assemble(self:VideoQFormerLM, vis:torch.Tensor, pre:list, post:list, tgt:list=None, left_pad:bool=False):
+def assemble(self: VideoQFormerLM, vis: torch.Tensor, pre: list, post: list, tgt: list = None, left_pad: bool = False):
     "Per-sample [pre, visual, post, target] embeddings in the LLM's dtype, padded: (embeds, attention_mask, labels)."
     dtype = self.llm.get_input_embeddings().weight.dtype
     seqs, labs = [], []
@@ -352,7 +600,7 @@ def assemble(self:VideoQFormerLM, vis:torch.Tensor, pre:list, post:list, tgt:lis
         seqs.append(torch.cat(parts))
         labs.append(lab)
     L, H = max(s.shape[0] for s in seqs), seqs[0].shape[1]
-    emb = seqs[0].new_zeros(len(seqs), L, H)                                    # (B, L, H_llm)
+    emb = seqs[0].new_zeros(len(seqs), L, H)  # (B, L, H_llm)
     mask = torch.zeros(len(seqs), L, dtype=torch.long, device=emb.device)
     labels = torch.full((len(seqs), L), -100, dtype=torch.long, device=emb.device)
     for i, (s, l) in enumerate(zip(seqs, labs)):
@@ -360,15 +608,17 @@ def assemble(self:VideoQFormerLM, vis:torch.Tensor, pre:list, post:list, tgt:lis
         emb[i, sl], mask[i, sl], labels[i, sl] = s, 1, torch.tensor(l, device=emb.device)
     return emb, mask, labels
 
-def rank_entropy(h:torch.Tensor) -> torch.Tensor:
+
+def rank_entropy(h: torch.Tensor) -> torch.Tensor:
     "(B,) spectral entropy of each (M, d) matrix's singular values over log min(M, d): 1 when all are equal, 0 at rank one."
-    s = torch.linalg.svdvals(h.float())                        # differentiable and numerically stable (values, not vectors)
+    s = torch.linalg.svdvals(h.float())  # differentiable and numerically stable (values, not vectors)
     p = s / s.sum(-1, keepdim=True).clamp_min(1e-12)
     ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
     return ent / math.log(s.shape[-1]) if s.shape[-1] > 1 else torch.ones_like(ent)
 
+
 @patch
-def forward(self:VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
+def forward(self: VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
     "Training loss: LM loss on target tokens (+ cls_weight * BCE) (+ rank_reg * (1 - rank entropy of the query outputs))."
     vis, h = self.visual(feats)
     emb, mask, labels = self.assemble(vis, pre, post, tgt)
@@ -378,14 +628,16 @@ def forward(self:VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
         loss = loss + self.cfg.cls_weight * F.binary_cross_entropy_with_logits(self.cls(h.mean(1)).float(), multi_hot)
     with torch.no_grad() if not self.cfg.rank_reg else contextlib.nullcontext():
         ent = rank_entropy(h).mean()
-    self.last_rank_entropy = ent.detach()                      # logged per step, with or without the regulariser
-    if self.cfg.rank_reg: loss = loss + self.cfg.rank_reg * (1 - ent)
+    self.last_rank_entropy = ent.detach()  # logged per step, with or without the regulariser
+    if self.cfg.rank_reg:
+        loss = loss + self.cfg.rank_reg * (1 - ent)
     return loss
+
 
 # %% ../../nbs/video/04_phase2.ipynb #032140ff
 @patch
 @torch.no_grad()
-def generate(self:VideoQFormerLM, feats, pre, post, max_new_tokens:int, stop_ids:list, pad_id:int) -> list:
+def generate(self: VideoQFormerLM, feats, pre, post, max_new_tokens: int, stop_ids: list, pad_id: int) -> list:
     "Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded)."
     vis, _ = self.visual(feats)
     emb, mask, _ = self.assemble(vis, pre, post, left_pad=True)
@@ -399,272 +651,418 @@ def generate(self:VideoQFormerLM, feats, pre, post, max_new_tokens:int, stop_ids
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         toks.append(nxt)
         done |= torch.isin(nxt, stop)
-        if done.all(): break
+        if done.all():
+            break
         mask = torch.cat([mask, mask.new_ones(B, 1)], 1)
         pos = pos[:, -1:] + 1
-        out = self.llm(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
-                       past_key_values=out.past_key_values, use_cache=True)
+        out = self.llm(
+            input_ids=nxt[:, None],
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
     res = []
     for row in torch.stack(toks, 1).tolist():
         ids = []
         for t in row:
-            if t in stop_ids: break
+            if t in stop_ids:
+                break
             ids.append(t)
         res.append(ids)
     return res
 
-OWN_EXCLUDE = ('llm.', 'phase1.')   # saved elsewhere: the adapter through peft, Phase-1 by reference
+
+OWN_EXCLUDE = ("llm.", "phase1.")  # saved elsewhere: the adapter through peft, Phase-1 by reference
+
 
 @patch
-def own_state(self:VideoQFormerLM) -> dict:
+def own_state(self: VideoQFormerLM) -> dict:
     "Our own modules' tensors (queries, Q-former, projections, positions, cls head): what model.safetensors holds."
     return {k: v.detach().cpu().clone() for k, v in self.state_dict().items() if not k.startswith(OWN_EXCLUDE)}
 
+
 @patch
-def load_own_state(self:VideoQFormerLM, tensors:dict, path=None):
+def load_own_state(self: VideoQFormerLM, tensors: dict, path=None):
     "Load `own_state` tensors; every one must match (name and shape)."
     want = {k for k in self.state_dict() if not k.startswith(OWN_EXCLUDE)}
     if set(tensors) != want:
         extra, miss = sorted(set(tensors) - want), sorted(want - set(tensors))
         raise UserError(f"the weights do not match the model (unexpected {extra[:3]}, missing {miss[:3]})", path)
-    try: self.load_state_dict(tensors, strict=False)
-    except RuntimeError as e: raise UserError(f"the weights do not match the model: {str(e).splitlines()[-1].strip()}", path) from None
+    try:
+        self.load_state_dict(tensors, strict=False)
+    except RuntimeError as e:
+        raise UserError(f"the weights do not match the model: {str(e).splitlines()[-1].strip()}", path) from None
+
 
 @patch
-def parameter_counts(self:VideoQFormerLM) -> dict:
+def parameter_counts(self: VideoQFormerLM) -> dict:
     "Trainable parameters by part, and the frozen LLM's count and dtypes."
     parts, frozen, dtypes = {}, 0, set()
     for n, p in self.named_parameters():
-        if n.startswith('phase1.'): continue
+        if n.startswith("phase1."):
+            continue
         if p.requires_grad:
-            part = 'lora' if 'lora_' in n else {'frame_pos': 'frame_proj', 'enc_norm': 'encoder_norm'}.get(n.split('.')[0], n.split('.')[0])
+            part = (
+                "lora"
+                if "lora_" in n
+                else {"frame_pos": "frame_proj", "enc_norm": "encoder_norm"}.get(n.split(".")[0], n.split(".")[0])
+            )
             parts[part] = parts.get(part, 0) + p.numel()
-        elif n.startswith('llm.'): frozen += p.numel(); dtypes.add(str(p.dtype).replace('torch.', ''))
-    return {'trainable': parts, 'trainable_total': sum(parts.values()), 'frozen_llm': frozen, 'frozen_llm_dtypes': sorted(dtypes),
-            'frozen_llm_bytes': sum(p.numel() * p.element_size() for n, p in self.named_parameters() if n.startswith('llm.') and not p.requires_grad)}
+        elif n.startswith("llm."):
+            frozen += p.numel()
+            dtypes.add(str(p.dtype).replace("torch.", ""))
+    return {
+        "trainable": parts,
+        "trainable_total": sum(parts.values()),
+        "frozen_llm": frozen,
+        "frozen_llm_dtypes": sorted(dtypes),
+        "frozen_llm_bytes": sum(
+            p.numel() * p.element_size()
+            for n, p in self.named_parameters()
+            if n.startswith("llm.") and not p.requires_grad
+        ),
+    }
+
 
 # %% ../../nbs/video/04_phase2.ipynb #021829c0
-QFORMER_SIZE_KEYS = {'hidden_size': 'qformer_hidden', 'num_hidden_layers': 'qformer_layers', 'num_attention_heads': 'qformer_heads',
-                     'intermediate_size': 'qformer_intermediate', 'cross_attention_frequency': 'cross_attention_frequency'}
+QFORMER_SIZE_KEYS = {
+    "hidden_size": "qformer_hidden",
+    "num_hidden_layers": "qformer_layers",
+    "num_attention_heads": "qformer_heads",
+    "intermediate_size": "qformer_intermediate",
+    "cross_attention_frequency": "cross_attention_frequency",
+}
 
-def _safetensors_files(path:Path) -> list:
-    index = path/'model.safetensors.index.json'
+
+def _safetensors_files(path: Path) -> list:
+    index = path / "model.safetensors.index.json"
     if index.is_file():
-        wm = read_json(index).get('weight_map')
-        if not isinstance(wm, dict): raise UserError("no weight_map", index, field='weight_map')
-        files = sorted({path/f for f in wm.values()})
+        wm = read_json(index).get("weight_map")
+        if not isinstance(wm, dict):
+            raise UserError("no weight_map", index, field="weight_map")
+        files = sorted({path / f for f in wm.values()})
         for f in files:
-            if f.resolve().parent != path.resolve(): raise UserError(f"shard {f.name!r} lies outside the folder", index, field='weight_map')
-    else: files = [path/'model.safetensors']
+            if f.resolve().parent != path.resolve():
+                raise UserError(f"shard {f.name!r} lies outside the folder", index, field="weight_map")
+    else:
+        files = [path / "model.safetensors"]
     missing = [f.name for f in files if not f.is_file()]
     if missing:
-        pickled = [n for n in ('pytorch_model.bin', 'model.pt') if (path/n).is_file()]
-        raise UserError("no safetensors weights" + (f" (only {pickled[0]}, a pickle, which is never read)" if pickled else f": {missing[0]} is missing"), path)
+        pickled = [n for n in ("pytorch_model.bin", "model.pt") if (path / n).is_file()]
+        raise UserError(
+            "no safetensors weights"
+            + (f" (only {pickled[0]}, a pickle, which is never read)" if pickled else f": {missing[0]} is missing"),
+            path,
+        )
     return files
 
-def read_blip2_qformer(path:str|Path) -> tuple[dict, dict]:
+
+def read_blip2_qformer(path: str | Path) -> tuple[dict, dict]:
     "(Q-former config dict, {'qformer.*' and 'query_tokens' tensors}) of a BLIP-2 folder saved by transformers."
     path = Path(path)
-    if not (path/'config.json').is_file(): raise UserError("not a BLIP-2 checkpoint folder (no config.json)", path)
-    cfg = read_json(path/'config.json')
-    if not isinstance(cfg, dict) or cfg.get('model_type') != 'blip-2' or not isinstance(cfg.get('qformer_config'), dict):
-        raise UserError(f"not a BLIP-2 checkpoint: model_type is {cfg.get('model_type') if isinstance(cfg, dict) else None!r}, "
-                        "expected 'blip-2' with a qformer_config", path/'config.json', field='model_type')
+    if not (path / "config.json").is_file():
+        raise UserError("not a BLIP-2 checkpoint folder (no config.json)", path)
+    cfg = read_json(path / "config.json")
+    if (
+        not isinstance(cfg, dict)
+        or cfg.get("model_type") != "blip-2"
+        or not isinstance(cfg.get("qformer_config"), dict)
+    ):
+        raise UserError(
+            f"not a BLIP-2 checkpoint: model_type is {cfg.get('model_type') if isinstance(cfg, dict) else None!r}, "
+            "expected 'blip-2' with a qformer_config",
+            path / "config.json",
+            field="model_type",
+        )
     tensors = {}
     for f in _safetensors_files(path):
         try:
-            with safe_open(str(f), framework='pt') as sf:   # only the Q-former's tensors are read, not the ViT's or the LLM's
+            with safe_open(
+                str(f), framework="pt"
+            ) as sf:  # only the Q-former's tensors are read, not the ViT's or the LLM's
                 for k in sf.keys():
-                    if k.startswith('qformer.') or k == 'query_tokens': tensors[k] = sf.get_tensor(k)
-        except (SafetensorError, OSError) as e: raise UserError(f"cannot read safetensors: {e}", f) from None
-    if 'query_tokens' not in tensors or not any(k.startswith('qformer.') for k in tensors):
+                    if k.startswith("qformer.") or k == "query_tokens":
+                        tensors[k] = sf.get_tensor(k)
+        except (SafetensorError, OSError) as e:
+            raise UserError(f"cannot read safetensors: {e}", f) from None
+    if "query_tokens" not in tensors or not any(k.startswith("qformer.") for k in tensors):
         raise UserError("not a BLIP-2 checkpoint: no query_tokens / qformer.* tensors in its weights", path)
-    return cfg['qformer_config'], tensors
+    return cfg["qformer_config"], tensors
 
-def blip2_sizes(qcfg:dict) -> dict:
+
+def blip2_sizes(qcfg: dict) -> dict:
     "The Phase2Config Q-former fields a BLIP-2 Q-former config sets."
     return {ours: qcfg[theirs] for theirs, ours in QFORMER_SIZE_KEYS.items() if theirs in qcfg}
 
+
 # %% ../../nbs/video/04_phase2.ipynb #677bf8d3
-def init_from_blip2(model:VideoQFormerLM, tensors:dict) -> dict:
+def init_from_blip2(model: VideoQFormerLM, tensors: dict) -> dict:
     "Copy the BLIP-2 Q-former tensors that fit and the first min(M, M0) queries into `model`; report what was (not) taken."
     own = model.qformer.state_dict()
-    fit = {k[len('qformer.'):]: v for k, v in tensors.items() if k.startswith('qformer.')}
+    fit = {k[len("qformer.") :]: v for k, v in tensors.items() if k.startswith("qformer.")}
     fit = {k: v for k, v in fit.items() if k in own and own[k].shape == v.shape}
     model.qformer.load_state_dict(fit, strict=False)
-    q0 = tensors['query_tokens'].reshape(1, -1, tensors['query_tokens'].shape[-1])       # (1, M0, d)
+    q0 = tensors["query_tokens"].reshape(1, -1, tensors["query_tokens"].shape[-1])  # (1, M0, d)
     n = min(model.query_tokens.shape[1], q0.shape[1]) if q0.shape[-1] == model.query_tokens.shape[-1] else 0
-    with torch.no_grad(): model.query_tokens[:, :n] = q0[:, :n].to(model.query_tokens.dtype)
-    return {'tensors_loaded': len(fit), 'tensors_reinitialised': sorted(set(own) - set(fit)), 'queries_from_checkpoint': n,
-            'queries_in_checkpoint': q0.shape[1]}
+    with torch.no_grad():
+        model.query_tokens[:, :n] = q0[:, :n].to(model.query_tokens.dtype)
+    return {
+        "tensors_loaded": len(fit),
+        "tensors_reinitialised": sorted(set(own) - set(fit)),
+        "queries_from_checkpoint": n,
+        "queries_in_checkpoint": q0.shape[1],
+    }
+
 
 # %% ../../nbs/video/04_phase2.ipynb #53798a4d
 @dataclass
 class Sample:
     id: str
-    index: int            # row in the feature tensor
-    labels: list          # labels in the model's label space (mode applied)
-    official: list        # official labels
+    index: int  # row in the feature tensor
+    labels: list  # labels in the model's label space (mode applied)
+    official: list  # official labels
     species: str
     environment: str
     video: str
     dataset: str
 
-def make_samples(clips:list, ds:Dataset, mode:str, split:str) -> list:
-    "Samples of one split with labels shown in `mode`."
-    return [Sample(c.id, i, ds.labels.to_mode(c.labels, mode), list(c.labels), c.species, c.environment, c.video, c.dataset)
-            for i, c in enumerate(clips) if c.split == split]
 
-def candidates_for(labels:list, key:str, seed:int) -> list:
+def make_samples(clips: list, ds: Dataset, mode: str, split: str) -> list:
+    "Samples of one split with labels shown in `mode`."
+    return [
+        Sample(c.id, i, ds.labels.to_mode(c.labels, mode), list(c.labels), c.species, c.environment, c.video, c.dataset)
+        for i, c in enumerate(clips)
+        if c.split == split
+    ]
+
+
+def candidates_for(labels: list, key: str, seed: int) -> list:
     "The candidate list shuffled with a seed derived from `key`."
-    rng = random.Random(f"{seed}:{key}"); c = list(labels); rng.shuffle(c); return c
+    rng = random.Random(f"{seed}:{key}")
+    c = list(labels)
+    rng.shuffle(c)
+    return c
+
 
 def stop_ids_for(tok) -> list:
     ids = {tok.eos_token_id}
-    im_end = tok.convert_tokens_to_ids('<|im_end|>')
-    if isinstance(im_end, int) and im_end != tok.unk_token_id: ids.add(im_end)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tok.unk_token_id:
+        ids.add(im_end)
     return sorted(i for i in ids if i is not None)
 
-def encode_prompt(tok, candidates:list) -> tuple[list, list]:
-    "Token ids before and after the visual tokens."
-    text = tok.apply_chat_template([{'role': 'user', 'content': question(candidates)}], tokenize=False, add_generation_prompt=True)
-    pre, post = text.split(VIDEO_MARKER)
-    return tok(pre, add_special_tokens=False)['input_ids'], tok(post, add_special_tokens=False)['input_ids']
 
-def encode_target(tok, s:Sample, order:str) -> list:
+def encode_prompt(tok, candidates: list) -> tuple[list, list]:
+    "Token ids before and after the visual tokens."
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": question(candidates)}], tokenize=False, add_generation_prompt=True
+    )
+    pre, post = text.split(VIDEO_MARKER)
+    return tok(pre, add_special_tokens=False)["input_ids"], tok(post, add_special_tokens=False)["input_ids"]
+
+
+def encode_target(tok, s: Sample, order: str) -> list:
     end = tok.convert_ids_to_tokens(stop_ids_for(tok)[-1])
-    return tok(target(s.labels, s.species, s.environment, order) + end, add_special_tokens=False)['input_ids']
+    return tok(target(s.labels, s.species, s.environment, order) + end, add_special_tokens=False)["input_ids"]
+
 
 # %% ../../nbs/video/04_phase2.ipynb #5cc03ec8
 @torch.no_grad()
-def predict_samples(model:VideoQFormerLM, tok, feats:torch.Tensor, samples:list, candidates:list, seed:int=0,
-                    batch_size:int=32, max_new_tokens:int=64, progress:bool=False, device=None) -> list:
+def predict_samples(
+    model: VideoQFormerLM,
+    tok,
+    feats: torch.Tensor,
+    samples: list,
+    candidates: list,
+    seed: int = 0,
+    batch_size: int = 32,
+    max_new_tokens: int = 64,
+    progress: bool = False,
+    device=None,
+) -> list:
     "predictions.jsonl rows for `samples` (greedy decoding)."
-    model.eval(); rows = []
+    model.eval()
+    rows = []
     device = device or next(model.parameters()).device
-    for b in tqdm(range(0, len(samples), batch_size), desc='predict', disable=not progress, leave=False):
-        chunk = samples[b:b + batch_size]
+    for b in tqdm(range(0, len(samples), batch_size), desc="predict", disable=not progress, leave=False):
+        chunk = samples[b : b + batch_size]
         cands = [candidates_for(candidates, s.id, seed) for s in chunk]
         enc = [encode_prompt(tok, c) for c in cands]
-        ids = model.generate(feats[[s.index for s in chunk]].to(device), [e[0] for e in enc], [e[1] for e in enc],
-                             max_new_tokens, stop_ids_for(tok), tok.pad_token_id)
+        ids = model.generate(
+            feats[[s.index for s in chunk]].to(device),
+            [e[0] for e in enc],
+            [e[1] for e in enc],
+            max_new_tokens,
+            stop_ids_for(tok),
+            tok.pad_token_id,
+        )
         for s, c, i in zip(chunk, cands, ids):
-            rows.append({'id': s.id, 'gold': s.labels, 'output': tok.decode(i, skip_special_tokens=True), 'candidates': c,
-                         'dataset': s.dataset, 'video': s.video, 'species': s.species, 'environment': s.environment,
-                         'gold_official': s.official})
+            rows.append(
+                {
+                    "id": s.id,
+                    "gold": s.labels,
+                    "output": tok.decode(i, skip_special_tokens=True),
+                    "candidates": c,
+                    "dataset": s.dataset,
+                    "video": s.video,
+                    "species": s.species,
+                    "environment": s.environment,
+                    "gold_official": s.official,
+                }
+            )
     return rows
 
-def compute_rows_metrics(rows:list) -> dict:
-    "Top1 and Macro-F1 of prediction rows, in memory (the scorer's definitions)."
-    m = compute_metrics([r['gold'] for r in rows], [parse_actions(r['output'], r['candidates']) for r in rows],
-                        [r['candidates'] for r in rows])
-    return {'top1': m['top1_accuracy_single_label'] or 0., 'macro_f1': m['macro_f1'] or 0.}
 
-def baselines(rows:list, train_labels:list) -> dict:
+def compute_rows_metrics(rows: list) -> dict:
+    "Top1 and Macro-F1 of prediction rows, in memory (the scorer's definitions)."
+    m = compute_metrics(
+        [r["gold"] for r in rows],
+        [parse_actions(r["output"], r["candidates"]) for r in rows],
+        [r["candidates"] for r in rows],
+    )
+    return {"top1": m["top1_accuracy_single_label"] or 0.0, "macro_f1": m["macro_f1"] or 0.0}
+
+
+def baselines(rows: list, train_labels: list) -> dict:
     "Chance and majority-class Top1 for the single-label rows."
-    single = [r for r in rows if len(r['gold']) == 1]
-    if not single: return {}
+    single = [r for r in rows if len(r["gold"]) == 1]
+    if not single:
+        return {}
     counts = {}
     for ls in train_labels:
-        for l in ls: counts[l] = counts.get(l, 0) + 1
+        for l in ls:
+            counts[l] = counts.get(l, 0) + 1
     major = max(sorted(counts), key=lambda k: counts[k]) if counts else None
-    return {'chance_top1': float(np.mean([1 / len(r['candidates']) for r in single])),
-            'majority_label': major,
-            'majority_top1': float(np.mean([r['gold'][0] == major for r in single]))}
+    return {
+        "chance_top1": float(np.mean([1 / len(r["candidates"]) for r in single])),
+        "majority_label": major,
+        "majority_top1": float(np.mean([r["gold"][0] == major for r in single])),
+    }
+
 
 # %% ../../nbs/video/04_phase2.ipynb #ca7a9464
-def load_base_llm(cfg:Phase2Config, ds:Dataset, base_dir:Path=None, progress:bool=False) -> tuple:
+def load_base_llm(cfg: Phase2Config, ds: Dataset, base_dir: Path = None, progress: bool = False) -> tuple:
     "(tokenizer, LLM in fp32 or --dtype, tiny) for a run; the tiny LLM is read from `base_dir` when it was saved there."
-    if cfg.llm == 'tiny' and not (base_dir and (base_dir/'config.json').is_file()):
-        tok, llm = tiny_llm(cfg.seed, ds.labels.official + ds.labels.labels('simple'), cfg.llm_pretrain_steps, progress=progress)
-        if base_dir is not None: llm.name_or_path = llm.config._name_or_path = str(base_dir.resolve())   # what peft records
+    if cfg.llm == "tiny" and not (base_dir and (base_dir / "config.json").is_file()):
+        tok, llm = tiny_llm(
+            cfg.seed, ds.labels.official + ds.labels.labels("simple"), cfg.llm_pretrain_steps, progress=progress
+        )
+        if base_dir is not None:
+            llm.name_or_path = llm.config._name_or_path = str(base_dir.resolve())  # what peft records
         return tok, llm, True
-    src = str(base_dir) if cfg.llm == 'tiny' else cfg.llm
+    src = str(base_dir) if cfg.llm == "tiny" else cfg.llm
     tok, llm = load_llm(src, dtype=resolve_dtype(cfg.dtype))
-    return tok, llm, cfg.llm == 'tiny'
+    return tok, llm, cfg.llm == "tiny"
 
-def check_llm(cfg:Phase2Config, tok, llm, tiny:bool, candidates:list):
+
+def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
     "Refuse LoRA targets the LLM lacks and inputs longer than --max-length or the LLM's positions, before any training."
-    names = {n.rsplit('.', 1)[-1] for n, _ in llm.named_modules() if n}
+    names = {n.rsplit(".", 1)[-1] for n, _ in llm.named_modules() if n}
     missing = [t for t in cfg.targets_list(tiny) if t not in names]
     if missing:
-        linear = sorted({n.rsplit('.', 1)[-1] for n, mod in llm.named_modules() if isinstance(mod, nn.Linear)})
-        raise UserError(f"--lora-targets: the LLM has no module named {', '.join(missing)}; its linear layers are {', '.join(linear)}")
+        linear = sorted({n.rsplit(".", 1)[-1] for n, mod in llm.named_modules() if isinstance(mod, nn.Linear)})
+        raise UserError(
+            f"--lora-targets: the LLM has no module named {', '.join(missing)}; its linear layers are {', '.join(linear)}"
+        )
     pre, post = encode_prompt(tok, candidates)
     need = len(pre) + cfg.num_queries + len(post) + cfg.max_new_tokens
     if need > cfg.max_length:
-        raise UserError(f"--max-length {cfg.max_length} is too short: the prompt ({len(pre) + len(post)} tokens) + "
-                        f"{cfg.num_queries} visual tokens + --max-new-tokens {cfg.max_new_tokens} need {need}")
-    limit = getattr(llm.config, 'max_position_embeddings', None)
+        raise UserError(
+            f"--max-length {cfg.max_length} is too short: the prompt ({len(pre) + len(post)} tokens) + "
+            f"{cfg.num_queries} visual tokens + --max-new-tokens {cfg.max_new_tokens} need {need}"
+        )
+    limit = getattr(llm.config, "max_position_embeddings", None)
     if limit and cfg.max_length > limit:
         raise UserError(f"--max-length {cfg.max_length} exceeds the LLM's max_position_embeddings {limit}")
 
-def base_identity(cfg:Phase2Config, llm, dtype, tiny:bool) -> dict:
+
+def base_identity(cfg: Phase2Config, llm, dtype, tiny: bool) -> dict:
     "What checkpoint.json records of the base LLM."
     path = llm.name_or_path if tiny else cfg.llm
-    return {'source': cfg.llm, 'path': str(path), 'config_sha256': model_config_sha256(path), 'dtype': str(dtype).replace('torch.', '')}
+    return {
+        "source": cfg.llm,
+        "path": str(path),
+        "config_sha256": model_config_sha256(path),
+        "dtype": str(dtype).replace("torch.", ""),
+    }
 
-def build_phase2(cfg:Phase2Config, ds:Dataset, feature_shape:tuple, phase1:Phase1Encoder=None) -> tuple:
+
+def build_phase2(cfg: Phase2Config, ds: Dataset, feature_shape: tuple, phase1: Phase1Encoder = None) -> tuple:
     "(model, tokenizer) in memory for a config and a dataset, the LLM in --dtype and checked (benchmarks, notebooks)."
     tok, llm, tiny = load_base_llm(cfg, ds)
     check_llm(cfg, tok, llm, tiny, ds.labels.labels(cfg.label_mode))
     torch.manual_seed(cfg.seed)
-    model = VideoQFormerLM(cfg, llm.to(resolve_dtype(cfg.dtype)), tuple(feature_shape), len(ds.labels.official), phase1, tiny=tiny)
+    model = VideoQFormerLM(
+        cfg, llm.to(resolve_dtype(cfg.dtype)), tuple(feature_shape), len(ds.labels.official), phase1, tiny=tiny
+    )
     return model, tok
 
+
 # %% ../../nbs/video/04_phase2.ipynb #dfa8bb82
-def _epoch_order(samples:list, cfg:Phase2Config, epoch:int, mirrored:dict=None) -> list:
+def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = None) -> list:
     "[(sample, mirrored)] for one epoch; `mirrored` maps a sample id to its mirrored sample (flip-balanced)."
     rng = random.Random(f"{cfg.seed}:order:{epoch}")
-    if cfg.sampler == 'random':
+    if cfg.sampler == "random":
         order = list(samples)
         rng.shuffle(order)
         return [(s, False) for s in order]
     by_class, mirrored = {}, mirrored or {}
-    for s in samples: by_class.setdefault(s.labels[0], []).append(s)
+    for s in samples:
+        by_class.setdefault(s.labels[0], []).append(s)
     classes, seen, out = sorted(by_class), set(), []
-    for _ in range(len(samples)):                 # classes drawn uniformly, then a clip of the class
+    for _ in range(len(samples)):  # classes drawn uniformly, then a clip of the class
         s = rng.choice(by_class[rng.choice(classes)])
-        m = s.id in seen and s.id in mirrored     # a repeat is shown mirrored where its labels have a safe mirror
+        m = s.id in seen and s.id in mirrored  # a repeat is shown mirrored where its labels have a safe mirror
         out.append((mirrored[s.id], True) if m else (s, False))
         seen.add(s.id)
     return out
 
-def mirrored_samples(samples:list, ds:Dataset, mode:str, start:int) -> dict:
+
+def mirrored_samples(samples: list, ds: Dataset, mode: str, start: int) -> dict:
     "{sample id: the sample mirrored} for samples whose labels all have a mirror in `ds.flip_map`; rows from `start` on."
     out = {}
     for s in samples:
         labs = mirror_labels(s.official, ds.flip_map)
-        if labs is not None: out[s.id] = replace(s, index=start + len(out), labels=ds.labels.to_mode(labs, mode), official=labs)
+        if labs is not None:
+            out[s.id] = replace(s, index=start + len(out), labels=ds.labels.to_mode(labs, mode), official=labs)
     return out
 
-def _permuted(samples:list, key:str, seed:int) -> list:
+
+def _permuted(samples: list, key: str, seed: int) -> list:
     "The shuffled-labels control: labels permuted across clips."
     perm = list(range(len(samples)))
     random.Random(f"{seed}:shuffle:{key}").shuffle(perm)
     return [replace(s, labels=samples[j].labels, official=samples[j].official) for s, j in zip(samples, perm)]
 
-def make_optimizer(model:nn.Module, cfg:Phase2Config, total_steps:int):
+
+def make_optimizer(model: nn.Module, cfg: Phase2Config, total_steps: int):
     "AdamW (LoRA at --lora-lr, the rest at --lr) and the --lr-schedule with --warmup-ratio over `total_steps`."
     train = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{'params': [p for n, p in train if 'lora_' not in n]},
-              {'params': [p for n, p in train if 'lora_' in n], 'lr': cfg.lora_lr or cfg.lr}]
+    groups = [
+        {"params": [p for n, p in train if "lora_" not in n]},
+        {"params": [p for n, p in train if "lora_" in n], "lr": cfg.lora_lr or cfg.lr},
+    ]
     opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    name = 'constant_with_warmup' if cfg.lr_schedule == 'constant' else cfg.lr_schedule
-    sched = get_scheduler(name, opt, num_warmup_steps=round(cfg.warmup_ratio * total_steps), num_training_steps=total_steps)
+    name = "constant_with_warmup" if cfg.lr_schedule == "constant" else cfg.lr_schedule
+    sched = get_scheduler(
+        name, opt, num_warmup_steps=round(cfg.warmup_ratio * total_steps), num_training_steps=total_steps
+    )
     return opt, sched
+
 
 # %% ../../nbs/video/04_phase2.ipynb #0d0a8a89
 @dataclass
 class _Batcher:
     "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
+
     tok: object
     cfg: Phase2Config
     cand: list
     feats: torch.Tensor
     truncated: int = 0
 
-    def __call__(self, batch:list, epoch:int, device) -> tuple:
+    def __call__(self, batch: list, epoch: int, device) -> tuple:
         cands = [candidates_for(self.cand, f"{s.id}:{epoch}", self.cfg.seed) for s, _ in batch]
         enc = [encode_prompt(self.tok, c) for c in cands]
         tgt = []
@@ -673,230 +1071,450 @@ class _Batcher:
             room = self.cfg.max_length - len(pre) - self.cfg.num_queries - len(post)
             self.truncated += len(t) > room
             tgt.append(t[:room])
-        fb = self.feats[[s.index for s, _ in batch]]       # a mirrored sample's index points at its mirrored features
+        fb = self.feats[[s.index for s, _ in batch]]  # a mirrored sample's index points at its mirrored features
         index = {l: i for i, l in enumerate(self.cand)}
         mh = torch.zeros(len(batch), len(self.cand))
         for i, (s, _) in enumerate(batch):
-            for l in s.labels: mh[i, index[l]] = 1.
+            for l in s.labels:
+                mh[i, index[l]] = 1.0
         return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
 
-def rank_batches(order:list, batch_size:int, rank:int=0, world:int=1) -> list:
+
+def rank_batches(order: list, batch_size: int, rank: int = 0, world: int = 1) -> list:
     "This process's micro-batches of an epoch's order: torch's DistributedSampler pads the order so every rank gets as many."
     mine = [order[i] for i in DistributedSampler(order, num_replicas=world, rank=rank, shuffle=False)]
-    return [mine[b:b + batch_size] for b in range(0, len(mine), batch_size)]
+    return [mine[b : b + batch_size] for b in range(0, len(mine), batch_size)]
 
-def train_epoch(model, acc, opt, sched, batches:list, batcher:_Batcher, cfg:Phase2Config, epoch:int, step:int,
-                rf=None, trackers:bool=False, progress:bool=False) -> tuple[float, int]:
+
+def train_epoch(
+    model,
+    acc,
+    opt,
+    sched,
+    batches: list,
+    batcher: _Batcher,
+    cfg: Phase2Config,
+    epoch: int,
+    step: int,
+    rf=None,
+    trackers: bool = False,
+    progress: bool = False,
+) -> tuple[float, int]:
     "One epoch of micro-batches, an optimizer step every --grad-accum of them, each step logged; returns (mean loss, step)."
     model.train()
-    tot, n, win_loss, t0 = 0., 0, 0., time.perf_counter()
-    for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress or not acc.is_main_process, leave=False)):
+    tot, n, win_loss, t0 = 0.0, 0, 0.0, time.perf_counter()
+    for bi, batch in enumerate(
+        tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress or not acc.is_main_process, leave=False)
+    ):
         start = bi - bi % cfg.grad_accum
-        window = min(cfg.grad_accum, len(batches) - start)        # micro-batches in this optimizer step
+        window = min(cfg.grad_accum, len(batches) - start)  # micro-batches in this optimizer step
         last = bi == start + window - 1
         with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
             loss = model(*batcher(batch, epoch, acc.device))
             acc.backward(loss / window)
         tot, n, win_loss = tot + loss.item(), n + 1, win_loss + loss.item() / window
-        if not last: continue
-        norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float('inf'))
+        if not last:
+            continue
+        norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float("inf"))
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
         step += 1
-        row = {'step': step, 'epoch': epoch, 'loss': acc.reduce(torch.tensor(win_loss, device=acc.device), 'mean').item(),
-               'lr': sched.get_last_lr()[0], 'grad_norm': float(norm),
-               'samples_per_s': window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
-               'query_rank_entropy': acc.reduce(acc.unwrap_model(model).last_rank_entropy.to(acc.device), 'mean').item()}
-        if rf is not None: rf.log_step(row)
-        if trackers: acc.log({f"train/{k}": v for k, v in row.items() if k != 'step'}, step=step)
-        win_loss, t0 = 0., time.perf_counter()
-        if cfg.max_steps and step >= cfg.max_steps: break
-    mean = acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), 'mean').item()
+        row = {
+            "step": step,
+            "epoch": epoch,
+            "loss": acc.reduce(torch.tensor(win_loss, device=acc.device), "mean").item(),
+            "lr": sched.get_last_lr()[0],
+            "grad_norm": float(norm),
+            "samples_per_s": window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
+            "query_rank_entropy": acc.reduce(acc.unwrap_model(model).last_rank_entropy.to(acc.device), "mean").item(),
+        }
+        if rf is not None:
+            rf.log_step(row)
+        if trackers:
+            acc.log({f"train/{k}": v for k, v in row.items() if k != "step"}, step=step)
+        win_loss, t0 = 0.0, time.perf_counter()
+        if cfg.max_steps and step >= cfg.max_steps:
+            break
+    mean = acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
     return mean, step
 
+
 # %% ../../nbs/video/04_phase2.ipynb #0ede9d33
-def _print_counts(c:dict):
-    parts = ', '.join(f"{k} {v:,}" for k, v in sorted(c['trainable'].items()))
-    tqdm.write(f"trainable parameters {c['trainable_total']:,} ({parts}); frozen LLM {c['frozen_llm']:,} in "
-               f"{'/'.join(c['frozen_llm_dtypes'])} ({c['frozen_llm_bytes'] / 2**20:.1f} MiB)")
+def _print_counts(c: dict):
+    parts = ", ".join(f"{k} {v:,}" for k, v in sorted(c["trainable"].items()))
+    tqdm.write(
+        f"trainable parameters {c['trainable_total']:,} ({parts}); frozen LLM {c['frozen_llm']:,} in "
+        f"{'/'.join(c['frozen_llm_dtypes'])} ({c['frozen_llm_bytes'] / 2**20:.1f} MiB)"
+    )
 
-TRACKER_PACKAGES = {'tensorboard': 'tensorboard', 'wandb': 'wandb', 'mlflow': 'mlflow'}
 
-def make_accelerator(dtype, report_to:str='none', project_dir:Path=None) -> Accelerator:
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+
+
+def make_accelerator(dtype, report_to: str = "none", project_dir: Path = None) -> Accelerator:
     "The run's `Accelerator`: GPU if any (mixed precision for a bf16/fp16 LLM), processes from torchrun/accelerate launch, trackers."
-    if report_to != 'none' and importlib.util.find_spec(TRACKER_PACKAGES[report_to]) is None:
-        raise UserError(f"--report-to {report_to}: the package {TRACKER_PACKAGES[report_to]!r} is not installed (pip install {TRACKER_PACKAGES[report_to]})")
+    if report_to != "none" and importlib.util.find_spec(TRACKER_PACKAGES[report_to]) is None:
+        raise UserError(
+            f"--report-to {report_to}: the package {TRACKER_PACKAGES[report_to]!r} is not installed (pip install {TRACKER_PACKAGES[report_to]})"
+        )
     cuda = torch.cuda.is_available()
-    mp = {torch.bfloat16: 'bf16', torch.float16: 'fp16'}.get(dtype, 'no') if cuda else 'no'
-    return Accelerator(cpu=not cuda, mixed_precision=mp, log_with=None if report_to == 'none' else report_to,
-                       project_dir=str(project_dir) if project_dir else None)
+    mp = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "no") if cuda else "no"
+    return Accelerator(
+        cpu=not cuda,
+        mixed_precision=mp,
+        log_with=None if report_to == "none" else report_to,
+        project_dir=str(project_dir) if project_dir else None,
+    )
 
-def predict_gathered(core, tok, feats:torch.Tensor, samples:list, cand:list, cfg:Phase2Config, acc, progress:bool=False) -> list:
+
+def predict_gathered(
+    core, tok, feats: torch.Tensor, samples: list, cand: list, cfg: Phase2Config, acc, progress: bool = False
+) -> list:
     "Rows for `samples`, each process generating its share (every world-th sample), gathered in sample order on every process."
     with acc.autocast():
-        rows = predict_samples(core, tok, feats, samples[acc.process_index::acc.num_processes], cand, cfg.seed,
-                               max_new_tokens=cfg.max_new_tokens, progress=progress and acc.is_main_process, device=acc.device)
-    if acc.num_processes > 1: rows = gather_object(rows)
+        rows = predict_samples(
+            core,
+            tok,
+            feats,
+            samples[acc.process_index :: acc.num_processes],
+            cand,
+            cfg.seed,
+            max_new_tokens=cfg.max_new_tokens,
+            progress=progress and acc.is_main_process,
+            device=acc.device,
+        )
+    if acc.num_processes > 1:
+        rows = gather_object(rows)
     where = {s.id: i for i, s in enumerate(samples)}
-    return sorted(rows, key=lambda r: where[r['id']])
+    return sorted(rows, key=lambda r: where[r["id"]])
+
 
 def state_for_saving(acc, model) -> tuple[dict, dict]:
     "(our tensors, the PeftModel's state dict) of the whole model; accelerate gathers the shards under FSDP (call it on every process)."
     full = acc.get_state_dict(model)
     own = {k: v for k, v in full.items() if not k.startswith(OWN_EXCLUDE)}
-    return own, {k[len('llm.'):]: v for k, v in full.items() if k.startswith('llm.')}
+    return own, {k[len("llm.") :]: v for k, v in full.items() if k.startswith("llm.")}
 
-def _phase1_ref(phase1) -> dict|None:
-    if not phase1: return None
-    return {'path': str(Path(phase1).resolve()), 'sha256': sha256_file(Path(phase1)/'model.safetensors')}
 
-def _samples(clips, ds, cfg:Phase2Config) -> tuple[list, list]:
-    train, val = make_samples(clips, ds, cfg.label_mode, 'train'), make_samples(clips, ds, cfg.label_mode, 'val')
-    if not train or not val: raise UserError("the dataset needs clips in both the train and the val split", ds.root/'manifest.jsonl')
-    if cfg.shuffle_labels: train, val = _permuted(train, 'train', cfg.seed), _permuted(val, 'val', cfg.seed)
+def _phase1_ref(phase1) -> dict | None:
+    if not phase1:
+        return None
+    return {"path": str(Path(phase1).resolve()), "sha256": sha256_file(Path(phase1) / "model.safetensors")}
+
+
+def _samples(clips, ds, cfg: Phase2Config) -> tuple[list, list]:
+    train, val = make_samples(clips, ds, cfg.label_mode, "train"), make_samples(clips, ds, cfg.label_mode, "val")
+    if not train or not val:
+        raise UserError("the dataset needs clips in both the train and the val split", ds.root / "manifest.jsonl")
+    if cfg.shuffle_labels:
+        train, val = _permuted(train, "train", cfg.seed), _permuted(val, "val", cfg.seed)
     return train, val
 
-def _load_checkpoint_into(core, path:Path):
+
+def _load_checkpoint_into(core, path: Path):
     "Our tensors and the LoRA weights of checkpoint folder `path` into `core` (peft's own loader for the adapter)."
-    core.load_own_state(load_tensors(path), path/'model.safetensors')
-    set_peft_model_state_dict(core.llm, load_peft_weights(str(path/'adapter')))
+    core.load_own_state(load_tensors(path), path / "model.safetensors")
+    set_peft_model_state_dict(core.llm, load_peft_weights(str(path / "adapter")))
+
 
 # %% ../../nbs/video/04_phase2.ipynb #a256953e
-def train_phase2(dataset:str|Path,          # dataset folder (manifest.jsonl + label_map.json)
-                 out:str|Path,              # run folder
-                 cfg:Phase2Config=None,
-                 cache_dir:str|Path='.cache/vtreetrm/features',
-                 vision:str='tiny', frames:int=8, grid:int=4,
-                 phase1:str|Path=None,      # frozen Phase-1 checkpoint folder (RUN/best of `vtreetrm video phase1`)
-                 skip_bad:bool=False, resume:bool=False, eval_split:str='test',
-                 progress:bool=True, threads:int=None,
-                 image_size:int=None) -> dict:   # frames fed to the encoder (None: the checkpoint's processor)
+def train_phase2(
+    dataset: str | Path,  # dataset folder (manifest.jsonl + label_map.json)
+    out: str | Path,  # run folder
+    cfg: Phase2Config = None,
+    cache_dir: str | Path = ".cache/vtreetrm/features",
+    vision: str = "tiny",
+    frames: int = 8,
+    grid: int = 4,
+    phase1: str | Path = None,  # frozen Phase-1 checkpoint folder (RUN/best of `vtreetrm video phase1`)
+    skip_bad: bool = False,
+    resume: bool = False,
+    eval_split: str = "test",
+    progress: bool = True,
+    threads: int = None,
+    image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
+) -> dict:
     "Train Phase-2 on one dataset, in this process or in each of several (torchrun / accelerate launch); returns the test metrics."
     cfg, out = cfg or Phase2Config(), Path(out)
-    if threads: torch.set_num_threads(threads)
-    torch.manual_seed(cfg.seed); random.seed(cfg.seed); np.random.seed(cfg.seed)
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
     dtype = resolve_dtype(cfg.dtype)
-    last = check_run_folder(out, resume, 'phase2')               # every check that needs no features comes first
-    state = (load_resume_state(out/'last'), last) if resume else None   # refused (never unpickled) before anything is written
-    if resume: cfg = Phase2Config(**{**last['config'], 'epochs': cfg.epochs, 'max_steps': cfg.max_steps,
-                                     'report_to': cfg.report_to})
-    p1_meta = read_checkpoint(phase1, 'phase1') if phase1 else {}
+    last = check_run_folder(out, resume, "phase2")  # every check that needs no features comes first
+    state = (
+        (load_resume_state(out / "last"), last) if resume else None
+    )  # refused (never unpickled) before anything is written
+    if resume:
+        cfg = Phase2Config(
+            **{**last["config"], "epochs": cfg.epochs, "max_steps": cfg.max_steps, "report_to": cfg.report_to}
+        )
+    p1_meta = read_checkpoint(phase1, "phase1") if phase1 else {}
     blip = read_blip2_qformer(cfg.qformer_init) if cfg.qformer_init and not resume else None
-    if blip: cfg = replace(cfg, **blip2_sizes(blip[0]))         # the checkpoint's sizes win
+    if blip:
+        cfg = replace(cfg, **blip2_sizes(blip[0]))  # the checkpoint's sizes win
     acc = make_accelerator(dtype, cfg.report_to, out)
     ds = load_dataset(dataset, skip_bad=skip_bad)
-    if cfg.sampler == 'flip-balanced' and ds.flip_map is None:
-        raise UserError("--sampler flip-balanced mirrors clips and needs to know what a mirrored clip is labelled: write "
-                        'flip_map.json beside label_map.json, e.g. {"Walking": "Walking", "turns left": "turns right", '
-                        '"turns right": "turns left", "Exploratory": null} (null: never mirrored)', Path(dataset)/'flip_map.json')
+    if cfg.sampler == "flip-balanced" and ds.flip_map is None:
+        raise UserError(
+            "--sampler flip-balanced mirrors clips and needs to know what a mirrored clip is labelled: write "
+            'flip_map.json beside label_map.json, e.g. {"Walking": "Walking", "turns left": "turns right", '
+            '"turns right": "turns left", "Exploratory": null} (null: never mirrored)',
+            Path(dataset) / "flip_map.json",
+        )
     cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
-    with acc.main_process_first():                              # the main process fills the cache, the others read it
+    with acc.main_process_first():  # the main process fills the cache, the others read it
         clips, feats, frep = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process)
     p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
     cand = ds.labels.labels(cfg.label_mode)
-    with acc.main_process_first():                              # one process pretrains the tiny LLM, the others read it
-        tok, llm, tiny = load_base_llm(cfg, ds, out/'base_llm', progress and acc.is_main_process)
+    with acc.main_process_first():  # one process pretrains the tiny LLM, the others read it
+        tok, llm, tiny = load_base_llm(cfg, ds, out / "base_llm", progress and acc.is_main_process)
     check_llm(cfg, tok, llm, tiny, cand)
     train, val = _samples(clips, ds, cfg)
-    mirrored = mirrored_samples(train, ds, cfg.label_mode, len(clips)) if cfg.sampler == 'flip-balanced' else {}
-    if mirrored:                                                # their features follow the clips' rows
+    mirrored = mirrored_samples(train, ds, cfg.label_mode, len(clips)) if cfg.sampler == "flip-balanced" else {}
+    if mirrored:  # their features follow the clips' rows
         by_id = {c.id: c for c in clips}
         with acc.main_process_first():
-            _, mf, _ = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process, clips=[by_id[i] for i in mirrored], mirror=True)
+            _, mf, _ = dataset_features(
+                ds, cache, skip_bad, progress and acc.is_main_process, clips=[by_id[i] for i in mirrored], mirror=True
+            )
         feats = torch.cat([feats, mf])
-    frep['mirrored_train_clips'] = len(mirrored)
+    frep["mirrored_train_clips"] = len(mirrored)
     if math.ceil(len(train) / cfg.batch_size) < acc.num_processes:
-        raise UserError(f"{len(train)} train clips make {math.ceil(len(train) / cfg.batch_size)} batches of --batch-size {cfg.batch_size}, "
-                        f"fewer than the {acc.num_processes} processes: lower --batch-size or start fewer processes")
-    params = {'dataset': str(dataset), 'config': asdict(cfg), 'cache_dir': str(cache_dir), 'vision': vision, 'frames': frames,
-              'grid': grid, 'phase1': str(phase1) if phase1 else None, 'phase1_datasets': p1_meta.get('datasets'), 'skip_bad': skip_bad, 'features': cache.key,
-              'eval_split': eval_split, 'dtype': str(dtype).replace('torch.', ''), 'processes': acc.num_processes}
-    inputs = [Path(dataset)/'manifest.jsonl', Path(dataset)/'label_map.json'] + ([Path(phase1)/'model.safetensors'] if phase1 else [])
-    rf = RunFolder(out, params, resume, inputs=inputs, kind='phase2', main=acc.is_main_process, checked=True)
+        raise UserError(
+            f"{len(train)} train clips make {math.ceil(len(train) / cfg.batch_size)} batches of --batch-size {cfg.batch_size}, "
+            f"fewer than the {acc.num_processes} processes: lower --batch-size or start fewer processes"
+        )
+    params = {
+        "dataset": str(dataset),
+        "config": asdict(cfg),
+        "cache_dir": str(cache_dir),
+        "vision": vision,
+        "frames": frames,
+        "grid": grid,
+        "phase1": str(phase1) if phase1 else None,
+        "phase1_datasets": p1_meta.get("datasets"),
+        "skip_bad": skip_bad,
+        "features": cache.key,
+        "eval_split": eval_split,
+        "dtype": str(dtype).replace("torch.", ""),
+        "processes": acc.num_processes,
+    }
+    inputs = [Path(dataset) / "manifest.jsonl", Path(dataset) / "label_map.json"] + (
+        [Path(phase1) / "model.safetensors"] if phase1 else []
+    )
+    rf = RunFolder(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
     try:
-        if tiny and acc.is_main_process and not (rf.dir/'base_llm'/'config.json').is_file():
-            tok.save_pretrained(rf.dir/'base_llm')
-            llm.save_pretrained(rf.dir/'base_llm')
+        if tiny and acc.is_main_process and not (rf.dir / "base_llm" / "config.json").is_file():
+            tok.save_pretrained(rf.dir / "base_llm")
+            llm.save_pretrained(rf.dir / "base_llm")
         acc.wait_for_everyone()
-        return _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm.to(dtype), tiny, dtype, p1, phase1, blip, train, val,
-                    cand, vision, frames, grid, state, eval_split, progress, acc, mirrored)
+        return _fit(
+            cfg,
+            rf,
+            ds,
+            clips,
+            feats,
+            frep,
+            cache,
+            tok,
+            llm.to(dtype),
+            tiny,
+            dtype,
+            p1,
+            phase1,
+            blip,
+            train,
+            val,
+            cand,
+            vision,
+            frames,
+            grid,
+            state,
+            eval_split,
+            progress,
+            acc,
+            mirrored,
+        )
     except BaseException as e:
-        rf.finish('failed', error=f"{e.__class__.__name__}: {e}")
+        rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
         raise
 
+
 # %% ../../nbs/video/04_phase2.ipynb #2827d0c9
-def _fit(cfg, rf, ds, clips, feats, frep, cache, tok, llm, tiny, dtype, p1, phase1, blip, train, val, cand,
-         vision, frames, grid, state, eval_split, progress, acc, mirrored=None) -> dict:
+def _fit(
+    cfg,
+    rf,
+    ds,
+    clips,
+    feats,
+    frep,
+    cache,
+    tok,
+    llm,
+    tiny,
+    dtype,
+    p1,
+    phase1,
+    blip,
+    train,
+    val,
+    cand,
+    vision,
+    frames,
+    grid,
+    state,
+    eval_split,
+    progress,
+    acc,
+    mirrored=None,
+) -> dict:
     "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
     resume = state is not None
-    saved, last = state if resume else (None, None)             # resume.pt and last/checkpoint.json, read once
-    enc_width = blip[0].get('encoder_hidden_size') if blip and p1 is None else None
-    if resume: enc_width = last['encoder_width']
+    saved, last = state if resume else (None, None)  # resume.pt and last/checkpoint.json, read once
+    enc_width = blip[0].get("encoder_hidden_size") if blip and p1 is None else None
+    if resume:
+        enc_width = last["encoder_width"]
     torch.manual_seed(cfg.seed)
-    model = VideoQFormerLM(cfg, llm, tuple(feats.shape[1:]), len(ds.labels.official), p1, enc_width,
-                           adapter=rf.last/'adapter' if resume else None, tiny=tiny)
+    model = VideoQFormerLM(
+        cfg,
+        llm,
+        tuple(feats.shape[1:]),
+        len(ds.labels.official),
+        p1,
+        enc_width,
+        adapter=rf.last / "adapter" if resume else None,
+        tiny=tiny,
+    )
     init = init_from_blip2(model, blip[1]) if blip else None
-    per_rank = math.ceil(math.ceil(len(train) / acc.num_processes) / cfg.batch_size)    # micro-batches per process and epoch
+    per_rank = math.ceil(
+        math.ceil(len(train) / acc.num_processes) / cfg.batch_size
+    )  # micro-batches per process and epoch
     total = math.ceil(per_rank / cfg.grad_accum) * cfg.epochs
     opt, sched = make_optimizer(model, cfg, min(total, cfg.max_steps) if cfg.max_steps else total)
     start, step = 1, 0
     if resume:
-        model.load_own_state(load_tensors(rf.last), rf.last/'model.safetensors')
-        opt.load_state_dict(saved['optimizer']); sched.load_state_dict(saved['scheduler']); set_rng_state(saved['rng'])
-        start, step = last['epoch'] + 1, last['step']
+        model.load_own_state(load_tensors(rf.last), rf.last / "model.safetensors")
+        opt.load_state_dict(saved["optimizer"])
+        sched.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        start, step = last["epoch"] + 1, last["step"]
     counts = model.parameter_counts()
-    if acc.is_main_process: _print_counts(counts)
+    if acc.is_main_process:
+        _print_counts(counts)
     model, opt = acc.prepare(model, opt)
     core = acc.unwrap_model(model)
-    trackers = cfg.report_to != 'none'
-    if trackers:   # the tracker logs into the run folder (wandb: RUN/wandb/, offline with WANDB_MODE=offline)
-        acc.init_trackers(rf.dir.name, config={k: v for k, v in asdict(cfg).items() if v is not None},
-                          init_kwargs={'wandb': {'dir': str(rf.dir)}} if cfg.report_to == 'wandb' else {})
-    meta = {'feature_shape': list(feats.shape[1:]), 'features': cache.key, 'vision': vision, 'frames': frames, 'grid': grid,
-            'encoder_width': core.encoder_width, 'llm': base_identity(cfg, llm, dtype, tiny), 'tiny_llm': tiny,
-            'phase1': _phase1_ref(phase1), 'dataset': ds.name, 'label_map': ds.labels.mapping, 'label_mode': cfg.label_mode,
-            'parameters': counts, 'qformer_init': init, 'processes': acc.num_processes}
+    trackers = cfg.report_to != "none"
+    if trackers:  # the tracker logs into the run folder (wandb: RUN/wandb/, offline with WANDB_MODE=offline)
+        acc.init_trackers(
+            rf.dir.name,
+            config={k: v for k, v in asdict(cfg).items() if v is not None},
+            init_kwargs={"wandb": {"dir": str(rf.dir)}} if cfg.report_to == "wandb" else {},
+        )
+    meta = {
+        "feature_shape": list(feats.shape[1:]),
+        "features": cache.key,
+        "vision": vision,
+        "frames": frames,
+        "grid": grid,
+        "encoder_width": core.encoder_width,
+        "llm": base_identity(cfg, llm, dtype, tiny),
+        "tiny_llm": tiny,
+        "phase1": _phase1_ref(phase1),
+        "dataset": ds.name,
+        "label_map": ds.labels.mapping,
+        "label_mode": cfg.label_mode,
+        "parameters": counts,
+        "qformer_init": init,
+        "processes": acc.num_processes,
+    }
     batcher = _Batcher(tok, cfg, cand, feats)
     for epoch in range(start, cfg.epochs + 1):
-        if cfg.max_steps and step >= cfg.max_steps: break
+        if cfg.max_steps and step >= cfg.max_steps:
+            break
         t0 = time.time()
         core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
-        batches = rank_batches(_epoch_order(train, cfg, epoch, mirrored), cfg.batch_size, acc.process_index, acc.num_processes)
+        batches = rank_batches(
+            _epoch_order(train, cfg, epoch, mirrored), cfg.batch_size, acc.process_index, acc.num_processes
+        )
         loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, rf, trackers, progress)
         vm = compute_rows_metrics(predict_gathered(core, tok, feats, val, cand, cfg, acc))
-        row = {'epoch': epoch, 'step': step, 'train_loss': loss, 'val_top1': vm['top1'], 'val_macro_f1': vm['macro_f1'],
-               'lr': sched.get_last_lr()[0], 'truncated_targets': batcher.truncated, 'qformer_dropout': core.enc_dropout.p,
-               'seconds': round(time.time() - t0, 2)}
-        m = {**meta, 'config': asdict(cfg), 'epoch': epoch, 'step': step, 'metrics': {k: row[k] for k in ('val_top1', 'val_macro_f1', 'train_loss')}}
+        row = {
+            "epoch": epoch,
+            "step": step,
+            "train_loss": loss,
+            "val_top1": vm["top1"],
+            "val_macro_f1": vm["macro_f1"],
+            "lr": sched.get_last_lr()[0],
+            "truncated_targets": batcher.truncated,
+            "qformer_dropout": core.enc_dropout.p,
+            "seconds": round(time.time() - t0, 2),
+        }
+        m = {
+            **meta,
+            "config": asdict(cfg),
+            "epoch": epoch,
+            "step": step,
+            "metrics": {k: row[k] for k in ("val_top1", "val_macro_f1", "train_loss")},
+        }
         own, llm_state = state_for_saving(acc, model)
-        row['best'] = rf.save_best(vm['top1'], tensors=own, meta=m, adapter=core.llm, adapter_state=llm_state)
+        row["best"] = rf.save_best(vm["top1"], tensors=own, meta=m, adapter=core.llm, adapter_state=llm_state)
         if acc.is_main_process:
-            save_checkpoint(rf.last, 'phase2', own, m, adapter=core.llm, adapter_state=llm_state,
-                            resume={'optimizer': opt.state_dict(), 'scheduler': sched.state_dict(), 'rng': rng_state()})
+            save_checkpoint(
+                rf.last,
+                "phase2",
+                own,
+                m,
+                adapter=core.llm,
+                adapter_state=llm_state,
+                resume={"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng_state()},
+            )
         rf.log(row)
-        if trackers: acc.log({'val/top1': vm['top1'], 'val/macro_f1': vm['macro_f1'], 'train/epoch_loss': loss}, step=step)
-        acc.wait_for_everyone()                                    # best/ and last/ are on disk before anyone reads them
+        if trackers:
+            acc.log({"val/top1": vm["top1"], "val/macro_f1": vm["macro_f1"], "train/epoch_loss": loss}, step=step)
+        acc.wait_for_everyone()  # best/ and last/ are on disk before anyone reads them
     metrics = _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init)
-    if trackers: acc.end_training()
+    if trackers:
+        acc.end_training()
     return metrics
+
 
 # %% ../../nbs/video/04_phase2.ipynb #2a062573
 def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init) -> dict:
     "Load best/ on every process, predict `eval_split` together; the main process writes and scores; all return the metrics."
     if eval_split:
-        best = read_checkpoint(rf.best, 'phase2')
+        best = read_checkpoint(rf.best, "phase2")
         _load_checkpoint_into(core, rf.best)
-        rows = predict_gathered(core, tok, feats, make_samples(clips, ds, cfg.label_mode, eval_split), cand, cfg, acc, progress)
+        rows = predict_gathered(
+            core, tok, feats, make_samples(clips, ds, cfg.label_mode, eval_split), cand, cfg, acc, progress
+        )
         if acc.is_main_process:
-            save_file({'query_tokens': core.query_tokens.detach().cpu().contiguous()}, str(rf.dir/'query_tokens.safetensors'))
-            write_jsonl(rf.dir/'predictions.jsonl', rows)
-            metrics = score_file(rf.dir/'predictions.jsonl')
-            metrics.update(baselines(rows, [s.labels for s in train]), best_epoch=best['epoch'], best_val_top1=best['score'],
-                           split=eval_split, shuffle_labels=cfg.shuffle_labels, short_clips=frep['short_clips'], skipped=frep['skipped'],
-                           mirrored_train_clips=frep['mirrored_train_clips'])
-            write_json(rf.dir/'metrics.json', metrics)
-    rf.finish('done', short_clips=frep['short_clips'], features={k: frep[k] for k in ('encoded', 'cached')},
-              parameters=counts, qformer_init=init, processes=acc.num_processes)
+            save_file(
+                {"query_tokens": core.query_tokens.detach().cpu().contiguous()},
+                str(rf.dir / "query_tokens.safetensors"),
+            )
+            write_jsonl(rf.dir / "predictions.jsonl", rows)
+            metrics = score_file(rf.dir / "predictions.jsonl")
+            metrics.update(
+                baselines(rows, [s.labels for s in train]),
+                best_epoch=best["epoch"],
+                best_val_top1=best["score"],
+                split=eval_split,
+                shuffle_labels=cfg.shuffle_labels,
+                short_clips=frep["short_clips"],
+                skipped=frep["skipped"],
+                mirrored_train_clips=frep["mirrored_train_clips"],
+            )
+            write_json(rf.dir / "metrics.json", metrics)
+    rf.finish(
+        "done",
+        short_clips=frep["short_clips"],
+        features={k: frep[k] for k in ("encoded", "cached")},
+        parameters=counts,
+        qformer_init=init,
+        processes=acc.num_processes,
+    )
     acc.wait_for_everyone()
-    return read_json(rf.dir/'metrics.json') if eval_split else {}
+    return read_json(rf.dir / "metrics.json") if eval_split else {}

@@ -4,94 +4,172 @@
 
 # %% ../../nbs/video/05_predict.ipynb #2709a4ee
 from __future__ import annotations
+
 from dataclasses import replace
 from pathlib import Path
+
 import torch
-from ..utils import UserError, atomic_dir, write_json, write_jsonl, provenance, sha256_file, check_replaceable
+
 from ..eval.metrics import score_file
-from .labels import load_dataset, SPLITS
-from .checkpoints import read_checkpoint, load_tensors, model_config_sha256
-from .phase1 import open_cache, dataset_features, load_phase1
-from .phase2 import (Phase2Config, VideoQFormerLM, load_llm, resolve_dtype, make_samples, predict_samples,
-                                   baselines)
+from ..utils import UserError, atomic_dir, check_replaceable, provenance, sha256_file, write_json, write_jsonl
+from .checkpoints import load_tensors, model_config_sha256, read_checkpoint
+from .labels import SPLITS, load_dataset
+from .phase1 import dataset_features, load_phase1, open_cache
+from vtreetrm.video.phase2 import (
+    Phase2Config,
+    VideoQFormerLM,
+    baselines,
+    load_llm,
+    make_samples,
+    predict_samples,
+    resolve_dtype,
+)
 
 # %% auto #0
-__all__ = ['STORED_DTYPES', 'read_phase2', 'load_phase2', 'predict']
+__all__ = ["STORED_DTYPES", "read_phase2", "load_phase2", "predict"]
 
 # %% ../../nbs/video/05_predict.ipynb #704315da
-STORED_DTYPES = {'bfloat16': 'bf16', 'float16': 'fp16', 'float32': 'fp32'}
+STORED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
-def read_phase2(path:str|Path) -> tuple[dict, str]:
+
+def read_phase2(path: str | Path) -> tuple[dict, str]:
     "(checkpoint.json, base LLM path) of a Phase-2 checkpoint folder, checked."
     path = Path(path)
-    meta = read_checkpoint(path, 'phase2')
-    for f in ('adapter/adapter_config.json', 'adapter/adapter_model.safetensors'):
-        if f not in meta['files']: raise UserError(f"the checkpoint has no LoRA adapter ({f})", path)
-    llm = meta.get('llm') or {}
-    src = llm.get('path')
-    if meta.get('tiny_llm') and (path.parent/'base_llm'/'config.json').is_file(): src = str(path.parent/'base_llm')  # the run's own copy
+    meta = read_checkpoint(path, "phase2")
+    for f in ("adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
+        if f not in meta["files"]:
+            raise UserError(f"the checkpoint has no LoRA adapter ({f})", path)
+    llm = meta.get("llm") or {}
+    src = llm.get("path")
+    if meta.get("tiny_llm") and (path.parent / "base_llm" / "config.json").is_file():
+        src = str(path.parent / "base_llm")  # the run's own copy
     have = model_config_sha256(src) if src else None
-    if have is None: raise UserError(f"the base LLM {src!r} this checkpoint was trained on cannot be found", path/'checkpoint.json', field='llm')
-    if have != llm.get('config_sha256'):
-        raise UserError(f"the LoRA adapter belongs to another base LLM: {src}/config.json has sha256 {have[:12]}…, "
-                        f"checkpoint.json records {str(llm.get('config_sha256'))[:12]}…", path)
+    if have is None:
+        raise UserError(
+            f"the base LLM {src!r} this checkpoint was trained on cannot be found",
+            path / "checkpoint.json",
+            field="llm",
+        )
+    if have != llm.get("config_sha256"):
+        raise UserError(
+            f"the LoRA adapter belongs to another base LLM: {src}/config.json has sha256 {have[:12]}…, "
+            f"checkpoint.json records {str(llm.get('config_sha256'))[:12]}…",
+            path,
+        )
     return meta, src
 
-def load_phase2(path:str|Path,
-                checked:tuple=None) -> tuple:   # what `read_phase2(path)` returned, when the caller already ran it
+
+def load_phase2(
+    path: str | Path,
+    checked: tuple = None,  # what `read_phase2(path)` returned, when the caller already ran it
+) -> tuple:
     "(model in eval mode on the GPU if any, tokenizer, checkpoint.json) of a Phase-2 checkpoint folder."
     path = Path(path)
     meta, src = checked or read_phase2(path)
-    try: cfg = replace(Phase2Config(**meta['config']), cls_head=False, gradient_checkpointing=False, qformer_init=None)
-    except TypeError as e: raise UserError(f"bad config: {e}", path/'checkpoint.json', field='config') from None
+    try:
+        cfg = replace(Phase2Config(**meta["config"]), cls_head=False, gradient_checkpointing=False, qformer_init=None)
+    except TypeError as e:
+        raise UserError(f"bad config: {e}", path / "checkpoint.json", field="config") from None
     p1 = None
-    if meta.get('phase1'):
-        ref = meta['phase1']
-        if not (Path(ref['path'])/'model.safetensors').is_file(): raise UserError(f"the Phase-1 checkpoint this model was trained with is missing: {ref['path']}", path)
-        if sha256_file(Path(ref['path'])/'model.safetensors') != ref['sha256']:
+    if meta.get("phase1"):
+        ref = meta["phase1"]
+        if not (Path(ref["path"]) / "model.safetensors").is_file():
+            raise UserError(f"the Phase-1 checkpoint this model was trained with is missing: {ref['path']}", path)
+        if sha256_file(Path(ref["path"]) / "model.safetensors") != ref["sha256"]:
             raise UserError(f"the Phase-1 checkpoint {ref['path']} changed since this model was trained (sha256)", path)
-        p1 = load_phase1(ref['path'], tuple(meta['feature_shape']))
-    tok, llm = load_llm(src, dtype=resolve_dtype(STORED_DTYPES.get(meta['llm'].get('dtype'), 'fp32')))
-    model = VideoQFormerLM(cfg, llm, tuple(meta['feature_shape']), 1, p1, meta['encoder_width'], adapter=path/'adapter',
-                           tiny=meta.get('tiny_llm'))
-    model.load_own_state({k: v for k, v in load_tensors(path).items() if not k.startswith('cls.')}, path/'model.safetensors')
-    return model.to('cuda' if torch.cuda.is_available() else 'cpu').eval(), tok, meta
+        p1 = load_phase1(ref["path"], tuple(meta["feature_shape"]))
+    tok, llm = load_llm(src, dtype=resolve_dtype(STORED_DTYPES.get(meta["llm"].get("dtype"), "fp32")))
+    model = VideoQFormerLM(
+        cfg,
+        llm,
+        tuple(meta["feature_shape"]),
+        1,
+        p1,
+        meta["encoder_width"],
+        adapter=path / "adapter",
+        tiny=meta.get("tiny_llm"),
+    )
+    model.load_own_state(
+        {k: v for k, v in load_tensors(path).items() if not k.startswith("cls.")}, path / "model.safetensors"
+    )
+    return model.to("cuda" if torch.cuda.is_available() else "cpu").eval(), tok, meta
+
 
 # %% ../../nbs/video/05_predict.ipynb #bfbfb73c
-def predict(ckpt:str|Path,                 # Phase-2 checkpoint folder (RUN/best)
-            dataset:str|Path,              # dataset folder to evaluate on (another dataset: cross-dataset)
-            out:str|Path,                  # output folder (predictions.jsonl + metrics.json)
-            split:str='test',
-            cache_dir:str|Path='.cache/vtreetrm/features',
-            label_mode:str=None,           # default: the checkpoint's
-            skip_bad:bool=False, progress:bool=True) -> dict:
+def predict(
+    ckpt: str | Path,  # Phase-2 checkpoint folder (RUN/best)
+    dataset: str | Path,  # dataset folder to evaluate on (another dataset: cross-dataset)
+    out: str | Path,  # output folder (predictions.jsonl + metrics.json)
+    split: str = "test",
+    cache_dir: str | Path = ".cache/vtreetrm/features",
+    label_mode: str = None,  # default: the checkpoint's
+    skip_bad: bool = False,
+    progress: bool = True,
+) -> dict:
     "Generate on a split, write predictions.jsonl and metrics.json; returns the metrics."
-    if split not in SPLITS: raise UserError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
-    check_replaceable(Path(out))                     # before any work: a user's folder or file is never replaced
+    if split not in SPLITS:
+        raise UserError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    check_replaceable(Path(out))  # before any work: a user's folder or file is never replaced
     checked = read_phase2(ckpt)
     meta = checked[0]
     ds = load_dataset(dataset, skip_bad=skip_bad)
-    mode = label_mode or meta['label_mode']
-    cache = open_cache(cache_dir, meta['vision'], meta['frames'], meta['grid'],
-                       image_size=((meta.get('features') or {}).get('sampling') or {}).get('image_size'))   # as trained
+    mode = label_mode or meta["label_mode"]
+    cache = open_cache(
+        cache_dir,
+        meta["vision"],
+        meta["frames"],
+        meta["grid"],
+        image_size=((meta.get("features") or {}).get("sampling") or {}).get("image_size"),
+    )  # as trained
     clips, feats, rep = dataset_features(ds, cache, skip_bad, progress)
-    if list(feats.shape[1:]) != list(meta['feature_shape']):
-        raise UserError(f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}", ckpt)
+    if list(feats.shape[1:]) != list(meta["feature_shape"]):
+        raise UserError(
+            f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}", ckpt
+        )
     samples = make_samples(clips, ds, mode, split)
-    if not samples: raise UserError(f"no clip in split {split!r}", Path(dataset)/'manifest.jsonl')
+    if not samples:
+        raise UserError(f"no clip in split {split!r}", Path(dataset) / "manifest.jsonl")
     model, tok, meta = load_phase2(ckpt, checked)
-    cfg = Phase2Config(**meta['config'])
-    with torch.autocast(model.query_tokens.device.type, dtype=torch.bfloat16,
-                        enabled=model.query_tokens.is_cuda and meta['llm'].get('dtype') == 'bfloat16'):
-        rows = predict_samples(model, tok, feats, samples, ds.labels.labels(mode), cfg.seed,
-                               max_new_tokens=cfg.max_new_tokens, progress=progress)
-    params = {'ckpt': str(ckpt), 'dataset': str(dataset), 'split': split, 'label_mode': mode, 'cache_dir': str(cache_dir)}
+    cfg = Phase2Config(**meta["config"])
+    with torch.autocast(
+        model.query_tokens.device.type,
+        dtype=torch.bfloat16,
+        enabled=model.query_tokens.is_cuda and meta["llm"].get("dtype") == "bfloat16",
+    ):
+        rows = predict_samples(
+            model,
+            tok,
+            feats,
+            samples,
+            ds.labels.labels(mode),
+            cfg.seed,
+            max_new_tokens=cfg.max_new_tokens,
+            progress=progress,
+        )
+    params = {
+        "ckpt": str(ckpt),
+        "dataset": str(dataset),
+        "split": split,
+        "label_mode": mode,
+        "cache_dir": str(cache_dir),
+    }
     with atomic_dir(out) as tmp:
-        write_jsonl(tmp/'predictions.jsonl', rows)
-        m = score_file(tmp/'predictions.jsonl')
-        m.update(baselines(rows, [ds.labels.to_mode(c.labels, mode) for c in clips if c.split == 'train']),
-                 split=split, trained_on=meta['dataset'], evaluated_on=ds.name, short_clips=rep['short_clips'], skipped=rep['skipped'])
-        m['provenance']['predictions'] = str(Path(out)/'predictions.jsonl')
-        write_json(tmp/'metrics.json', m)
-        write_json(tmp/'provenance.json', provenance(params, [Path(ckpt)/'model.safetensors', Path(ckpt)/'adapter'/'adapter_model.safetensors']))
+        write_jsonl(tmp / "predictions.jsonl", rows)
+        m = score_file(tmp / "predictions.jsonl")
+        m.update(
+            baselines(rows, [ds.labels.to_mode(c.labels, mode) for c in clips if c.split == "train"]),
+            split=split,
+            trained_on=meta["dataset"],
+            evaluated_on=ds.name,
+            short_clips=rep["short_clips"],
+            skipped=rep["skipped"],
+        )
+        m["provenance"]["predictions"] = str(Path(out) / "predictions.jsonl")
+        write_json(tmp / "metrics.json", m)
+        write_json(
+            tmp / "provenance.json",
+            provenance(
+                params, [Path(ckpt) / "model.safetensors", Path(ckpt) / "adapter" / "adapter_model.safetensors"]
+            ),
+        )
     return m

@@ -4,210 +4,347 @@
 
 # %% ../../nbs/video/01_synthetic.ipynb #fc2b5a79
 from __future__ import annotations
-import math, shutil
-from dataclasses import dataclass, asdict
+
+import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
-import av, numpy as np
+
+import av
+import numpy as np
 from tqdm.auto import tqdm
-from ..utils import UserError, atomic_dir, write_json, provenance
-from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, write_dataset_files, load_dataset
+
+from ..utils import UserError, atomic_dir, provenance, write_json
+from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, load_dataset, write_dataset_files
 
 # %% auto #0
-__all__ = ['MOTIONS', 'LOTE_MOTION', 'MAMMALNET_MOTION', 'SPECIES', 'MAMMALNET_SPECIES', 'ENVIRONMENTS', 'SCALES', 'mirror_map',
-           'render_frames', 'write_mp4', 'SyntheticConfig', 'class_counts', 'make_synthetic']
+__all__ = [
+    "MOTIONS",
+    "LOTE_MOTION",
+    "MAMMALNET_MOTION",
+    "SPECIES",
+    "MAMMALNET_SPECIES",
+    "ENVIRONMENTS",
+    "SCALES",
+    "mirror_map",
+    "render_frames",
+    "write_mp4",
+    "SyntheticConfig",
+    "class_counts",
+    "make_synthetic",
+]
+
 
 # %% ../../nbs/video/01_synthetic.ipynb #f338803e
-def _lin(ax, ay): return lambda t: (ax*(t-.5)*2, ay*(t-.5)*2, 1., True)
+def _lin(ax, ay):
+    return lambda t: (ax * (t - 0.5) * 2, ay * (t - 0.5) * 2, 1.0, True)
+
 
 MOTIONS = {
-    'static':     lambda t: (0., 0., 1., True),
-    'right': _lin(1, 0), 'left': _lin(-1, 0), 'up': _lin(0, -1), 'down': _lin(0, 1),
-    'up_right': _lin(.7, -.7), 'up_left': _lin(-.7, -.7), 'down_right': _lin(.7, .7), 'down_left': _lin(-.7, .7),
-    'sway_h':     lambda t: (math.sin(2*math.pi*t), 0., 1., True),
-    'sway_v':     lambda t: (0., math.sin(2*math.pi*t), 1., True),
-    'circle_cw':  lambda t: (math.cos(2*math.pi*t), math.sin(2*math.pi*t), 1., True),
-    'circle_ccw': lambda t: (math.cos(2*math.pi*t), -math.sin(2*math.pi*t), 1., True),
-    'grow':       lambda t: (0., 0., .5 + 1.0*t, True),
-    'shrink':     lambda t: (0., 0., 1.5 - 1.0*t, True),
-    'blink':      lambda t: (0., 0., 1., int(t*8) % 2 == 0),
-    'bounce':     lambda t: (0., abs(math.sin(2*math.pi*t))*-1, 1., True),
-    'zigzag':     lambda t: ((t-.5)*2, .5 if int(t*6) % 2 else -.5, 1., True),
-    'shake_h':    lambda t: (.4 if int(t*11) % 2 else -.4, 0., 1., True),
-    'shake_v':    lambda t: (0., .4 if int(t*11) % 2 else -.4, 1., True),
-    'pulse':      lambda t: (0., 0., 1. + .5*math.sin(4*math.pi*t), True),
+    "static": lambda t: (0.0, 0.0, 1.0, True),
+    "right": _lin(1, 0),
+    "left": _lin(-1, 0),
+    "up": _lin(0, -1),
+    "down": _lin(0, 1),
+    "up_right": _lin(0.7, -0.7),
+    "up_left": _lin(-0.7, -0.7),
+    "down_right": _lin(0.7, 0.7),
+    "down_left": _lin(-0.7, 0.7),
+    "sway_h": lambda t: (math.sin(2 * math.pi * t), 0.0, 1.0, True),
+    "sway_v": lambda t: (0.0, math.sin(2 * math.pi * t), 1.0, True),
+    "circle_cw": lambda t: (math.cos(2 * math.pi * t), math.sin(2 * math.pi * t), 1.0, True),
+    "circle_ccw": lambda t: (math.cos(2 * math.pi * t), -math.sin(2 * math.pi * t), 1.0, True),
+    "grow": lambda t: (0.0, 0.0, 0.5 + 1.0 * t, True),
+    "shrink": lambda t: (0.0, 0.0, 1.5 - 1.0 * t, True),
+    "blink": lambda t: (0.0, 0.0, 1.0, int(t * 8) % 2 == 0),
+    "bounce": lambda t: (0.0, abs(math.sin(2 * math.pi * t)) * -1, 1.0, True),
+    "zigzag": lambda t: ((t - 0.5) * 2, 0.5 if int(t * 6) % 2 else -0.5, 1.0, True),
+    "shake_h": lambda t: (0.4 if int(t * 11) % 2 else -0.4, 0.0, 1.0, True),
+    "shake_v": lambda t: (0.0, 0.4 if int(t * 11) % 2 else -0.4, 1.0, True),
+    "pulse": lambda t: (0.0, 0.0, 1.0 + 0.5 * math.sin(4 * math.pi * t), True),
 }
 
 LOTE_MOTION = {
-    'Feeding': 'bounce', 'Resting': 'static', 'Walking': 'right', 'Vigilance': 'shake_v', 'Exploratory': 'zigzag',
-    'Smelling': 'sway_h', 'Running': 'left', 'SelfGrooming': 'circle_cw', 'Miscellaneous': 'pulse',
-    'DrinkWater': 'down', 'Climbing': 'up', 'Playing': 'circle_ccw', 'Aggregation': 'grow', 'Parental': 'shrink',
-    'TreeScratching': 'shake_h', 'Defecating': 'down_left', 'Urinating': 'down_right',
-    'CircumanalGlandSigning': 'up_left', 'UrineSigning': 'up_right', 'Vocalizing': 'blink', 'Swimming': 'sway_v'}
+    "Feeding": "bounce",
+    "Resting": "static",
+    "Walking": "right",
+    "Vigilance": "shake_v",
+    "Exploratory": "zigzag",
+    "Smelling": "sway_h",
+    "Running": "left",
+    "SelfGrooming": "circle_cw",
+    "Miscellaneous": "pulse",
+    "DrinkWater": "down",
+    "Climbing": "up",
+    "Playing": "circle_ccw",
+    "Aggregation": "grow",
+    "Parental": "shrink",
+    "TreeScratching": "shake_h",
+    "Defecating": "down_left",
+    "Urinating": "down_right",
+    "CircumanalGlandSigning": "up_left",
+    "UrineSigning": "up_right",
+    "Vocalizing": "blink",
+    "Swimming": "sway_v",
+}
 
 MAMMALNET_MOTION = {
-    'eats food': 'bounce', 'drinks water': 'down', 'sleeps or rests': 'static',
-    'grooms/cleans itself or other animal': 'circle_cw', 'urinates': 'down_right', 'defecates': 'down_left',
-    'hunts other animals': 'left', 'fights against other animals': 'shake_h', 'mates with other animals': 'sway_h',
-    'nurses or breastfeeds its baby': 'shrink', 'gives birth to a baby': 'grow', 'vomits': 'blink'}
+    "eats food": "bounce",
+    "drinks water": "down",
+    "sleeps or rests": "static",
+    "grooms/cleans itself or other animal": "circle_cw",
+    "urinates": "down_right",
+    "defecates": "down_left",
+    "hunts other animals": "left",
+    "fights against other animals": "shake_h",
+    "mates with other animals": "sway_h",
+    "nurses or breastfeeds its baby": "shrink",
+    "gives birth to a baby": "grow",
+    "vomits": "blink",
+}
+
 
 # %% ../../nbs/video/01_synthetic.ipynb #f1a90012
-def _trajectory(fn, n:int=48) -> np.ndarray:
+def _trajectory(fn, n: int = 48) -> np.ndarray:
     return np.array([[*fn(i / n)[:3], float(fn(i / n)[3])] for i in range(n)])
 
-def mirror_map(motion_of:dict) -> dict:
+
+def mirror_map(motion_of: dict) -> dict:
     "{label: label whose motion is this label's mirrored motion, or None}, derived from `MOTIONS`."
-    def same(a, b): return any(np.allclose(a, np.roll(b, k, axis=0), atol=1e-6) for k in range(len(b)))
+
+    def same(a, b):
+        return any(np.allclose(a, np.roll(b, k, axis=0), atol=1e-6) for k in range(len(b)))
+
     traj = {lab: _trajectory(MOTIONS[m]) for lab, m in motion_of.items()}
     return {lab: next((l for l, t2 in traj.items() if same(t * [-1, 1, 1, 1], t2)), None) for lab, t in traj.items()}
 
-# %% ../../nbs/video/01_synthetic.ipynb #7a492fce
-SPECIES = {'giant panda': ('circle', (240, 240, 240)), 'takin': ('square', (200, 160, 60)),
-           'golden monkey': ('triangle', (230, 150, 30)), 'musk deer': ('diamond', (150, 90, 60)),
-           'leopard cat': ('cross', (220, 200, 80))}
-MAMMALNET_SPECIES = {'lion': ('circle', (210, 170, 90)), 'zebra': ('square', (250, 250, 250)),
-                     'elephant': ('diamond', (140, 140, 150)), 'bear': ('triangle', (90, 60, 40))}
-ENVIRONMENTS = {'forest': ((30, 90, 40), 'stripes'), 'grassland': ((150, 170, 70), 'noise'),
-                'snow': ((225, 230, 235), 'dots'), 'night': ((45, 45, 45), 'noise'), 'rocky': ((120, 100, 80), 'checker')}
 
-def _background(env:str, size:int, rng:np.random.Generator) -> np.ndarray:
+# %% ../../nbs/video/01_synthetic.ipynb #7a492fce
+SPECIES = {
+    "giant panda": ("circle", (240, 240, 240)),
+    "takin": ("square", (200, 160, 60)),
+    "golden monkey": ("triangle", (230, 150, 30)),
+    "musk deer": ("diamond", (150, 90, 60)),
+    "leopard cat": ("cross", (220, 200, 80)),
+}
+MAMMALNET_SPECIES = {
+    "lion": ("circle", (210, 170, 90)),
+    "zebra": ("square", (250, 250, 250)),
+    "elephant": ("diamond", (140, 140, 150)),
+    "bear": ("triangle", (90, 60, 40)),
+}
+ENVIRONMENTS = {
+    "forest": ((30, 90, 40), "stripes"),
+    "grassland": ((150, 170, 70), "noise"),
+    "snow": ((225, 230, 235), "dots"),
+    "night": ((45, 45, 45), "noise"),
+    "rocky": ((120, 100, 80), "checker"),
+}
+
+
+def _background(env: str, size: int, rng: np.random.Generator) -> np.ndarray:
     colour, tex = ENVIRONMENTS[env]
-    img = np.empty((size, size, 3), np.float32); img[:] = colour
+    img = np.empty((size, size, 3), np.float32)
+    img[:] = colour
     yy, xx = np.mgrid[:size, :size]
-    if tex == 'stripes': img += (((xx + rng.integers(0, 6)) // 3) % 2)[..., None] * 25.
-    elif tex == 'checker': img += (((xx // 4) + (yy // 4)) % 2)[..., None] * 20.
-    elif tex == 'dots': img -= (rng.random((size, size)) < .04)[..., None] * 60.
-    else: img += rng.normal(0, 10, (size, size, 1))
+    if tex == "stripes":
+        img += (((xx + rng.integers(0, 6)) // 3) % 2)[..., None] * 25.0
+    elif tex == "checker":
+        img += (((xx // 4) + (yy // 4)) % 2)[..., None] * 20.0
+    elif tex == "dots":
+        img -= (rng.random((size, size)) < 0.04)[..., None] * 60.0
+    else:
+        img += rng.normal(0, 10, (size, size, 1))
     return img
 
-def _mask(shape:str, size:int, cx:float, cy:float, r:float) -> np.ndarray:
+
+def _mask(shape: str, size: int, cx: float, cy: float, r: float) -> np.ndarray:
     yy, xx = np.mgrid[:size, :size].astype(np.float32)
     dx, dy = xx - cx, yy - cy
-    if shape == 'circle': return dx*dx + dy*dy <= r*r
-    if shape == 'square': return (abs(dx) <= r*.85) & (abs(dy) <= r*.85)
-    if shape == 'diamond': return abs(dx) + abs(dy) <= r*1.1
-    if shape == 'triangle': return (dy <= r*.8) & (dy >= -r) & (abs(dx) <= (dy + r) * .6)
-    if shape == 'cross': return ((abs(dx) <= r*.35) & (abs(dy) <= r)) | ((abs(dy) <= r*.35) & (abs(dx) <= r))
+    if shape == "circle":
+        return dx * dx + dy * dy <= r * r
+    if shape == "square":
+        return (abs(dx) <= r * 0.85) & (abs(dy) <= r * 0.85)
+    if shape == "diamond":
+        return abs(dx) + abs(dy) <= r * 1.1
+    if shape == "triangle":
+        return (dy <= r * 0.8) & (dy >= -r) & (abs(dx) <= (dy + r) * 0.6)
+    if shape == "cross":
+        return ((abs(dx) <= r * 0.35) & (abs(dy) <= r)) | ((abs(dy) <= r * 0.35) & (abs(dx) <= r))
     raise ValueError(f"unknown shape {shape!r}")
 
+
 # %% ../../nbs/video/01_synthetic.ipynb #cc46f4b5
-def render_frames(animals:list,          # [(shape, rgb, motion name), ...]
-                  env:str,               # key of ENVIRONMENTS
-                  n_frames:int=12,       # frames in the clip
-                  size:int=32,           # width = height in pixels
-                  rng:np.random.Generator=None,
-                  ) -> np.ndarray:
+def render_frames(
+    animals: list,  # [(shape, rgb, motion name), ...]
+    env: str,  # key of ENVIRONMENTS
+    n_frames: int = 12,  # frames in the clip
+    size: int = 32,  # width = height in pixels
+    rng: np.random.Generator = None,
+) -> np.ndarray:
     "Frames (n_frames, size, size, 3) uint8 of animals moving over a background."
     rng = rng if rng is not None else np.random.default_rng(0)
     bg = _background(env, size, rng)
-    amp, r0 = size * .28, size * .15
-    starts = [(size/2 + rng.uniform(-2, 2) + (i - (len(animals)-1)/2) * size*.3, size/2 + rng.uniform(-2, 2))
-              for i in range(len(animals))]
+    amp, r0 = size * 0.28, size * 0.15
+    starts = [
+        (size / 2 + rng.uniform(-2, 2) + (i - (len(animals) - 1) / 2) * size * 0.3, size / 2 + rng.uniform(-2, 2))
+        for i in range(len(animals))
+    ]
     frames = np.empty((n_frames, size, size, 3), np.uint8)
     for f in range(n_frames):
         t = f / max(n_frames - 1, 1)
         img = bg.copy()
         for (shape, rgb, motion), (sx, sy) in zip(animals, starts):
             dx, dy, s, vis = MOTIONS[motion](t)
-            if vis: img[_mask(shape, size, sx + dx*amp, sy + dy*amp, r0*s)] = rgb
+            if vis:
+                img[_mask(shape, size, sx + dx * amp, sy + dy * amp, r0 * s)] = rgb
         frames[f] = np.clip(img + rng.normal(0, 3, img.shape), 0, 255).astype(np.uint8)
     return frames
 
-def write_mp4(path:str|Path, frames:np.ndarray, fps:int=8, codec:str='mpeg4'):
+
+def write_mp4(path: str | Path, frames: np.ndarray, fps: int = 8, codec: str = "mpeg4"):
     "Encode RGB frames (N, H, W, 3) uint8 to an mp4 file with PyAV (single-threaded, reproducible bytes)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), 'w') as c:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as c:
         s = c.add_stream(codec, rate=fps)
-        s.width, s.height, s.pix_fmt = frames.shape[2], frames.shape[1], 'yuv420p'
+        s.width, s.height, s.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
         s.thread_count = 1
-        if codec == 'mpeg4': s.options = {'qscale': '2'}
-        elif codec == 'libx264':  # reproducible bytes only mostly: x264 threads vary the output under load
-            s.options = {'crf': '12', 'preset': 'veryfast', 'x264-params': 'threads=1:lookahead-threads=1'}
+        if codec == "mpeg4":
+            s.options = {"qscale": "2"}
+        elif codec == "libx264":  # reproducible bytes only mostly: x264 threads vary the output under load
+            s.options = {"crf": "12", "preset": "veryfast", "x264-params": "threads=1:lookahead-threads=1"}
         for fr in frames:
-            for p in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(fr), format='rgb24')): c.mux(p)
-        for p in s.encode(): c.mux(p)
+            for p in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(fr), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
     return path
+
 
 # %% ../../nbs/video/01_synthetic.ipynb #a3c488cb
 @dataclass
 class SyntheticConfig:
     "Sizes of the synthetic datasets."
-    size: int = 64                # frame width and height (pixels)
-    frames: int = 16              # frames per clip
-    short_frames: int = 5         # frames of the deliberately short clips
-    n_short: int = 2              # short clips per dataset
-    head_count: int = 240         # clips of the most frequent LoTE behaviour (all splits)
-    tail_exponent: float = 0.7    # LoTE long tail: count ~ rank ** -tail_exponent
-    min_count: int = 48           # smallest class (all splits)
-    mammalnet_count: int = 96     # clips per MammalNet behaviour
+
+    size: int = 64  # frame width and height (pixels)
+    frames: int = 16  # frames per clip
+    short_frames: int = 5  # frames of the deliberately short clips
+    n_short: int = 2  # short clips per dataset
+    head_count: int = 240  # clips of the most frequent LoTE behaviour (all splits)
+    tail_exponent: float = 0.7  # LoTE long tail: count ~ rank ** -tail_exponent
+    min_count: int = 48  # smallest class (all splits)
+    mammalnet_count: int = 96  # clips per MammalNet behaviour
     val_frac: float = 0.15
     test_frac: float = 0.25
-    multi_label: int = 8          # two-animal, two-behaviour clips per dataset (test and train)
+    multi_label: int = 8  # two-animal, two-behaviour clips per dataset (test and train)
     fps: int = 8
-    codec: str = 'mpeg4'          # mpeg4 bytes are reproducible; libx264 also works
+    codec: str = "mpeg4"  # mpeg4 bytes are reproducible; libx264 also works
     seed: int = 0
 
-SCALES = {'tiny': dict(head_count=24, min_count=8, mammalnet_count=12, multi_label=2),           # tests
-          'small': dict(head_count=60, min_count=12, mammalnet_count=24, multi_label=4),         # quick looks
-          'default': {}, 'large': dict(head_count=480, min_count=96, mammalnet_count=192, multi_label=16)}
 
-def class_counts(labels:list, cfg:SyntheticConfig, long_tail:bool) -> dict:
+SCALES = {
+    "tiny": dict(head_count=24, min_count=8, mammalnet_count=12, multi_label=2),  # tests
+    "small": dict(head_count=60, min_count=12, mammalnet_count=24, multi_label=4),  # quick looks
+    "default": {},
+    "large": dict(head_count=480, min_count=96, mammalnet_count=192, multi_label=16),
+}
+
+
+def class_counts(labels: list, cfg: SyntheticConfig, long_tail: bool) -> dict:
     "Clips per label (all splits)."
-    if not long_tail: return {l: cfg.mammalnet_count for l in labels}
+    if not long_tail:
+        return {l: cfg.mammalnet_count for l in labels}
     return {l: max(cfg.min_count, round(cfg.head_count * (k + 1) ** -cfg.tail_exponent)) for k, l in enumerate(labels)}
 
-# %% ../../nbs/video/01_synthetic.ipynb #9e36874b
-def _split_of(i:int, n:int, cfg:SyntheticConfig) -> str:
-    n_test, n_val = max(1, round(n*cfg.test_frac)), max(1, round(n*cfg.val_frac))
-    return 'test' if i < n_test else 'val' if i < n_test + n_val else 'train'
 
-def _render_dataset(out:Path, name:str, mapping:dict, motions:dict, species:dict, long_tail:bool,
-                    cfg:SyntheticConfig, rng:np.random.Generator, progress:bool=True) -> dict:
+# %% ../../nbs/video/01_synthetic.ipynb #9e36874b
+def _split_of(i: int, n: int, cfg: SyntheticConfig) -> str:
+    n_test, n_val = max(1, round(n * cfg.test_frac)), max(1, round(n * cfg.val_frac))
+    return "test" if i < n_test else "val" if i < n_test + n_val else "train"
+
+
+def _render_dataset(
+    out: Path,
+    name: str,
+    mapping: dict,
+    motions: dict,
+    species: dict,
+    long_tail: bool,
+    cfg: SyntheticConfig,
+    rng: np.random.Generator,
+    progress: bool = True,
+) -> dict:
     rows, counts = [], class_counts(list(motions), cfg, long_tail)
     jobs = [(lab, i, n) for lab, n in counts.items() for i in range(n)]
     labels = list(motions)
-    for k in range(cfg.multi_label): jobs.append((None, k, cfg.multi_label))
+    for k in range(cfg.multi_label):
+        jobs.append((None, k, cfg.multi_label))
     short_at = set(rng.choice(len(jobs) - cfg.multi_label, size=cfg.n_short, replace=False).tolist())
     for j, (lab, i, n) in enumerate(tqdm(jobs, desc=f"render {name}", disable=not progress, leave=False)):
         sp = list(species)[rng.integers(len(species))]
         env = list(ENVIRONMENTS)[rng.integers(len(ENVIRONMENTS))]
-        if lab is None:   # two animals, two behaviours
+        if lab is None:  # two animals, two behaviours
             a, b = rng.choice(len(labels), size=2, replace=False)
             labs = [labels[a], labels[b]]
             sp2 = list(species)[rng.integers(len(species))]
             animals = [(*species[sp], motions[labs[0]]), (*species[sp2], motions[labs[1]])]
-            split = 'test' if i % 2 == 0 else 'train'
+            split = "test" if i % 2 == 0 else "train"
         else:
             labs, animals, split = [lab], [(*species[sp], motions[lab])], _split_of(i, n, cfg)
         nf = cfg.short_frames if j in short_at else cfg.frames
         cid = f"{name}_{j:05d}"
         frames = render_frames(animals, env, nf, cfg.size, rng)
-        write_mp4(out/'clips'/f"{cid}.mp4", frames, cfg.fps, cfg.codec)
-        rows.append(dict(id=cid, video=f"clips/{cid}.mp4", labels=labs, species=sp, environment=env, split=split,
-                         dataset=name, frames=nf))
+        write_mp4(out / "clips" / f"{cid}.mp4", frames, cfg.fps, cfg.codec)
+        rows.append(
+            dict(
+                id=cid,
+                video=f"clips/{cid}.mp4",
+                labels=labs,
+                species=sp,
+                environment=env,
+                split=split,
+                dataset=name,
+                frames=nf,
+            )
+        )
     write_dataset_files(out, name, mapping, rows, flip_map=mirror_map(motions))
-    return {'clips': len(rows), 'per_label': counts, 'multi_label': cfg.multi_label,
-            'short_clips': [r['id'] for r in rows if r['frames'] < cfg.frames],
-            'splits': {s: sum(r['split'] == s for r in rows) for s in ('train', 'val', 'test')}}
+    return {
+        "clips": len(rows),
+        "per_label": counts,
+        "multi_label": cfg.multi_label,
+        "short_clips": [r["id"] for r in rows if r["frames"] < cfg.frames],
+        "splits": {s: sum(r["split"] == s for r in rows) for s in ("train", "val", "test")},
+    }
 
-def make_synthetic(out:str|Path,                  # folder to create (holds lote/ and mammalnet/)
-                   cfg:SyntheticConfig=None,      # sizes; default `SyntheticConfig()`
-                   datasets:tuple=('lote', 'mammalnet'),
-                   overwrite:bool=False,          # replace an existing folder
-                   progress:bool=True) -> dict:
+
+def make_synthetic(
+    out: str | Path,  # folder to create (holds lote/ and mammalnet/)
+    cfg: SyntheticConfig = None,  # sizes; default `SyntheticConfig()`
+    datasets: tuple = ("lote", "mammalnet"),
+    overwrite: bool = False,  # replace an existing folder
+    progress: bool = True,
+) -> dict:
     "Render the synthetic datasets into `out` atomically; returns the report also written to `out/report.json`."
-    cfg = cfg or SyntheticConfig(); out = Path(out)
-    if cfg.size % 2 or cfg.size < 16: raise UserError(f"size must be an even number >= 16, got {cfg.size}")
+    cfg = cfg or SyntheticConfig()
+    out = Path(out)
+    if cfg.size % 2 or cfg.size < 16:
+        raise UserError(f"size must be an even number >= 16, got {cfg.size}")
     if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not overwrite:
         raise UserError("output folder exists and is not empty (pass --overwrite to replace it)", out)
-    unknown = set(datasets) - {'lote', 'mammalnet'}
-    if unknown: raise UserError(f"unknown synthetic dataset(s) {sorted(unknown)}; choose lote and/or mammalnet")
-    report = {'config': asdict(cfg), 'datasets': {}}
-    with atomic_dir(out, validate=lambda d: [load_dataset(d/n) for n in datasets]) as tmp:
-        for k, name in enumerate(datasets):
-            rng = np.random.default_rng([cfg.seed, ('lote', 'mammalnet').index(name)])
-            if name == 'lote': rep = _render_dataset(tmp/name, name, LOTE_SIMPLE, LOTE_MOTION, SPECIES, True, cfg, rng, progress)
-            else: rep = _render_dataset(tmp/name, name, MAMMALNET_SIMPLE, MAMMALNET_MOTION, MAMMALNET_SPECIES, False, cfg, rng, progress)
-            report['datasets'][name] = rep
-        write_json(tmp/'report.json', report)
-        write_json(tmp/'provenance.json', provenance({'out': str(out), **asdict(cfg), 'datasets': list(datasets)}))
+    unknown = set(datasets) - {"lote", "mammalnet"}
+    if unknown:
+        raise UserError(f"unknown synthetic dataset(s) {sorted(unknown)}; choose lote and/or mammalnet")
+    report = {"config": asdict(cfg), "datasets": {}}
+    with atomic_dir(out, validate=lambda d: [load_dataset(d / n) for n in datasets]) as tmp:
+        for _k, name in enumerate(datasets):
+            rng = np.random.default_rng([cfg.seed, ("lote", "mammalnet").index(name)])
+            if name == "lote":
+                rep = _render_dataset(tmp / name, name, LOTE_SIMPLE, LOTE_MOTION, SPECIES, True, cfg, rng, progress)
+            else:
+                rep = _render_dataset(
+                    tmp / name, name, MAMMALNET_SIMPLE, MAMMALNET_MOTION, MAMMALNET_SPECIES, False, cfg, rng, progress
+                )
+            report["datasets"][name] = rep
+        write_json(tmp / "report.json", report)
+        write_json(tmp / "provenance.json", provenance({"out": str(out), **asdict(cfg), "datasets": list(datasets)}))
     return report
