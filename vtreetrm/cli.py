@@ -80,8 +80,8 @@ def _add_option(p, name: str, anno, default, help_: str):
         if has_default:
             kw.setdefault("action", "extend")
     if anno is bool:
-        if has_default and default:
-            p.add_argument("--no-" + name.replace("_", "-"), dest=name, action="store_false", help=help_)
+        if has_default and default:  # on by default: --progress / --no-progress, its help read as written
+            p.add_argument(*_flags(name), dest=name, action=argparse.BooleanOptionalAction, default=True, help=help_)
         else:
             p.add_argument(*_flags(name), dest=name, action="store_true", help=help_)
         return
@@ -115,11 +115,18 @@ def _is_config(anno) -> bool:
     return isinstance(anno, type) and dataclasses.is_dataclass(anno)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    "Shows a default only where there is one to show: not for flags that are off, unset values, or required options."
+
+    def _get_help_string(self, action):
+        if action.required or action.default in (None, False, [], argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
-    p = argparse.ArgumentParser(
-        prog=prog, description=(func.__doc__ or "").strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argparse.ArgumentParser(prog=prog, description=(func.__doc__ or "").strip(), formatter_class=_HelpFormatter)
     p.configs = {}  # parameter -> (dataclass, its field names)
     for name, d in docments(func, full=True, returns=False, eval_str=True).items():
         if _is_config(d.anno):

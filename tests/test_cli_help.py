@@ -1,0 +1,45 @@
+"""Every command's --help: each option has help (taken from the argument's own comment, which a formatter can move
+away from where docments reads it), an option that is on by default reads as written with its --no- form beside it."""
+
+import argparse
+
+import pytest
+
+from vtreetrm.cli import GROUPS, TOP_COMMANDS, _group_commands, _load, command_parser
+
+
+def commands() -> dict:
+    out = {f"vtreetrm {k}": _load(v) for k, v in TOP_COMMANDS.items()}
+    for g in GROUPS:
+        for name, f in _group_commands(g).items():
+            out[f"vtreetrm {g} {name}"] = f if callable(f) else _load(f)
+    return out
+
+
+COMMANDS = commands()
+
+
+def test_every_command_is_listed():
+    assert len(COMMANDS) >= 35 and "vtreetrm release sft-export" in COMMANDS and "vtreetrm harness train" in COMMANDS
+
+
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
+def test_every_option_has_help_that_reads_right(prog):
+    p = command_parser(COMMANDS[prog], prog=prog)
+    for a in p._actions:
+        if a.dest == "help":
+            continue
+        assert (a.help or "").strip(), (
+            f"{prog} {a.option_strings or a.dest}: no help (a comment on the argument's line)"
+        )
+        if any(s.startswith("--no-") for s in a.option_strings) and not a.dest.startswith("no_"):
+            # a flag that turns off what is on by default has its positive form beside it, so its help reads as written
+            assert isinstance(a, argparse.BooleanOptionalAction) and a.default is True, (prog, a.option_strings)
+    text = p.format_help()
+    assert "(default: None)" not in text and "(default: False)" not in text, prog
+
+
+def test_on_by_default_flags_parse_both_ways():
+    p = command_parser(COMMANDS["vtreetrm release sft-export"], prog="x")
+    assert p.parse_args([]).progress is True
+    assert p.parse_args(["--no-progress"]).progress is False and p.parse_args(["--progress"]).progress is True
