@@ -537,8 +537,11 @@ def test_killed_export_leaves_previous_release(tmp_path, capsys):
         p.name.startswith(".shougang.tmp-") and any(p.iterdir()) for p in out.parent.iterdir()
     ):
         time.sleep(0.05)
+    # killed mid-export: its temporary folder holds files and the process has not finished
+    assert proc.poll() is None, "the export finished before it could be killed: the test proves nothing"
+    assert time.time() < deadline, "the export never started writing its temporary folder"
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL
     assert {p.name: sha256_file(p) for p in out.iterdir()} == before
     assert [p.name for p in out.parent.iterdir() if not p.name.startswith(".")] == ["shougang"]
 

@@ -115,7 +115,8 @@ def test_import_train_predict(annotated, tmp_path, capsys):
         "Phase-2 generated answer",
     ]
     assert lad["rungs"][2]["top1"] is None and lad["chance_top1"] == pytest.approx(1 / 21)
-    assert all(0 <= g["top1"] <= 1 for g in lad["rungs"] if g["top1"] is not None)
+    # the imported segments differ in what they show: a probe on the frozen features beats the majority class
+    assert lad["rungs"][0]["top1"] > lad["majority_top1"]  # measured: 1.0 against 0.25 (4 test segments)
     # the answer rung runs the best checkpoint on the split: the run's own test score (RUN works as well as RUN/best)
     assert (
         lad["rungs"][3]["top1"]
