@@ -49,6 +49,7 @@ __all__ = [
     "load_yaml",
     "sha256_file",
     "sha256_json",
+    "stable_uniform",
     "package_versions",
     "git_info",
     "now_iso",
@@ -434,6 +435,13 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 def sha256_json(obj: Any) -> str:
     "Hex sha256 of the canonical JSON form of `obj` (sorted keys)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
+
+
+# %% ../nbs/00_utils.ipynb #956062d4
+def stable_uniform(*parts) -> float:
+    "A number in [0, 1) that is a function of `parts` only: the first 8 bytes of the sha256 of their text, over 2**64."
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 # %% ../nbs/00_utils.ipynb #09089160

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -17,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..utils import UserError
+from ..utils import UserError, stable_uniform
 
 # %% auto #0
 __all__ = [
@@ -335,11 +334,6 @@ def hints_for(task_type: str) -> list[str]:
     return SIM_HINTS.get(task_type, _GENERIC)
 
 
-def _u(*parts) -> float:
-    "A uniform number in [0, 1) from a hash of `parts`."
-    return int.from_bytes(hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()[:8], "big") / 2**64
-
-
 def sim_quality(skills_text: str, task_type: str) -> float:
     "The simulated chance of noticing the evidence for `task_type` given `skills_text`."
     s = skills_text.lower()
@@ -399,7 +393,9 @@ class SimulatedBackend:
         found = [l for l, t in options if t.strip().lower() and t.strip().lower() in evidence]
         p = sim_quality(system, task)
         notice = (
-            _u("u", question, options) + 0.1 * (_u("v", question, options, sim_hint_signature(system, task)) - 0.5) < p
+            stable_uniform("u", question, options)
+            + 0.1 * (stable_uniform("v", question, options, sim_hint_signature(system, task)) - 0.5)
+            < p
         )
         if "when unsure, always choose option a" in system.lower() and not notice:
             letter = "A"
@@ -407,7 +403,7 @@ class SimulatedBackend:
             letter = found[0]
         else:
             others = [l for l, _ in options if l not in found] or [l for l, _ in options] or ["A"]
-            letter = others[int(_u("pick", question, options) * len(others))]
+            letter = others[int(stable_uniform("pick", question, options) * len(others))]
         return ChatReply(f"The captions I read point to option {letter}.\nAnswer: {letter}")
 
 

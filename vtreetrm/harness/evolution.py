@@ -10,7 +10,8 @@ import re
 from dataclasses import asdict, dataclass
 
 from .agent import parse_skills, render_skills
-from .backends import SIM_BAD_HINTS, SIM_NEUTRAL_HINTS, BackendError, _u, hints_for
+from .backends import SIM_BAD_HINTS, SIM_NEUTRAL_HINTS, BackendError, hints_for
+from ..utils import stable_uniform
 
 # %% auto #0
 __all__ = [
@@ -157,16 +158,16 @@ class SimulatedReflector:
         out, used = [], set()
         for i in range(budget):
             tt = types[i % len(types)]
-            u = _u(key, "edit", i)
+            u = stable_uniform(key, "edit", i)
             present_bad = [h for h in SIM_BAD_HINTS if h.lower() in low and h not in used]
             missing_good = [h for h in hints_for(tt) if h.lower() not in low and h not in used]
             if present_bad and u < self.p_delete_bad:
                 p = Patch("delete", "General", present_bad[0])
-            elif _u(key, "bad", i) < self.p_bad:
+            elif stable_uniform(key, "bad", i) < self.p_bad:
                 cands = [h for h in SIM_BAD_HINTS if h.lower() not in low and h not in used] or SIM_NEUTRAL_HINTS
-                p = Patch("add", tt, cands[int(_u(key, "pick", i) * len(cands))])
+                p = Patch("add", tt, cands[int(stable_uniform(key, "pick", i) * len(cands))])
             elif missing_good:
-                p = Patch("add", tt, missing_good[int(_u(key, "good", i) * len(missing_good))])
+                p = Patch("add", tt, missing_good[int(stable_uniform(key, "good", i) * len(missing_good))])
             else:
                 p = Patch("add", "General", SIM_NEUTRAL_HINTS[i % len(SIM_NEUTRAL_HINTS)])
             if p.text in used:

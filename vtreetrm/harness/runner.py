@@ -22,7 +22,6 @@ from vtreetrm.harness.backends import (
     OpenAIBackend,
     SimulatedBackend,
     TransformersBackend,
-    _u,
     load_api_key,
     make_embedder,
 )
@@ -40,6 +39,7 @@ from vtreetrm.utils import (
     provenance,
     run_sync,
     sha256_json,
+    stable_uniform,
     write_json,
 )
 
@@ -406,8 +406,8 @@ async def gate_round(self: Runner, S: Version, C: Version, P: Version, batch: li
         r["question_id"]: bool(r["correct"])
         for r in await self.answer_many(pool, S, P, {**ctx, "phase": "gate_incumbent"})
     }
-    probes = sorted((q for q in pool if inc[q.question_id]), key=lambda q: _u(key, "p", q.question_id))
-    rest = sorted((q for q in pool if not inc[q.question_id]), key=lambda q: _u(key, "r", q.question_id))
+    probes = sorted((q for q in pool if inc[q.question_id]), key=lambda q: stable_uniform(key, "p", q.question_id))
+    rest = sorted((q for q in pool if not inc[q.question_id]), key=lambda q: stable_uniform(key, "r", q.question_id))
     order, n_probe = [], 0
     while probes or rest:
         if probes and (not rest or n_probe < self.gp.probe_quota * (len(order) + 1)):

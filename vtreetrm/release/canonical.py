@@ -26,7 +26,7 @@ from vtreetrm.release.assets import (
     make_report,
     required,
 )
-from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json, write_json
+from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json, stable_uniform, write_json
 
 # %% auto #0
 __all__ = ["MAX_LISTED", "resolve_record", "canonical", "split_of", "split"]
@@ -157,7 +157,7 @@ def canonical(
 # %% ../../nbs/release/03_canonical.ipynb #537babd8
 def split_of(record_id: str, seed: int, ratios=(0.8, 0.1, 0.1)) -> str:
     "Deterministic split of one id: a function of `seed` and the id only."
-    u = int(hashlib.sha256(f"{seed}\x1f{record_id}".encode()).hexdigest()[:15], 16) / 16**15
+    u = stable_uniform(seed, record_id)
     acc = 0.0
     for s, r in zip(SPLITS, ratios):
         acc += r

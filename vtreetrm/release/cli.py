@@ -8,13 +8,13 @@ from __future__ import annotations
 from .audit import audit_prompt_conflicts
 from .canonical import canonical, split
 from .launch import verl_merge, verl_rl, verl_sft
+from .mixture import mixture
 from .preprocess import preprocess
 from .rl import rl_export, rl_validate_cascade
 from .rollout import rollout_gate
 from .sft import sft_export, sft_validate
 from .synthetic import make_synthetic
 from .trajectory import trajectory_collect, trajectory_export, trajectory_stats, trajectory_validate
-from .trajectory_mixture import mixture_any
 
 # %% auto #0
 __all__ = ["CLI_COMMANDS"]
@@ -29,7 +29,7 @@ CLI_COMMANDS = {
     "sft-export": sft_export,
     "sft-validate": sft_validate,
     "rl-export": rl_export,
-    "mixture": mixture_any,
+    "mixture": mixture,
     "rl-validate-cascade": rl_validate_cascade,
     "trajectory-collect": trajectory_collect,
     "trajectory-export": trajectory_export,

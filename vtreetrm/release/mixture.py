@@ -5,7 +5,8 @@
 # %% ../../nbs/release/08_mixture.ipynb #a44ff818
 from __future__ import annotations
 
-import hashlib
+import dataclasses
+import itertools
 import json
 import math
 import shutil
@@ -27,11 +28,11 @@ from vtreetrm.release.assets import (
 )
 from .prompts import candidates_for, stage1_messages, stage2_messages
 from .rl import RL_FIELDS, RL_SCHEMA, cascade_row, validate_rl_release
-from .sft import SFT_SCHEMA, SplitWriter, iter_parquet, open_parquet, validate_sft_dataset
-from ..utils import UserError, atomic_dir, sha256_file, write_json
+from .sft import BATCH_ROWS, SFT_SCHEMA, SplitWriter, iter_parquet, open_parquet, validate_sft_dataset
+from ..utils import UserError, atomic_dir, sha256_file, stable_uniform, write_json
 
 # %% auto #0
-__all__ = ["FAMILIES", "copies", "iter_pairs", "mixture"]
+__all__ = ["FAMILIES", "copies", "iter_pairs", "Family", "Source", "family_of", "parse_weights", "mixture"]
 
 
 # %% ../../nbs/release/08_mixture.ipynb #109c5cc6
@@ -39,7 +40,7 @@ def copies(weight: float, key: str) -> int:
     "How many times a train sample enters the mixture: `floor(weight)` plus one with probability `frac(weight)` (hash of `key`)."
     whole = math.floor(weight)
     frac = weight - whole
-    u = int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) / 16**12
+    u = stable_uniform(key)
     return whole + (1 if u < frac else 0)
 
 
@@ -78,8 +79,38 @@ def _refuse_trajectory(path, family):
     return names
 
 
-# %% ../../nbs/release/08_mixture.ipynb #ce0e7dac
-FAMILIES = ("sft", "rl-cascade")
+# %% ../../nbs/release/08_mixture.ipynb #16343e54
+@dataclasses.dataclass(frozen=True)
+class Family:
+    "One kind of mixture: the schema it writes, the samples a source file gives, and the validator of the result."
+
+    name: str
+    schema: object  # pyarrow schema of the rows written
+    samples: typing.Callable  # (ctx, Source) -> iterable of samples, each a list of rows (one per copy of a sample)
+    validate: typing.Callable  # (folder, ctx, progress) -> the validator's report (with "_errors")
+    validation_keys: tuple  # the validator's entries kept in mixture_report.json
+    batch_rows: int = BATCH_ROWS
+    report: typing.Callable = None  # (sources {name: dir}) -> extra entries of mixture_report.json
+
+
+@dataclasses.dataclass
+class Source:
+    "One split file of one `--input NAME=DIR`, with what a family needs to mix it."
+
+    name: str  # the source's NAME
+    split: str
+    path: Path
+    weight: float  # its train weight
+    seed: int
+    progress: bool
+    index: typing.Iterator[int]  # numbers rows across the whole mixture (one counter for every source and split)
+
+    def copies(self, sample_id: str) -> int:
+        "How many copies of this sample enter the mixture: `copies(weight)` in train, one elsewhere."
+        return copies(self.weight, f"{self.seed}:{self.name}:{sample_id}") if self.split == "train" else 1
+
+    def bar(self, it):
+        return tqdm(it, desc=f"mixture {self.name} {self.split}", disable=not self.progress, mininterval=1)
 
 
 def _sft_sample(ctx, s1, s2, sample, seed):
@@ -99,16 +130,91 @@ def _sft_sample(ctx, s1, s2, sample, seed):
     }
     m1 = stage1_messages(ctx, md, candidates_for(ctx, cid, s1["source_id"], seed), cid)
     m2 = stage2_messages(ctx, md, cid, lvl)
-    return (
+    return [
         {**base, "sample_id": f"{sample}:stage1", "stage": "stage1", "messages": m1, "answer": m1[-1]["content"]},
         {**base, "sample_id": f"{sample}:stage2", "stage": "stage2", "messages": m2, "answer": m2[-1]["content"]},
-    )
+    ]
 
 
+# %% ../../nbs/release/08_mixture.ipynb #0c1cd6dc
+def _sft_samples(ctx, src: Source):
+    "Legacy stage1/stage2 pairs, each copy reseeded: two rows per sample."
+    if "stage" not in _refuse_trajectory(src.path, "sft"):
+        raise UserError("not a legacy SFT release: no 'stage' column", src.path, None, "stage")
+    for s1, s2 in src.bar(iter_pairs(src.path, lambda r: r["stage"], lambda r: r["source_id"])):
+        for c in range(src.copies(s1["source_id"])):
+            yield _sft_sample(ctx, s1, s2, f"{src.name}:{s1['source_id']}:{c}", src.seed + c)
+
+
+def _rl_samples(ctx, src: Source):
+    "RL episode pairs become one cascade row per copy; `index` numbers the rows of the whole mixture."
+    names = _refuse_trajectory(src.path, "rl-cascade")
+    if tuple(names) != RL_FIELDS:
+        raise UserError(
+            f"not an RL source release: columns {', '.join(names)} (need {', '.join(RL_FIELDS)})",
+            src.path,
+            None,
+            "schema",
+        )
+
+    def info(r):
+        return r["extra_info"] or {}
+
+    for s1, s2 in src.bar(iter_pairs(src.path, lambda r: info(r).get("stage"), lambda r: info(r).get("source_id"))):
+        sid = info(s1).get("source_id")
+        for c in range(src.copies(sid)):
+            yield [cascade_row(ctx, s1, s2, f"{src.name}:{sid}:{c}", src.seed + c, next(src.index))]
+
+
+FAMILIES = {
+    "sft": Family(
+        "sft",
+        SFT_SCHEMA,
+        _sft_samples,
+        validate_sft_dataset,
+        ("valid", "line", "rows", "sources", "counts", "per_level"),
+    ),
+    "rl-cascade": Family(
+        "rl-cascade",
+        RL_SCHEMA,
+        _rl_samples,
+        lambda d, ctx, progress: validate_rl_release(d, ctx, cascade=True, progress=progress),
+        ("valid", "line", "rows", "sources", "counts", "per_level"),
+    ),
+}
+
+
+def family_of(name: str) -> Family:
+    "The `Family` named `name` (sft-trajectory lives in `release.trajectory_mixture`, which imports this module)."
+    if name == "sft-trajectory":
+        from vtreetrm.release.trajectory_mixture import TRAJECTORY_FAMILY
+
+        return TRAJECTORY_FAMILY
+    if name not in FAMILIES:
+        raise UserError(f"--family must be one of {', '.join([*FAMILIES, 'sft-trajectory'])}, got {name!r}")
+    return FAMILIES[name]
+
+
+def parse_weights(weights: list[str], sources: dict) -> dict:
+    "`{name: weight}` from `--weights NAME=WEIGHT`: each names an `--input` and is a finite number >= 0."
+    out = {}
+    for k, v in (parse_named(weights, "--weights") if weights else {}).items():
+        if k not in sources:
+            raise UserError(f"--weights names {k!r}, which is not an --input")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            raise UserError(f"--weights {k}={v!r} is not a number") from None
+        if not math.isfinite(out[k]) or out[k] < 0:
+            raise UserError(f"--weights {k} must be a finite number >= 0, got {v}")
+    return out
+
+
+# %% ../../nbs/release/08_mixture.ipynb #4145c0b1
 def mixture(
-    # sft: legacy stage1/stage2; rl-cascade: native-tool RL episodes
-    family: typing.Literal["sft", "rl-cascade"] = None,
-    input: list[str] = None,  # NAME=DIR source releases (legacy SFT for sft, RL source for rl-cascade)
+    # sft: legacy stage1/stage2; rl-cascade: native-tool RL episodes; sft-trajectory: native-tool trajectories
+    family: typing.Literal["sft", "rl-cascade", "sft-trajectory"] = None,
+    input: list[str] = None,  # NAME=DIR source releases (of the family's kind)
     grading_manifest: str = None,  # grading manifest JSON (path + sha256 per dataset)
     registry: str = None,  # leaf registry JSON
     corpus: str = None,  # corpus JSON
@@ -118,111 +224,44 @@ def mixture(
     weights: list[str] = None,  # NAME=WEIGHT per source for train (default 1)
     seed: int = 0,  # reseeding seed for candidates
     progress: bool = True,  # show progress bars
-):
-    "Materialize a standardized release from validated sources (families: sft, rl-cascade)."
-    required(
-        family=family,
-        input=input,
-        grading_manifest=grading_manifest,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
-        metadata_fields=metadata_fields,
-        output_dir=output_dir,
-    )
-    if family not in FAMILIES:
-        raise UserError(f"--family must be one of {', '.join(FAMILIES)}")
-    params = dict(
-        family=family,
-        input=input,
-        grading_manifest=grading_manifest,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
-        metadata_fields=metadata_fields,
-        output_dir=output_dir,
-        weights=weights,
-        seed=seed,
-    )
+) -> dict:
+    "Materialize a standardized release from validated sources (families: sft, rl-cascade, sft-trajectory)."
+    params = dict(locals())
+    required(family=family, input=input, grading_manifest=grading_manifest, registry=registry, corpus=corpus,
+             task_config=task_config, metadata_fields=metadata_fields, output_dir=output_dir)  # fmt: skip
+    fam = family_of(family)
     sources = parse_named(input, "--input")
-    w = {k: float(v) for k, v in parse_named(weights, "--weights").items()} if weights else {}
-    for k in w:
-        if k not in sources:
-            raise UserError(f"--weights names {k!r}, which is not an --input")
-        if w[k] < 0:
-            raise UserError(f"--weights {k} must be >= 0")
+    w = parse_weights(weights, sources)
     task = TaskConfig.from_path(task_config)
     grading = load_grading_manifest(grading_manifest, [task.dataset])[task.dataset]
     ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields, grading_override=grading)
-    t0 = time.time()
-    per_source = {}
-    inputs = []
+    extra = fam.report(sources) if fam.report else {}
+    t0, per_source, inputs, index = time.time(), {}, [], itertools.count()
     with atomic_dir(output_dir) as d:
-        out = SplitWriter(d, SFT_SCHEMA if family == "sft" else RL_SCHEMA)
+        out = SplitWriter(d, fam.schema, batch_rows=fam.batch_rows)  # every split gets a file, empty ones too
         try:
-            index = 0
             for name, src in sources.items():
                 per_source[name] = Counter()
                 for s in SPLITS:
-                    path = Path(src) / f"{s}.parquet"
-                    inputs.append(path)
-                    names = _refuse_trajectory(path, family)
-                    if family == "rl-cascade" and tuple(names) != RL_FIELDS:
-                        raise UserError(
-                            f"not an RL source release: columns {', '.join(names)} (need {', '.join(RL_FIELDS)})",
-                            path,
-                            None,
-                            "schema",
-                        )
-                    if family == "sft" and "stage" not in names:
-                        raise UserError("not a legacy SFT release: no 'stage' column", path, None, "stage")
-                    stage_of = (
-                        (lambda r: r["stage"]) if family == "sft" else (lambda r: (r["extra_info"] or {}).get("stage"))
-                    )
-                    source_of = (
-                        (lambda r: r["source_id"])
-                        if family == "sft"
-                        else (lambda r: (r["extra_info"] or {}).get("source_id"))
-                    )
-                    for s1, s2 in tqdm(
-                        iter_pairs(path, stage_of, source_of),
-                        desc=f"mixture {name} {s}",
-                        disable=not progress,
-                        mininterval=1,
-                    ):
-                        sid = source_of(s1)
-                        n = copies(w.get(name, 1.0), f"{seed}:{name}:{sid}") if s == "train" else 1
-                        for c in range(n):
-                            sample = f"{name}:{sid}:{c}"
-                            if family == "sft":
-                                for row in _sft_sample(ctx, s1, s2, sample, seed + c):
-                                    out.write(s, row)
-                            else:
-                                out.write(s, cascade_row(ctx, s1, s2, sample, seed + c, index))
-                                index += 1
-                            per_source[name][s] += 1
+                    inputs.append(Path(src) / f"{s}.parquet")
+                    source = Source(name, s, inputs[-1], w.get(name, 1.0), seed, progress, index)
+                    for rows in fam.samples(ctx, source):
+                        for row in rows:
+                            out.write(s, row)
+                        per_source[name][s] += 1
+            if not sum(out.counts.values()):
+                raise UserError("the inputs hold no rows to mix")
         finally:
             out.close()
-        gdir = d / "grading"
-        gdir.mkdir()
-        gfile = gdir / f"{ctx.dataset}.grading.json"
-        shutil.copy2(grading.path, gfile)
-        write_json(
-            gdir / "grading-manifest.json",
-            {"datasets": {ctx.dataset: {"path": gfile.name, "sha256": sha256_file(gfile)}}},
-        )
+        _copy_grading(d, ctx, grading)
         t1 = time.time()
-        val = (
-            validate_sft_dataset(d, ctx, progress)
-            if family == "sft"
-            else validate_rl_release(d, ctx, cascade=True, progress=progress)
-        )
+        val = fam.validate(d, ctx, progress)
         errs = val.pop("_errors")
         if errs:
             errs.raise_first()
         rep = make_report(
             "mixture",
-            params,
+            {k: v for k, v in params.items() if k != "progress"},
             [*inputs, grading_manifest, grading.path, registry, corpus, task_config],
             ctx.dataset,
             status="ok",
@@ -231,14 +270,26 @@ def mixture(
             weights={k: w.get(k, 1.0) for k in sources},
             sources={k: dict(v) for k, v in per_source.items()},
             rows={s: out.counts[s] for s in SPLITS},
+            **extra,
             grading_manifest={
                 "path": str(grading_manifest),
                 "sha256": sha256_file(grading_manifest),
                 "grading_sha256": sha256_file(grading.path),
             },
-            validation={k: val[k] for k in ("valid", "line", "rows", "sources", "counts", "per_level")},
+            validation={k: val[k] for k in fam.validation_keys},
             mix_seconds=round(t1 - t0, 3),
             validate_seconds=round(time.time() - t1, 3),
         )
         write_json(d / "mixture_report.json", rep)
     return rep
+
+
+def _copy_grading(d: Path, ctx, grading):
+    "The release carries its grading config and a manifest naming it, so it validates on its own."
+    gdir = d / "grading"
+    gdir.mkdir()
+    gfile = gdir / f"{ctx.dataset}.grading.json"
+    shutil.copy2(grading.path, gfile)
+    write_json(
+        gdir / "grading-manifest.json", {"datasets": {ctx.dataset: {"path": gfile.name, "sha256": sha256_file(gfile)}}}
+    )

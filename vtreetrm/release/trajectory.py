@@ -5,7 +5,6 @@
 # %% ../../nbs/release/11_trajectory.ipynb #92300f9d
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter, defaultdict
@@ -36,7 +35,7 @@ from vtreetrm.release.sft import (
     open_parquet,
 )
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
-from ..utils import UserError, atomic_dir, iter_jsonl, write_json
+from ..utils import UserError, atomic_dir, iter_jsonl, stable_uniform, write_json
 
 # %% auto #0
 __all__ = [
@@ -72,7 +71,8 @@ NO_RESULT_FALLBACK = "∅"
 
 def trajectory_class(source_id: str) -> str:
     "The deterministic class of a source record."
-    return list(TRAJECTORY_CLASSES)[int(hashlib.sha256(f"traj\x1f{source_id}".encode()).hexdigest()[:8], 16) % 4]
+    classes = list(TRAJECTORY_CLASSES)
+    return classes[int(stable_uniform("traj", source_id) * len(classes))]
 
 
 def _calls(ctx, tools: CategoryTools, rec: Record, klass: str) -> list:

@@ -6,202 +6,69 @@
 from __future__ import annotations
 
 import json
-import shutil
-import time
-import typing
-from collections import Counter
-from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from vtreetrm.release.assets import (
-    SPLITS,
-    ReleaseContext,
-    TaskConfig,
-    load_grading_manifest,
-    make_report,
-    parse_named,
-    required,
-)
-from .mixture import copies, mixture
+from .mixture import Family
 from .prompts import candidates_for, native_messages, parse_user
-from .sft import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
+from .sft import BATCH_ROWS, iter_parquet, open_parquet
 from .trajectory import TRAJECTORY_SCHEMA, _clean, release_think_source, validate_trajectory_dataset
-from ..utils import UserError, atomic_dir, sha256_file, write_json
+from ..utils import UserError
 
 # %% auto #0
-__all__ = ["mixture_trajectory", "mixture_any"]
+__all__ = ["TRAJECTORY_FAMILY"]
 
 
 # %% ../../nbs/release/12_trajectory_mixture.ipynb #706eab53
-def mixture_trajectory(
-    input: list[str] = None,
-    grading_manifest: str = None,
-    registry: str = None,
-    corpus: str = None,
-    task_config: str = None,
-    metadata_fields: list[str] = None,
-    output_dir: str = None,
-    weights: list[str] = None,
-    seed: int = 0,
-    progress: bool = True,
-) -> dict:
-    "Materialize a standardized trajectory release (see `mixture_any` for the arguments)."
-    params = dict(
-        family="sft-trajectory",
-        input=input,
-        grading_manifest=grading_manifest,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
-        metadata_fields=metadata_fields,
-        output_dir=output_dir,
-        weights=weights,
-        seed=seed,
-    )
-    sources = parse_named(input, "--input")
-    w = {k: float(v) for k, v in parse_named(weights, "--weights").items()} if weights else {}
-    for k in w:
-        if k not in sources:
-            raise UserError(f"--weights names {k!r}, which is not an --input")
-    task = TaskConfig.from_path(task_config)
-    grading = load_grading_manifest(grading_manifest, [task.dataset])[task.dataset]
-    ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields, grading_override=grading)
-    t0 = time.time()
-    per_source = {}
-    inputs = []
-    think = {
-        name: release_think_source(src)[0] for name, src in sources.items()
-    }  # a mixture is formal only if every source is
-    with atomic_dir(output_dir) as d:
-        out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)  # every split gets a file, empty ones too
+def _trajectory_samples(ctx, src):
+    "Trajectory rows, each copy with its system and user messages redrawn (fresh candidates) and the rest kept."
+    if "trajectory_format" not in open_parquet(src.path).schema_arrow.names:
+        raise UserError(
+            "--family sft-trajectory needs a native-tool trajectory release (no trajectory_format column); "
+            "legacy stage1/stage2 releases use --family sft",
+            src.path,
+            None,
+            "trajectory_format",
+        )
+    for i, row in src.bar(iter_parquet(src.path)):
+        gt = json.loads(row["ground_truth"])
+        cid = ctx.choices.to_category.get(gt.get("choice_id"))
+        if cid is None:
+            raise UserError(
+                f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf", src.path, i, "ground_truth"
+            )
         try:
-            for name, src in sources.items():
-                per_source[name] = Counter()
-                for s in SPLITS:
-                    path = Path(src) / f"{s}.parquet"
-                    inputs.append(path)
-                    names = open_parquet(path).schema_arrow.names
-                    if "trajectory_format" not in names:
-                        raise UserError(
-                            "--family sft-trajectory needs a native-tool trajectory release (no trajectory_format column); "
-                            "legacy stage1/stage2 releases use --family sft",
-                            path,
-                            None,
-                            "trajectory_format",
-                        )
-                    for i, row in tqdm(
-                        iter_parquet(path), desc=f"mixture {name} {s}", disable=not progress, mininterval=1
-                    ):
-                        gt = json.loads(row["ground_truth"])
-                        cid = ctx.choices.to_category.get(gt.get("choice_id"))
-                        if cid is None:
-                            raise UserError(
-                                f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf",
-                                path,
-                                i,
-                                "ground_truth",
-                            )
-                        try:
-                            md = parse_user(row["messages"][1]["content"], ctx.task.metadata_fields)["metadata"]
-                        except (ValueError, IndexError, KeyError, TypeError) as e:
-                            raise UserError(f"unreadable user prompt: {e}", path, i, "messages") from None
-                        n = copies(w.get(name, 1.0), f"{seed}:{name}:{row['sample_id']}") if s == "train" else 1
-                        for c in range(n):
-                            msgs = [_clean(m) for m in row["messages"]]
-                            msgs[:2] = native_messages(ctx, md, candidates_for(ctx, cid, row["source_id"], seed + c))
-                            out.write(
-                                s,
-                                {
-                                    **row,
-                                    "sample_id": f"{name}:{row['sample_id']}:{c}",
-                                    "prompt_seed": seed + c,
-                                    "messages": msgs,
-                                    "tools": _clean(row["tools"]),
-                                },
-                            )
-                            per_source[name][s] += 1
-            if not sum(out.counts.values()):
-                raise UserError("the inputs hold no trajectories")
-        finally:
-            out.close()
-        counts = out.counts
-        gdir = d / "grading"
-        gdir.mkdir()
-        gfile = gdir / f"{ctx.dataset}.grading.json"
-        shutil.copy2(grading.path, gfile)
-        write_json(
-            gdir / "grading-manifest.json",
-            {"datasets": {ctx.dataset: {"path": gfile.name, "sha256": sha256_file(gfile)}}},
-        )
-        t1 = time.time()
-        val = validate_trajectory_dataset(d, ctx, progress)
-        errs = val.pop("_errors")
-        if errs:
-            errs.raise_first()
-        rep = make_report(
-            "mixture",
-            params,
-            [*inputs, grading_manifest, grading.path, registry, corpus, task_config],
-            ctx.dataset,
-            status="ok",
-            family="sft-trajectory",
-            seed=seed,
-            weights={k: w.get(k, 1.0) for k in sources},
-            sources={k: dict(v) for k, v in per_source.items()},
-            rows={s: counts[s] for s in SPLITS},
-            think_sources=think,
-            think_source=next(iter(set(think.values()))) if len(set(think.values())) == 1 else "mixed",
-            grading_manifest={
-                "path": str(grading_manifest),
-                "sha256": sha256_file(grading_manifest),
-                "grading_sha256": sha256_file(grading.path),
-            },
-            validation={k: val[k] for k in ("valid", "line", "rows", "counts", "tool_reexecution_seconds")},
-            mix_seconds=round(t1 - t0, 3),
-            validate_seconds=round(time.time() - t1, 3),
-        )
-        write_json(d / "mixture_report.json", rep)
-    return rep
+            md = parse_user(row["messages"][1]["content"], ctx.task.metadata_fields)["metadata"]
+        except (ValueError, IndexError, KeyError, TypeError) as e:
+            raise UserError(f"unreadable user prompt: {e}", src.path, i, "messages") from None
+        for c in range(src.copies(row["sample_id"])):
+            msgs = [_clean(m) for m in row["messages"]]
+            msgs[:2] = native_messages(ctx, md, candidates_for(ctx, cid, row["source_id"], src.seed + c))
+            sample = f"{src.name}:{row['sample_id']}:{c}"
+            yield [
+                {
+                    **row,
+                    "sample_id": sample,
+                    "prompt_seed": src.seed + c,
+                    "messages": msgs,
+                    "tools": _clean(row["tools"]),
+                }
+            ]
 
 
-def mixture_any(
-    # sft: legacy stage1/stage2; rl-cascade: native-tool RL episodes; sft-trajectory: native-tool trajectories
-    family: typing.Literal["sft", "rl-cascade", "sft-trajectory"] = None,
-    input: list[str] = None,  # NAME=DIR source releases
-    grading_manifest: str = None,  # grading manifest JSON (path + sha256 per dataset)
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    task_config: str = None,  # task config JSON
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
-    output_dir: str = None,  # standardized release folder to publish
-    weights: list[str] = None,  # NAME=WEIGHT per source for train (default 1)
-    seed: int = 0,  # reseeding seed for candidates
-    progress: bool = True,  # show progress bars
-):
-    "Materialize a standardized release from validated sources (families: sft, rl-cascade, sft-trajectory)."
-    required(
-        family=family,
-        input=input,
-        grading_manifest=grading_manifest,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
-        metadata_fields=metadata_fields,
-        output_dir=output_dir,
-    )
-    kw = dict(
-        input=input,
-        grading_manifest=grading_manifest,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
-        metadata_fields=metadata_fields,
-        output_dir=output_dir,
-        weights=weights,
-        seed=seed,
-        progress=progress,
-    )
-    if family == "sft-trajectory":
-        return mixture_trajectory(**kw)
-    return mixture(family, **kw)
+def _think_report(sources: dict) -> dict:
+    "Where each source's reasoning came from; a mixture is formal only if every source is."
+    think = {name: release_think_source(src)[0] for name, src in sources.items()}
+    return {
+        "think_sources": think,
+        "think_source": next(iter(set(think.values()))) if len(set(think.values())) == 1 else "mixed",
+    }
+
+
+TRAJECTORY_FAMILY = Family(
+    "sft-trajectory",
+    TRAJECTORY_SCHEMA,
+    _trajectory_samples,
+    validate_trajectory_dataset,
+    ("valid", "line", "rows", "counts", "tool_reexecution_seconds"),
+    batch_rows=BATCH_ROWS // 4,
+    report=_think_report,
+)
