@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from .assets import SPLITS, make_report, release_report, required
+from .parquet import open_parquet
 from .rollout import weights_identity
-from .sft import open_parquet
 from .tools import write_tool_config
 from .trajectory import release_think_source
 from ..utils import UserError, atomic_dir, atomic_write, read_json, sha256_file, write_json

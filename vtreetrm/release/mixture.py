@@ -26,9 +26,10 @@ from vtreetrm.release.assets import (
     parse_named,
     required,
 )
+from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, stage1_messages, stage2_messages
 from .rl import RL_FIELDS, RL_SCHEMA, cascade_row, validate_rl_release
-from .sft import BATCH_ROWS, SFT_SCHEMA, SplitWriter, iter_parquet, open_parquet, validate_sft_dataset
+from .sft import SFT_SCHEMA, validate_sft_dataset
 from ..utils import UserError, atomic_dir, sha256_file, stable_uniform, write_json
 
 # %% auto #0

@@ -25,6 +25,7 @@ from vtreetrm.release.assets import (
     make_report,
     required,
 )
+from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
     candidates_for,
     leaked_ids,
@@ -34,16 +35,7 @@ from vtreetrm.release.prompts import (
     stage1_messages,
     stage2_messages,
 )
-from vtreetrm.release.sft import (
-    MESSAGE,
-    Errors,
-    SplitWriter,
-    _h64,
-    check_canonical_record,
-    iter_parquet,
-    malformed,
-    open_parquet,
-)
+from .sft import Errors, _h64, check_canonical_record, malformed
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0

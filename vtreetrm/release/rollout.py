@@ -13,8 +13,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .assets import make_report, required
+from .parquet import iter_parquet
 from .reward import compute_score, parse_final_answer
-from .sft import iter_parquet
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, iter_jsonl, sha256_file, write_json
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .assets import SPLITS, Record, ReleaseContext, iter_records, make_report, required
+from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
     candidates_for,
     leaked_ids,
@@ -31,13 +31,8 @@ from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
 __all__ = [
-    "MESSAGE",
     "SFT_SCHEMA",
-    "BATCH_ROWS",
     "TRAJECTORY_STAGE",
-    "SplitWriter",
-    "open_parquet",
-    "iter_parquet",
     "sft_rows",
     "check_canonical_record",
     "sft_export",
@@ -49,7 +44,6 @@ __all__ = [
 ]
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
-MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 SFT_SCHEMA = pa.schema(
     [
         ("data_source", pa.string()),
@@ -64,58 +58,6 @@ SFT_SCHEMA = pa.schema(
         ("prompt_seed", pa.int64()),
     ]
 )
-BATCH_ROWS = 8192
-
-
-class SplitWriter:
-    "Batched parquet writers, one `<split>.parquet` per split, all with `schema`."
-
-    def __init__(self, folder, schema: pa.Schema, batch_rows: int = BATCH_ROWS, splits=SPLITS):
-        self.folder, self.schema, self.batch_rows = Path(folder), schema, batch_rows
-        self.buf = {s: [] for s in splits}
-        self.counts = Counter()
-        self.writers = {s: pq.ParquetWriter(self.folder / f"{s}.parquet", schema, compression="zstd") for s in splits}
-
-    def write(self, split: str, row: dict):
-        b = self.buf[split]
-        b.append(row)
-        self.counts[split] += 1
-        if len(b) >= self.batch_rows:
-            self._flush(split)
-
-    def _flush(self, split):
-        if self.buf[split]:
-            self.writers[split].write_table(pa.Table.from_pylist(self.buf[split], schema=self.schema))
-            self.buf[split] = []
-
-    def close(self):
-        for s in self.writers:
-            self._flush(s)
-            self.writers[s].close()
-
-
-def open_parquet(path) -> pq.ParquetFile:
-    "Open a parquet file; a missing or corrupted one is a `UserError`."
-    path = Path(path)
-    if not path.is_file():
-        raise UserError("no such file", path)
-    try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"not a readable parquet file ({e}); corrupted or truncated?", path) from None
-
-
-def iter_parquet(path, columns=None, batch_rows: int = BATCH_ROWS):
-    "Yield `(row_number, dict)` (1-based) from a parquet file, batch by batch."
-    pf = open_parquet(path)
-    i = 0
-    try:
-        for b in pf.iter_batches(batch_size=batch_rows, columns=columns):
-            for row in b.to_pylist():
-                i += 1
-                yield i, row
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"unreadable parquet data after row {i} ({e}); corrupted?", path, i) from None
 
 
 # %% ../../nbs/release/06_sft.ipynb #9de2a377

@@ -23,17 +23,10 @@ from vtreetrm.release.assets import (
     release_report,
     required,
 )
+from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, native_answer, native_messages, parse_user
 from .reward import parse_final_answer
-from vtreetrm.release.sft import (
-    BATCH_ROWS,
-    Errors,
-    SplitWriter,
-    check_canonical_record,
-    iter_parquet,
-    malformed,
-    open_parquet,
-)
+from .sft import Errors, check_canonical_record, malformed
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, atomic_dir, iter_jsonl, stable_uniform, write_json
 

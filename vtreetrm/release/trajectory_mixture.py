@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from .mixture import Family
+from .parquet import BATCH_ROWS, iter_parquet, open_parquet
 from .prompts import candidates_for, native_messages, parse_user
-from .sft import BATCH_ROWS, iter_parquet, open_parquet
 from .trajectory import TRAJECTORY_SCHEMA, _clean, release_think_source, validate_trajectory_dataset
 from ..utils import UserError
 
