@@ -26,38 +26,15 @@ def run(capsys, *argv):
 def setup(tmp_path_factory):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from vtreetrm.release.canonical import canonical, split
+    from vtreetrm.release.canonical import synthetic_chain
     from vtreetrm.release.chat import build_chat_tokenizer
     from vtreetrm.release.mixture import mixture
-    from vtreetrm.release.preprocess import preprocess
     from vtreetrm.release.rl import rl_export
-    from vtreetrm.release.synthetic import make_synthetic
     from vtreetrm.release.trajectory import _clean, trajectory_export
 
     t = tmp_path_factory.mktemp("launch")
-    s, r = t / "syn", t / "run"
-    make_synthetic(s, records=80, progress=False)
-    preprocess(
-        s / "RAW/shougang.xlsx",
-        s / "ASSETS/mappings/shougang.mapping.json",
-        r / "processed/shougang/all.json",
-        progress=False,
-    )
-    canonical(
-        r / "processed",
-        r / "canonical",
-        s / "CFG/datasets.json",
-        s / "ASSETS/registries",
-        s / "ASSETS/corpora",
-        progress=False,
-    )
-    split(r / "canonical", progress=False)
-    a = dict(
-        registry=s / "ASSETS/registries/shougang.registry.json",
-        corpus=s / "ASSETS/corpora/shougang.corpus.json",
-        metadata_fields=list(NATIVE_PROMPT_FIELDS),
-        task_config=s / "CFG/shougang.task.json",
-    )
+    c = synthetic_chain(t, records=80)
+    s, r, a = c.syn, c.run, c.assets
     g = s / "STANDARDS/shougang.grading.json"
     rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", grading_config=g, progress=False, **a)
     shutil.copy(g, r / "grading.json")

@@ -15,41 +15,18 @@ from omegaconf import OmegaConf
 
 import vtreetrm.release.reward as reward_mod
 from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS, write_grading_manifest
-from vtreetrm.release.canonical import canonical, split
+from vtreetrm.release.canonical import synthetic_chain
 from vtreetrm.release.chat import build_chat_tokenizer
 from vtreetrm.release.mixture import mixture
-from vtreetrm.release.preprocess import preprocess
 from vtreetrm.release.rl import rl_export
-from vtreetrm.release.synthetic import make_synthetic
 
 
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
     t = tmp_path_factory.mktemp("verl")
-    make_synthetic(t / "syn", records=60, progress=False)
-    s = t / "syn"
-    run = t / "run"
-    preprocess(
-        s / "RAW/shougang.xlsx",
-        s / "ASSETS/mappings/shougang.mapping.json",
-        run / "processed/shougang/all.json",
-        progress=False,
-    )
-    canonical(
-        run / "processed",
-        run / "canonical",
-        s / "CFG/datasets.json",
-        s / "ASSETS/registries",
-        s / "ASSETS/corpora",
-        progress=False,
-    )
-    split(run / "canonical", progress=False)
-    a = dict(
-        registry=s / "ASSETS/registries/shougang.registry.json",
-        corpus=s / "ASSETS/corpora/shougang.corpus.json",
-        metadata_fields=list(NATIVE_PROMPT_FIELDS),
-        task_config=s / "CFG/shougang.task.json",
-    )
+    c = synthetic_chain(t, records=60)
+    s, run = c.syn, c.run
+    a = c.assets
     rl_export(
         run / "canonical/shougang/all.json",
         run / "rl-source",

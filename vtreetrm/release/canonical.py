@@ -5,6 +5,7 @@
 # %% ../../nbs/release/03_canonical.ipynb #745f837b
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import time
@@ -15,6 +16,7 @@ from tqdm.auto import tqdm
 
 from vtreetrm.release.assets import (
     FORMAL_DATASET,
+    NATIVE_PROMPT_FIELDS,
     SPLITS,
     Corpus,
     DatasetsConfig,
@@ -29,7 +31,7 @@ from vtreetrm.release.assets import (
 from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json, stable_uniform, write_json
 
 # %% auto #0
-__all__ = ["MAX_LISTED", "resolve_record", "canonical", "split_of", "split"]
+__all__ = ["MAX_LISTED", "resolve_record", "canonical", "split_of", "split", "SyntheticChain", "synthetic_chain"]
 
 # %% ../../nbs/release/03_canonical.ipynb #a9cb1e35
 MAX_LISTED = 1000  # unresolved records listed one by one in a report (the count is always exact)
@@ -270,3 +272,55 @@ def split(
         )
         write_json(d / "split_report.json", rep)
     return rep
+
+
+# %% ../../nbs/release/03_canonical.ipynb #eefc2884
+@dataclasses.dataclass(frozen=True)
+class SyntheticChain:
+    "A synthetic dataset taken through preprocess, canonical and split: the paths every later step reads."
+
+    syn: Path  # make_synthetic's folder: RAW/, ASSETS/, CFG/, STANDARDS/
+    run: Path  # the chain's outputs: processed/, canonical/
+    dataset: str = FORMAL_DATASET
+
+    @property
+    def canonical(self) -> Path:
+        return self.run / "canonical" / self.dataset / "all.json"
+
+    @property
+    def grading_config(self) -> Path:
+        return self.syn / "STANDARDS" / f"{self.dataset}.grading.json"
+
+    @property
+    def assets(self) -> dict:
+        "The asset flags of the export commands, as keyword arguments."
+        return dict(
+            registry=self.syn / "ASSETS/registries" / f"{self.dataset}.registry.json",
+            corpus=self.syn / "ASSETS/corpora" / f"{self.dataset}.corpus.json",
+            metadata_fields=list(NATIVE_PROMPT_FIELDS),
+            task_config=self.syn / "CFG" / f"{self.dataset}.task.json",
+        )
+
+
+def synthetic_chain(
+    folder: str | Path,  # gets syn/ and run/
+    records: int = 30,  # field records in the synthetic workbook
+    conflicts: int = 0,  # prompt-conflict pairs to inject
+    split_seed: int = 42,  # the split's seed
+) -> SyntheticChain:
+    "make-synthetic, preprocess, canonical and split in `folder`: the start of every release example and test."
+    from vtreetrm.release.preprocess import preprocess
+    from vtreetrm.release.synthetic import make_synthetic
+
+    c = SyntheticChain(Path(folder) / "syn", Path(folder) / "run")
+    make_synthetic(c.syn, records=records, conflicts=conflicts, progress=False)
+    preprocess(
+        c.syn / "RAW" / f"{c.dataset}.xlsx",
+        c.syn / "ASSETS/mappings" / f"{c.dataset}.mapping.json",
+        c.run / "processed" / c.dataset / "all.json",
+        progress=False,
+    )
+    canonical(c.run / "processed", c.run / "canonical", c.syn / "CFG/datasets.json", c.syn / "ASSETS/registries",
+              c.syn / "ASSETS/corpora", progress=False)  # fmt: skip
+    split(c.run / "canonical", seed=split_seed, progress=False)
+    return c
