@@ -7,31 +7,38 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+
+from .config import RunConfig
 
 # %% auto #0
 __all__ = ["GateParams", "EProcess", "GateDecision", "GateRound", "Watch", "simulate_gate"]
 
 
 # %% ../../nbs/harness/03_gate.ipynb #292e2186
+def _run_default(name: str):
+    "The default of `RunConfig.gate_<name>`: each gate default is written once, with its help, in the run config."
+    return next(f.default for f in fields(RunConfig) if f.name == "gate_" + name)
+
+
 @dataclass
 class GateParams:
-    "CE-Gate parameters (the `gate_*` fields of `RunConfig`, without the prefix)."
+    "CE-Gate parameters (the `gate_*` fields of `RunConfig`, without the prefix; defaults taken from there)."
 
-    e_confirm: float = 20.0
-    e_provisional: float = 3.0
-    w_net_min: int = 2
-    delta_min: float = 0.02
-    lambda_dir: float = -0.642
-    e_rollback: float = 10.0
-    block: int = 8
-    n_max: int = 40
-    p_low: float = 0.05
-    p_high: float = 0.95
-    probe_quota: float = 0.2
-    gamma_decay: float = 0.9
-    cooldown_steps: int = 2
-    guard_err: float = 0.10
+    e_confirm: float = _run_default("e_confirm")
+    e_provisional: float = _run_default("e_provisional")
+    w_net_min: int = _run_default("w_net_min")
+    delta_min: float = _run_default("delta_min")
+    lambda_dir: float = _run_default("lambda_dir")
+    e_rollback: float = _run_default("e_rollback")
+    block: int = _run_default("block")
+    n_max: int = _run_default("n_max")
+    p_low: float = _run_default("p_low")
+    p_high: float = _run_default("p_high")
+    probe_quota: float = _run_default("probe_quota")
+    gamma_decay: float = _run_default("gamma_decay")
+    cooldown_steps: int = _run_default("cooldown_steps")
+    guard_err: float = _run_default("guard_err")
 
     @classmethod
     def from_run_config(cls, c):

@@ -5,12 +5,14 @@
 # %% ../../nbs/harness/08_synthetic.ipynb #da348662
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
 
 import yaml
 
+from .config import RunConfig
 from .questions import load_benchmark
 from ..utils import UserError, atomic_dir, check_replaceable, provenance, write_json
 
@@ -24,6 +26,7 @@ __all__ = [
     "RELATIONS",
     "PARTS",
     "SYN_TASKS",
+    "GATE_DEFAULTS",
     "SKILLS_V1",
     "SYSTEM_V1",
     "REFLECT_V1",
@@ -192,6 +195,10 @@ def _question(rng, qid, vid, tree, scene, task) -> dict:
 
 
 # %% ../../nbs/harness/08_synthetic.ipynb #92e0d48d
+# the gate knobs of the run config, as the synthetic store's config/default.yaml spells them out
+GATE_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(RunConfig) if f.name.startswith("gate_") and f.name != "gate_enabled"
+}
 SKILLS_V1 = (
     "# Skills\n\n## General\n- Use the tools to gather evidence before answering.\n- Reply with 'Answer: <letter>'.\n\n"
     + "\n\n".join(f"## {t}\n- Think about what the question asks." for t in SYN_TASKS)
@@ -226,20 +233,7 @@ def experiment_config(workspace: str = "workspaces/train-action-recognition") ->
             "skills_version": "v1",
             "prompts_version": "v1",
             "epochs": 3,
-            "gate_e_confirm": 20.0,
-            "gate_e_provisional": 3.0,
-            "gate_w_net_min": 2,
-            "gate_delta_min": 0.02,
-            "gate_lambda_dir": -0.642,
-            "gate_e_rollback": 10.0,
-            "gate_block": 8,
-            "gate_n_max": 40,
-            "gate_p_low": 0.05,
-            "gate_p_high": 0.95,
-            "gate_probe_quota": 0.2,
-            "gate_gamma_decay": 0.9,
-            "gate_cooldown_steps": 2,
-            "gate_guard_err": 0.10,
+            **GATE_DEFAULTS,  # written out so the config shows every gate knob
             "edit_budget_start": 5,
             "edit_budget_end": 2,
             "skill_update_mode": "patch",
