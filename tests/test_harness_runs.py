@@ -318,7 +318,8 @@ def test_rollback_after_acceptance_then_cooldown(tmp_path, monkeypatch):
     "An edit that wins its gate round but loses afterwards (the data shifts) is rolled back; no candidate for cooldown steps."
     import re
 
-    from vtreetrm.harness.backends import ChatReply, _u
+    from vtreetrm.harness.backends import ChatReply
+    from vtreetrm.utils import stable_uniform
     from vtreetrm.harness.config import EmbedConfig, RunConfig
     from vtreetrm.harness.evolution import Patch
     from vtreetrm.harness.questions import load_benchmark
@@ -342,7 +343,11 @@ def test_rollback_after_acceptance_then_cooldown(tmp_path, monkeypatch):
             q = gold[
                 (re.search(r"^Video: (.*)$", user, re.M).group(1), re.search(r"^Question: (.*)$", user, re.M).group(1))
             ]
-            ok = (not Rigged.shift) if "RULE-X" in messages[0]["content"] else _u("base", q.question_id) < 0.5
+            ok = (
+                (not Rigged.shift)
+                if "RULE-X" in messages[0]["content"]
+                else stable_uniform("base", q.question_id) < 0.5
+            )
             wrong = [l for l in q.letters if l != q.answer][0]
             return ChatReply(f"Answer: {q.answer if ok else wrong}")
 
