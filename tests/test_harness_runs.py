@@ -319,11 +319,11 @@ def test_rollback_after_acceptance_then_cooldown(tmp_path, monkeypatch):
     import re
 
     from vtreetrm.harness.backends import ChatReply
-    from vtreetrm.utils import stable_uniform
     from vtreetrm.harness.config import EmbedConfig, RunConfig
     from vtreetrm.harness.evolution import Patch
     from vtreetrm.harness.questions import load_benchmark
     from vtreetrm.harness.runner import Runner
+    from vtreetrm.utils import stable_uniform
 
     syn = tmp_path / "syn"
     make_synthetic(syn, n_train_videos=20, n_test_videos=10, per_task=40, test_ar=10, test_other=2)
