@@ -40,6 +40,20 @@ def test_every_option_has_help_that_reads_right(prog):
 
 
 def test_on_by_default_flags_parse_both_ways():
-    p = command_parser(COMMANDS["vtreetrm release sft-export"], prog="x")
-    assert p.parse_args([]).progress is True
-    assert p.parse_args(["--no-progress"]).progress is False and p.parse_args(["--progress"]).progress is True
+    p = command_parser(COMMANDS["vtreetrm release split"], prog="x")
+    base = ["--canonical-dir", "run/canonical"]
+    assert p.parse_args(base).progress is True
+    assert (
+        p.parse_args([*base, "--no-progress"]).progress is False
+        and p.parse_args([*base, "--progress"]).progress is True
+    )
+
+
+def test_required_flags_are_required_in_help_and_parsing(capsys):
+    "A flag a command cannot run without (vtreetrm.release.assets.requires) is required in its usage and by argparse."
+    p = command_parser(COMMANDS["vtreetrm release sft-export"], prog="sft-export")
+    usage = p.format_usage()
+    assert "--canonical CANONICAL" in usage and "[--canonical" not in usage and "[--progress | --no-progress]" in usage
+    with pytest.raises(SystemExit) as e:
+        p.parse_args(["--canonical", "x"])
+    assert e.value.code == 2 and "--output-dir" in capsys.readouterr().err

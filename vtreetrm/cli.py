@@ -54,9 +54,9 @@ def _flags(name):
     return (f"-{name}", f"--{name}") if len(name) == 1 else ("--" + name.replace("_", "-"),)
 
 
-def _add_option(p, name: str, anno, default, help_: str):
-    "Add one argument for a parameter (or config field) `name` to parser or group `p`."
-    kw = {}
+def _add_option(p, name: str, anno, default, help_: str, required: bool = False):
+    "Add one argument for a parameter (or config field) `name` to parser or group `p` (`required`: a flag that must be given)."
+    kw = {"required": True} if required else {}
     if isinstance(anno, Param):
         kw = {
             k: v
@@ -85,11 +85,14 @@ def _add_option(p, name: str, anno, default, help_: str):
         else:
             p.add_argument(*_flags(name), dest=name, action="store_true", help=help_)
         return
+    if required and kw.get("nargs") == "*":
+        kw["nargs"] = "+"  # a required list takes at least one value
     if kw.get("action") not in ("store_true", "store_false", "count"):
         kw.setdefault("type", anno if anno in (str, int, float, Path) else str)
     if has_default:
         p.add_argument(*_flags(name), dest=name, default=default, help=help_, **kw)
-    else:
+    else:  # positional: required already
+        kw.pop("required", None)
         p.add_argument(name, help=help_, **kw)
 
 
@@ -128,7 +131,8 @@ def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
     p = argparse.ArgumentParser(prog=prog, description=(func.__doc__ or "").strip(), formatter_class=_HelpFormatter)
     p.configs = {}  # parameter -> (dataclass, its field names)
-    for name, d in docments(func, full=True, returns=False, eval_str=True).items():
+    required = set(getattr(func, "required_flags", ()))  # set by vtreetrm.release.assets.requires
+    for name, d in docments(inspect.unwrap(func), full=True, returns=False, eval_str=True).items():
         if _is_config(d.anno):
             fields = config_fields(d.anno)
             g = p.add_argument_group(f"{d.anno.__name__}", (d.anno.__doc__ or "").strip())
@@ -136,7 +140,7 @@ def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
                 _add_option(g, fname, anno, default, help_)
             p.configs[name] = (d.anno, list(fields))
         else:
-            _add_option(p, name, d.anno, d.default, d.docment or "")
+            _add_option(p, name, d.anno, d.default, d.docment or "", required=name in required)
     return p
 
 
@@ -242,9 +246,10 @@ def main(argv: list = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (
-        OSError
-    ) as e:  # a path the system refuses (a file where a folder must be, no permission, disk full): one line
+    except SystemExit as e:  # argparse: --help (0) or a usage error such as a missing required flag (2), printed
+        return e.code if isinstance(e.code, int) else 2
+    # a path the system refuses (a file where a folder must be, no permission, disk full): one line
+    except OSError as e:
         if e.filename is None and e.errno not in _ENV_ERRNOS:
             raise
         where = f"{e.filename} -> {e.filename2}: " if e.filename2 else f"{e.filename}: " if e.filename else ""

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -44,6 +46,7 @@ __all__ = [
     "DatasetsConfig",
     "ReleaseContext",
     "required",
+    "requires",
     "cmdline",
     "parse_named",
     "release_report",
@@ -611,6 +614,24 @@ def required(**kw):
     for k, v in kw.items():
         if v is None or v == []:
             raise UserError(f"--{k.replace('_', '-')} is required")
+
+
+def requires(*names: str):
+    "A command that cannot run without `names`: checked at each call (`required`), shown as required in its --help."
+
+    def decorate(f):
+        sig = inspect.signature(f)
+
+        @functools.wraps(f)
+        def command(*args, **kwargs):
+            given = sig.bind_partial(*args, **kwargs).arguments
+            required(**{n: given.get(n) for n in names})
+            return f(*args, **kwargs)
+
+        command.required_flags = names  # read by vtreetrm.cli.command_parser
+        return command
+
+    return decorate
 
 
 def cmdline(command: str, params: dict) -> list:

@@ -19,7 +19,7 @@ from vtreetrm.release.assets import (
     iter_records,
     make_report,
     parse_named,
-    required,
+    requires,
 )
 from .prompts import prompt_key
 from ..utils import UserError, read_json, sha256_file, write_json
@@ -40,6 +40,7 @@ def _standard_leaves(path) -> set:
     return {c["id"] for c in cats if isinstance(c, dict) and "id" in c and c["id"] not in parents}
 
 
+@requires("canonical", "classification_standard", "grading_standard", "report")
 def audit_prompt_conflicts(
     canonical: list[str] = None,  # NAME=PATH of canonical all.json files
     classification_standard: list[str] = None,  # NAME=PATH classification standard per dataset
@@ -54,12 +55,6 @@ def audit_prompt_conflicts(
     "Prompt-conflict audit; writes REPORT; exit 0 only when passed with conflict_keys 0."
     if metadata_fields is None:
         metadata_fields = list(NATIVE_PROMPT_FIELDS)
-    required(
-        canonical=canonical,
-        classification_standard=classification_standard,
-        grading_standard=grading_standard,
-        report=report,
-    )
     if split not in SPLITS + ("all",):
         raise UserError(f"--split must be one of {SPLITS + ('all',)}")
     params = dict(

@@ -26,7 +26,7 @@ from vtreetrm.release.assets import (
     Registry,
     iter_records,
     make_report,
-    required,
+    requires,
 )
 from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json, stable_uniform, write_json
 
@@ -55,6 +55,7 @@ def resolve_record(
     return None, None
 
 
+@requires("processed_dir", "canonical_dir", "config_file", "registry_dir", "corpus_dir")
 def canonical(
     processed_dir: str = None,  # folder holding <dataset>/all.json from preprocess
     canonical_dir: str = None,  # output folder; <dataset>/ is published atomically
@@ -67,13 +68,6 @@ def canonical(
     progress: bool = True,  # show a progress bar
 ):
     "Resolve processed records to registry leaves; publish canonical/<dataset>/all.json and canonical_report.json."
-    required(
-        processed_dir=processed_dir,
-        canonical_dir=canonical_dir,
-        config_file=config_file,
-        registry_dir=registry_dir,
-        corpus_dir=corpus_dir,
-    )
     params = dict(
         processed_dir=processed_dir,
         canonical_dir=canonical_dir,
@@ -192,6 +186,7 @@ def _load_split_file(path) -> dict:
     return out
 
 
+@requires("canonical_dir")
 def split(
     canonical_dir: str = None,  # folder holding <dataset>/all.json from canonical
     dataset: str = FORMAL_DATASET,  # dataset name
@@ -203,7 +198,6 @@ def split(
     progress: bool = True,  # show a progress bar
 ):
     "Embed a stable split in every canonical record; republish canonical/<dataset>/ with split_report.json."
-    required(canonical_dir=canonical_dir)
     if split_type != "random":
         raise UserError(f"unsupported --split-type {split_type!r} (supported: random)")
     ratios = (train_ratio, val_ratio, round(1 - train_ratio - val_ratio, 10))

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .assets import SPLITS, make_report, release_report, required
+from .assets import SPLITS, make_report, release_report, requires
 from .parquet import open_parquet
 from .rollout import weights_identity
 from .tools import write_tool_config
@@ -142,6 +142,7 @@ def _publish(output_dir, command: list, cfg, report: dict, dry_run: bool) -> int
 SFT_DATASET = ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset")  # data.custom_cls for verl's SFT trainer
 
 
+@requires("release", "model", "output_dir")
 def verl_sft(
     release: str = None,  # validated trajectory release (train/val parquet)
     model: str = None,  # local model folder (config.json, weights, tokenizer with a chat template)
@@ -156,7 +157,6 @@ def verl_sft(
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
 ):
     "Gate and launch verl's SFT trainer on a native-tool trajectory release."
-    required(release=release, model=model, output_dir=output_dir)
     params = dict(
         release=release,
         model=model,
@@ -339,6 +339,7 @@ def check_merged(folder: Path) -> int:
     return sum(math.prod(s) for s in have.values())
 
 
+@requires("checkpoint", "out")
 def verl_merge(
     checkpoint: str = None,  # verl FSDP checkpoint (SFT: global_step_N, PPO: global_step_N/actor): shards, fsdp_config.json, huggingface/
     out: str = None,  # transformers folder to write (published whole)
@@ -346,7 +347,6 @@ def verl_merge(
     dry_run: bool = False,  # print the merge command and check the checkpoint, write nothing
 ):
     "Merge verl's FSDP SFT checkpoint into a transformers folder with verl's own merger; print its identity sha256."
-    required(checkpoint=checkpoint, out=out)
     check_verl()
     info = check_fsdp_checkpoint(checkpoint)
     dest = Path(out)
@@ -417,9 +417,9 @@ def release_canonical(release, depth: int = 0) -> dict:
     return out
 
 
+@requires("sft_model", "rollout_gate", "audit", "reference")
 def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
     "Check the rollout gate, the audit and the reference for a formal RLOO launch; returns what the launch report records."
-    required(sft_model=sft_model, rollout_gate=rollout_gate, audit=audit, reference=reference)
     ident = weights_identity(sft_model)
     g = read_json(rollout_gate)
     if not isinstance(g, dict) or g.get("passed") is not True:
@@ -476,6 +476,7 @@ def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
 
 
 # %% ../../nbs/release/13_launch.ipynb #7604ab8c
+@requires("release", "sft_model", "registry", "corpus", "task_config", "output_dir")
 def verl_rl(
     release: str = None,  # validated rl-cascade release (five-field parquet)
     sft_model: str = None,  # local model folder: the merged post-SFT checkpoint RL starts from
@@ -500,14 +501,6 @@ def verl_rl(
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
 ):
     "Gate and launch verl's PPO trainer with RLOO, our reward and our tools on an rl-cascade release."
-    required(
-        release=release,
-        sft_model=sft_model,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
-        output_dir=output_dir,
-    )
     if rollout_n < 2:
         raise UserError("--rollout-n must be at least 2 for RLOO")
     if rollout_engine not in ROLLOUT_ENGINES:

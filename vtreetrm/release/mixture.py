@@ -24,7 +24,7 @@ from vtreetrm.release.assets import (
     load_grading_manifest,
     make_report,
     parse_named,
-    required,
+    requires,
 )
 from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, stage1_messages, stage2_messages
@@ -212,6 +212,7 @@ def parse_weights(weights: list[str], sources: dict) -> dict:
 
 
 # %% ../../nbs/release/08_mixture.ipynb #4145c0b1
+@requires("family", "input", "grading_manifest", "registry", "corpus", "task_config", "metadata_fields", "output_dir")
 def mixture(
     # sft: legacy stage1/stage2; rl-cascade: native-tool RL episodes; sft-trajectory: native-tool trajectories
     family: typing.Literal["sft", "rl-cascade", "sft-trajectory"] = None,
@@ -228,8 +229,6 @@ def mixture(
 ) -> dict:
     "Materialize a standardized release from validated sources (families: sft, rl-cascade, sft-trajectory)."
     params = dict(locals())
-    required(family=family, input=input, grading_manifest=grading_manifest, registry=registry, corpus=corpus,
-             task_config=task_config, metadata_fields=metadata_fields, output_dir=output_dir)  # fmt: skip
     fam = family_of(family)
     sources = parse_named(input, "--input")
     w = parse_weights(weights, sources)

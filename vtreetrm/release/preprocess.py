@@ -26,7 +26,7 @@ from vtreetrm.release.assets import (
     make_report,
     normalize_cell,
     record_id,
-    required,
+    requires,
 )
 from ..utils import UserError, write_json
 
@@ -225,6 +225,7 @@ def iter_workbook_records(input: str | Path, mapping: Mapping, dataset: str, pro
         wb.close()
 
 
+@requires("input", "mapping", "output")
 def preprocess(
     input: str = None,  # the raw workbook (xlsx)
     mapping: str = None,  # the mapping JSON (sheets, header row, columns)
@@ -233,7 +234,6 @@ def preprocess(
     progress: bool = True,  # show progress bars
 ):
     "Normalize the workbook into processed records; writes OUTPUT and `preprocess_report.json` beside it."
-    required(input=input, mapping=mapping, output=output)
     params = dict(input=input, mapping=mapping, output=output, dataset=dataset)
     m = Mapping.from_path(mapping)
     if m.dataset != dataset:

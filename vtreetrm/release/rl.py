@@ -23,7 +23,7 @@ from vtreetrm.release.assets import (
     iter_records,
     load_grading_manifest,
     make_report,
-    required,
+    requires,
 )
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
@@ -140,6 +140,9 @@ def cascade_row(ctx: ReleaseContext, stage1: dict, stage2: dict, sample_id: str,
 
 
 # %% ../../nbs/release/07_rl.ipynb #24b47251
+@requires(
+    "canonical", "output_dir", "dataset", "registry", "corpus", "metadata_fields", "task_config", "grading_config"
+)
 def rl_export(
     canonical: str = None,  # canonical all.json (with embedded split)
     output_dir: str = None,  # RL source release folder to publish
@@ -152,16 +155,6 @@ def rl_export(
     progress: bool = True,  # show a progress bar
 ):
     "Export the five-field RL source release (stage1 + stage2 row per record), validated before publication."
-    required(
-        canonical=canonical,
-        output_dir=output_dir,
-        dataset=dataset,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-    )
     params = dict(
         canonical=canonical,
         output_dir=output_dir,
@@ -352,6 +345,7 @@ def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progres
     }
 
 
+@requires("dataset_dir", "registry", "corpus", "task_config")
 def rl_validate_cascade(
     dataset_dir: str = None,  # rl-cascade release folder
     registry: str = None,  # leaf registry JSON
@@ -363,7 +357,6 @@ def rl_validate_cascade(
     progress: bool = True,  # show a progress bar
 ):
     "Validate an rl-cascade release against the assets and the grading manifest; exit 2 when invalid."
-    required(dataset_dir=dataset_dir, registry=registry, corpus=corpus, task_config=task_config)
     params = dict(
         dataset_dir=dataset_dir,
         registry=registry,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .assets import make_report, required
+from .assets import make_report, required, requires
 from .parquet import iter_parquet
 from .reward import compute_score, parse_final_answer
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
@@ -163,6 +163,7 @@ def rollout_episode(
     return msgs, "\n".join(text_all)
 
 
+@requires("report")
 def rollout_gate(
     model: str = None,  # local model folder (merged checkpoint) for a live rollout
     release: str = None,  # rl-cascade release the episodes come from
@@ -182,7 +183,6 @@ def rollout_gate(
     progress: bool = True,  # show a progress bar
 ) -> int:
     "Post-SFT rollout gate: exit 0 only for 5% <= nonzero-reward rate <= 30%."
-    required(report=report)
     if from_dump and model is None and model_sha256 is None:
         raise UserError(
             "--from-dump needs the identity of the model that produced the dump: --model HF_DIR or --model-sha256 HEX"

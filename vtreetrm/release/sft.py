@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .assets import SPLITS, Record, ReleaseContext, iter_records, make_report, required
+from .assets import SPLITS, Record, ReleaseContext, iter_records, make_report, requires
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
     candidates_for,
@@ -103,6 +103,7 @@ def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
         raise UserError(f"metadata lacks {', '.join(missing)}", path, line, "metadata")
 
 
+@requires("canonical", "output_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_export(
     canonical: str = None,  # canonical all.json (with embedded split)
     output_dir: str = None,  # release folder to publish (train/val/test.parquet + export_report.json)
@@ -114,15 +115,6 @@ def sft_export(
     progress: bool = True,  # show a progress bar
 ):
     "Export the legacy stage1/stage2 SFT release (three messages per row), validated before publication."
-    required(
-        canonical=canonical,
-        output_dir=output_dir,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-    )
     params = dict(
         canonical=canonical,
         output_dir=output_dir,
@@ -386,6 +378,7 @@ def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True
     }
 
 
+@requires("dataset_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_validate(
     dataset_dir: str = None,  # legacy release folder (train/val/test.parquet)
     registry: str = None,  # leaf registry JSON
@@ -397,14 +390,6 @@ def sft_validate(
     progress: bool = True,  # show a progress bar
 ):
     "Validate a legacy stage1/stage2 SFT release; writes the report; exit 2 when invalid."
-    required(
-        dataset_dir=dataset_dir,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-    )
     params = dict(
         dataset_dir=dataset_dir,
         registry=registry,

@@ -15,7 +15,7 @@ import openpyxl
 from openpyxl.worksheet.cell_range import CellRange
 from tqdm.auto import tqdm
 
-from .assets import FORMAL_DATASET, NATIVE_PROMPT_FIELDS, make_report
+from .assets import FORMAL_DATASET, NATIVE_PROMPT_FIELDS, make_report, requires
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
@@ -410,6 +410,7 @@ def add_dimensions(path, refs: dict):
 
 
 # %% ../../nbs/release/01_synthetic.ipynb #49749788
+@requires("out")
 def make_synthetic(
     out: str = None,  # output folder (published atomically)
     records: int = 3000,  # number of field records in the workbook
@@ -420,9 +421,6 @@ def make_synthetic(
     progress: bool = True,  # show a progress bar
 ):
     "Write a complete runtime-local synthetic asset set (workbook, mapping, registry, corpus, standards, configs)."
-    from vtreetrm.release.assets import required
-
-    required(out=out)
     if records < 1:
         raise UserError("--records must be at least 1")
     params = dict(

@@ -21,7 +21,7 @@ from vtreetrm.release.assets import (
     iter_records,
     make_report,
     release_report,
-    required,
+    requires,
 )
 from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, native_answer, native_messages, parse_user
@@ -133,6 +133,9 @@ def _tools_for(ctx):
 
 
 # %% ../../nbs/release/11_trajectory.ipynb #87a40d53
+@requires(
+    "dataset", "canonical", "registry", "corpus", "metadata_fields", "task_config", "grading_config", "collect_dir"
+)
 def trajectory_collect(
     dataset: str = None,  # dataset name (must match the records and assets)
     canonical: str = None,  # canonical all.json (with embedded split)
@@ -146,16 +149,6 @@ def trajectory_collect(
     progress: bool = True,  # show a progress bar
 ):
     "Write think-free JSONL context shards and collect_report.json (no parquet)."
-    required(
-        dataset=dataset,
-        canonical=canonical,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-        collect_dir=collect_dir,
-    )
     if shard_size < 1:
         raise UserError("--shard-size must be at least 1")
     params = dict(
@@ -494,6 +487,9 @@ def validate_trajectory_dataset(dataset_dir, ctx: ReleaseContext, progress: bool
 TRAJ_SCHEMA_CACHE = {}
 
 
+@requires(
+    "dataset", "canonical", "registry", "corpus", "metadata_fields", "task_config", "grading_config", "output_dir"
+)
 def trajectory_export(
     dataset: str = None,  # dataset name
     canonical: str = None,  # canonical all.json (with embedded split)
@@ -509,16 +505,6 @@ def trajectory_export(
     progress: bool = True,  # show a progress bar
 ):
     "Assemble contexts and thoughts, re-execute tools, validate and publish the trajectory parquet."
-    required(
-        dataset=dataset,
-        canonical=canonical,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-        output_dir=output_dir,
-    )
     params = dict(
         dataset=dataset,
         canonical=canonical,
@@ -643,6 +629,7 @@ def release_think_source(release) -> tuple[str | None, Path]:
     return (r.get("think_source") if r.get("think_source") in ("file", "mock", "mixed") else None), rep
 
 
+@requires("dataset_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def trajectory_validate(
     dataset_dir: str = None,  # trajectory release folder
     registry: str = None,  # leaf registry JSON
@@ -654,14 +641,6 @@ def trajectory_validate(
     progress: bool = True,  # show a progress bar
 ):
     "Standalone trajectory validator (tools re-executed); writes the report; exit 2 when invalid."
-    required(
-        dataset_dir=dataset_dir,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-    )
     params = dict(
         dataset_dir=dataset_dir,
         registry=registry,
@@ -705,6 +684,7 @@ def _pcts(v) -> dict:
     }
 
 
+@requires("dataset_dir", "report")
 def trajectory_stats(
     dataset_dir: str = None,  # trajectory release folder
     report: str = None,  # stats report JSON to write
@@ -712,7 +692,6 @@ def trajectory_stats(
     progress: bool = True,  # show a progress bar
 ):
     "Character (and, with --model, token) statistics per split and class of a trajectory release."
-    required(dataset_dir=dataset_dir, report=report)
     params = dict(dataset_dir=dataset_dir, report=report, model=model)
     tok = None
     if model:
