@@ -236,23 +236,9 @@ def mixture(
     grading = load_grading_manifest(grading_manifest, [task.dataset])[task.dataset]
     ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields, grading_override=grading)
     extra = fam.report(sources) if fam.report else {}
-    t0, per_source, inputs, index = time.time(), {}, [], itertools.count()
+    t0 = time.time()
     with atomic_dir(output_dir) as d:
-        out = SplitWriter(d, fam.schema, batch_rows=fam.batch_rows)  # every split gets a file, empty ones too
-        try:
-            for name, src in sources.items():
-                per_source[name] = Counter()
-                for s in SPLITS:
-                    inputs.append(Path(src) / f"{s}.parquet")
-                    source = Source(name, s, inputs[-1], w.get(name, 1.0), seed, progress, index)
-                    for rows in fam.samples(ctx, source):
-                        for row in rows:
-                            out.write(s, row)
-                        per_source[name][s] += 1
-            if not sum(out.counts.values()):
-                raise UserError("the inputs hold no rows to mix")
-        finally:
-            out.close()
+        out, per_source, inputs = _mix(d, fam, ctx, sources, w, seed, progress)
         _copy_grading(d, ctx, grading)
         t1 = time.time()
         val = fam.validate(d, ctx, progress)
@@ -282,6 +268,26 @@ def mixture(
         )
         write_json(d / "mixture_report.json", rep)
     return rep
+
+
+def _mix(d: Path, fam: Family, ctx, sources: dict, w: dict, seed: int, progress: bool):
+    "Write every split of every source through `fam` into `d`: the writer (closed), samples per source, the files read."
+    per_source, inputs, index = {}, [], itertools.count()
+    out = SplitWriter(d, fam.schema, batch_rows=fam.batch_rows)  # every split gets a file, empty ones too
+    try:
+        for name, src in sources.items():
+            per_source[name] = Counter()
+            for s in SPLITS:
+                inputs.append(Path(src) / f"{s}.parquet")
+                for rows in fam.samples(ctx, Source(name, s, inputs[-1], w.get(name, 1.0), seed, progress, index)):
+                    for row in rows:
+                        out.write(s, row)
+                    per_source[name][s] += 1
+        if not sum(out.counts.values()):
+            raise UserError("the inputs hold no rows to mix")
+    finally:
+        out.close()
+    return out, per_source, inputs
 
 
 def _copy_grading(d: Path, ctx, grading):
