@@ -22,20 +22,8 @@ from fastcore.docments import docments
 from .utils import UserError
 
 # %% auto #0
-__all__ = [
-    "TOP_COMMANDS",
-    "GROUPS",
-    "PARAMETERS_HEADER",
-    "Param",
-    "config_fields",
-    "command_parser",
-    "run_command",
-    "main",
-    "console_main",
-    "parameters_source",
-    "check_config",
-]
-
+__all__ = ['TOP_COMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'command_parser', 'run_command', 'main',
+           'console_main', 'parameters_source', 'check_config']
 
 # %% ../nbs/01_cli.ipynb #ab2e19d4
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +35,6 @@ class Param:
     nargs: int | str = None  # argparse nargs: '+', '*', 2, ...
     choices: list = None  # allowed values
     action: str = None  # argparse action: 'append', 'extend', ...
-
 
 # %% ../nbs/01_cli.ipynb #33bf85c4
 def _flags(name):
@@ -94,7 +81,6 @@ def _add_option(p, name: str, anno, default, help_: str, required: bool = False)
     else:  # positional: required already
         kw.pop("required", None)
         p.add_argument(name, help=help_, **kw)
-
 
 # %% ../nbs/01_cli.ipynb #3e6f1b0d
 def config_fields(cls) -> dict:
@@ -143,7 +129,6 @@ def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
             _add_option(p, name, d.anno, d.default, d.docment or "", required=name in required)
     return p
 
-
 # %% ../nbs/01_cli.ipynb #980b710f
 TOP_COMMANDS = {
     "run": "vtreetrm.runs.papermill:run_cmd",
@@ -184,7 +169,6 @@ def _usage() -> str:
     ]
     lines += [f"  {g:<9} {desc}" for g, (_, desc) in GROUPS.items()]
     return "\n".join(lines)
-
 
 # %% ../nbs/01_cli.ipynb #7693c9af
 def run_command(func, argv: list, prog: str):
@@ -267,7 +251,6 @@ def console_main():
     "Console-script wrapper around `main`."
     sys.exit(main())
 
-
 # %% ../nbs/01_cli.ipynb #8b3f2a50
 PARAMETERS_HEADER = (
     "# {name}: generated from the dataclass by vtreetrm.cli.parameters_source; edit the dataclass, not these lines"
@@ -285,7 +268,6 @@ def parameters_source(cls) -> str:
         code = f"{name} = {default!r}"
         lines.append(f"{code:<40}  # {help_}" if help_ else code)
     return "\n".join([*lines, "# fmt: on"])
-
 
 # %% ../nbs/01_cli.ipynb #0a5b3c68
 def _coerce(value, anno, flag: str):

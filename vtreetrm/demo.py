@@ -14,16 +14,8 @@ from .utils import atomic_dir, sha256_json, write_json, write_jsonl
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
-__all__ = [
-    "DATASETS",
-    "MODELS",
-    "COLLAPSE",
-    "synthetic_conditions",
-    "synthetic_run",
-    "run_name",
-    "make_synthetic_eval",
-    "demo_cmd",
-]
+__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'synthetic_conditions', 'synthetic_run', 'run_name', 'make_synthetic_eval',
+           'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -124,7 +116,6 @@ def run_name(c: dict) -> str:
         parts.append("from_" + DATASETS[c["train_dataset"]][0])
     return "_".join(parts + ["best_test", c["answer_order"]])
 
-
 # %% ../nbs/90_demo.ipynb #c98ec97a
 def _spectrum_matrix(M: int, d: int, a: float, rng) -> np.ndarray:
     U = np.linalg.qr(rng.normal(size=(M, M)))[0]
@@ -180,7 +171,6 @@ def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
             },
         )
     return out
-
 
 # %% ../nbs/90_demo.ipynb #e9c49bc1
 def _run_or_fail(nb, name, params, runs_dir, force):

@@ -26,37 +26,11 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = [
-    "PUBLISHED_MARKER",
-    "YAML_MAX_VALUES",
-    "PACKAGE_DIR",
-    "TRACKED_PACKAGES",
-    "UserError",
-    "check_parent",
-    "make_parent",
-    "atomic_write",
-    "dumps_json",
-    "write_json",
-    "recover_publication",
-    "check_replaceable",
-    "atomic_dir",
-    "publish_dir",
-    "path_component",
-    "loads_json",
-    "read_json",
-    "iter_jsonl",
-    "write_jsonl",
-    "load_yaml",
-    "sha256_file",
-    "sha256_json",
-    "stable_uniform",
-    "package_versions",
-    "git_info",
-    "now_iso",
-    "provenance",
-    "run_sync",
-]
-
+__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
+           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir',
+           'publish_dir', 'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml',
+           'sha256_file', 'sha256_json', 'stable_uniform', 'package_versions', 'git_info', 'now_iso', 'provenance',
+           'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -80,7 +54,6 @@ class UserError(Exception):
             msg = msg[:800] + f"… ({len(msg):,} characters in all)"  # a value quoted from data stays short
         self.msg = msg
         super().__init__(f"{where}: {msg}" if where else msg)
-
 
 # %% ../nbs/00_utils.ipynb #bc017b53
 def _umask() -> int:
@@ -158,7 +131,6 @@ def dumps_json(obj, indent=2) -> str:
 def write_json(path: str | Path, obj: Any):
     "Write `obj` as strict JSON to `path`, atomically."
     return atomic_write(path, dumps_json(obj))
-
 
 # %% ../nbs/00_utils.ipynb #32ef6024
 @functools.cache
@@ -262,7 +234,6 @@ def publish_dir(src: Path, dest: Path):
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
-
 # %% ../nbs/00_utils.ipynb #5a1c0e78
 def path_component(name, what: str = "name", path: str | Path = None, line: int = None) -> str:
     "`name` if it is a single, plain path component; a `UserError` naming `what` otherwise."
@@ -284,7 +255,6 @@ def path_component(name, what: str = "name", path: str | Path = None, line: int 
             what,
         )
     return s
-
 
 # %% ../nbs/00_utils.ipynb #b13652ba
 def _no_constant(name):
@@ -341,7 +311,6 @@ def iter_jsonl(
 def write_jsonl(path: str | Path, rows) -> Path:
     "Write an iterable of dicts as JSON Lines, atomically."
     return atomic_write(path, "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in rows))
-
 
 # %% ../nbs/00_utils.ipynb #7a5d20c2
 YAML_MAX_VALUES = 100_000  # far above any config or sweep; a nested-alias bomb passes it within a few levels
@@ -421,7 +390,6 @@ def load_yaml(
     _check_plain(data, path)
     return data
 
-
 # %% ../nbs/00_utils.ipynb #4fc62632
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     "Hex sha256 of a file's bytes."
@@ -436,13 +404,11 @@ def sha256_json(obj: Any) -> str:
     "Hex sha256 of the canonical JSON form of `obj` (sorted keys)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
 
-
 # %% ../nbs/00_utils.ipynb #956062d4
 def stable_uniform(*parts) -> float:
     "A number in [0, 1) that is a function of `parts` only: the first 8 bytes of the sha256 of their text, over 2**64."
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
-
 
 # %% ../nbs/00_utils.ipynb #09089160
 PACKAGE_DIR = (
@@ -512,7 +478,6 @@ def provenance(
         "inputs": {str(p): sha256_file(p) for p in inputs if Path(p).is_file()},
         "created": now_iso(),
     }
-
 
 # %% ../nbs/00_utils.ipynb #5e88d6cd
 def run_sync(coro):

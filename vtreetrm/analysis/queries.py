@@ -15,23 +15,8 @@ from ..cli import Param
 from ..utils import UserError, atomic_dir, provenance, write_json
 
 # %% auto #0
-__all__ = [
-    "COS_BINS",
-    "SCALARS",
-    "CURVES",
-    "CLI_COMMANDS",
-    "load_query_tokens",
-    "effective_rank",
-    "gini",
-    "pairwise_abs_cos",
-    "query_diversity",
-    "summarize",
-    "plot_summary",
-    "rank_gini_figure",
-    "analyze_checkpoints",
-    "queries_cmd",
-]
-
+__all__ = ['COS_BINS', 'SCALARS', 'CURVES', 'CLI_COMMANDS', 'load_query_tokens', 'effective_rank', 'gini', 'pairwise_abs_cos',
+           'query_diversity', 'summarize', 'plot_summary', 'rank_gini_figure', 'analyze_checkpoints', 'queries_cmd']
 
 # %% ../../nbs/analysis/00_queries.ipynb #44e6e5d7
 def _flatten(d, prefix=""):
@@ -101,7 +86,6 @@ def load_query_tokens(path: str | Path) -> np.ndarray:
         raise UserError(f"query_tokens is empty, shape {q.shape}", path, field=keys[0])
     return q
 
-
 # %% ../../nbs/analysis/00_queries.ipynb #ff485f66
 def effective_rank(s: np.ndarray) -> float:
     "exp of the entropy of the normalized singular values (Roy & Vetterli 2007)."
@@ -163,7 +147,6 @@ def query_diversity(q: np.ndarray) -> dict:
         "abs_cos_bins": COS_BINS.tolist(),
     }
 
-
 # %% ../../nbs/analysis/00_queries.ipynb #6eabe424
 SCALARS = ("effective_rank", "effective_rank_ratio", "gini", "energy90_fraction", "mean_abs_cos", "rank_bound_ratio")
 CURVES = ("normalized_spectrum", "cumulative_energy", "abs_cos_hist")
@@ -199,7 +182,6 @@ def summarize(entries: list) -> dict:
         b["abs_cos_bins"] = es[0]["abs_cos_bins"]
         by_m[str(M)] = b
     return {"checkpoints": entries, "by_M": by_m}
-
 
 # %% ../../nbs/analysis/00_queries.ipynb #4248409e
 def plot_summary(summary: dict, out_dir: str | Path) -> list[Path]:
@@ -278,7 +260,6 @@ def rank_gini_figure(summary: dict, palette: dict = None):
         )
         ax.set(title=t, ylabel=t)
     return fig
-
 
 # %% ../../nbs/analysis/00_queries.ipynb #6311268e
 def analyze_checkpoints(ckpts: list, out: str | Path, plots: bool = True) -> dict:

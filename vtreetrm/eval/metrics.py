@@ -16,17 +16,8 @@ from .parse import LabelMap, _dedup_pairs, load_label_map, parse_fields, read_pr
 from ..utils import UserError, package_versions, provenance, sha256_file, write_json
 
 # %% auto #0
-__all__ = [
-    "CLI_COMMANDS",
-    "first_predictions",
-    "metrics_from_pairs",
-    "compute_metrics",
-    "score_file",
-    "write_metrics",
-    "find_predictions",
-    "metrics_cmd",
-]
-
+__all__ = ['CLI_COMMANDS', 'first_predictions', 'metrics_from_pairs', 'compute_metrics', 'score_file', 'write_metrics',
+           'find_predictions', 'metrics_cmd']
 
 # %% ../../nbs/eval/01_metrics.ipynb #de325fcb
 def _encode(lists, index: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +131,6 @@ def compute_metrics(
             index.setdefault(c, len(index))
     return metrics_from_pairs(n, list(index), gr, gc, pr, pc, [p is None for p in pred])
 
-
 # %% ../../nbs/eval/01_metrics.ipynb #58f3d910
 def score_file(
     predictions_path: str | Path,  # a predictions.jsonl
@@ -202,7 +192,6 @@ def find_predictions(paths) -> list[Path]:
         else:
             raise UserError("no such file or folder", p)
     return list(dict.fromkeys(found))
-
 
 # %% ../../nbs/eval/01_metrics.ipynb #7e561e52
 def metrics_cmd(

@@ -22,17 +22,8 @@ except ImportError:
     from json import loads as _loads
 
 # %% auto #0
-__all__ = [
-    "WHITESPACE",
-    "FIELDS",
-    "norm_label",
-    "parse_actions",
-    "LabelMap",
-    "load_label_map",
-    "Predictions",
-    "parse_fields",
-    "read_predictions",
-]
+__all__ = ['WHITESPACE', 'FIELDS', 'norm_label', 'parse_actions', 'LabelMap', 'load_label_map', 'Predictions', 'parse_fields',
+           'read_predictions']
 
 # %% ../../nbs/eval/00_parse.ipynb #2094da62
 # Whitespace is every character Python's str.isspace() accepts (NBSP, ideographic space, ...), spelled out because
@@ -104,7 +95,6 @@ def parse_actions(
         out.append(label)
     return out
 
-
 # %% ../../nbs/eval/00_parse.ipynb #7568b61d
 @dataclass
 class LabelMap:
@@ -151,7 +141,6 @@ def load_label_map(path: str | Path, direction: str = "to_simple") -> LabelMap:
             )
         inv[norm_label(v)] = k
     return LabelMap(m, direction, str(path))
-
 
 # %% ../../nbs/eval/00_parse.ipynb #cec0b36f
 @dataclass

@@ -17,18 +17,8 @@ from .questions import GeneratedQuestion
 from ..utils import UserError
 
 # %% auto #0
-__all__ = [
-    "TOOLS",
-    "TOOL_NAMES",
-    "CaptionTree",
-    "parse_skills",
-    "render_skills",
-    "select_skills",
-    "parse_answer",
-    "render_question",
-    "Episode",
-    "run_episode",
-]
+__all__ = ['TOOLS', 'TOOL_NAMES', 'CaptionTree', 'parse_skills', 'render_skills', 'select_skills', 'parse_answer',
+           'render_question', 'Episode', 'run_episode']
 
 # %% ../../nbs/harness/06_agent.ipynb #1c053cc3
 TOOLS = [
@@ -185,7 +175,6 @@ class CaptionTree:
         except (TypeError, ValueError) as e:
             return f"error: {e}", False
 
-
 # %% ../../nbs/harness/06_agent.ipynb #d5f30af3
 _SEC_RE = re.compile(r"^##\s+(.+?)\s*$", re.M)
 
@@ -226,7 +215,6 @@ def select_skills(text: str, task_type: str, mode: str = "auto") -> str:
     if app:
         keep["Appendix"] = app
     return render_skills(keep)
-
 
 # %% ../../nbs/harness/06_agent.ipynb #af629b82
 _ANS_RE = re.compile(r"answer\s*(?:is)?\s*[:：]?\s*\(?\**([A-Z])\**\)?(?![A-Za-z])", re.I)

@@ -19,33 +19,10 @@ import numpy as np
 from ..utils import UserError, stable_uniform
 
 # %% auto #0
-__all__ = [
-    "OPENAI_URL",
-    "SIM_BASE",
-    "SIM_GAIN",
-    "SIM_PENALTY",
-    "SIM_HINTS",
-    "SIM_BAD_HINTS",
-    "SIM_NEUTRAL_HINTS",
-    "ToolCall",
-    "ChatReply",
-    "BackendError",
-    "parse_openai_reply",
-    "load_api_key",
-    "OpenAIBackend",
-    "parse_tool_call_text",
-    "TransformersBackend",
-    "hints_for",
-    "sim_quality",
-    "sim_hint_signature",
-    "SimulatedBackend",
-    "default_minilm_path",
-    "HashingEmbedder",
-    "resolve_embed_model",
-    "LocalEmbedder",
-    "make_embedder",
-]
-
+__all__ = ['OPENAI_URL', 'SIM_BASE', 'SIM_GAIN', 'SIM_PENALTY', 'SIM_HINTS', 'SIM_BAD_HINTS', 'SIM_NEUTRAL_HINTS', 'ToolCall',
+           'ChatReply', 'BackendError', 'parse_openai_reply', 'load_api_key', 'OpenAIBackend', 'parse_tool_call_text',
+           'TransformersBackend', 'hints_for', 'sim_quality', 'sim_hint_signature', 'SimulatedBackend',
+           'default_minilm_path', 'HashingEmbedder', 'resolve_embed_model', 'LocalEmbedder', 'make_embedder']
 
 # %% ../../nbs/harness/05_backends.ipynb #da3f029c
 @dataclass
@@ -103,7 +80,6 @@ def parse_openai_reply(data: dict) -> ChatReply:
             args = raw
         calls.append(ToolCall(tc.get("id", f"call_{i}"), fn.get("name", ""), args))
     return ChatReply(msg.get("content") or "", calls, data.get("usage") or {})
-
 
 # %% ../../nbs/harness/05_backends.ipynb #2402ea66
 def load_api_key(env_name: str = "OPENAI_API_KEY", env_file: str | Path = ".env") -> str | None:
@@ -211,7 +187,6 @@ class OpenAIBackend:
         self.stats["failures"] += 1
         raise BackendError(f"{self.url}: {last} (after {attempt + 1} attempts)")
 
-
 # %% ../../nbs/harness/05_backends.ipynb #1bf42c62
 _TOOL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 
@@ -286,7 +261,6 @@ class TransformersBackend:
     async def chat(self, messages: list, tools: list = None) -> ChatReply:
         return parse_tool_call_text(await asyncio.to_thread(self._generate, messages, tools))
 
-
 # %% ../../nbs/harness/05_backends.ipynb #0a481363
 SIM_BASE = 0.40  # chance of noticing the evidence with no useful hint
 SIM_GAIN = 0.09  # per good hint present for the question's task type
@@ -346,7 +320,6 @@ def sim_hint_signature(skills_text: str, task_type: str) -> str:
     s = skills_text.lower()
     return "|".join(h for h in hints_for(task_type) + SIM_BAD_HINTS if h.lower() in s)
 
-
 # %% ../../nbs/harness/05_backends.ipynb #7ba3e45d
 _QID_RE = re.compile(r"^Question:\s*(.*)$", re.M)
 _TT_RE = re.compile(r"^Task type:\s*(.*)$", re.M)
@@ -405,7 +378,6 @@ class SimulatedBackend:
             others = [l for l, _ in options if l not in found] or [l for l, _ in options] or ["A"]
             letter = others[int(stable_uniform("pick", question, options) * len(others))]
         return ChatReply(f"The captions I read point to option {letter}.\nAnswer: {letter}")
-
 
 # %% ../../nbs/harness/05_backends.ipynb #ab3c1fd6
 def default_minilm_path() -> Path:

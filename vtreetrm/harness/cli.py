@@ -19,8 +19,7 @@ from .synthetic import make_synthetic as _make_synthetic
 from ..utils import UserError, dumps_json, path_component
 
 # %% auto #0
-__all__ = ["CLI_COMMANDS", "infer", "train", "make_synthetic", "extract_run_db", "init_seed", "build_trees", "show"]
-
+__all__ = ['CLI_COMMANDS', 'infer', 'train', 'make_synthetic', 'extract_run_db', 'init_seed', 'build_trees', 'show']
 
 # %% ../../nbs/harness/10_cli.ipynb #57c0adfa
 def _run(mode, config, fresh, seed, set, quiet, run_holdout_eval=True, gate_enabled=True, **flags):
@@ -136,7 +135,6 @@ def train(
         max_steps=max_steps,
         allow_duplicates=allow_duplicates or None,
     )
-
 
 # %% ../../nbs/harness/10_cli.ipynb #ea6d4019
 def make_synthetic(

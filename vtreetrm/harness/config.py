@@ -19,8 +19,7 @@ import yaml
 from ..utils import UserError, load_yaml, path_component
 
 # %% auto #0
-__all__ = ["PATH_FIELDS", "EmbedConfig", "RunConfig", "load_config", "parse_set"]
-
+__all__ = ['PATH_FIELDS', 'EmbedConfig', 'RunConfig', 'load_config', 'parse_set']
 
 # %% ../../nbs/harness/01_config.ipynb #e732b3c0
 def _f(
@@ -171,7 +170,6 @@ class RunConfig:
         d = dataclasses.asdict(self)
         return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
 
-
 # %% ../../nbs/harness/01_config.ipynb #5b9a6cc3
 _HINTS = {c: typing.get_type_hints(c) for c in (RunConfig, EmbedConfig)}
 PATH_FIELDS = ("workspace_dir", "store_dir")
@@ -228,7 +226,6 @@ def _coerce(cls, key: str, value, where: tuple):
         if lim is not None and not ok(value, lim):
             bad(f"{value!r} is out of range (must be {dict(ge='>=', le='<=', gt='>')[op]} {lim})")
     return value
-
 
 # %% ../../nbs/harness/01_config.ipynb #ae6dcea1
 def _key_lines(text: str) -> dict:

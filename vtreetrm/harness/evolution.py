@@ -14,18 +14,8 @@ from .backends import SIM_BAD_HINTS, SIM_NEUTRAL_HINTS, BackendError, hints_for
 from ..utils import stable_uniform
 
 # %% auto #0
-__all__ = [
-    "Patch",
-    "consolidate_appendix",
-    "apply_patches",
-    "edit_budget",
-    "failure_summary",
-    "parse_patch_list",
-    "LLMReflector",
-    "SimulatedReflector",
-    "is_bad_patch",
-]
-
+__all__ = ['Patch', 'consolidate_appendix', 'apply_patches', 'edit_budget', 'failure_summary', 'parse_patch_list', 'LLMReflector',
+           'SimulatedReflector', 'is_bad_patch']
 
 # %% ../../nbs/harness/07_evolution.ipynb #1b87f761
 @dataclass(frozen=True)
@@ -84,7 +74,6 @@ def edit_budget(epoch: int, epochs: int, start: int, end: int) -> int:
     if epochs <= 1:
         return start
     return int(round(start + (end - start) * (epoch - 1) / (epochs - 1)))
-
 
 # %% ../../nbs/harness/07_evolution.ipynb #b3012391
 def failure_summary(f: dict) -> str:

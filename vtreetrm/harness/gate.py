@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from .config import RunConfig
 
 # %% auto #0
-__all__ = ["GateParams", "EProcess", "GateDecision", "GateRound", "Watch", "simulate_gate"]
-
+__all__ = ['GateParams', 'EProcess', 'GateDecision', 'GateRound', 'Watch', 'simulate_gate']
 
 # %% ../../nbs/harness/03_gate.ipynb #292e2186
 def _run_default(name: str):
@@ -81,7 +80,6 @@ class EProcess:
         "Shrink carried evidence K -> K**gamma, only when K > 1 (keeps the Ville bound)."
         if self.log_k > 0:
             self.log_k *= gamma
-
 
 # %% ../../nbs/harness/03_gate.ipynb #aabf4ca7
 @dataclass
@@ -151,7 +149,6 @@ class GateRound:
             dec, why = "reject", f"K={f.k:.2f} < {self.p.e_provisional}"
         return GateDecision(dec, why, f.k, 1.0, self.n_pairs, f.wins, f.losses, self.n_probe, self.probe_errors)
 
-
 # %% ../../nbs/harness/03_gate.ipynb #959318b5
 class Watch:
     "Follow an accepted edit: forward evidence (confirm) and the mirrored e-process (rollback)."
@@ -181,7 +178,6 @@ class Watch:
     def settled(self) -> bool:
         "Done watching: a provisional edit after `block` discordant pairs (then kept), a confirmed one after `n_max`."
         return self.rev.n >= (self.p.block if self.status == "provisional" else self.p.n_max)
-
 
 # %% ../../nbs/harness/03_gate.ipynb #38cb8d58
 def simulate_gate(

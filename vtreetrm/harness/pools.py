@@ -13,16 +13,8 @@ from pathlib import Path
 from .questions import load_benchmark
 
 # %% auto #0
-__all__ = [
-    "POOL_STRATEGIES",
-    "PoolConfig",
-    "Pools",
-    "draw_with_ratio",
-    "GlobalPoolStrategy",
-    "PerCategoryPoolStrategy",
-    "make_batches",
-]
-
+__all__ = ['POOL_STRATEGIES', 'PoolConfig', 'Pools', 'draw_with_ratio', 'GlobalPoolStrategy', 'PerCategoryPoolStrategy',
+           'make_batches']
 
 # %% ../../nbs/harness/02_pools.ipynb #8c9960e3
 @dataclass
@@ -71,7 +63,6 @@ class Pools:
     def sizes(self) -> dict:
         return {k: len(getattr(self, k)) for k in ("train", "diag", "val", "test")}
 
-
 # %% ../../nbs/harness/02_pools.ipynb #a85b1416
 def draw_with_ratio(qs: list, correctness: dict, n: int, ratio: float, rng: random.Random) -> list:
     "Draw `n` questions from `qs`, `round(n*ratio)` of them baseline-correct where possible."
@@ -91,7 +82,6 @@ def _filter(qs, task_types):
 
 def _sorted(qs):
     return sorted(qs, key=lambda q: q.question_id)
-
 
 # %% ../../nbs/harness/02_pools.ipynb #c6019ec1
 def _test_pool(questions, config, rng, held):
@@ -168,7 +158,6 @@ class PerCategoryPoolStrategy:
 
 
 POOL_STRATEGIES = {"global": GlobalPoolStrategy, "per_category": PerCategoryPoolStrategy}
-
 
 # %% ../../nbs/harness/02_pools.ipynb #98bb207e
 def make_batches(

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..utils import UserError, path_component
 
 # %% auto #0
-__all__ = ["TASK_TYPES", "GeneratedQuestion", "normalize_question", "load_benchmark"]
+__all__ = ['TASK_TYPES', 'GeneratedQuestion', 'normalize_question', 'load_benchmark']
 
 # %% ../../nbs/harness/00_questions.ipynb #3ac0f071
 TASK_TYPES = (
@@ -61,7 +61,6 @@ class GeneratedQuestion:
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
-
 
 # %% ../../nbs/harness/00_questions.ipynb #528769fb
 _OPT_RE = re.compile(r"^\s*([A-Z])\s*[\.\):：、]\s*(.*)$", re.S)
@@ -142,7 +141,6 @@ def normalize_question(
         domain=str(raw.get("domain", video.get("domain", "")) or ""),
         source=str(where[0] or ""),
     )
-
 
 # %% ../../nbs/harness/00_questions.ipynb #304a67b4
 def _records_from_json(path: Path) -> list[tuple[dict, int, dict | None]]:

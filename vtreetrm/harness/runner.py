@@ -44,8 +44,7 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ["Version", "read_version_dir", "resolve_questions", "make_backend", "accuracy", "per_task", "Runner"]
-
+__all__ = ['Version', 'read_version_dir', 'resolve_questions', 'make_backend', 'accuracy', 'per_task', 'Runner']
 
 # %% ../../nbs/harness/09_runner.ipynb #94e47664
 @dataclass
@@ -121,7 +120,6 @@ def per_task(rows: list) -> dict:
     for r in rows:
         by[r["task_type"]].append(r)
     return {t: {"accuracy": accuracy(v), "n": len(v)} for t, v in sorted(by.items())}
-
 
 # %% ../../nbs/harness/09_runner.ipynb #b97df378
 _RESUME_FREE = {
@@ -392,7 +390,6 @@ class Runner:
         )
         return res
 
-
 # %% ../../nbs/harness/09_runner.ipynb #67dd4cd8
 @patch
 async def gate_round(self: Runner, S: Version, C: Version, P: Version, batch: list, key: str, ctx: dict) -> GateRound:
@@ -426,7 +423,6 @@ async def gate_round(self: Runner, S: Version, C: Version, P: Version, batch: li
         if rnd.done:
             break
     return rnd
-
 
 # %% ../../nbs/harness/09_runner.ipynb #60f9b93f
 @patch

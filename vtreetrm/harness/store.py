@@ -14,7 +14,7 @@ from pathlib import Path
 from ..utils import UserError, atomic_dir, make_parent, now_iso, path_component, provenance, write_json
 
 # %% auto #0
-__all__ = ["SCHEMA", "RUN_TABLES", "holders", "connect", "HarnessStore", "extract_run_db", "init_seed", "load_seed"]
+__all__ = ['SCHEMA', 'RUN_TABLES', 'holders', 'connect', 'HarnessStore', 'extract_run_db', 'init_seed', 'load_seed']
 
 # %% ../../nbs/harness/04_store.ipynb #86ff4d1d
 SCHEMA = """
@@ -103,7 +103,6 @@ def connect(path: str | Path, timeout: float = 30) -> sqlite3.Connection:
     con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(SCHEMA)
     return con
-
 
 # %% ../../nbs/harness/04_store.ipynb #5f53cfb0
 class HarnessStore:
@@ -276,7 +275,6 @@ class HarnessStore:
             else (f"SELECT * FROM {name} ORDER BY rowid", ())
         )
         return [dict(r) for r in self.con.execute(q, a)]
-
 
 # %% ../../nbs/harness/04_store.ipynb #9f27211d
 def extract_run_db(

@@ -15,7 +15,7 @@ from aiohttp import web
 from .backends import ChatReply, SimulatedBackend
 
 # %% auto #0
-__all__ = ["STATS", "make_stub_app", "StubServer", "main"]
+__all__ = ['STATS', 'make_stub_app', 'StubServer', 'main']
 
 # %% ../../nbs/harness/05a_stub.ipynb #24691c5d
 STATS = web.AppKey("stats", dict)

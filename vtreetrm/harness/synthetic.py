@@ -17,22 +17,8 @@ from .questions import load_benchmark
 from ..utils import UserError, atomic_dir, check_replaceable, provenance, write_json
 
 # %% auto #0
-__all__ = [
-    "PLACES",
-    "ACTIONS",
-    "OBJECTS",
-    "COLORS",
-    "COUNTS",
-    "RELATIONS",
-    "PARTS",
-    "SYN_TASKS",
-    "GATE_DEFAULTS",
-    "SKILLS_V1",
-    "SYSTEM_V1",
-    "REFLECT_V1",
-    "experiment_config",
-    "make_synthetic",
-]
+__all__ = ['PLACES', 'ACTIONS', 'OBJECTS', 'COLORS', 'COUNTS', 'RELATIONS', 'PARTS', 'SYN_TASKS', 'GATE_DEFAULTS', 'SKILLS_V1',
+           'SYSTEM_V1', 'REFLECT_V1', 'experiment_config', 'make_synthetic']
 
 # %% ../../nbs/harness/08_synthetic.ipynb #5c00db1d
 PLACES = [
@@ -193,7 +179,6 @@ def _question(rng, qid, vid, tree, scene, task) -> dict:
         "answer": letters[opts.index(right)],
     }
 
-
 # %% ../../nbs/harness/08_synthetic.ipynb #92e0d48d
 # the gate knobs of the run config, as the synthetic store's config/default.yaml spells them out
 GATE_DEFAULTS = {
@@ -258,7 +243,6 @@ def experiment_config(workspace: str = "workspaces/train-action-recognition") ->
         },
         "embed": {"backend": "local", "model_name": "all-MiniLM-L6-v2", "embed_dim": 384, "device": "cpu"},
     }
-
 
 # %% ../../nbs/harness/08_synthetic.ipynb #f75bd4f8
 def make_synthetic(

@@ -35,30 +35,10 @@ from vtreetrm.utils import (
 from ..video.features import Sampling, encoder_identity, load_vision_encoder, pixel_values, video_duration
 
 # %% auto #0
-__all__ = [
-    "VIDEO_EXTS",
-    "CAPTION_PROMPT",
-    "SUMMARY_PROMPT",
-    "COLOURS",
-    "VIDEOS_IN_FLIGHT",
-    "list_videos",
-    "sample_frames",
-    "FrameFeatures",
-    "contiguous_clusters",
-    "colour_names",
-    "colour_name",
-    "SimulatedCaptioner",
-    "jpeg_data_url",
-    "OpenAICaptioner",
-    "TransformersCaptioner",
-    "TreeParams",
-    "CaptionCache",
-    "keyframe_indices",
-    "tree_plan",
-    "build_tree",
-    "make_captioner",
-    "build_trees",
-]
+__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'VIDEOS_IN_FLIGHT', 'list_videos', 'sample_frames',
+           'FrameFeatures', 'contiguous_clusters', 'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
+           'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
+           'build_tree', 'make_captioner', 'build_trees']
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -92,7 +72,6 @@ def list_videos(src: str | Path) -> list[tuple[str, Path]]:
             raise UserError(f"video id {vid!r} appears twice (also line {seen[vid]})", src, line, "video_id")
         seen[vid] = line
     return [(vid, p) for vid, p, _ in rows]
-
 
 # %% ../../nbs/harness/11_trees.ipynb #ac9bfcb5
 def _scaled(w: int, h: int, short: int) -> tuple[int, int]:
@@ -155,7 +134,6 @@ def sample_frames(
     if not got:
         raise UserError("the video has no decodable frame", path)
 
-
 # %% ../../nbs/harness/11_trees.ipynb #c13883fe
 class FrameFeatures:
     "Unit-length DINOv2 CLS features of a video's sampled frames, cached by file sha256, encoder and sampling."
@@ -217,7 +195,6 @@ class FrameFeatures:
         self.stats["seconds"] += time.perf_counter() - t0
         return times, feats, dur
 
-
 # %% ../../nbs/harness/11_trees.ipynb #2a0ec49f
 def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05) -> list[tuple[int, int]]:
     "Contiguous runs `[(start, end), ...]` of the rows of `x` (N, D), at most `k_max`, cut where the rows change."
@@ -239,7 +216,6 @@ def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05)
         return [(0, n)]
     cuts = [0] + [i for i in range(1, n) if best_labels[i] != best_labels[i - 1]] + [n]
     return list(zip(cuts, cuts[1:]))
-
 
 # %% ../../nbs/harness/11_trees.ipynb #afc6edad
 CAPTION_PROMPT = (
@@ -300,7 +276,6 @@ class SimulatedCaptioner:
     async def summarize(self, captions: list) -> str:
         return " ".join(dict.fromkeys(captions))
 
-
 # %% ../../nbs/harness/11_trees.ipynb #3d5b3d34
 def jpeg_data_url(image: np.ndarray, quality: int = 90) -> str:
     "A base64 `data:image/jpeg` URL of an RGB frame."
@@ -346,7 +321,6 @@ class OpenAICaptioner:
 
     async def aclose(self):
         await self.backend.aclose()
-
 
 # %% ../../nbs/harness/11_trees.ipynb #41a5dce5
 class TransformersCaptioner:
@@ -405,7 +379,6 @@ class TransformersCaptioner:
         text = self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions)
         return await asyncio.to_thread(self._generate, [{"type": "text", "text": text}], [])
 
-
 # %% ../../nbs/harness/11_trees.ipynb #f4ade8ac
 @dataclass
 class TreeParams:
@@ -454,7 +427,6 @@ def keyframe_indices(x: np.ndarray, a: int, b: int, n: int) -> list[int]:
     centre = x[a:b].mean(0)
     edges = np.linspace(a, b, min(n, b - a) + 1).round().astype(int)
     return sorted({int(i + np.argmin(((x[i:j] - centre) ** 2).sum(1))) for i, j in zip(edges, edges[1:]) if j > i})
-
 
 # %% ../../nbs/harness/11_trees.ipynb #6933e005
 def _span(t: np.ndarray, a: int, b: int, dur: float) -> tuple[float, float]:
@@ -580,7 +552,6 @@ async def build_tree(
             "params": asdict(p),
         },
     }
-
 
 # %% ../../nbs/harness/11_trees.ipynb #e15b5bdd
 def make_captioner(

@@ -21,39 +21,11 @@ from pathlib import Path
 from ..utils import UserError, path_component, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = [
-    "FORMAL_DATASET",
-    "NATIVE_PROMPT_FIELDS",
-    "SPLITS",
-    "LABEL_FIELDS",
-    "dataset_note",
-    "normalize_cell",
-    "record_id",
-    "Source",
-    "Target",
-    "Record",
-    "atomic_file",
-    "RecordWriter",
-    "write_records",
-    "iter_records",
-    "Category",
-    "Registry",
-    "Corpus",
-    "GradingConfig",
-    "TaskConfig",
-    "ChoiceMap",
-    "Mapping",
-    "DatasetsConfig",
-    "ReleaseContext",
-    "required",
-    "requires",
-    "cmdline",
-    "parse_named",
-    "release_report",
-    "make_report",
-    "load_grading_manifest",
-    "write_grading_manifest",
-]
+__all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', 'dataset_note', 'normalize_cell', 'record_id',
+           'Source', 'Target', 'Record', 'atomic_file', 'RecordWriter', 'write_records', 'iter_records', 'Category',
+           'Registry', 'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig',
+           'ReleaseContext', 'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report',
+           'load_grading_manifest', 'write_grading_manifest']
 
 # %% ../../nbs/release/00_assets.ipynb #518b3b7e
 FORMAL_DATASET = "shougang"
@@ -72,7 +44,6 @@ def dataset_note(dataset: str) -> dict:
         "note": f"dataset {dataset!r} is not the formal dataset {FORMAL_DATASET!r}: test data only",
     }
 
-
 # %% ../../nbs/release/00_assets.ipynb #ac74f235
 _WS = re.compile(r"\s+")
 
@@ -85,7 +56,6 @@ def normalize_cell(v) -> str:
         v = int(v)
     s = unicodedata.normalize("NFKC", str(v))
     return _WS.sub(" ", s).strip()
-
 
 # %% ../../nbs/release/00_assets.ipynb #bce82121
 def record_id(dataset: str, table_name: str, field_name: str) -> str:
@@ -192,7 +162,6 @@ class Record:
             split=split,
         )
 
-
 # %% ../../nbs/release/00_assets.ipynb #688cf2cd
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w"):
@@ -277,7 +246,6 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         if not closed:
             raise UserError("missing closing ']' (truncated file?)", path)
 
-
 # %% ../../nbs/release/00_assets.ipynb #ff56a3ba
 @dataclass
 class Category:
@@ -361,7 +329,6 @@ class Registry:
         if not self.is_leaf(cid):
             return None, f"category {t!r} ({cid}) is not a leaf"
         return cid, None
-
 
 # %% ../../nbs/release/00_assets.ipynb #21406a33
 @dataclass
@@ -471,7 +438,6 @@ class TaskConfig:
                 "metadata_fields",
             )
 
-
 # %% ../../nbs/release/00_assets.ipynb #7ee48ba7
 class ChoiceMap:
     "Bijection between leaf ids and opaque `choice_id`s for a registry and task config."
@@ -483,7 +449,6 @@ class ChoiceMap:
         self.to_category = {v: k for k, v in self.to_choice.items()}
         if len(self.to_category) != len(self.to_choice):
             raise UserError("choice_id collision: change choice_salt", task.path, None, "choice_salt")
-
 
 # %% ../../nbs/release/00_assets.ipynb #278bca10
 @dataclass
@@ -549,7 +514,6 @@ class DatasetsConfig:
         p = Path(self.entry(dataset)[key])
         return p if p.is_absolute() else (Path(base) if base else Path(self.path).parent) / p
 
-
 # %% ../../nbs/release/00_assets.ipynb #fb9364b7
 @dataclass
 class ReleaseContext:
@@ -606,7 +570,6 @@ class ReleaseContext:
 
     def asset_paths(self) -> list:
         return [self.registry.path, self.corpus.path, self.task.path, self.grading.path]
-
 
 # %% ../../nbs/release/00_assets.ipynb #6ee2c82e
 def required(**kw):
@@ -682,7 +645,6 @@ def make_report(command: str, params: dict, inputs: Iterable, dataset: str = Non
     rep = {**(dataset_note(dataset) if dataset else {}), **body}
     rep["provenance"] = provenance(params, [p for p in inputs if p], cmdline(command, params))
     return rep
-
 
 # %% ../../nbs/release/00_assets.ipynb #210329f0
 def load_grading_manifest(path, datasets: Iterable) -> dict:

@@ -25,7 +25,7 @@ from .prompts import prompt_key
 from ..utils import UserError, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ["MAX_CONFLICTS_LISTED", "audit_prompt_conflicts"]
+__all__ = ['MAX_CONFLICTS_LISTED', 'audit_prompt_conflicts']
 
 # %% ../../nbs/release/05_audit.ipynb #9d0c8948
 MAX_CONFLICTS_LISTED = 200

@@ -31,7 +31,7 @@ from vtreetrm.release.assets import (
 from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json, stable_uniform, write_json
 
 # %% auto #0
-__all__ = ["MAX_LISTED", "resolve_record", "canonical", "split_of", "split", "SyntheticChain", "synthetic_chain"]
+__all__ = ['MAX_LISTED', 'resolve_record', 'canonical', 'split_of', 'split', 'SyntheticChain', 'synthetic_chain']
 
 # %% ../../nbs/release/03_canonical.ipynb #a9cb1e35
 MAX_LISTED = 1000  # unresolved records listed one by one in a report (the count is always exact)
@@ -149,7 +149,6 @@ def canonical(
         write_json(d / "canonical_report.json", rep)
     return rep
 
-
 # %% ../../nbs/release/03_canonical.ipynb #537babd8
 def split_of(record_id: str, seed: int, ratios=(0.8, 0.1, 0.1)) -> str:
     "Deterministic split of one id: a function of `seed` and the id only."
@@ -266,7 +265,6 @@ def split(
         )
         write_json(d / "split_report.json", rep)
     return rep
-
 
 # %% ../../nbs/release/03_canonical.ipynb #eefc2884
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 # %% auto #0
-__all__ = ["CHATML_TOOLS_TEMPLATE", "SPECIAL_TOKENS", "build_chat_tokenizer"]
+__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'build_chat_tokenizer']
 
 # %% ../../nbs/release/09_chat.ipynb #a8a09078
 CHATML_TOOLS_TEMPLATE = (

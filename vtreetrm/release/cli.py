@@ -17,7 +17,7 @@ from .synthetic import make_synthetic
 from .trajectory import trajectory_collect, trajectory_export, trajectory_stats, trajectory_validate
 
 # %% auto #0
-__all__ = ["CLI_COMMANDS"]
+__all__ = ['CLI_COMMANDS']
 
 # %% ../../nbs/release/30_cli.ipynb #1c60cf3f
 CLI_COMMANDS = {

@@ -21,22 +21,9 @@ from .trajectory import release_think_source
 from ..utils import UserError, atomic_dir, atomic_write, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = [
-    "SUPPORTED_VERL",
-    "VERL_EXTRA",
-    "SFT_DATASET",
-    "ROLLOUT_ENGINES",
-    "LOGGERS",
-    "check_verl",
-    "compose_verl_config",
-    "verl_sft",
-    "check_fsdp_checkpoint",
-    "check_merged",
-    "verl_merge",
-    "release_canonical",
-    "rl_gates",
-    "verl_rl",
-]
+__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config',
+           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'rl_gates',
+           'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #a121b2bd
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
@@ -83,7 +70,6 @@ def compose_verl_config(config_name: str, overrides: list):
     except Exception as e:
         raise UserError(f"verl config {config_name} does not resolve: {e}") from None
     return cfg
-
 
 # %% ../../nbs/release/13_launch.ipynb #ff6724f6
 def _release_files(release, kind: str) -> dict:
@@ -136,7 +122,6 @@ def _publish(output_dir, command: list, cfg, report: dict, dry_run: bool) -> int
     if dry_run:
         return 0
     return subprocess.run(command).returncode
-
 
 # %% ../../nbs/release/13_launch.ipynb #304ba47a
 SFT_DATASET = ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset")  # data.custom_cls for verl's SFT trainer
@@ -260,7 +245,6 @@ def verl_sft(
         dry_run=dry_run,
     )
     return _publish(output_dir, cmd, cfg, rep, dry_run)
-
 
 # %% ../../nbs/release/13_launch.ipynb #bb1fef0b
 def _safe_load_shard(path: Path):
@@ -391,7 +375,6 @@ def verl_merge(
     print(f"merged {info['world_size']} shard(s), {n:,} parameters -> {dest} (sha256 {ident['sha256']})")
     return 0
 
-
 # %% ../../nbs/release/13_launch.ipynb #3e750ba4
 ROLLOUT_ENGINES = ("vllm", "sglang")  # actor_rollout_ref.rollout.name values verl 0.9.1 accepts
 LOGGERS = ("console", "wandb", "tensorboard", "mlflow")
@@ -473,7 +456,6 @@ def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
         },
         "reference": weights_identity(reference),
     }
-
 
 # %% ../../nbs/release/13_launch.ipynb #7604ab8c
 @requires("release", "sft_model", "registry", "corpus", "task_config", "output_dir")

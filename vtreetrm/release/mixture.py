@@ -33,8 +33,7 @@ from .sft import SFT_SCHEMA, validate_sft_dataset
 from ..utils import UserError, atomic_dir, sha256_file, stable_uniform, write_json
 
 # %% auto #0
-__all__ = ["FAMILIES", "copies", "iter_pairs", "Family", "Source", "family_of", "parse_weights", "mixture"]
-
+__all__ = ['FAMILIES', 'copies', 'iter_pairs', 'Family', 'Source', 'family_of', 'parse_weights', 'mixture']
 
 # %% ../../nbs/release/08_mixture.ipynb #109c5cc6
 def copies(weight: float, key: str) -> int:
@@ -78,7 +77,6 @@ def _refuse_trajectory(path, family):
             "stage",
         )
     return names
-
 
 # %% ../../nbs/release/08_mixture.ipynb #16343e54
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +133,6 @@ def _sft_sample(ctx, s1, s2, sample, seed):
         {**base, "sample_id": f"{sample}:stage1", "stage": "stage1", "messages": m1, "answer": m1[-1]["content"]},
         {**base, "sample_id": f"{sample}:stage2", "stage": "stage2", "messages": m2, "answer": m2[-1]["content"]},
     ]
-
 
 # %% ../../nbs/release/08_mixture.ipynb #0c1cd6dc
 def _sft_samples(ctx, src: Source):
@@ -209,7 +206,6 @@ def parse_weights(weights: list[str], sources: dict) -> dict:
         if not math.isfinite(out[k]) or out[k] < 0:
             raise UserError(f"--weights {k} must be a finite number >= 0, got {v}")
     return out
-
 
 # %% ../../nbs/release/08_mixture.ipynb #4145c0b1
 @requires("family", "input", "grading_manifest", "registry", "corpus", "task_config", "metadata_fields", "output_dir")

@@ -15,7 +15,7 @@ from .assets import SPLITS
 from ..utils import UserError
 
 # %% auto #0
-__all__ = ["MESSAGE", "BATCH_ROWS", "SplitWriter", "open_parquet", "iter_parquet"]
+__all__ = ['MESSAGE', 'BATCH_ROWS', 'SplitWriter', 'open_parquet', 'iter_parquet']
 
 # %% ../../nbs/release/05a_parquet.ipynb #912c3a2c
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])

@@ -31,16 +31,8 @@ from vtreetrm.release.assets import (
 from ..utils import UserError, write_json
 
 # %% auto #0
-__all__ = [
-    "MAX_ROWS",
-    "MAX_COLS",
-    "merged_ranges",
-    "formula_cells_without_value",
-    "check_merges_below_header",
-    "MergedFill",
-    "iter_workbook_records",
-    "preprocess",
-]
+__all__ = ['MAX_ROWS', 'MAX_COLS', 'merged_ranges', 'formula_cells_without_value', 'check_merges_below_header', 'MergedFill',
+           'iter_workbook_records', 'preprocess']
 
 # %% ../../nbs/release/02_preprocess.ipynb #46fd2d05
 _MERGE = re.compile(rb'<(?:\w+:)?mergeCell ref="([A-Z]+[0-9]+:[A-Z]+[0-9]+)"')
@@ -110,7 +102,6 @@ class MergedFill:
                 elif values[c] == "":
                     values[c] = self.val[c]
         return values
-
 
 # %% ../../nbs/release/02_preprocess.ipynb #ef9bed7e
 MAX_ROWS, MAX_COLS = 1048576, 128  # the xlsx row limit; columns read per row

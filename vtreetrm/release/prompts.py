@@ -14,26 +14,9 @@ from .assets import ReleaseContext, normalize_cell
 from ..utils import UserError
 
 # %% auto #0
-__all__ = [
-    "SYSTEM_STAGE1",
-    "SYSTEM_STAGE2",
-    "SYSTEM_NATIVE",
-    "render_metadata",
-    "prompt_key",
-    "candidates_for",
-    "candidate_line",
-    "level_lines",
-    "stage1_messages",
-    "stage2_messages",
-    "native_messages",
-    "stage1_answer",
-    "stage2_answer",
-    "native_answer",
-    "parse_user",
-    "metadata_mismatch",
-    "parse_answer",
-    "leaked_ids",
-]
+__all__ = ['SYSTEM_STAGE1', 'SYSTEM_STAGE2', 'SYSTEM_NATIVE', 'render_metadata', 'prompt_key', 'candidates_for', 'candidate_line',
+           'level_lines', 'stage1_messages', 'stage2_messages', 'native_messages', 'stage1_answer', 'stage2_answer',
+           'native_answer', 'parse_user', 'metadata_mismatch', 'parse_answer', 'leaked_ids']
 
 # %% ../../nbs/release/04_prompts.ipynb #8384078c
 SYSTEM_STAGE1 = (
@@ -69,7 +52,6 @@ def render_metadata(metadata: dict, fields) -> str:
 def prompt_key(metadata: dict, fields) -> str:
     "Case-folded, whitespace-collapsed metadata block: the audit's grouping key."
     return normalize_cell(render_metadata(metadata, fields)).casefold()
-
 
 # %% ../../nbs/release/04_prompts.ipynb #fdee30ad
 def _cache(ctx: ReleaseContext) -> dict:
@@ -125,7 +107,6 @@ def level_lines(ctx: ReleaseContext) -> str:
     "One `level name：description` line per approved level."
     return _cache(ctx)["levels"]
 
-
 # %% ../../nbs/release/04_prompts.ipynb #eeeeb38a
 def stage1_messages(ctx: ReleaseContext, metadata: dict, cands: list, gold: str | None) -> list:
     "`[system, user, assistant]` of a stage1 (category) row; no assistant when `gold` is None."
@@ -170,7 +151,6 @@ def stage2_answer(level: str) -> str:
 
 def native_answer(choice_id: str, level: str) -> str:
     return json.dumps({"choice_id": choice_id, "data_level": level}, ensure_ascii=False)
-
 
 # %% ../../nbs/release/04_prompts.ipynb #a7d0dca7
 _CAND = re.compile(r"^\[(K[0-9a-f]{8})\] ")

@@ -39,18 +39,8 @@ from .sft import Errors, _h64, check_canonical_record, malformed
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = [
-    "RL_FIELDS",
-    "ABILITY",
-    "EXTRA_INFO",
-    "RL_SCHEMA",
-    "rl_rows",
-    "cascade_row",
-    "rl_export",
-    "check_rl_row",
-    "validate_rl_release",
-    "rl_validate_cascade",
-]
+__all__ = ['RL_FIELDS', 'ABILITY', 'EXTRA_INFO', 'RL_SCHEMA', 'rl_rows', 'cascade_row', 'rl_export', 'check_rl_row',
+           'validate_rl_release', 'rl_validate_cascade']
 
 # %% ../../nbs/release/07_rl.ipynb #98a882ed
 RL_FIELDS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
@@ -138,7 +128,6 @@ def cascade_row(ctx: ReleaseContext, stage1: dict, stage2: dict, sample_id: str,
         ),
     }
 
-
 # %% ../../nbs/release/07_rl.ipynb #24b47251
 @requires(
     "canonical", "output_dir", "dataset", "registry", "corpus", "metadata_fields", "task_config", "grading_config"
@@ -200,7 +189,6 @@ def rl_export(
         )
         write_json(d / "export_report.json", rep)
     return rep
-
 
 # %% ../../nbs/release/07_rl.ipynb #98593588
 def check_rl_row(ctx: ReleaseContext, row: dict, cascade: bool) -> tuple[str, str]:

@@ -19,17 +19,8 @@ from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, iter_jsonl, sha256_file, write_json
 
 # %% auto #0
-__all__ = [
-    "GATE_RANGE",
-    "PARSER",
-    "parse_tool_calls",
-    "weights_identity",
-    "model_identity",
-    "diagnose",
-    "summarize",
-    "rollout_episode",
-    "rollout_gate",
-]
+__all__ = ['GATE_RANGE', 'PARSER', 'parse_tool_calls', 'weights_identity', 'model_identity', 'diagnose', 'summarize',
+           'rollout_episode', 'rollout_gate']
 
 # %% ../../nbs/release/14_rollout.ipynb #8bd732dc
 GATE_RANGE = (0.05, 0.30)
@@ -116,7 +107,6 @@ def summarize(episodes: list) -> dict:
         "tool_call_rate": round(sum(e["tool_calls"] > 0 for e in episodes) / n, 6),
         "likely_cause": None if rate > 0.01 else diagnose(episodes),
     }
-
 
 # %% ../../nbs/release/14_rollout.ipynb #7f7193e5
 def rollout_episode(

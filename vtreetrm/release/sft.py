@@ -30,18 +30,8 @@ from vtreetrm.release.prompts import (
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = [
-    "SFT_SCHEMA",
-    "TRAJECTORY_STAGE",
-    "sft_rows",
-    "check_canonical_record",
-    "sft_export",
-    "malformed",
-    "Errors",
-    "check_sft_row",
-    "validate_sft_dataset",
-    "sft_validate",
-]
+__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'sft_rows', 'check_canonical_record', 'sft_export', 'malformed', 'Errors',
+           'check_sft_row', 'validate_sft_dataset', 'sft_validate']
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
 SFT_SCHEMA = pa.schema(
@@ -58,7 +48,6 @@ SFT_SCHEMA = pa.schema(
         ("prompt_seed", pa.int64()),
     ]
 )
-
 
 # %% ../../nbs/release/06_sft.ipynb #9de2a377
 def _label(ctx, rec):
@@ -155,7 +144,6 @@ def sft_export(
         )
         write_json(d / "export_report.json", rep)
     return rep
-
 
 # %% ../../nbs/release/06_sft.ipynb #7f53f0bf
 def malformed(check, *args) -> tuple[str, str]:

@@ -19,18 +19,8 @@ from .assets import FORMAL_DATASET, NATIVE_PROMPT_FIELDS, make_report, requires
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = [
-    "STANDARD",
-    "LEVELS",
-    "HEADERS",
-    "FIELDS",
-    "standard_categories",
-    "full_width",
-    "generate_rows",
-    "write_workbook",
-    "add_dimensions",
-    "make_synthetic",
-]
+__all__ = ['STANDARD', 'LEVELS', 'HEADERS', 'FIELDS', 'standard_categories', 'full_width', 'generate_rows', 'write_workbook',
+           'add_dimensions', 'make_synthetic']
 
 # %% ../../nbs/release/01_synthetic.ipynb #4e33aa20
 # domain: (code, name, table prefix, {sub: (code, name, table word, [(leaf name, tokens, zh words, base level)])})
@@ -256,7 +246,6 @@ def standard_categories():
                 )
     return cats, leaves
 
-
 # %% ../../nbs/release/01_synthetic.ipynb #8a66bcf9
 def full_width(s: str) -> str:
     "ASCII letters, digits and punctuation turned full-width (`user_id` -> `ｕｓｅｒ＿ｉｄ`)."
@@ -269,7 +258,6 @@ def _messy(rng, s, p_fw=0.0, p_space=0.0):
     if rng.random() < p_space:
         s = rng.choice([s + "  ", " " + s, "\u3000" + s, s + "\u3000"])
     return s
-
 
 # %% ../../nbs/release/01_synthetic.ipynb #e9d11828
 def generate_rows(records: int, seed: int = 0, conflicts: int = 0):
@@ -324,7 +312,6 @@ def generate_rows(records: int, seed: int = 0, conflicts: int = 0):
                 conflicts_left -= 1
         made += len(rows)
         yield di, rows
-
 
 # %% ../../nbs/release/01_synthetic.ipynb #83419541
 def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progress: bool = True) -> dict:
@@ -407,7 +394,6 @@ def add_dimensions(path, refs: dict):
                     dst.write(head)
                 shutil.copyfileobj(src, dst, 1 << 20)
     os.replace(tmp, path)
-
 
 # %% ../../nbs/release/01_synthetic.ipynb #49749788
 @requires("out")

@@ -14,15 +14,7 @@ from .assets import ChoiceMap, Corpus, Registry, TaskConfig, normalize_cell
 from ..utils import atomic_write
 
 # %% auto #0
-__all__ = [
-    "MIN_SCORE",
-    "TOOL_SCHEMAS",
-    "TOOL_NAMES",
-    "VERL_TOOL_CLASSES",
-    "ToolError",
-    "CategoryTools",
-    "write_tool_config",
-]
+__all__ = ['MIN_SCORE', 'TOOL_SCHEMAS', 'TOOL_NAMES', 'VERL_TOOL_CLASSES', 'ToolError', 'CategoryTools', 'write_tool_config']
 
 # %% ../../nbs/release/10_tools.ipynb #6b665c6f
 MIN_SCORE = 0.34
@@ -70,7 +62,6 @@ TOOL_SCHEMAS = [
     },
 ]
 TOOL_NAMES = tuple(t["function"]["name"] for t in TOOL_SCHEMAS)
-
 
 # %% ../../nbs/release/10_tools.ipynb #8a6d5a2e
 def _bigrams(s: str) -> set:
@@ -164,7 +155,6 @@ class CategoryTools:
         except TypeError as e:
             raise ToolError(f"bad arguments for {name}: {e}") from None
         return json.dumps(out, ensure_ascii=False, sort_keys=True)
-
 
 # %% ../../nbs/release/10_tools.ipynb #e43288fa
 VERL_TOOL_CLASSES = {

@@ -31,29 +31,11 @@ from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, atomic_dir, iter_jsonl, stable_uniform, write_json
 
 # %% auto #0
-__all__ = [
-    "TRAJECTORY_STAGE",
-    "TRAJECTORY_FORMAT",
-    "TRAJECTORY_CLASSES",
-    "NO_RESULT_FALLBACK",
-    "TRAJECTORY_SCHEMA",
-    "TRAJ_SCHEMA_CACHE",
-    "trajectory_class",
-    "build_context",
-    "iter_contexts",
-    "trajectory_collect",
-    "mock_think",
-    "resolve_think_file",
-    "load_think_file",
-    "assemble",
-    "to_row",
-    "check_trajectory_row",
-    "validate_trajectory_dataset",
-    "trajectory_export",
-    "release_think_source",
-    "trajectory_validate",
-    "trajectory_stats",
-]
+__all__ = ['TRAJECTORY_STAGE', 'TRAJECTORY_FORMAT', 'TRAJECTORY_CLASSES', 'NO_RESULT_FALLBACK', 'TRAJECTORY_SCHEMA',
+           'TRAJ_SCHEMA_CACHE', 'trajectory_class', 'build_context', 'iter_contexts', 'trajectory_collect',
+           'mock_think', 'resolve_think_file', 'load_think_file', 'assemble', 'to_row', 'check_trajectory_row',
+           'validate_trajectory_dataset', 'trajectory_export', 'release_think_source', 'trajectory_validate',
+           'trajectory_stats']
 
 # %% ../../nbs/release/11_trajectory.ipynb #ada6c3c5
 TRAJECTORY_STAGE = "tool_trajectory"
@@ -131,7 +113,6 @@ def iter_contexts(ctx, tools, canonical, progress=True, desc="contexts"):
 def _tools_for(ctx):
     return CategoryTools(ctx.registry, ctx.corpus, ctx.task)
 
-
 # %% ../../nbs/release/11_trajectory.ipynb #87a40d53
 @requires(
     "dataset", "canonical", "registry", "corpus", "metadata_fields", "task_config", "grading_config", "collect_dir"
@@ -203,7 +184,6 @@ def trajectory_collect(
         )
         write_json(d / "collect_report.json", rep)
     return rep
-
 
 # %% ../../nbs/release/11_trajectory.ipynb #3aa3a402
 def mock_think(c: dict) -> tuple[str, list]:
@@ -277,7 +257,6 @@ def load_think_file(files) -> tuple[dict, list]:
                 continue
             out[sid] = (d.get("think"), d.get("tool_think"), str(f), line)
     return out, failed
-
 
 # %% ../../nbs/release/11_trajectory.ipynb #38939dfe
 def assemble(c: dict, think: str, tool_think: list) -> dict:
@@ -666,7 +645,6 @@ def trajectory_validate(
     if errs:
         errs.raise_first(report)
     return rep
-
 
 # %% ../../nbs/release/11_trajectory.ipynb #4ca5007f
 def _pcts(v) -> dict:

@@ -14,8 +14,7 @@ from .trajectory import TRAJECTORY_SCHEMA, _clean, release_think_source, validat
 from ..utils import UserError
 
 # %% auto #0
-__all__ = ["TRAJECTORY_FAMILY"]
-
+__all__ = ['TRAJECTORY_FAMILY']
 
 # %% ../../nbs/release/12_trajectory_mixture.ipynb #706eab53
 def _trajectory_samples(ctx, src):

@@ -11,8 +11,7 @@ from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 from .trajectory import _clean
 
 # %% auto #0
-__all__ = ["conversation_tokens", "PrefixDiffSFTDataset"]
-
+__all__ = ['conversation_tokens', 'PrefixDiffSFTDataset']
 
 # %% ../../nbs/release/15_verl_dataset.ipynb #63d754e5
 def _render(tok, messages: list, tools, generation: bool = False, **kw) -> str:
@@ -53,7 +52,6 @@ def conversation_tokens(
             )
         mask[start:end] = [1] * (end - start)
     return ids, mask, cuts
-
 
 # %% ../../nbs/release/15_verl_dataset.ipynb #b2175db0
 class PrefixDiffSFTDataset(MultiTurnSFTDataset):

@@ -19,8 +19,7 @@ except ImportError:  # the optional verl extra is absent: the module imports, th
     BaseTool, OpenAIFunctionToolSchema, ToolResponse, HAVE_VERL = object, None, None, False
 
 # %% auto #0
-__all__ = ["SearchCategoriesTool", "ReadCategoryTool", "ListChildrenTool"]
-
+__all__ = ['SearchCategoriesTool', 'ReadCategoryTool', 'ListChildrenTool']
 
 # %% ../../nbs/release/10a_verl_tools.ipynb #158f3e7b
 @functools.lru_cache(maxsize=8)

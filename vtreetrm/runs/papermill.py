@@ -36,25 +36,9 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = [
-    "REPORT_CSP",
-    "project_root",
-    "notebooks_dir",
-    "resolve_notebook",
-    "notebook_parameters",
-    "parse_param_pairs",
-    "gather_params",
-    "check_params",
-    "render_html",
-    "run_status",
-    "run_notebook",
-    "load_sweep",
-    "expand_sweep",
-    "run_sweep",
-    "run_cmd",
-    "sweep_cmd",
-]
-
+__all__ = ['REPORT_CSP', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs',
+           'gather_params', 'check_params', 'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep',
+           'run_sweep', 'run_cmd', 'sweep_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
 def project_root() -> Path:
@@ -172,7 +156,6 @@ def _default_value(src: str):
         return yaml.safe_load(src)
     except yaml.YAMLError:
         return src
-
 
 # %% ../../nbs/runs/00_papermill.ipynb #8fc95600
 REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:"
@@ -357,7 +340,6 @@ def _keep_completed(work: Path, dest: Path, run: dict) -> dict:
     publish_dir(work, failed)
     raise _Kept(run)
 
-
 # %% ../../nbs/runs/00_papermill.ipynb #8bfbac97
 def load_sweep(path: str | Path) -> dict:
     "Read and check a sweep YAML."
@@ -434,7 +416,6 @@ def expand_sweep(spec: dict) -> list[tuple[str, dict]]:
         out.append((name, p))
     return out
 
-
 # %% ../../nbs/runs/00_papermill.ipynb #fa8e5260
 def _run_one(args):
     nb, name, params, runs_dir, force = args
@@ -486,7 +467,6 @@ def run_sweep(
     }
     write_json(runs_dir / f"sweep-{_safe_name(Path(path).stem)}.json", summary)
     return summary
-
 
 # %% ../../nbs/runs/00_papermill.ipynb #5e57a3d3
 def run_cmd(

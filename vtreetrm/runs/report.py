@@ -19,34 +19,11 @@ from ..cli import Param
 from ..utils import UserError, atomic_write, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = [
-    "PRETTY_MODELS",
-    "PRETTY_DATASETS",
-    "GLOSSARY",
-    "LABEL_MODE",
-    "NO_ANSWER",
-    "CLI_COMMANDS",
-    "parse_legacy_name",
-    "run_conditions",
-    "collect_runs",
-    "simplification_tables",
-    "reference_m",
-    "comparison_tables",
-    "escape_frame",
-    "frame_html",
-    "table_html",
-    "query_figures",
-    "rankreg_table",
-    "collect_ladders",
-    "sample_counts",
-    "bootstrap_ci",
-    "best_runs",
-    "per_class_f1",
-    "confusion",
-    "training_curves",
-    "build_report",
-    "build_cmd",
-]
+__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'NO_ANSWER', 'CLI_COMMANDS', 'parse_legacy_name',
+           'run_conditions', 'collect_runs', 'simplification_tables', 'reference_m', 'comparison_tables',
+           'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table', 'collect_ladders',
+           'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1', 'confusion', 'training_curves', 'build_report',
+           'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {"qwen25_7b": "Qwen2.5-7B", "qwen2.5-7b": "Qwen2.5-7B", "qwen3_8b": "Qwen3-8B", "qwen3-8b": "Qwen3-8B"}
@@ -172,7 +149,6 @@ def run_conditions(params: dict, path=None) -> dict:
         "variant": variant,
     }
 
-
 # %% ../../nbs/runs/01_report.ipynb #962a4b77
 def _label_map_of(p: dict, run: Path) -> str | None:
     "The {official: simplified} file a run names or its dataset folder holds; relative paths from here or the run's `cwd`."
@@ -278,7 +254,6 @@ def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
     ]
     return pd.DataFrame(rows, columns=cols), missing, bad
 
-
 # %% ../../nbs/runs/01_report.ipynb #905c9d19
 GLOSSARY = [
     (
@@ -345,7 +320,6 @@ def simplification_tables(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
                 )
             )
     return out
-
 
 # %% ../../nbs/runs/01_report.ipynb #01726a31
 LABEL_MODE = {"official": "official labels", "simple": "simplified labels"}
@@ -498,7 +472,6 @@ def table_html(t: pd.DataFrame) -> str:
         sty = sty.set_properties(subset=["from"], **{"font-size": "75%", "color": "#555", "max-width": "28em"})
     return sty.to_html()
 
-
 # %% ../../nbs/runs/01_report.ipynb #db5971c1
 def _steps_file(d: Path) -> Path | None:
     return next((f for f in (d / "steps.jsonl", d / "phase2" / "steps.jsonl") if f.is_file()), None)
@@ -543,7 +516,6 @@ def query_figures(run: str | Path) -> dict:
             out["output rank entropy"] = sum(last) / len(last)
     return out
 
-
 # %% ../../nbs/runs/01_report.ipynb #496be709
 def _figures_or_why(run) -> dict:
     try:
@@ -579,7 +551,6 @@ def rankreg_table(runs: pd.DataFrame) -> pd.DataFrame | None:
             )
     return pd.DataFrame(rows) if rows else None
 
-
 # %% ../../nbs/runs/01_report.ipynb #2cf90808
 def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
     "[(title, table)] for every ladder.json under `paths`: one row per rung (and why a rung is empty), then chance and the majority class (percent)."
@@ -612,7 +583,6 @@ def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
                 (f"{_pretty(lad.get('dataset'), PRETTY_DATASETS) or '?'} {lad.get('split', 'test')} — {name}", t)
             )
     return out
-
 
 # %% ../../nbs/runs/01_report.ipynb #f3ede848
 def sample_counts(run: str | Path) -> dict:
@@ -667,7 +637,6 @@ def bootstrap_ci(
 
     return {"top1": ci(top1), "macro_f1": ci(macro), "top1_boot": top1, "macro_f1_boot": macro}
 
-
 # %% ../../nbs/runs/01_report.ipynb #86f399aa
 def best_runs(runs: pd.DataFrame) -> pd.DataFrame:
     "The highest-Top1 row of each evaluated dataset, preferring trained runs over controls and synthetic outputs."
@@ -718,7 +687,6 @@ def confusion(run: str | Path) -> pd.DataFrame:
     )
     return pd.crosstab(g, p, dropna=False).rename_axis(index="gold", columns="predicted")
 
-
 # %% ../../nbs/runs/01_report.ipynb #b6cd7aef
 def training_curves(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     "(run, dataset, epoch, train_loss, val_top1 (percent) per epoch of every run with a history.jsonl, problems)."
@@ -748,7 +716,6 @@ def training_curves(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             rows = [x for x in rows if x["run"] != r.run]
             problems.append(str(e))
     return pd.DataFrame(rows, columns=["run", "dataset", "epoch", "train_loss", "val_top1"]), problems
-
 
 # %% ../../nbs/runs/01_report.ipynb #a32ea8ae
 def build_report(

@@ -29,20 +29,8 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = [
-    "CHECKPOINT_FORMAT",
-    "CHECKPOINT_FIELDS",
-    "RUN_FILES",
-    "save_checkpoint",
-    "read_checkpoint",
-    "load_tensors",
-    "rng_state",
-    "set_rng_state",
-    "load_resume_state",
-    "model_config_sha256",
-    "RunFolder",
-    "check_run_folder",
-]
+__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
+           'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'RunFolder', 'check_run_folder']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e007
 CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
@@ -170,7 +158,6 @@ def load_tensors(path: str | Path, name: str = "model.safetensors") -> dict:
     except (SafetensorError, OSError, ValueError) as e:
         raise UserError(f"cannot read safetensors: {e}", f) from None
 
-
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e010
 def rng_state() -> dict:
     "torch, python and numpy RNG states as plain tensors and lists."
@@ -203,7 +190,6 @@ def load_resume_state(path: str | Path) -> dict:
         first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise UserError(f"refused: resume.pt is not plain tensor state ({first[:160]})", f) from None
 
-
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e013
 def model_config_sha256(model: str | Path) -> str | None:
     "sha256 of `config.json` of a model folder or cached hub id (None when there is none)."
@@ -217,7 +203,6 @@ def model_config_sha256(model: str | Path) -> str | None:
         return sha256_file(f) if f else None
     except Exception:
         return None
-
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e016
 class RunFolder:

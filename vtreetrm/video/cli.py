@@ -21,18 +21,8 @@ from .predict import predict
 from .synthetic import SCALES, SyntheticConfig, make_synthetic
 
 # %% auto #0
-__all__ = [
-    "DEFAULT_CACHE",
-    "CLI_COMMANDS",
-    "make_synthetic_cmd",
-    "features_cmd",
-    "phase1_cmd",
-    "phase2_cmd",
-    "predict_cmd",
-    "export_cmd",
-    "import_cmd",
-    "ladder_cmd",
-]
+__all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd',
+           'export_cmd', 'import_cmd', 'ladder_cmd']
 
 # %% ../../nbs/video/06_cli.ipynb #3ad8492c
 DEFAULT_CACHE = ".cache/vtreetrm/features"

@@ -18,7 +18,7 @@ from .predict import predict
 from .synthetic import SCALES, SyntheticConfig, make_synthetic
 
 # %% auto #0
-__all__ = ["HEADLINE", "demo_runs", "run_video_demo"]
+__all__ = ['HEADLINE', 'demo_runs', 'run_video_demo']
 
 # %% ../../nbs/video/07_demo.ipynb #f0838bc6
 HEADLINE = dict(num_queries=32, label_mode="simple", answer_order="actions_first", epochs=12)

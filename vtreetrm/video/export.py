@@ -14,8 +14,7 @@ from ..utils import atomic_dir, check_replaceable, provenance, read_json, write_
 from .predict import load_phase2, read_phase2
 
 # %% auto #0
-__all__ = ["export_checkpoint"]
-
+__all__ = ['export_checkpoint']
 
 # %% ../../nbs/video/05a_export.ipynb #e5a0c006
 def export_checkpoint(

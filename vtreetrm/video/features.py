@@ -27,25 +27,9 @@ from transformers import Dinov2Config, Dinov2Model
 from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json, write_json
 
 # %% auto #0
-__all__ = [
-    "TINY_DINOV2",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "PROCESSOR_KEYS",
-    "sample_indices",
-    "segment_times",
-    "video_duration",
-    "decode_clip",
-    "load_vision_encoder",
-    "load_image_processor",
-    "processor_settings",
-    "encoder_identity",
-    "Sampling",
-    "pixel_values",
-    "encode_frames",
-    "FeatureCache",
-]
-
+__all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times', 'video_duration',
+           'decode_clip', 'load_vision_encoder', 'load_image_processor', 'processor_settings', 'encoder_identity',
+           'Sampling', 'pixel_values', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #4b0bbc45
 def sample_indices(n: int, T: int) -> list:
@@ -161,7 +145,6 @@ def decode_clip(
     info = {"n_frames": int(n), "repeated": n < T}
     return np.stack(frames), info
 
-
 # %% ../../nbs/video/02_features.ipynb #b04627ca
 TINY_DINOV2 = dict(
     hidden_size=32,
@@ -274,7 +257,6 @@ def encoder_identity(model: Dinov2Model) -> dict:
         "key": sha256_json([sha256_json(cfg), h.hexdigest()]),
     }
 
-
 # %% ../../nbs/video/02_features.ipynb #498e3fa3
 @dataclass
 class Sampling:
@@ -332,7 +314,6 @@ def encode_frames(model: Dinov2Model, frames: np.ndarray, sampling: Sampling) ->
         grid = patches.transpose(1, 2).reshape(-1, h.shape[-1], side, side)
         patches = F.adaptive_avg_pool2d(grid, s.grid).flatten(2).transpose(1, 2)  # (B*T, grid*grid, D)
     return torch.cat([cls, patches], 1).reshape(B, T, -1, h.shape[-1]).cpu()
-
 
 # %% ../../nbs/video/02_features.ipynb #13da3171
 def _decode_job(path, T, start, end):

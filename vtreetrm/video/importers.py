@@ -23,20 +23,8 @@ from vtreetrm.video.labels import (
 )
 
 # %% auto #0
-__all__ = [
-    "FORMATS",
-    "SUBSETS",
-    "VIDEO_EXTS",
-    "CSV_REQUIRED",
-    "Segment",
-    "read_activitynet",
-    "read_csv",
-    "read_annotations",
-    "find_video",
-    "probe_duration",
-    "read_split_file",
-    "import_annotations",
-]
+__all__ = ['FORMATS', 'SUBSETS', 'VIDEO_EXTS', 'CSV_REQUIRED', 'Segment', 'read_activitynet', 'read_csv', 'read_annotations',
+           'find_video', 'probe_duration', 'read_split_file', 'import_annotations']
 
 # %% ../../nbs/video/00a_import.ipynb #a1b2c307
 FORMATS = ("activitynet", "lote", "mammalnet", "csv")
@@ -174,7 +162,6 @@ def read_annotations(path: str | Path, fmt: str) -> list:
         return read_csv(path)
     return read_activitynet(path)
 
-
 # %% ../../nbs/video/00a_import.ipynb #a1b2c310
 def find_video(videos: Path, video_id: str, where) -> Path:
     "The file of `video_id` in `videos` (the id itself, or the id plus a video extension); never outside the folder."
@@ -219,7 +206,6 @@ def read_split_file(path) -> dict:
         k = next(iter(bad))
         raise UserError(f"video {k!r}: unknown split {bad[k]!r}", path, None, k)
     return {str(k): SUBSETS[str(v).lower()] for k, v in data.items()}
-
 
 # %% ../../nbs/video/00a_import.ipynb #a1b2c311
 def _where(s: Segment) -> str:

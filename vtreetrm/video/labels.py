@@ -13,23 +13,9 @@ from ..eval.parse import norm_label
 from ..utils import UserError, iter_jsonl, read_json, write_json
 
 # %% auto #0
-__all__ = [
-    "LOTE_SIMPLE",
-    "MAMMALNET_SIMPLE",
-    "LABEL_MAPS",
-    "LABEL_MODES",
-    "SPLITS",
-    "MANIFEST_FIELDS",
-    "check_label_mapping",
-    "load_label_mapping",
-    "LabelSpace",
-    "check_flip_map",
-    "mirror_labels",
-    "Clip",
-    "Dataset",
-    "load_dataset",
-    "write_dataset_files",
-]
+__all__ = ['LOTE_SIMPLE', 'MAMMALNET_SIMPLE', 'LABEL_MAPS', 'LABEL_MODES', 'SPLITS', 'MANIFEST_FIELDS', 'check_label_mapping',
+           'load_label_mapping', 'LabelSpace', 'check_flip_map', 'mirror_labels', 'Clip', 'Dataset', 'load_dataset',
+           'write_dataset_files']
 
 # %% ../../nbs/video/00_labels.ipynb #4644f5c5
 LOTE_SIMPLE = {
@@ -130,7 +116,6 @@ class LabelSpace:
         "Official labels as shown in `mode`."
         return [self.mapping[l] for l in labels] if mode == "simple" else list(labels)
 
-
 # %% ../../nbs/video/00_labels.ipynb #f1a90002
 def check_flip_map(m, labels, path=None) -> dict:
     "Validate a `{official: mirrored official | None}` dict against the label set; returns it with every label present."
@@ -158,7 +143,6 @@ def mirror_labels(labels: list, flip_map: dict) -> list | None:
     "The official labels of the mirrored clip, or None when one of them has no safe mirror."
     out = [flip_map.get(l) for l in labels]
     return None if any(l is None for l in out) else out
-
 
 # %% ../../nbs/video/00_labels.ipynb #6d4605a7
 SPLITS = ("train", "val", "test")

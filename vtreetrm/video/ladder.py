@@ -19,8 +19,7 @@ from .phase2 import Phase2Config, baselines, compute_rows_metrics, make_samples,
 from .predict import load_phase2
 
 # %% auto #0
-__all__ = ["linear_probe", "ladder", "phase2_rungs"]
-
+__all__ = ['linear_probe', 'ladder', 'phase2_rungs']
 
 # %% ../../nbs/video/08_ladder.ipynb #b7c8d906
 def linear_probe(Xtr: np.ndarray, ytr: list, Xte: np.ndarray, gold: list, C: float = 0.1, seed: int = 0) -> dict:

@@ -31,21 +31,8 @@ from .features import FeatureCache, Sampling, load_vision_encoder
 from .labels import Dataset, load_dataset
 
 # %% auto #0
-__all__ = [
-    "BRANCHES",
-    "dataset_features",
-    "open_cache",
-    "Phase1Config",
-    "Phase1Output",
-    "Phase1Encoder",
-    "supcon_loss",
-    "prototype_loss",
-    "label_matrix",
-    "Phase1TrainConfig",
-    "load_phase1",
-    "train_phase1",
-]
-
+__all__ = ['BRANCHES', 'dataset_features', 'open_cache', 'Phase1Config', 'Phase1Output', 'Phase1Encoder', 'supcon_loss',
+           'prototype_loss', 'label_matrix', 'Phase1TrainConfig', 'load_phase1', 'train_phase1']
 
 # %% ../../nbs/video/03_phase1.ipynb #bfabf358
 def dataset_features(
@@ -84,7 +71,6 @@ def open_cache(
         batch_size,
         workers,
     )
-
 
 # %% ../../nbs/video/03_phase1.ipynb #d9f2b935
 BRANCHES = ("behaviour", "species", "environment")
@@ -164,7 +150,6 @@ class Phase1Encoder(nn.Module):
         emb = {b: F.normalize(self.heads[b](x[:, i]), dim=-1) for i, b in enumerate(BRANCHES)}
         return Phase1Output(x, emb)
 
-
 # %% ../../nbs/video/03_phase1.ipynb #b5ac5563
 def supcon_loss(
     z: torch.Tensor,  # (B, d) L2-normalised embeddings
@@ -202,7 +187,6 @@ def prototype_loss(
 def label_matrix(groups: list) -> torch.Tensor:
     "(B, B) bool: True where two items share a label; `groups` holds one set of labels per item."
     return torch.tensor([[bool(a & b) for b in groups] for a in groups])
-
 
 # %% ../../nbs/video/03_phase1.ipynb #ff721b7d
 @dataclass

@@ -64,56 +64,14 @@ from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
 from .synthetic import ENVIRONMENTS, MAMMALNET_SPECIES, SPECIES
 
 # %% auto #0
-__all__ = [
-    "VIDEO_MARKER",
-    "ANSWER_ORDERS",
-    "CHATML_TEMPLATE",
-    "TINY_QWEN2",
-    "DTYPES",
-    "LR_SCHEDULES",
-    "PROJECTIONS",
-    "SAMPLERS",
-    "OWN_EXCLUDE",
-    "QFORMER_SIZE_KEYS",
-    "TRACKER_PACKAGES",
-    "question",
-    "analysis",
-    "target",
-    "build_tokenizer",
-    "build_tiny_llm",
-    "load_llm",
-    "pretrain_tiny_llm",
-    "tiny_llm_cache",
-    "tiny_llm",
-    "Phase2Config",
-    "resolve_dtype",
-    "VideoQFormerLM",
-    "rank_entropy",
-    "read_blip2_qformer",
-    "blip2_sizes",
-    "init_from_blip2",
-    "Sample",
-    "make_samples",
-    "candidates_for",
-    "stop_ids_for",
-    "encode_prompt",
-    "encode_target",
-    "predict_samples",
-    "compute_rows_metrics",
-    "baselines",
-    "load_base_llm",
-    "check_llm",
-    "base_identity",
-    "build_phase2",
-    "mirrored_samples",
-    "make_optimizer",
-    "rank_batches",
-    "train_epoch",
-    "make_accelerator",
-    "predict_gathered",
-    "state_for_saving",
-    "train_phase2",
-]
+__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS',
+           'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer',
+           'build_tiny_llm', 'load_llm', 'pretrain_tiny_llm', 'tiny_llm_cache', 'tiny_llm', 'Phase2Config',
+           'resolve_dtype', 'VideoQFormerLM', 'rank_entropy', 'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2',
+           'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt', 'encode_target',
+           'predict_samples', 'compute_rows_metrics', 'baselines', 'load_base_llm', 'check_llm', 'base_identity',
+           'build_phase2', 'mirrored_samples', 'make_optimizer', 'rank_batches', 'train_epoch', 'make_accelerator',
+           'predict_gathered', 'state_for_saving', 'train_phase2']
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
 VIDEO_MARKER = "<video>"
@@ -148,7 +106,6 @@ def target(labels: list, species: str, environment: str, order: str = "actions_f
         if order == "actions_first"
         else f"{analysis(labels, species, environment)}\n{acts}"
     )
-
 
 # %% ../../nbs/video/04_phase2.ipynb #16d208a7
 CHATML_TEMPLATE = (
@@ -214,7 +171,6 @@ def build_tiny_llm(tokenizer, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
     finally:
         torch.random.set_rng_state(g)
 
-
 # %% ../../nbs/video/04_phase2.ipynb #8a56188f
 def load_llm(llm: str = "tiny", seed: int = 0, extra_labels=(), dtype=None):
     "(tokenizer, causal LM) for a spec: 'tiny' or a local path / hub id."
@@ -237,7 +193,6 @@ def load_llm(llm: str = "tiny", seed: int = 0, extra_labels=(), dtype=None):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok, model
-
 
 # %% ../../nbs/video/04_phase2.ipynb #f1a90042
 def _pretrain_example(tok, rng: random.Random, pools: list, stop: str) -> tuple[list, list]:
@@ -356,7 +311,6 @@ def tiny_llm(
                 )
             return tok, llm
     return load_llm(str(where))
-
 
 # %% ../../nbs/video/04_phase2.ipynb #466fd27a
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -506,7 +460,6 @@ def resolve_dtype(name: str, device: str = None) -> torch.dtype:
         raise UserError("--dtype bf16: this GPU has no bf16; use fp16 or fp32")
     return DTYPES[name]
 
-
 # %% ../../nbs/video/04_phase2.ipynb #d4fb0484
 class VideoQFormerLM(nn.Module):
     "Frozen features -> Q-former (M queries) -> projection -> frozen causal LM with LoRA."
@@ -578,7 +531,6 @@ class VideoQFormerLM(nn.Module):
         h = out.last_hidden_state[:, : q.shape[1]]  # (B, M, d)
         return self.proj(h), h
 
-
 # %% ../../nbs/video/04_phase2.ipynb #d63587c3
 @patch
 def embed(self: VideoQFormerLM, ids: list) -> torch.Tensor:
@@ -632,7 +584,6 @@ def forward(self: VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
     if self.cfg.rank_reg:
         loss = loss + self.cfg.rank_reg * (1 - ent)
     return loss
-
 
 # %% ../../nbs/video/04_phase2.ipynb #032140ff
 @patch
@@ -724,7 +675,6 @@ def parameter_counts(self: VideoQFormerLM) -> dict:
         ),
     }
 
-
 # %% ../../nbs/video/04_phase2.ipynb #021829c0
 QFORMER_SIZE_KEYS = {
     "hidden_size": "qformer_hidden",
@@ -795,7 +745,6 @@ def blip2_sizes(qcfg: dict) -> dict:
     "The Phase2Config Q-former fields a BLIP-2 Q-former config sets."
     return {ours: qcfg[theirs] for theirs, ours in QFORMER_SIZE_KEYS.items() if theirs in qcfg}
 
-
 # %% ../../nbs/video/04_phase2.ipynb #677bf8d3
 def init_from_blip2(model: VideoQFormerLM, tensors: dict) -> dict:
     "Copy the BLIP-2 Q-former tensors that fit and the first min(M, M0) queries into `model`; report what was (not) taken."
@@ -813,7 +762,6 @@ def init_from_blip2(model: VideoQFormerLM, tensors: dict) -> dict:
         "queries_from_checkpoint": n,
         "queries_in_checkpoint": q0.shape[1],
     }
-
 
 # %% ../../nbs/video/04_phase2.ipynb #53798a4d
 @dataclass
@@ -865,7 +813,6 @@ def encode_prompt(tok, candidates: list) -> tuple[list, list]:
 def encode_target(tok, s: Sample, order: str) -> list:
     end = tok.convert_ids_to_tokens(stop_ids_for(tok)[-1])
     return tok(target(s.labels, s.species, s.environment, order) + end, add_special_tokens=False)["input_ids"]
-
 
 # %% ../../nbs/video/04_phase2.ipynb #5cc03ec8
 @torch.no_grad()
@@ -940,7 +887,6 @@ def baselines(rows: list, train_labels: list) -> dict:
         "majority_top1": float(np.mean([r["gold"][0] == major for r in single])),
     }
 
-
 # %% ../../nbs/video/04_phase2.ipynb #ca7a9464
 def load_base_llm(cfg: Phase2Config, ds: Dataset, base_dir: Path = None, progress: bool = False) -> tuple:
     "(tokenizer, LLM in fp32 or --dtype, tiny) for a run; the tiny LLM is read from `base_dir` when it was saved there."
@@ -998,7 +944,6 @@ def build_phase2(cfg: Phase2Config, ds: Dataset, feature_shape: tuple, phase1: P
     )
     return model, tok
 
-
 # %% ../../nbs/video/04_phase2.ipynb #dfa8bb82
 def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = None) -> list:
     "[(sample, mirrored)] for one epoch; `mirrored` maps a sample id to its mirrored sample (flip-balanced)."
@@ -1049,7 +994,6 @@ def make_optimizer(model: nn.Module, cfg: Phase2Config, total_steps: int):
         name, opt, num_warmup_steps=round(cfg.warmup_ratio * total_steps), num_training_steps=total_steps
     )
     return opt, sched
-
 
 # %% ../../nbs/video/04_phase2.ipynb #0d0a8a89
 @dataclass
@@ -1139,7 +1083,6 @@ def train_epoch(
     mean = acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
     return mean, step
 
-
 # %% ../../nbs/video/04_phase2.ipynb #0ede9d33
 def _print_counts(c: dict):
     parts = ", ".join(f"{k} {v:,}" for k, v in sorted(c["trainable"].items()))
@@ -1216,7 +1159,6 @@ def _load_checkpoint_into(core, path: Path):
     "Our tensors and the LoRA weights of checkpoint folder `path` into `core` (peft's own loader for the adapter)."
     core.load_own_state(load_tensors(path), path / "model.safetensors")
     set_peft_model_state_dict(core.llm, load_peft_weights(str(path / "adapter")))
-
 
 # %% ../../nbs/video/04_phase2.ipynb #a256953e
 def train_phase2(
@@ -1341,7 +1283,6 @@ def train_phase2(
     except BaseException as e:
         rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
         raise
-
 
 # %% ../../nbs/video/04_phase2.ipynb #2827d0c9
 def _fit(
@@ -1479,7 +1420,6 @@ def _fit(
     if trackers:
         acc.end_training()
     return metrics
-
 
 # %% ../../nbs/video/04_phase2.ipynb #2a062573
 def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init) -> dict:

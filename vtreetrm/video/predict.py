@@ -26,7 +26,7 @@ from vtreetrm.video.phase2 import (
 )
 
 # %% auto #0
-__all__ = ["STORED_DTYPES", "read_phase2", "load_phase2", "predict"]
+__all__ = ['STORED_DTYPES', 'read_phase2', 'load_phase2', 'predict']
 
 # %% ../../nbs/video/05_predict.ipynb #704315da
 STORED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -93,7 +93,6 @@ def load_phase2(
         {k: v for k, v in load_tensors(path).items() if not k.startswith("cls.")}, path / "model.safetensors"
     )
     return model.to("cuda" if torch.cuda.is_available() else "cpu").eval(), tok, meta
-
 
 # %% ../../nbs/video/05_predict.ipynb #bfbfb73c
 def predict(

@@ -17,22 +17,8 @@ from ..utils import UserError, atomic_dir, provenance, write_json
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, load_dataset, write_dataset_files
 
 # %% auto #0
-__all__ = [
-    "MOTIONS",
-    "LOTE_MOTION",
-    "MAMMALNET_MOTION",
-    "SPECIES",
-    "MAMMALNET_SPECIES",
-    "ENVIRONMENTS",
-    "SCALES",
-    "mirror_map",
-    "render_frames",
-    "write_mp4",
-    "SyntheticConfig",
-    "class_counts",
-    "make_synthetic",
-]
-
+__all__ = ['MOTIONS', 'LOTE_MOTION', 'MAMMALNET_MOTION', 'SPECIES', 'MAMMALNET_SPECIES', 'ENVIRONMENTS', 'SCALES', 'mirror_map',
+           'render_frames', 'write_mp4', 'SyntheticConfig', 'class_counts', 'make_synthetic']
 
 # %% ../../nbs/video/01_synthetic.ipynb #f338803e
 def _lin(ax, ay):
@@ -102,7 +88,6 @@ MAMMALNET_MOTION = {
     "vomits": "blink",
 }
 
-
 # %% ../../nbs/video/01_synthetic.ipynb #f1a90012
 def _trajectory(fn, n: int = 48) -> np.ndarray:
     return np.array([[*fn(i / n)[:3], float(fn(i / n)[3])] for i in range(n)])
@@ -116,7 +101,6 @@ def mirror_map(motion_of: dict) -> dict:
 
     traj = {lab: _trajectory(MOTIONS[m]) for lab, m in motion_of.items()}
     return {lab: next((l for l, t2 in traj.items() if same(t * [-1, 1, 1, 1], t2)), None) for lab, t in traj.items()}
-
 
 # %% ../../nbs/video/01_synthetic.ipynb #7a492fce
 SPECIES = {
@@ -172,7 +156,6 @@ def _mask(shape: str, size: int, cx: float, cy: float, r: float) -> np.ndarray:
         return ((abs(dx) <= r * 0.35) & (abs(dy) <= r)) | ((abs(dy) <= r * 0.35) & (abs(dx) <= r))
     raise ValueError(f"unknown shape {shape!r}")
 
-
 # %% ../../nbs/video/01_synthetic.ipynb #cc46f4b5
 def render_frames(
     animals: list,  # [(shape, rgb, motion name), ...]
@@ -220,7 +203,6 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: int = 8, codec: str = "
             c.mux(p)
     return path
 
-
 # %% ../../nbs/video/01_synthetic.ipynb #a3c488cb
 @dataclass
 class SyntheticConfig:
@@ -255,7 +237,6 @@ def class_counts(labels: list, cfg: SyntheticConfig, long_tail: bool) -> dict:
     if not long_tail:
         return {l: cfg.mammalnet_count for l in labels}
     return {l: max(cfg.min_count, round(cfg.head_count * (k + 1) ** -cfg.tail_exponent)) for k, l in enumerate(labels)}
-
 
 # %% ../../nbs/video/01_synthetic.ipynb #9e36874b
 def _split_of(i: int, n: int, cfg: SyntheticConfig) -> str:
