@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,14 @@ def vtreetrm(*args, cwd=None, check=None, timeout=900):
 @pytest.fixture
 def cli():
     return vtreetrm
+
+
+# headless Chromium for the page tests: the flags that keep it off a closed network (no background, update or sync traffic)
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
+
+
+def chromium_cmd(profile, *extra) -> list:
+    "A headless Chromium command line with its own profile folder and `extra` flags."
+    return [CHROMIUM, "--headless", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra]

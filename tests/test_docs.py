@@ -4,7 +4,6 @@ every internal link and anchor followed, the search box tried."""
 import functools
 import http.server
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -14,16 +13,7 @@ from urllib.parse import urldefrag, urljoin, urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
+from conftest import CHROMIUM, CHROMIUM_FLAGS
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +68,7 @@ def test_every_page_loads_and_no_internal_link_is_broken(site, server):
     problems, seen, anchors = [], set(), {}
     todo, links = [server], []
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         page = browser.new_page()
         page.on("pageerror", lambda e: problems.append(f"{page.url}: script error {e}"))
         # a resource that is missing (HTTP error) or fails to load; a load cut short by moving to the next page is neither

@@ -7,10 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import CHROMIUM, chromium_cmd
 
 from vtreetrm.cli import main
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 PAYLOAD = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
 PARAM_FIELDS = ["llm_name", "dataset", "train_dataset", "answer_order", "label_mode", "variant"]
 METRIC_FIELDS = ["trained_on", "evaluated_on"]
@@ -61,18 +61,7 @@ def test_no_script_from_data_runs(runs, tmp_path, fields):
         assert html.escape(_payload(f), quote=False) in page, f  # shown whole, as text (quotes in text are inert)
     if CHROMIUM is None:
         pytest.skip("no chromium: the page was checked as text only")
-    flags = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=3000",
-    ]
+    flags = chromium_cmd(tmp_path / "profile", "--virtual-time-budget=3000")
     dom = subprocess.run(
         flags + ["--dump-dom", out.resolve().as_uri()], capture_output=True, text=True, timeout=120
     ).stdout
@@ -106,18 +95,7 @@ def test_no_script_runs_in_any_notebook_report(tmp_path):
         assert f"<img src=x onerror=\"document.title='pwned-{f}" not in page, f
     if CHROMIUM is None:
         pytest.skip("no chromium: the page was checked as text only")
-    flags = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=3000",
-    ]
+    flags = chromium_cmd(tmp_path / "profile", "--virtual-time-budget=3000")
     dom = subprocess.run(
         flags + ["--dump-dom", out.resolve().as_uri()], capture_output=True, text=True, timeout=120
     ).stdout

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+from conftest import CHROMIUM, chromium_cmd
 
 
 @pytest.fixture(scope="module")
@@ -125,18 +124,7 @@ def test_report_refusals(tmp_path, cli):
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (make test installs it where it can)")
 def test_report_renders_in_chromium(demo, tmp_path):
     d, _ = demo
-    flags = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=5000",
-    ]
+    flags = chromium_cmd(tmp_path / "profile", "--virtual-time-budget=5000")
     url = (d / "report.html").resolve().as_uri()
     dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
     assert (
