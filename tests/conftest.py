@@ -43,3 +43,35 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-network
 def chromium_cmd(profile, *extra) -> list:
     "A headless Chromium command line with its own profile folder and `extra` flags."
     return [CHROMIUM, "--headless", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra]
+
+
+def once(tmp_path_factory, worker_id: str, name: str, make) -> Path:
+    """`make(folder)` once per test session, also across pytest-xdist workers (xdist's own recipe): the first worker
+    to get here makes it in the session's shared temp folder under a lock, the others wait for it and reuse it."""
+    if worker_id == "master":  # no xdist: the session's temp folder is this run's own
+        d = tmp_path_factory.mktemp(name)
+        make(d)
+        return d
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent  # shared by this run's workers only
+    d, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.is_file():
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir()
+            make(d)
+            done.touch()
+    return d
+
+
+def _synthetic_eval(d: Path):
+    r = vtreetrm("demo", "--synthetic-eval", "--runs-dir", d / "runs", "--out", d / "report.html", check=0)
+    (d / "stdout.txt").write_text(r.stdout)
+
+
+@pytest.fixture(scope="session")
+def synthetic_eval(tmp_path_factory, worker_id):
+    "`vtreetrm demo --synthetic-eval` once per test session: its folder (runs/, report.html) and its stdout."
+    d = once(tmp_path_factory, worker_id, "synthetic-eval", _synthetic_eval)
+    return d, (d / "stdout.txt").read_text()

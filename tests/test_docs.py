@@ -13,18 +13,24 @@ from urllib.parse import urldefrag, urljoin, urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-from conftest import CHROMIUM, CHROMIUM_FLAGS
+from conftest import CHROMIUM, CHROMIUM_FLAGS, once
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    pytest.importorskip("mkdocs_jupyter", reason="the docs extra is not installed (pip install -e .[docs])")
-    out = tmp_path_factory.mktemp("docs") / "site"
+def _build(d: Path):
     r = subprocess.run(
-        [sys.executable, str(ROOT / ".ci" / "docs.py"), "--out", str(out)], capture_output=True, text=True, timeout=600
+        [sys.executable, str(ROOT / ".ci" / "docs.py"), "--out", str(d / "site")],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    return out
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory, worker_id):
+    "The site, built once per test session (see `conftest.once`)."
+    pytest.importorskip("mkdocs_jupyter", reason="the docs extra is not installed (pip install -e .[docs])")
+    return once(tmp_path_factory, worker_id, "docs", _build) / "site"
 
 
 @pytest.fixture(scope="module")

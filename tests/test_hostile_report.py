@@ -16,11 +16,9 @@ PARAM_FIELDS = ["llm_name", "dataset", "train_dataset", "answer_order", "label_m
 METRIC_FIELDS = ["trained_on", "evaluated_on"]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("xss")
-    assert main(["demo", "--synthetic-eval", "--runs-dir", str(d / "runs"), "--out", str(d / "clean.html")]) == 0
-    return d
+@pytest.fixture
+def runs(synthetic_eval):
+    return synthetic_eval[0]
 
 
 def _payload(field: str) -> str:

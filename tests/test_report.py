@@ -12,18 +12,14 @@ import pytest
 from conftest import CHROMIUM, chromium_cmd
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from conftest import vtreetrm
-
-    d = tmp_path_factory.mktemp("demo")
-    r = vtreetrm("demo", "--synthetic-eval", "--runs-dir", d / "runs", "--out", d / "report.html", check=0)
-    return d, r
+@pytest.fixture
+def demo(synthetic_eval):
+    return synthetic_eval
 
 
 def test_demo_outputs(demo):
-    d, r = demo
-    assert r.stdout.strip().splitlines()[-1] == f"report: {(d / 'report.html').resolve()}"
+    d, stdout = demo
+    assert stdout.strip().splitlines()[-1] == f"report: {(d / 'report.html').resolve()}"
     run = d / "runs" / "demo-eval-seed0"
     assert json.loads((run / "run.json").read_text())["status"] == "completed"
     m = json.loads((run / "metrics.json").read_text())
