@@ -10,7 +10,7 @@ from vtreetrm.runs.papermill import run_notebook
 
 def test_release_smoke_notebook(tmp_path):
     run = run_notebook("release_smoke", "smoke", params={"records": 150}, runs_dir=tmp_path, html=False, progress=False)
-    assert run["status"] == "completed", run.get("error")
+    assert run["status"] == "done", run.get("error")
     m = json.loads((tmp_path / "smoke" / "metrics.json").read_text())
     assert m["records"] == 150 and sum(m["split_counts"].values()) == 150
     assert m["audit_status"] == "passed" and m["conflict_keys"] == 0

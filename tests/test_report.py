@@ -21,7 +21,7 @@ def test_demo_outputs(demo):
     d, stdout = demo
     assert stdout.strip().splitlines()[-1] == f"report: {(d / 'report.html').resolve()}"
     run = d / "runs" / "demo-eval-seed0"
-    assert json.loads((run / "run.json").read_text())["status"] == "completed"
+    assert json.loads((run / "run.json").read_text())["status"] == "done"
     m = json.loads((run / "metrics.json").read_text())
     scored = [
         json.loads(p.read_text()) for p in (d / "runs" / "demo-data-seed0" / "eval_outputs").rglob("metrics.json")

@@ -48,7 +48,7 @@ def test_run_directory_contract(tmp_path, cli, nb):
     assert json.loads((d / "params.json").read_text()) == {"lr": 0.5, "steps": 4, "name": "x", "run_dir": "."}
     assert json.loads((d / "metrics.json").read_text()) == pytest.approx({"loss": 1 / 3, "steps": 4})
     run = json.loads((d / "run.json").read_text())
-    assert run["status"] == "completed" and run["duration_s"] > 0 and run["versions"]["papermill"]
+    assert run["status"] == "done" and run["seconds"] > 0 and run["versions"]["papermill"]
     assert "git_sha" in run and str(nb) in run["inputs"] and run["host"]
     html = (d / "lr-test.html").read_text()
     assert "final loss" in html and "pathlib.Path(run_dir" not in html  # outputs shown, code hidden
@@ -88,14 +88,14 @@ def test_sweep_parallel_with_a_failure(tmp_path, cli, nb):
         "grid: {lr: [0.1, 0.2], steps: [1, 2]}\nruns: [{lr: 0.3, steps: -1}]\n"
     )
     r = cli("sweep", tmp_path / "sweep.yaml", "--jobs", "2", "--runs-dir", tmp_path / "runs", check=1)
-    assert "4 completed, 0 skipped, 1 failed" in r.stdout
+    assert "4 done, 0 skipped, 1 failed" in r.stdout
     done = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir())
     assert done == ["lr0.1-s1", "lr0.1-s2", "lr0.2-s1", "lr0.2-s2", "lr0.3-s-1"]
     assert json.loads((tmp_path / "runs" / "lr0.2-s2" / "metrics.json").read_text())["loss"] == pytest.approx(1 / 1.4)
     summary = json.loads((tmp_path / "runs" / "sweep-sweep.json").read_text())
     assert summary["runs"]["lr0.3-s-1"]["status"] == "failed"
     r = cli("sweep", tmp_path / "sweep.yaml", "--runs-dir", tmp_path / "runs", check=1)
-    assert "0 completed, 4 skipped, 1 failed" in r.stdout
+    assert "0 done, 4 skipped, 1 failed" in r.stdout
 
 
 @pytest.mark.parametrize(

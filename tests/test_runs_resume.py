@@ -52,7 +52,7 @@ def test_killed_phase2_notebook_run_resumes(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     run = json.loads((runs / "nb" / "run.json").read_text())
-    assert run["status"] == "completed" and run["resumed"] is True and not (runs / "nb.running").exists()
+    assert run["status"] == "done" and run["resumed"] is True and not (runs / "nb.running").exists()
     epochs = [json.loads(l)["epoch"] for l in (runs / "nb" / "phase2" / "history.jsonl").read_text().splitlines()]
     assert epochs == list(range(1, 9))  # each epoch once: continued, not restarted
 

@@ -14,13 +14,13 @@ import os
 import re
 import shutil
 import sys
-import time
 import traceback
 from pathlib import Path
 
 import yaml
 
 from ..cli import Param
+from .folder import RunFolder, read_run
 from vtreetrm.utils import (
     PACKAGE_DIR,
     UserError,
@@ -28,7 +28,6 @@ from vtreetrm.utils import (
     load_yaml,
     make_parent,
     now_iso,
-    provenance,
     publish_dir,
     read_json,
     recover_publication,
@@ -37,8 +36,8 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['REPORT_CSP', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs',
-           'gather_params', 'check_params', 'render_html', 'run_status', 'run_notebook', 'load_sweep', 'expand_sweep',
-           'run_sweep', 'run_cmd', 'sweep_cmd']
+           'gather_params', 'check_params', 'render_html', 'run_notebook', 'load_sweep', 'expand_sweep', 'run_sweep',
+           'run_cmd', 'sweep_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
 def project_root() -> Path:
@@ -185,34 +184,25 @@ def _safe_name(name: str) -> str:
     return s
 
 
-def run_status(run_dir: Path) -> dict | None:
-    "The run.json of a run directory, or None."
-    p = Path(run_dir) / "run.json"
-    try:
-        return read_json(p) if p.is_file() else None
-    except UserError:
-        return None
-
-
 def run_notebook(
     notebook: str | Path,  # notebook path or name in nbs/experiments
     name: str,  # run name: the folder under runs_dir
     params: dict = None,  # parameter values (checked against the notebook)
     runs_dir: str | Path = "papermill_runs",  # where run folders go
-    force: bool = False,  # re-run even when a completed run has the same params
+    force: bool = False,  # re-run even when a done run has the same params
     html: bool = True,  # render NAME.html without code cells
     progress: bool = True,  # papermill's cell progress bar
     kernel: str = "python3",  # Jupyter kernel that executes it
     log_output: bool = False,  # stream the cells' outputs to stderr as they run (papermill --log-output)
 ) -> dict:
-    "Execute a notebook into `runs_dir/name/`; returns its run.json (status `completed`, `failed` or `skipped`)."
+    "Execute a notebook into `runs_dir/name/`; returns its run.json (status `done`, `failed` or `skipped`)."
     nb = resolve_notebook(notebook)
     declared = notebook_parameters(nb)
     full = check_params(nb, dict(params or {}), declared)
     name = _safe_name(name)
     dest = Path(runs_dir) / name
-    prev = run_status(dest)
-    if prev and not force and prev.get("status") == "completed":
+    prev = read_run(dest)
+    if prev and not force and prev["status"] == "done":
         old = read_json(dest / "params.json") if (dest / "params.json").is_file() else None
         if old == full:
             return {**prev, "status": "skipped", "run_dir": str(dest)}
@@ -263,25 +253,14 @@ def _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kerne
     import papermill as pm
 
     work, resumed = _running_dir(dest, full)
-    write_json(work / "params.json", full)
-    run = {
-        "status": "running",
-        "name": name,
-        "notebook": str(nb),
-        "run_dir": str(dest.resolve()),
-        "running_dir": str(work.resolve()),
-        "pid": os.getpid(),
-        "resumed": resumed,
-        "started": now_iso(),
-        **provenance(full, inputs),
-    }
-    write_json(work / "run.json", run)
+    rf = RunFolder(work, full, inputs)
+    rf.start(resumed=resumed, name=name, notebook=str(nb), run_dir=str(dest.resolve()),
+             running_dir=str(work.resolve()), pid=os.getpid())  # fmt: skip
     exec_params = dict(full)
     if "run_dir" in declared:
         exec_params["run_dir"] = str(work.resolve())
     if log_output:
         _log_to_stderr()
-    t0 = time.time()
     try:
         pm.execute_notebook(
             str(nb),
@@ -292,23 +271,22 @@ def _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kerne
             cwd=str(Path.cwd()),
             log_output=log_output,
         )
-        run["status"] = "completed"
+        ended = dict(status="done")
     except pm.PapermillExecutionError as e:
-        run.update(status="failed", error=f"{e.ename}: {e.evalue}", failed_cell=e.exec_count)
+        ended = dict(status="failed", error=f"{e.ename}: {e.evalue}", failed_cell=e.exec_count)
     except Exception as e:
-        run.update(status="failed", error=f"{type(e).__name__}: {e}")
-    run.update(finished=now_iso(), duration_s=round(time.time() - t0, 3))
+        ended = dict(status="failed", error=f"{type(e).__name__}: {e}")
     if html and (work / f"{name}.ipynb").is_file():
         try:
             render_html(work / f"{name}.ipynb", work / f"{name}.html")
-            run["html"] = f"{name}.html"
+            ended["html"] = f"{name}.html"
         except Exception as e:
-            run["html_error"] = f"{type(e).__name__}: {e}"
+            ended["html_error"] = f"{type(e).__name__}: {e}"
     if (work / "metrics.json").is_file():
-        run["metrics"] = "metrics.json"
-    write_json(work / "run.json", run)
-    if run["status"] == "failed" and prev and prev.get("status") == "completed":
-        return _keep_completed(work, dest, run)  # a failed --force never replaces a completed run
+        ended["metrics"] = "metrics.json"
+    run = rf.finish(**ended)
+    if run["status"] == "failed" and prev and prev["status"] == "done":
+        return _keep_done(work, dest, run)  # a failed --force never replaces a done run
     recover_publication(dest)
     publish_dir(work, dest)
     return run
@@ -330,10 +308,10 @@ class _Kept(Exception):
     pass
 
 
-def _keep_completed(work: Path, dest: Path, run: dict) -> dict:
-    "Publish a failed re-run beside the completed run it was to replace (NAME.failed), leaving that run as it is."
+def _keep_done(work: Path, dest: Path, run: dict) -> dict:
+    "Publish a failed re-run beside the done run it was to replace (NAME.failed), leaving that run as it is."
     failed = dest.parent / f"{dest.name}.failed"
-    run = {**run, "run_dir": str(failed.resolve()), "kept_completed_run": str(dest.resolve())}
+    run = {**run, "run_dir": str(failed.resolve()), "kept_done_run": str(dest.resolve())}
     write_json(work / "run.json", run)
     recover_publication(failed)
     check_replaceable(failed)
@@ -460,7 +438,7 @@ def run_sweep(
         "notebook": str(nb),
         "runs_dir": str(runs_dir),
         "finished": now_iso(),
-        "counts": {s: sum(r["status"] == s for r in results.values()) for s in ("completed", "skipped", "failed")},
+        "counts": {s: sum(r["status"] == s for r in results.values()) for s in ("done", "skipped", "failed")},
         "runs": {
             n: {"status": r["status"], **({"error": r["error"]} if r.get("error") else {})} for n, r in results.items()
         },
@@ -484,7 +462,7 @@ def run_cmd(
     k: str = "python3",  # Jupyter kernel to execute with
     log_output: bool = False,  # stream the cells' outputs to stderr as they run
     runs_dir: str = "papermill_runs",  # where run folders are written
-    force: bool = False,  # re-run even if a completed run has the same parameters
+    force: bool = False,  # re-run even if a done run has the same parameters
     no_html: bool = False,  # skip the HTML rendering
 ):
     "Execute a notebook with papermill into RUNS_DIR/NAME/ (params.json, run.json, metrics.json, notebook, HTML)."
@@ -503,13 +481,13 @@ def run_cmd(
         f"{r['status']}: {Path(runs_dir) / _safe_name(name or nb.stem)}"
         + (f"  ({r['error']})" if r.get("error") else "")
     )
-    return 0 if r["status"] in ("completed", "skipped") else 1
+    return 0 if r["status"] in ("done", "skipped") else 1
 
 
 def sweep_cmd(
     sweep: Param("sweep YAML (notebook, params, grid, runs, name)"),
     jobs: int = None,  # parallel runs (processes); default from the YAML or 1
-    force: bool = False,  # re-run completed runs with the same parameters
+    force: bool = False,  # re-run done runs with the same parameters
     runs_dir: str = None,  # where run folders go (default: the YAML's runs_dir or papermill_runs)
 ):
     "Expand a sweep into runs and execute them; failed runs do not stop the others; exit 1 if any failed."
@@ -517,5 +495,5 @@ def sweep_cmd(
     for n, r in s["runs"].items():
         print(f"{r['status']:<10} {n}" + (f"  ({r['error']})" if r.get("error") else ""))
     c = s["counts"]
-    print(f"{c['completed']} completed, {c['skipped']} skipped, {c['failed']} failed")
+    print(f"{c['done']} done, {c['skipped']} skipped, {c['failed']} failed")
     return 1 if c["failed"] else 0
