@@ -259,7 +259,46 @@ def _messy(rng, s, p_fw=0.0, p_space=0.0):
         s = rng.choice([s + "  ", " " + s, "\u3000" + s, s + "\u3000"])
     return s
 
-# %% ../../nbs/release/01_synthetic.ipynb #e9d11828
+# %% ../../nbs/release/01_synthetic.ipynb #a961af0a
+def _table_rows(rng, sub_leaves: list, n: int, tname: str, tdesc: str, lvl_ids: list) -> list:
+    "Up to `n` fields of one table, names unique ignoring case (`3 n` draws at most)."
+    seen, rows = set(), []
+    for _j in range(n * 3):
+        if len(rows) >= n:
+            break
+        leaf = rng.choice(sub_leaves)
+        fname = rng.choice(leaf["tokens"]) + rng.choice(["", "", "_cd", "_val", f"_{rng.randint(1, 9)}", "_bak"])
+        if fname.casefold() in seen:
+            continue
+        seen.add(fname.casefold())
+        base = lvl_ids.index(leaf["level"])
+        lvl = lvl_ids[min(3, max(0, base + rng.choice([-1, 1])))] if rng.random() < 0.1 else leaf["level"]
+        word = rng.choice(leaf["words"])
+        rows.append(
+            {
+                "table_name": tname,
+                "table_description": tdesc,
+                "field_name": fname,
+                "field_description": f"{word}{rng.choice(['', '（单位见备注）', '，按日统计', '，系统自动采集', '，人工录入'])}",
+                "category": leaf["path"],
+                "data_level": lvl,
+                "_leaf": leaf,
+            }
+        )
+    return rows
+
+
+def _add_conflict(rows: list, sub_leaves: list, n: int) -> bool:
+    "Repeat the table's first field upper-cased with another leaf's label; False when the table cannot take one."
+    if len(rows) >= 2 and len(rows) < n + 1:
+        src = rows[0]
+        other = next(l for l in sub_leaves if l["id"] != src["_leaf"]["id"])
+        if src["field_name"].upper() != src["field_name"]:
+            rows.append({**src, "field_name": src["field_name"].upper(), "category": other["path"], "_leaf": other})
+            return True
+    return False
+
+# %% ../../nbs/release/01_synthetic.ipynb #0e572e9a
 def generate_rows(records: int, seed: int = 0, conflicts: int = 0):
     "Yield `(sheet_index, table_rows)` with `table_rows` a list of dicts keyed by `FIELDS`."
     rng = random.Random(seed)
@@ -281,51 +320,26 @@ def generate_rows(records: int, seed: int = 0, conflicts: int = 0):
         n = min(rng.randint(3, 24), records - made)
         tname = f"t_{dpre}_{sword}_{rng.choice(['log', 'info', 'detail', 'his', 'rpt', 'mst'])}_{t:06d}"
         tdesc = f"{dname}{sname}{rng.choice(adjs)}表（{rng.choice(['MES', 'ERP', 'CRM', 'HR', 'OA'])}系统）"
-        seen, rows = set(), []
-        for _j in range(n * 3):
-            if len(rows) >= n:
-                break
-            leaf = rng.choice(by_sub[sid])
-            fname = rng.choice(leaf["tokens"]) + rng.choice(["", "", "_cd", "_val", f"_{rng.randint(1, 9)}", "_bak"])
-            if fname.casefold() in seen:
-                continue
-            seen.add(fname.casefold())
-            base = lvl_ids.index(leaf["level"])
-            lvl = lvl_ids[min(3, max(0, base + rng.choice([-1, 1])))] if rng.random() < 0.1 else leaf["level"]
-            word = rng.choice(leaf["words"])
-            rows.append(
-                {
-                    "table_name": tname,
-                    "table_description": tdesc,
-                    "field_name": fname,
-                    "field_description": f"{word}{rng.choice(['', '（单位见备注）', '，按日统计', '，系统自动采集', '，人工录入'])}",
-                    "category": leaf["path"],
-                    "data_level": lvl,
-                    "_leaf": leaf,
-                }
-            )
-        if conflicts_left and len(rows) >= 2 and len(rows) < n + 1:
-            src = rows[0]
-            other = next(l for l in by_sub[sid] if l["id"] != src["_leaf"]["id"])
-            if src["field_name"].upper() != src["field_name"]:
-                rows.append({**src, "field_name": src["field_name"].upper(), "category": other["path"], "_leaf": other})
-                conflicts_left -= 1
+        rows = _table_rows(rng, by_sub[sid], n, tname, tdesc, lvl_ids)
+        if conflicts_left and _add_conflict(rows, by_sub[sid], n):
+            conflicts_left -= 1
         made += len(rows)
         yield di, rows
 
-# %% ../../nbs/release/01_synthetic.ipynb #83419541
-def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progress: bool = True) -> dict:
-    "Write the messy workbook; returns counts per sheet."
-    rng = random.Random(seed + 1)
-    wb = openpyxl.Workbook(write_only=True)
+# %% ../../nbs/release/01_synthetic.ipynb #7024488f
+_NOTES = [
+    "数据分类分级清单填写说明",
+    "1. 每个字段一行，表名与表描述可合并单元格。",
+    "2. 分类填写完整路径，用“/”分隔。",
+    "3. 分级填写 L1～L4。",
+    "（本表不参与导入）",
+]
+
+
+def _new_sheets(wb) -> tuple:
+    "The notes sheet and one data sheet per domain, each with its banner and headers; `_vt_row` counts rows written."
     notes = wb.create_sheet("填写说明")
-    for line in [
-        "数据分类分级清单填写说明",
-        "1. 每个字段一行，表名与表描述可合并单元格。",
-        "2. 分类填写完整路径，用“/”分隔。",
-        "3. 分级填写 L1～L4。",
-        "（本表不参与导入）",
-    ]:
+    for line in _NOTES:
         notes.append([line])
     sheets = [wb.create_sheet(d[1]) for d in STANDARD]
     for ws in sheets:
@@ -335,36 +349,53 @@ def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progre
         for rng_ in ("A1:F1", "A2:B2", "C2:D2", "E2:F2"):
             ws.merged_cells.ranges.add(CellRange(rng_))
         ws._vt_row = 3
+    return notes, sheets
+
+# %% ../../nbs/release/01_synthetic.ipynb #0fd14345
+def _messy_row(rng, r: dict, first: bool) -> list:
+    "The six workbook cells of one field, messed up; table name and description only in a table's first row."
+    fname = _messy(rng, r["field_name"], 0.05, 0.05)
+    fdesc = _messy(rng, r["field_description"], 0.02, 0.1)
+    cat = r["category"]
+    x = rng.random()
+    if x < 0.08:
+        cat = cat.replace("/", "／")
+    elif x < 0.14:
+        cat = cat.replace("/", " / ")
+    lvl = _messy(rng, r["data_level"], 0.08, 0.08)
+    tn = _messy(rng, r["table_name"], 0.0, 0.1) if first else None
+    td = _messy(rng, r["table_description"], 0.0, 0.1) if first else None
+    return [tn, td, fname, fdesc, cat, lvl]
+
+
+def _append_table(ws, rng, rows: list):
+    "Write one table to `ws`, sometimes after a blank or blank-looking row, its table cells merged down."
+    if rng.random() < 0.15:
+        ws.append([None] * 6)
+        ws._vt_row += 1  # blank separator row
+    if rng.random() < 0.03:
+        ws.append(["", "  ", None, "\u3000", None, ""])
+        ws._vt_row += 1  # blank-looking row
+    first = ws._vt_row + 1
+    for i, r in enumerate(rows):
+        ws.append(_messy_row(rng, r, i == 0))
+        ws._vt_row += 1
+    last = ws._vt_row
+    if last > first:
+        ws.merged_cells.ranges.add(CellRange(f"A{first}:A{last}"))
+        ws.merged_cells.ranges.add(CellRange(f"B{first}:B{last}"))
+
+# %% ../../nbs/release/01_synthetic.ipynb #91142449
+def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progress: bool = True) -> dict:
+    "Write the messy workbook; returns counts per sheet."
+    rng = random.Random(seed + 1)
+    wb = openpyxl.Workbook(write_only=True)
+    notes, sheets = _new_sheets(wb)
     counts = {ws.title: 0 for ws in sheets}
     bar = tqdm(total=records, desc="workbook", disable=not progress, mininterval=1)
     for di, rows in generate_rows(records, seed, conflicts):
-        ws = sheets[di]
-        if rng.random() < 0.15:
-            ws.append([None] * 6)
-            ws._vt_row += 1  # blank separator row
-        if rng.random() < 0.03:
-            ws.append(["", "  ", None, "\u3000", None, ""])
-            ws._vt_row += 1  # blank-looking row
-        first = ws._vt_row + 1
-        for i, r in enumerate(rows):
-            fname = _messy(rng, r["field_name"], 0.05, 0.05)
-            fdesc = _messy(rng, r["field_description"], 0.02, 0.1)
-            cat = r["category"]
-            x = rng.random()
-            if x < 0.08:
-                cat = cat.replace("/", "／")
-            elif x < 0.14:
-                cat = cat.replace("/", " / ")
-            lvl = _messy(rng, r["data_level"], 0.08, 0.08)
-            tn = _messy(rng, r["table_name"], 0.0, 0.1) if i == 0 else None
-            td = _messy(rng, r["table_description"], 0.0, 0.1) if i == 0 else None
-            ws.append([tn, td, fname, fdesc, cat, lvl])
-            ws._vt_row += 1
-        last = ws._vt_row
-        if last > first:
-            ws.merged_cells.ranges.add(CellRange(f"A{first}:A{last}"))
-            ws.merged_cells.ranges.add(CellRange(f"B{first}:B{last}"))
-        counts[ws.title] += len(rows)
+        _append_table(sheets[di], rng, rows)
+        counts[sheets[di].title] += len(rows)
         bar.update(len(rows))
     bar.close()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -378,7 +409,7 @@ def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progre
     )
     return counts
 
-
+# %% ../../nbs/release/01_synthetic.ipynb #2c9a0ca6
 def add_dimensions(path, refs: dict):
     "Insert the `<dimension ref=...>` element spreadsheet programs write (streaming writers omit it; readers then scan whole sheets)."
     path = Path(path)
@@ -395,7 +426,91 @@ def add_dimensions(path, refs: dict):
                 shutil.copyfileobj(src, dst, 1 << 20)
     os.replace(tmp, path)
 
-# %% ../../nbs/release/01_synthetic.ipynb #49749788
+# %% ../../nbs/release/01_synthetic.ipynb #c8b16425
+def _mapping(dataset: str) -> dict:
+    return {
+        "dataset": dataset,
+        "sheets": [s[1] for s in STANDARD],
+        "header_row": 3,
+        "columns": dict(zip(HEADERS, FIELDS)),
+        "merged_fill": ["table_name", "table_description"],
+    }
+
+
+def _corpus(dataset: str, leaves: list) -> dict:
+    "One description per leaf, naming its words and typical field names."
+    return {
+        "dataset": dataset,
+        "categories": [
+            {
+                "category_id": l["id"],
+                "name": l["path"].rsplit("/", 1)[1],
+                "description": f"{l['path'].replace('/', '下的')}：包括{'、'.join(l['words'])}等字段，典型字段名如 {', '.join(l['tokens'][:2])}。",
+            }
+            for l in leaves
+        ],
+    }
+
+
+def _classification(dataset: str, cats: list, leaves: list) -> dict:
+    "The classification standard: the category tree, each leaf with its base grade as a hint."
+    return {
+        "dataset": dataset,
+        "standard": "首钢数据分类标准（合成）",
+        "version": "2024.1",
+        "categories": [
+            {**c, "level_hint": next((l["level"] for l in leaves if l["id"] == c["id"]), None)} for c in cats
+        ],
+    }
+
+# %% ../../nbs/release/01_synthetic.ipynb #951a4074
+def _grading_standard(dataset: str) -> dict:
+    return {
+        "dataset": dataset,
+        "standard": "首钢数据分级标准（合成）",
+        "level_field": "data_level",
+        "levels": [{"id": i, "name": n, "description": x} for i, n, x in LEVELS],
+        "approved_levels": [l[0] for l in LEVELS],
+    }
+
+
+def _datasets_config(dataset: str) -> dict:
+    return {
+        "datasets": {
+            dataset: {
+                "registry": f"{dataset}.registry.json",
+                "corpus": f"{dataset}.corpus.json",
+                "grading": f"../STANDARDS/{dataset}.grading.json",
+                "formal": dataset == FORMAL_DATASET,
+            }
+        }
+    }
+
+
+def _task_config(dataset: str, num_candidates: int) -> dict:
+    return {
+        "dataset": dataset,
+        "task": "field_classification",
+        "metadata_fields": list(NATIVE_PROMPT_FIELDS),
+        "num_candidates": num_candidates,
+        "choice_salt": f"{dataset}-choices-v1",
+        "prompt_seed": 0,
+    }
+
+# %% ../../nbs/release/01_synthetic.ipynb #015cba6d
+def _asset_files(dataset: str, cats: list, leaves: list, num_candidates: int) -> dict:
+    "`{relative path: JSON}` of every asset beside the workbook."
+    return {
+        f"ASSETS/mappings/{dataset}.mapping.json": _mapping(dataset),
+        f"ASSETS/registries/{dataset}.registry.json": {"dataset": dataset, "version": "2024.1", "categories": cats},
+        f"ASSETS/corpora/{dataset}.corpus.json": _corpus(dataset, leaves),
+        f"STANDARDS/{dataset}.classification.json": _classification(dataset, cats, leaves),
+        f"STANDARDS/{dataset}.grading.json": _grading_standard(dataset),
+        "CFG/datasets.json": _datasets_config(dataset),
+        f"CFG/{dataset}.task.json": _task_config(dataset, num_candidates),
+    }
+
+# %% ../../nbs/release/01_synthetic.ipynb #f0de9743
 @requires("out")
 def make_synthetic(
     out: str = None,  # output folder (published atomically)
@@ -415,79 +530,8 @@ def make_synthetic(
     cats, leaves = standard_categories()
     with atomic_dir(out) as d:
         counts = write_workbook(d / "RAW" / f"{dataset}.xlsx", records, seed, conflicts, progress)
-        write_json(
-            d / "ASSETS" / "mappings" / f"{dataset}.mapping.json",
-            {
-                "dataset": dataset,
-                "sheets": [s[1] for s in STANDARD],
-                "header_row": 3,
-                "columns": dict(zip(HEADERS, FIELDS)),
-                "merged_fill": ["table_name", "table_description"],
-            },
-        )
-        write_json(
-            d / "ASSETS" / "registries" / f"{dataset}.registry.json",
-            {"dataset": dataset, "version": "2024.1", "categories": cats},
-        )
-        write_json(
-            d / "ASSETS" / "corpora" / f"{dataset}.corpus.json",
-            {
-                "dataset": dataset,
-                "categories": [
-                    {
-                        "category_id": l["id"],
-                        "name": l["path"].rsplit("/", 1)[1],
-                        "description": f"{l['path'].replace('/', '下的')}：包括{'、'.join(l['words'])}等字段，典型字段名如 {', '.join(l['tokens'][:2])}。",
-                    }
-                    for l in leaves
-                ],
-            },
-        )
-        write_json(
-            d / "STANDARDS" / f"{dataset}.classification.json",
-            {
-                "dataset": dataset,
-                "standard": "首钢数据分类标准（合成）",
-                "version": "2024.1",
-                "categories": [
-                    {**c, "level_hint": next((l["level"] for l in leaves if l["id"] == c["id"]), None)} for c in cats
-                ],
-            },
-        )
-        write_json(
-            d / "STANDARDS" / f"{dataset}.grading.json",
-            {
-                "dataset": dataset,
-                "standard": "首钢数据分级标准（合成）",
-                "level_field": "data_level",
-                "levels": [{"id": i, "name": n, "description": x} for i, n, x in LEVELS],
-                "approved_levels": [l[0] for l in LEVELS],
-            },
-        )
-        write_json(
-            d / "CFG" / "datasets.json",
-            {
-                "datasets": {
-                    dataset: {
-                        "registry": f"{dataset}.registry.json",
-                        "corpus": f"{dataset}.corpus.json",
-                        "grading": f"../STANDARDS/{dataset}.grading.json",
-                        "formal": dataset == FORMAL_DATASET,
-                    }
-                }
-            },
-        )
-        write_json(
-            d / "CFG" / f"{dataset}.task.json",
-            {
-                "dataset": dataset,
-                "task": "field_classification",
-                "metadata_fields": list(NATIVE_PROMPT_FIELDS),
-                "num_candidates": num_candidates,
-                "choice_salt": f"{dataset}-choices-v1",
-                "prompt_seed": 0,
-            },
-        )
+        for rel, obj in _asset_files(dataset, cats, leaves, num_candidates).items():
+            write_json(d / rel, obj)
         rep = make_report(
             "make-synthetic",
             params,
