@@ -22,197 +22,164 @@ from ..utils import UserError, atomic_dir, write_json
 __all__ = ['STANDARD', 'LEVELS', 'HEADERS', 'FIELDS', 'standard_categories', 'full_width', 'generate_rows', 'write_workbook',
            'add_dimensions', 'make_synthetic']
 
-# %% ../../nbs/release/01_synthetic.ipynb #4e33aa20
-# domain: (code, name, table prefix, {sub: (code, name, table word, [(leaf name, tokens, zh words, base level)])})
-STANDARD = [
-    (
-        "C01",
-        "生产制造",
-        "prod",
-        [
-            (
-                "01",
-                "工艺数据",
-                "proc",
-                [
-                    ("温度参数", ["furnace_temp", "temp", "heat_temp"], ["炉温", "加热温度", "出钢温度"], "L2"),
-                    ("压力参数", ["pressure", "press_val", "roll_force"], ["轧制力", "压力值", "液压"], "L2"),
-                    ("化学成分", ["chem_c", "chem_si", "element_pct"], ["碳含量", "硅含量", "元素百分比"], "L3"),
-                    ("产量记录", ["output_ton", "yield_qty", "shift_output"], ["产量", "班产量", "成材率"], "L2"),
-                ],
-            ),
-            (
-                "02",
-                "设备数据",
-                "equip",
-                [
-                    ("设备台账", ["equip_no", "equip_name", "model_no"], ["设备编号", "设备名称", "型号"], "L1"),
-                    ("点检记录", ["check_time", "inspector", "check_result"], ["点检时间", "点检人", "点检结果"], "L1"),
-                    (
-                        "故障记录",
-                        ["fault_code", "fault_desc", "repair_hours"],
-                        ["故障代码", "故障描述", "维修工时"],
-                        "L2",
-                    ),
-                ],
-            ),
-            (
-                "03",
-                "质量数据",
-                "qual",
-                [
-                    ("检验结果", ["test_value", "tensile", "hardness"], ["抗拉强度", "硬度", "检验值"], "L2"),
-                    (
-                        "缺陷记录",
-                        ["defect_type", "defect_pos", "defect_area"],
-                        ["缺陷类型", "缺陷位置", "缺陷面积"],
-                        "L2",
-                    ),
-                ],
-            ),
-        ],
-    ),
-    (
-        "C02",
-        "销售与客户",
-        "sale",
-        [
-            (
-                "01",
-                "客户数据",
-                "cust",
-                [
-                    (
-                        "客户基本信息",
-                        ["cust_name", "cust_code", "industry"],
-                        ["客户名称", "客户编码", "所属行业"],
-                        "L3",
-                    ),
-                    (
-                        "客户联系方式",
-                        ["contact_phone", "contact_email", "address"],
-                        ["联系电话", "电子邮箱", "联系地址"],
-                        "L4",
-                    ),
-                    (
-                        "客户信用",
-                        ["credit_limit", "credit_grade", "overdue_days"],
-                        ["信用额度", "信用等级", "逾期天数"],
-                        "L3",
-                    ),
-                ],
-            ),
-            (
-                "02",
-                "合同数据",
-                "contract",
-                [
-                    (
-                        "合同条款",
-                        ["contract_no", "sign_date", "clause_text"],
-                        ["合同编号", "签订日期", "条款内容"],
-                        "L3",
-                    ),
-                    ("价格信息", ["unit_price", "discount", "tax_rate"], ["单价", "折扣", "税率"], "L3"),
-                    (
-                        "交付计划",
-                        ["deliver_date", "deliver_qty", "deliver_site"],
-                        ["交货日期", "交货数量", "交货地点"],
-                        "L2",
-                    ),
-                ],
-            ),
-            (
-                "03",
-                "物流数据",
-                "logi",
-                [
-                    ("运输单据", ["waybill_no", "carrier", "truck_plate"], ["运单号", "承运商", "车牌号"], "L2"),
-                    ("仓储库存", ["stock_qty", "warehouse", "bin_no"], ["库存数量", "仓库", "库位"], "L1"),
-                ],
-            ),
-        ],
-    ),
-    (
-        "C03",
-        "财务",
-        "fin",
-        [
-            (
-                "01",
-                "会计数据",
-                "acct",
-                [
-                    ("总账科目", ["account_code", "account_name", "balance"], ["科目代码", "科目名称", "余额"], "L3"),
-                    ("凭证明细", ["voucher_no", "debit_amt", "credit_amt"], ["凭证号", "借方金额", "贷方金额"], "L3"),
-                ],
-            ),
-            (
-                "02",
-                "资金数据",
-                "fund",
-                [
-                    ("银行账户", ["bank_account", "bank_name", "iban"], ["银行账号", "开户行", "账户"], "L4"),
-                    ("付款记录", ["pay_amt", "pay_date", "payee"], ["付款金额", "付款日期", "收款方"], "L3"),
-                ],
-            ),
-            (
-                "03",
-                "成本数据",
-                "cost",
-                [
-                    (
-                        "成本核算",
-                        ["unit_cost", "material_cost", "labor_cost"],
-                        ["单位成本", "材料成本", "人工成本"],
-                        "L3",
-                    ),
-                    ("预算", ["budget_amt", "budget_year", "budget_dept"], ["预算金额", "预算年度", "预算部门"], "L2"),
-                ],
-            ),
-        ],
-    ),
-    (
-        "C04",
-        "人力资源",
-        "hr",
-        [
-            (
-                "01",
-                "员工数据",
-                "emp",
-                [
-                    ("员工身份信息", ["id_card", "emp_name", "birth_date"], ["身份证号", "员工姓名", "出生日期"], "L4"),
-                    (
-                        "员工联系方式",
-                        ["mobile", "home_addr", "emergency_contact"],
-                        ["手机号", "家庭住址", "紧急联系人"],
-                        "L4",
-                    ),
-                    ("薪酬福利", ["salary", "bonus", "insurance_base"], ["工资", "奖金", "社保基数"], "L4"),
-                ],
-            ),
-            (
-                "02",
-                "组织数据",
-                "org",
-                [
-                    ("部门信息", ["dept_code", "dept_name", "parent_dept"], ["部门编码", "部门名称", "上级部门"], "L1"),
-                    ("岗位信息", ["post_code", "post_name", "post_level"], ["岗位编码", "岗位名称", "岗位等级"], "L1"),
-                ],
-            ),
-            (
-                "03",
-                "考勤数据",
-                "attend",
-                [
-                    ("考勤记录", ["clock_in", "clock_out", "work_hours"], ["上班打卡", "下班打卡", "工时"], "L2"),
-                    ("请假记录", ["leave_type", "leave_days", "approver"], ["请假类型", "请假天数", "审批人"], "L2"),
-                ],
-            ),
-        ],
-    ),
-]
+# %% ../../nbs/release/01_synthetic.ipynb #67f8d227
+# domain: (code, name, table prefix, [sub: (code, name, table word, [(leaf name, tokens, zh words, base level)])])
+def _leaf(name: str, tokens: str, words: str, level: str) -> tuple:
+    "A leaf spec from its tokens and words given as space-separated strings."
+    return (name, tokens.split(), words.split(), level)
+
+# %% ../../nbs/release/01_synthetic.ipynb #03af24d9
+_PRODUCTION = (
+    "C01",
+    "生产制造",
+    "prod",
+    [
+        (
+            "01",
+            "工艺数据",
+            "proc",
+            [
+                _leaf("温度参数", "furnace_temp temp heat_temp", "炉温 加热温度 出钢温度", "L2"),
+                _leaf("压力参数", "pressure press_val roll_force", "轧制力 压力值 液压", "L2"),
+                _leaf("化学成分", "chem_c chem_si element_pct", "碳含量 硅含量 元素百分比", "L3"),
+                _leaf("产量记录", "output_ton yield_qty shift_output", "产量 班产量 成材率", "L2"),
+            ],
+        ),
+        (
+            "02",
+            "设备数据",
+            "equip",
+            [
+                _leaf("设备台账", "equip_no equip_name model_no", "设备编号 设备名称 型号", "L1"),
+                _leaf("点检记录", "check_time inspector check_result", "点检时间 点检人 点检结果", "L1"),
+                _leaf("故障记录", "fault_code fault_desc repair_hours", "故障代码 故障描述 维修工时", "L2"),
+            ],
+        ),
+        (
+            "03",
+            "质量数据",
+            "qual",
+            [
+                _leaf("检验结果", "test_value tensile hardness", "抗拉强度 硬度 检验值", "L2"),
+                _leaf("缺陷记录", "defect_type defect_pos defect_area", "缺陷类型 缺陷位置 缺陷面积", "L2"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #1fb1a4fb
+_SALES = (
+    "C02",
+    "销售与客户",
+    "sale",
+    [
+        (
+            "01",
+            "客户数据",
+            "cust",
+            [
+                _leaf("客户基本信息", "cust_name cust_code industry", "客户名称 客户编码 所属行业", "L3"),
+                _leaf("客户联系方式", "contact_phone contact_email address", "联系电话 电子邮箱 联系地址", "L4"),
+                _leaf("客户信用", "credit_limit credit_grade overdue_days", "信用额度 信用等级 逾期天数", "L3"),
+            ],
+        ),
+        (
+            "02",
+            "合同数据",
+            "contract",
+            [
+                _leaf("合同条款", "contract_no sign_date clause_text", "合同编号 签订日期 条款内容", "L3"),
+                _leaf("价格信息", "unit_price discount tax_rate", "单价 折扣 税率", "L3"),
+                _leaf("交付计划", "deliver_date deliver_qty deliver_site", "交货日期 交货数量 交货地点", "L2"),
+            ],
+        ),
+        (
+            "03",
+            "物流数据",
+            "logi",
+            [
+                _leaf("运输单据", "waybill_no carrier truck_plate", "运单号 承运商 车牌号", "L2"),
+                _leaf("仓储库存", "stock_qty warehouse bin_no", "库存数量 仓库 库位", "L1"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #1bd7161e
+_FINANCE = (
+    "C03",
+    "财务",
+    "fin",
+    [
+        (
+            "01",
+            "会计数据",
+            "acct",
+            [
+                _leaf("总账科目", "account_code account_name balance", "科目代码 科目名称 余额", "L3"),
+                _leaf("凭证明细", "voucher_no debit_amt credit_amt", "凭证号 借方金额 贷方金额", "L3"),
+            ],
+        ),
+        (
+            "02",
+            "资金数据",
+            "fund",
+            [
+                _leaf("银行账户", "bank_account bank_name iban", "银行账号 开户行 账户", "L4"),
+                _leaf("付款记录", "pay_amt pay_date payee", "付款金额 付款日期 收款方", "L3"),
+            ],
+        ),
+        (
+            "03",
+            "成本数据",
+            "cost",
+            [
+                _leaf("成本核算", "unit_cost material_cost labor_cost", "单位成本 材料成本 人工成本", "L3"),
+                _leaf("预算", "budget_amt budget_year budget_dept", "预算金额 预算年度 预算部门", "L2"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #d79064f1
+_HR = (
+    "C04",
+    "人力资源",
+    "hr",
+    [
+        (
+            "01",
+            "员工数据",
+            "emp",
+            [
+                _leaf("员工身份信息", "id_card emp_name birth_date", "身份证号 员工姓名 出生日期", "L4"),
+                _leaf("员工联系方式", "mobile home_addr emergency_contact", "手机号 家庭住址 紧急联系人", "L4"),
+                _leaf("薪酬福利", "salary bonus insurance_base", "工资 奖金 社保基数", "L4"),
+            ],
+        ),
+        (
+            "02",
+            "组织数据",
+            "org",
+            [
+                _leaf("部门信息", "dept_code dept_name parent_dept", "部门编码 部门名称 上级部门", "L1"),
+                _leaf("岗位信息", "post_code post_name post_level", "岗位编码 岗位名称 岗位等级", "L1"),
+            ],
+        ),
+        (
+            "03",
+            "考勤数据",
+            "attend",
+            [
+                _leaf("考勤记录", "clock_in clock_out work_hours", "上班打卡 下班打卡 工时", "L2"),
+                _leaf("请假记录", "leave_type leave_days approver", "请假类型 请假天数 审批人", "L2"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #464588e6
+STANDARD = [_PRODUCTION, _SALES, _FINANCE, _HR]
 LEVELS = [
     ("L1", "一级（公开）", "泄露后对企业无影响或影响轻微"),
     ("L2", "二级（内部）", "泄露后对企业造成一般影响"),
