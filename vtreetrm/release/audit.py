@@ -27,7 +27,7 @@ from ..utils import UserError, read_json, sha256_file, write_json
 # %% auto #0
 __all__ = ['MAX_CONFLICTS_LISTED', 'audit_prompt_conflicts']
 
-# %% ../../nbs/release/05_audit.ipynb #9d0c8948
+# %% ../../nbs/release/05_audit.ipynb #b279ee36
 MAX_CONFLICTS_LISTED = 200
 
 
@@ -40,6 +40,146 @@ def _standard_leaves(path) -> set:
     return {c["id"] for c in cats if isinstance(c, dict) and "id" in c and c["id"] not in parents}
 
 
+def _named_inputs(canonical, classification_standard, grading_standard) -> tuple:
+    "The NAME=PATH flags as dicts; every canonical dataset needs both of its standards."
+    can, cls_, gra = (
+        parse_named(canonical, "--canonical"),
+        parse_named(classification_standard, "--classification-standard"),
+        parse_named(grading_standard, "--grading-standard"),
+    )
+    for name in can:
+        if name not in cls_:
+            raise UserError(f"no --classification-standard for dataset {name!r}")
+        if name not in gra:
+            raise UserError(f"no --grading-standard for dataset {name!r}")
+    return can, cls_, gra
+
+
+def _grading(path, level_field: str) -> GradingConfig:
+    "The grading standard at `path`, refused when its level field is not `level_field`."
+    grading = GradingConfig.from_path(path)
+    if grading.level_field != level_field:
+        raise UserError(
+            f"grading standard's level field is {grading.level_field!r}, not --level-field {level_field!r}",
+            path,
+            None,
+            "level_field",
+        )
+    return grading
+
+# %% ../../nbs/release/05_audit.ipynb #e3a8bd18
+def _key_digest(name: str, key: str, bundle: bool) -> bytes:
+    "12-byte digest of a prompt key (prefixed by the dataset name unless the datasets are audited as a bundle)."
+    return hashlib.blake2b(("" if bundle else name + "\x1f").encode() + key.encode(), digest_size=12).digest()
+
+
+def _unknown_label(name: str, rec: Record, leaves: set, grading) -> dict | None:
+    "What the report lists for a record whose label its standards do not know, or None."
+    cid, lvl = rec.target.category_id, rec.target.data_level
+    if cid in leaves and lvl in grading.approved:
+        return None
+    return {
+        "dataset": name,
+        "id": rec.id,
+        "category_id": cid,
+        "data_level": lvl,
+        "reason": "category not a leaf of the classification standard" if cid not in leaves else "level not approved",
+    }
+
+# %% ../../nbs/release/05_audit.ipynb #3b3f09d3
+class _Audit:
+    "One audit run: pass 1 maps each key digest to a label index, pass 2 names the conflicts it found."
+
+    def __init__(self, split: str, bundle: bool, metadata_fields: list):
+        self.split, self.bundle, self.metadata_fields = split, bundle, metadata_fields
+        self.label_ids, self.groups, self.conflict_h = {}, {}, set()
+        self.unknown, self.missing_split = [], 0
+
+    def records(self, name: str, path):
+        "`(record, (prompt_key, digest))` of each audited record; `(None, None)` for a record without a split."
+        for line, d in iter_records(path):
+            rec = Record.from_dict(d, path, line)
+            if rec.split is None:
+                yield None, None
+                continue
+            if self.split != "all" and rec.split != self.split:
+                continue
+            key = prompt_key(rec.metadata, self.metadata_fields)
+            yield rec, (key, _key_digest(name, key, self.bundle))
+
+    def scan(self, name: str, path, leaves: set, grading, progress: bool) -> int:
+        "Pass 1 over one dataset; returns the number of records audited."
+        n = 0
+        for rec, kh in tqdm(self.records(name, path), desc=f"audit {name}", disable=not progress, mininterval=1):
+            if rec is None:
+                self.missing_split += 1
+                continue
+            n += 1
+            u = _unknown_label(name, rec, leaves, grading)
+            if u and len(self.unknown) < MAX_CONFLICTS_LISTED:
+                self.unknown.append(u)
+            li = self.label_ids.setdefault((rec.target.category_id, rec.target.data_level), len(self.label_ids))
+            if self.groups.setdefault(kh[1], li) != li:
+                self.conflict_h.add(kh[1])
+        return n
+
+    def conflicts(self, can: dict) -> list:
+        "Pass 2, only when pass 1 found conflicts: `{'key', 'labels': {label: [ids]}}` per conflicting key."
+        self.groups = {}  # pass 1's map is no longer needed
+        if not self.conflict_h:
+            return []
+        conflicts = {}
+        for name, path in can.items():
+            for rec, kh in self.records(name, path):
+                if rec is None or kh[1] not in self.conflict_h:
+                    continue
+                c = conflicts.setdefault(kh[1], {"key": kh[0], "labels": {}})
+                c["labels"].setdefault((rec.target.category_id, rec.target.data_level), []).append(f"{name}:{rec.id}")
+        return [c for c in conflicts.values() if len(c["labels"]) > 1]
+
+# %% ../../nbs/release/05_audit.ipynb #9325b1fe
+def _dataset_entry(name: str, path, n: int, cls_path, gra_path) -> dict:
+    return {
+        **dataset_note(name),
+        "records_audited": n,
+        "canonical_sha256": sha256_file(path),
+        "classification_standard_sha256": sha256_file(cls_path),
+        "grading_standard_sha256": sha256_file(gra_path),
+    }
+
+
+def _conflict_entries(real: list) -> list:
+    "The report's `conflicts`: each key with its labels and the ids carrying them (at most `MAX_CONFLICTS_LISTED`)."
+    return [
+        {
+            "key": c["key"],
+            "labels": [{"category_id": l[0], "data_level": l[1], "ids": ids} for l, ids in c["labels"].items()],
+        }
+        for c in real[:MAX_CONFLICTS_LISTED]
+    ]
+
+# %% ../../nbs/release/05_audit.ipynb #c141d501
+def _audit_report(params: dict, inputs: list, a: _Audit, real: list, per_ds: dict, t0: float) -> dict:
+    "The audit report: passed only without conflicting keys and without unknown labels."
+    status = "passed" if not real and not a.unknown else "failed"
+    return make_report(
+        "audit",
+        params,
+        inputs,
+        None,
+        status=status,
+        conflict_keys=len(real),
+        unknown_labels=len(a.unknown),
+        records_audited=sum(v["records_audited"] for v in per_ds.values()),
+        split=params["split"],
+        bundle=params["bundle"],
+        datasets=per_ds,
+        conflicts=_conflict_entries(real),
+        unknown=a.unknown,
+        seconds=round(time.time() - t0, 3),
+    )
+
+# %% ../../nbs/release/05_audit.ipynb #d0157baf
 @requires("canonical", "classification_standard", "grading_standard", "report")
 def audit_prompt_conflicts(
     canonical: list[str] = None,  # NAME=PATH of canonical all.json files
@@ -57,127 +197,22 @@ def audit_prompt_conflicts(
         metadata_fields = list(NATIVE_PROMPT_FIELDS)
     if split not in SPLITS + ("all",):
         raise UserError(f"--split must be one of {SPLITS + ('all',)}")
-    params = dict(
-        canonical=canonical,
-        classification_standard=classification_standard,
-        grading_standard=grading_standard,
-        report=report,
-        bundle=bundle,
-        split=split,
-        level_field=level_field,
-        metadata_fields=metadata_fields,
-    )
-    can, cls_, gra = (
-        parse_named(canonical, "--canonical"),
-        parse_named(classification_standard, "--classification-standard"),
-        parse_named(grading_standard, "--grading-standard"),
-    )
-    for name in can:
-        if name not in cls_:
-            raise UserError(f"no --classification-standard for dataset {name!r}")
-        if name not in gra:
-            raise UserError(f"no --grading-standard for dataset {name!r}")
+    params = {k: v for k, v in locals().items() if k != "progress"}
+    can, cls_, gra = _named_inputs(canonical, classification_standard, grading_standard)
     t0 = time.time()
-    label_ids, groups, conflict_h = {}, {}, set()  # pass 1 keeps a 12-byte key digest -> label index per record
-    per_ds, unknown, missing_split = {}, [], 0
-
-    def audited(name, path):
-        for line, d in iter_records(path):
-            rec = Record.from_dict(d, path, line)
-            if rec.split is None:
-                yield None, None
-                continue
-            if split != "all" and rec.split != split:
-                continue
-            key = prompt_key(rec.metadata, metadata_fields)
-            yield (
-                rec,
-                (
-                    key,
-                    hashlib.blake2b(("" if bundle else name + "\x1f").encode() + key.encode(), digest_size=12).digest(),
-                ),
-            )
-
+    a, per_ds = _Audit(split, bundle, metadata_fields), {}
     for name, path in can.items():
-        leaves = _standard_leaves(cls_[name])
-        grading = GradingConfig.from_path(gra[name])
-        if grading.level_field != level_field:
-            raise UserError(
-                f"grading standard's level field is {grading.level_field!r}, not --level-field {level_field!r}",
-                gra[name],
-                None,
-                "level_field",
-            )
-        n = 0
-        for rec, kh in tqdm(audited(name, path), desc=f"audit {name}", disable=not progress, mininterval=1):
-            if rec is None:
-                missing_split += 1
-                continue
-            n += 1
-            cid, lvl = rec.target.category_id, rec.target.data_level
-            if cid not in leaves or lvl not in grading.approved:
-                if len(unknown) < MAX_CONFLICTS_LISTED:
-                    unknown.append(
-                        {
-                            "dataset": name,
-                            "id": rec.id,
-                            "category_id": cid,
-                            "data_level": lvl,
-                            "reason": "category not a leaf of the classification standard"
-                            if cid not in leaves
-                            else "level not approved",
-                        }
-                    )
-            li = label_ids.setdefault((cid, lvl), len(label_ids))
-            prev = groups.setdefault(kh[1], li)
-            if prev != li:
-                conflict_h.add(kh[1])
-        per_ds[name] = {
-            **dataset_note(name),
-            "records_audited": n,
-            "canonical_sha256": sha256_file(path),
-            "classification_standard_sha256": sha256_file(cls_[name]),
-            "grading_standard_sha256": sha256_file(gra[name]),
-        }
-    del groups
-    conflicts = {}  # pass 2, only when there are conflicts: key digest -> {'key', 'labels': {label: [ids]}}
-    if conflict_h:
-        for name, path in can.items():
-            for rec, kh in audited(name, path):
-                if rec is None or kh[1] not in conflict_h:
-                    continue
-                c = conflicts.setdefault(kh[1], {"key": kh[0], "labels": {}})
-                c["labels"].setdefault((rec.target.category_id, rec.target.data_level), []).append(f"{name}:{rec.id}")
-    real = [c for c in conflicts.values() if len(c["labels"]) > 1]
-    if missing_split:
+        leaves, grading = _standard_leaves(cls_[name]), _grading(gra[name], level_field)
+        n = a.scan(name, path, leaves, grading, progress)
+        per_ds[name] = _dataset_entry(name, path, n, cls_[name], gra[name])
+    real = a.conflicts(can)
+    if a.missing_split:
         raise UserError(
-            f"{missing_split} record(s) have no embedded split: run split first",
+            f"{a.missing_split} record(s) have no embedded split: run split first",
             next(iter(can.values())),
             None,
             "split",
         )
-    status = "passed" if not real and not unknown else "failed"
-    rep = make_report(
-        "audit",
-        params,
-        [*can.values(), *cls_.values(), *gra.values()],
-        None,
-        status=status,
-        conflict_keys=len(real),
-        unknown_labels=len(unknown),
-        records_audited=sum(v["records_audited"] for v in per_ds.values()),
-        split=split,
-        bundle=bundle,
-        datasets=per_ds,
-        conflicts=[
-            {
-                "key": c["key"],
-                "labels": [{"category_id": l[0], "data_level": l[1], "ids": ids} for l, ids in c["labels"].items()],
-            }
-            for c in real[:MAX_CONFLICTS_LISTED]
-        ],
-        unknown=unknown,
-        seconds=round(time.time() - t0, 3),
-    )
+    rep = _audit_report(params, [*can.values(), *cls_.values(), *gra.values()], a, real, per_ds, t0)
     write_json(report, rep)
-    return 0 if status == "passed" else 1
+    return 0 if rep["status"] == "passed" else 1

@@ -25,7 +25,7 @@ __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'ROLLOUT_ENGINES', 'LO
            'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'rl_gates',
            'verl_rl']
 
-# %% ../../nbs/release/13_launch.ipynb #a121b2bd
+# %% ../../nbs/release/13_launch.ipynb #1c7d6501
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
 VERL_EXTRA = "pip install -e '.[verl]'  (the 'verl' extra pins verl==0.9.1)"
 
@@ -51,7 +51,7 @@ def check_verl():
         )
     return verl
 
-
+# %% ../../nbs/release/13_launch.ipynb #cbd54146
 def compose_verl_config(config_name: str, overrides: list):
     "Compose verl's own Hydra config `config_name` with `overrides`."
     verl = check_verl()
@@ -71,29 +71,36 @@ def compose_verl_config(config_name: str, overrides: list):
         raise UserError(f"verl config {config_name} does not resolve: {e}") from None
     return cfg
 
-# %% ../../nbs/release/13_launch.ipynb #ff6724f6
+# %% ../../nbs/release/13_launch.ipynb #2ab5b40f
+_RL_COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+
+
+def _check_columns(names: list, kind: str, path):
+    "Refuse a split whose columns are not those of a `kind` release (`trajectory` or `rl`)."
+    if kind == "trajectory" and "trajectory_format" not in names:
+        raise UserError(
+            "verl-sft trains on a native-tool trajectory release (no trajectory_format column)",
+            path,
+            None,
+            "trajectory_format",
+        )
+    if kind == "rl" and names != _RL_COLUMNS:
+        raise UserError(
+            f"verl-rl needs the five-field RL parquet, got columns {', '.join(names)}", path, None, "schema"
+        )
+
+
 def _release_files(release, kind: str) -> dict:
     rel = Path(release)
     files = {s: rel / f"{s}.parquet" for s in SPLITS}
     for _s, p in files.items():
-        names = open_parquet(p).schema_arrow.names
-        if kind == "trajectory" and "trajectory_format" not in names:
-            raise UserError(
-                "verl-sft trains on a native-tool trajectory release (no trajectory_format column)",
-                p,
-                None,
-                "trajectory_format",
-            )
-        if kind == "rl" and names != ["data_source", "prompt", "ability", "reward_model", "extra_info"]:
-            raise UserError(
-                f"verl-rl needs the five-field RL parquet, got columns {', '.join(names)}", p, None, "schema"
-            )
+        _check_columns(open_parquet(p).schema_arrow.names, kind, p)
     r, rep = release_report(rel)
     if not (r.get("validation") or {}).get("valid"):
         raise UserError("the release's report does not say it validated", rep, None, "validation.valid")
     return {s: str(p.resolve()) for s, p in files.items()}
 
-
+# %% ../../nbs/release/13_launch.ipynb #fe4cc4a5
 def _tokenizer(model):
     m = Path(model)
     if not m.is_dir():
@@ -123,10 +130,105 @@ def _publish(output_dir, command: list, cfg, report: dict, dry_run: bool) -> int
         return 0
     return subprocess.run(command).returncode
 
-# %% ../../nbs/release/13_launch.ipynb #304ba47a
+# %% ../../nbs/release/13_launch.ipynb #271a9cf8
+def _check_think(release, smoke: bool) -> str:
+    "The release's think source; refuses mock thoughts unless `smoke`."
+    think, rep_path = release_think_source(release)
+    if think != "file" and not smoke:
+        raise UserError(
+            f"the release's think_source is {think or 'not recorded'}: mock-think trajectories are a CPU smoke, "
+            "never a formal SFT; export with --think-source file:PATH, or pass --smoke",
+            rep_path,
+            field="think_source",
+        )
+    return think
+
+# %% ../../nbs/release/13_launch.ipynb #4789301b
 SFT_DATASET = ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset")  # data.custom_cls for verl's SFT trainer
 
 
+def _sft_overrides(p: dict, files: dict) -> list:
+    "verl SFT Hydra overrides for the parameters `p` of `verl_sft` and the release's split files."
+    return [
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+        "data.messages_key=messages",
+        "data.tools_key=tools",
+        "data.enable_thinking_default=null",
+        "data.ignore_input_ids_mismatch=false",
+        f"data.max_length={p['max_length']}",
+        "data.truncation=error",
+        f"data.custom_cls.path={SFT_DATASET[0]}",
+        f"data.custom_cls.name={SFT_DATASET[1]}",
+        f"model.path={Path(p['model']).resolve()}",
+        f"trainer.n_gpus_per_node={p['n_gpus']}",
+        "trainer.nnodes=1",
+        f"trainer.project_name={p['project']}",
+        f"trainer.experiment_name={p['experiment']}",
+        f"trainer.default_local_dir={Path(p['output_dir']).resolve()}/checkpoints",
+        "trainer.logger=[console]",
+        *(p["extra"] or []),
+    ]
+
+# %% ../../nbs/release/13_launch.ipynb #b321cb44
+def _check_sft_config(cfg):
+    "Build the dataclasses verl's SFT trainer builds first from `cfg`; a failure names the part."
+    if cfg.data.enable_thinking_default is not None:
+        raise UserError("data.enable_thinking_default must be null")
+    from verl.utils.config import omega_conf_to_dataclass
+
+    try:  # verl's own config validation: the dataclasses its SFT trainer builds first
+        with contextlib.redirect_stdout(sys.stderr):
+            for part in ("model", "engine", "optim", "checkpoint", "profiler"):
+                omega_conf_to_dataclass(cfg[part])
+    except Exception as e:
+        raise UserError(f"verl rejects the SFT config ({part}): {e}") from None
+
+
+def _check_sft_rows(cfg, train_file: str, tok, check_rows: int) -> int:
+    "Load the first `check_rows` rows through the config's dataset class; each must train on some token."
+    from verl.utils.import_utils import load_extern_object
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # verl prints while loading; stdout carries only the command
+            dataset_cls = load_extern_object(cfg.data.custom_cls.path, cfg.data.custom_cls.name)
+            ds = dataset_cls(train_file, tok, cfg.data, max_samples=check_rows)
+            for i in range(len(ds)):
+                if not ds[i]["loss_mask"].any():
+                    raise ValueError(f"row {i} trains on no token")
+    except (AssertionError, ValueError) as e:
+        raise UserError(
+            f"{cfg.data.custom_cls.name} rejects the data with this tokenizer: {str(e).splitlines()[0][:300]}",
+            train_file,
+        ) from None
+    return len(ds)
+
+# %% ../../nbs/release/13_launch.ipynb #aac3f5ce
+def _sft_report(p: dict, files: dict, verl, think: str, rows: int, cmd: list) -> dict:
+    "The `launch_report.json` of an SFT launch."
+    return make_report(
+        "verl-sft",
+        p,
+        [*files.values()],
+        None,
+        status="ready",
+        verl_version=verl.__version__,
+        config_name="sft_trainer_engine",
+        think_source=think,
+        smoke=p["smoke"],
+        checks={
+            "verl_version": True,
+            "release_validated": True,
+            "chat_template": True,
+            "config_dataclasses": True,
+            "custom_cls": ":".join(SFT_DATASET),
+            "multiturn_sft_dataset_rows": rows,
+        },
+        launch_command=cmd,
+        dry_run=p["dry_run"],
+    )
+
+# %% ../../nbs/release/13_launch.ipynb #85ff44a4
 @requires("release", "model", "output_dir")
 def verl_sft(
     release: str = None,  # validated trajectory release (train/val parquet)
@@ -142,111 +244,23 @@ def verl_sft(
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
 ):
     "Gate and launch verl's SFT trainer on a native-tool trajectory release."
-    params = dict(
-        release=release,
-        model=model,
-        output_dir=output_dir,
-        max_length=max_length,
-        n_gpus=n_gpus,
-        project=project,
-        experiment=experiment,
-        check_rows=check_rows,
-        dry_run=dry_run,
-        extra=extra,
-    )
+    params = {k: v for k, v in locals().items() if k != "smoke"}
     verl = check_verl()
     files = _release_files(release, "trajectory")
-    think, rep_path = release_think_source(release)
-    if think != "file" and not smoke:
-        raise UserError(
-            f"the release's think_source is {think or 'not recorded'}: mock-think trajectories are a CPU smoke, "
-            "never a formal SFT; export with --think-source file:PATH, or pass --smoke",
-            rep_path,
-            field="think_source",
-        )
+    think = _check_think(release, smoke)
     if smoke and not experiment.endswith("-smoke"):
         experiment += "-smoke"
     params.update(experiment=experiment, smoke=smoke)
     tok = _tokenizer(model)
-    out = Path(output_dir).resolve()
-    overrides = [
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.messages_key=messages",
-        "data.tools_key=tools",
-        "data.enable_thinking_default=null",
-        "data.ignore_input_ids_mismatch=false",
-        f"data.max_length={max_length}",
-        "data.truncation=error",
-        f"data.custom_cls.path={SFT_DATASET[0]}",
-        f"data.custom_cls.name={SFT_DATASET[1]}",
-        f"model.path={Path(model).resolve()}",
-        f"trainer.n_gpus_per_node={n_gpus}",
-        "trainer.nnodes=1",
-        f"trainer.project_name={project}",
-        f"trainer.experiment_name={experiment}",
-        f"trainer.default_local_dir={out}/checkpoints",
-        "trainer.logger=[console]",
-        *(extra or []),
-    ]
+    overrides = _sft_overrides(params, files)
     cfg = compose_verl_config("sft_trainer_engine", overrides)
-    if cfg.data.enable_thinking_default is not None:
-        raise UserError("data.enable_thinking_default must be null")
-    from verl.utils.config import omega_conf_to_dataclass
+    _check_sft_config(cfg)
+    rows = _check_sft_rows(cfg, files["train"], tok, check_rows)
+    cmd = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={n_gpus}", "-m", "verl.trainer.sft_trainer"]
+    cmd += overrides
+    return _publish(output_dir, cmd, cfg, _sft_report(params, files, verl, think, rows, cmd), dry_run)
 
-    try:  # verl's own config validation: the dataclasses its SFT trainer builds first
-        with contextlib.redirect_stdout(sys.stderr):
-            for part in ("model", "engine", "optim", "checkpoint", "profiler"):
-                omega_conf_to_dataclass(cfg[part])
-    except Exception as e:
-        raise UserError(f"verl rejects the SFT config ({part}): {e}") from None
-    from verl.utils.import_utils import load_extern_object
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # verl prints while loading; stdout carries only the command
-            dataset_cls = load_extern_object(cfg.data.custom_cls.path, cfg.data.custom_cls.name)
-            ds = dataset_cls(files["train"], tok, cfg.data, max_samples=check_rows)
-            for i in range(len(ds)):
-                if not ds[i]["loss_mask"].any():
-                    raise ValueError(f"row {i} trains on no token")
-    except (AssertionError, ValueError) as e:
-        raise UserError(
-            f"{cfg.data.custom_cls.name} rejects the data with this tokenizer: {str(e).splitlines()[0][:300]}",
-            files["train"],
-        ) from None
-    cmd = [
-        "torchrun",
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc_per_node={n_gpus}",
-        "-m",
-        "verl.trainer.sft_trainer",
-        *overrides,
-    ]
-    rep = make_report(
-        "verl-sft",
-        params,
-        [*files.values()],
-        None,
-        status="ready",
-        verl_version=verl.__version__,
-        config_name="sft_trainer_engine",
-        think_source=think,
-        smoke=smoke,
-        checks={
-            "verl_version": True,
-            "release_validated": True,
-            "chat_template": True,
-            "config_dataclasses": True,
-            "custom_cls": ":".join(SFT_DATASET),
-            "multiturn_sft_dataset_rows": len(ds),
-        },
-        launch_command=cmd,
-        dry_run=dry_run,
-    )
-    return _publish(output_dir, cmd, cfg, rep, dry_run)
-
-# %% ../../nbs/release/13_launch.ipynb #bb1fef0b
+# %% ../../nbs/release/13_launch.ipynb #2c0f7225
 def _safe_load_shard(path: Path):
     "Load one FSDP shard with torch's restricted unpickler (tensors, DTensor and its spec only), memory-mapped."
     import torch
@@ -272,7 +286,7 @@ def _safe_load_shard(path: Path):
         raise UserError("a shard must be a non-empty state dict", path)
     return sd
 
-
+# %% ../../nbs/release/13_launch.ipynb #9e5da739
 def check_fsdp_checkpoint(ckpt) -> dict:
     "World size and shard files of a verl FSDP actor checkpoint, every shard checked safe to load."
     ck = Path(ckpt)
@@ -292,7 +306,7 @@ def check_fsdp_checkpoint(ckpt) -> dict:
         _safe_load_shard(s)
     return {"world_size": ws, "shards": [str(s) for s in shards]}
 
-
+# %% ../../nbs/release/13_launch.ipynb #65336d07
 def check_merged(folder: Path) -> int:
     "Check a merged folder against the model its config builds (meta device: shapes only); returns the parameter count."
     import torch
@@ -322,7 +336,31 @@ def check_merged(folder: Path) -> int:
         )
     return sum(math.prod(s) for s in have.values())
 
+# %% ../../nbs/release/13_launch.ipynb #3a53242c
+def _run_merger(cmd: list, tmp: Path, checkpoint):
+    "Run verl's merger into `tmp`; its last stderr line becomes the error."
+    r = subprocess.run([*cmd, str(tmp)], capture_output=True, text=True)
+    if r.returncode:
+        raise UserError(
+            f"verl's merger failed: {(r.stderr.strip().splitlines() or ['(no output)'])[-1][:300]}", checkpoint
+        )
 
+
+def _merge_report(params: dict, info: dict, n: int, sha: str, command: list) -> dict:
+    "The `merge_report.json` of a merged folder."
+    return make_report(
+        "verl-merge",
+        params,
+        info["shards"],
+        None,
+        status="ok",
+        world_size=info["world_size"],
+        parameters=n,
+        sha256=sha,
+        merge_command=command,
+    )
+
+# %% ../../nbs/release/13_launch.ipynb #fa6cb52b
 @requires("checkpoint", "out")
 def verl_merge(
     checkpoint: str = None,  # verl FSDP checkpoint (SFT: global_step_N, PPO: global_step_N/actor): shards, fsdp_config.json, huggingface/
@@ -336,46 +374,22 @@ def verl_merge(
     dest = Path(out)
     if dest.exists() and not overwrite:
         raise UserError("the merge target exists (pass --overwrite to replace it)", dest)
-    cmd = [
-        sys.executable,
-        "-m",
-        "verl.model_merger",
-        "merge",
-        "--backend",
-        "fsdp",
-        "--local_dir",
-        str(Path(checkpoint).resolve()),
-        "--target_dir",
-    ]
+    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp"]
+    cmd += ["--local_dir", str(Path(checkpoint).resolve()), "--target_dir"]
     if dry_run:
         print(shlex.join([*cmd, str(dest.resolve())]))
         return 0
     with atomic_dir(dest) as tmp:
-        r = subprocess.run([*cmd, str(tmp)], capture_output=True, text=True)
-        if r.returncode:
-            raise UserError(
-                f"verl's merger failed: {(r.stderr.strip().splitlines() or ['(no output)'])[-1][:300]}", checkpoint
-            )
+        _run_merger(cmd, tmp, checkpoint)
         n = check_merged(tmp)
         ident = weights_identity(tmp)
-        write_json(
-            tmp / "merge_report.json",
-            make_report(
-                "verl-merge",
-                dict(checkpoint=checkpoint, out=out, overwrite=overwrite),
-                info["shards"],
-                None,
-                status="ok",
-                world_size=info["world_size"],
-                parameters=n,
-                sha256=ident["sha256"],
-                merge_command=[*cmd, str(dest.resolve())],
-            ),
-        )
+        params = dict(checkpoint=checkpoint, out=out, overwrite=overwrite)
+        rep = _merge_report(params, info, n, ident["sha256"], [*cmd, str(dest.resolve())])
+        write_json(tmp / "merge_report.json", rep)
     print(f"merged {info['world_size']} shard(s), {n:,} parameters -> {dest} (sha256 {ident['sha256']})")
     return 0
 
-# %% ../../nbs/release/13_launch.ipynb #3e750ba4
+# %% ../../nbs/release/13_launch.ipynb #155068ab
 ROLLOUT_ENGINES = ("vllm", "sglang")  # actor_rollout_ref.rollout.name values verl 0.9.1 accepts
 LOGGERS = ("console", "wandb", "tensorboard", "mlflow")
 
@@ -399,11 +413,9 @@ def release_canonical(release, depth: int = 0) -> dict:
         out.update(release_canonical(str(spec).partition("=")[2], depth + 1))
     return out
 
-
-@requires("sft_model", "rollout_gate", "audit", "reference")
-def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
-    "Check the rollout gate, the audit and the reference for a formal RLOO launch; returns what the launch report records."
-    ident = weights_identity(sft_model)
+# %% ../../nbs/release/13_launch.ipynb #07cbfcf9
+def _check_rollout_gate(rollout_gate, sha256: str) -> dict:
+    "The rollout gate report, refused unless it passed for the model with this `sha256`."
     g = read_json(rollout_gate)
     if not isinstance(g, dict) or g.get("passed") is not True:
         raise UserError(
@@ -413,12 +425,25 @@ def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
             field="passed",
         )
     gsha = (g.get("model") or {}).get("sha256")
-    if gsha != ident["sha256"]:
+    if gsha != sha256:
         raise UserError(
-            f"the rollout gate was run on another model (sha256 {gsha}, --sft-model has {ident['sha256']})",
+            f"the rollout gate was run on another model (sha256 {gsha}, --sft-model has {sha256})",
             rollout_gate,
             field="model.sha256",
         )
+    return g
+
+# %% ../../nbs/release/13_launch.ipynb #17ad7429
+def _audited_canonical(a: dict) -> set:
+    "sha256 of each canonical file an audit report says it read."
+    aprov = a.get("provenance") or {}
+    ains = aprov.get("inputs") or {}
+    specs = (aprov.get("params") or {}).get("canonical") or []
+    return {ains.get(str(Path(str(s).partition("=")[2]))) for s in specs} - {None}
+
+
+def _check_audit(audit, release) -> dict:
+    "Refuse an audit that did not pass with 0 conflict keys or read other canonical data; returns the release's canonical."
     a = read_json(audit)
     if not isinstance(a, dict) or a.get("status") != "passed" or a.get("conflict_keys") != 0:
         raise UserError(
@@ -426,11 +451,7 @@ def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
             audit,
             field="conflict_keys",
         )
-    aprov = a.get("provenance") or {}
-    ains = aprov.get("inputs") or {}
-    audited = {
-        ains.get(str(Path(str(s).partition("=")[2]))) for s in (aprov.get("params") or {}).get("canonical") or []
-    } - {None}
+    audited = _audited_canonical(a)
     canon = release_canonical(release)
     if not canon or not set(canon) <= audited:
         raise UserError(
@@ -439,6 +460,15 @@ def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
             audit,
             field="provenance.inputs",
         )
+    return canon
+
+# %% ../../nbs/release/13_launch.ipynb #d868e618
+@requires("sft_model", "rollout_gate", "audit", "reference")
+def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
+    "Check the rollout gate, the audit and the reference for a formal RLOO launch; returns what the launch report records."
+    ident = weights_identity(sft_model)
+    g = _check_rollout_gate(rollout_gate, ident["sha256"])
+    canon = _check_audit(audit, release)
     if not Path(reference).is_dir():
         raise UserError("no such reference model folder", reference)
     return {
@@ -457,7 +487,147 @@ def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
         "reference": weights_identity(reference),
     }
 
-# %% ../../nbs/release/13_launch.ipynb #7604ab8c
+# %% ../../nbs/release/13_launch.ipynb #d8f697c1
+def _check_rl_flags(rollout_n: int, rollout_engine: str, logger: str, nnodes: int, gpus_per_node: int) -> list:
+    "Refuse RL flags verl cannot run; returns the loggers as a list."
+    if rollout_n < 2:
+        raise UserError("--rollout-n must be at least 2 for RLOO")
+    if rollout_engine not in ROLLOUT_ENGINES:
+        raise UserError(f"--rollout-engine must be one of {', '.join(ROLLOUT_ENGINES)}, got {rollout_engine!r}")
+    loggers = [x.strip() for x in str(logger).split(",") if x.strip()]
+    if not loggers or set(loggers) - set(LOGGERS):
+        raise UserError(f"--logger must be a comma list of {', '.join(LOGGERS)}, got {logger!r}")
+    if nnodes < 1 or gpus_per_node < 1:
+        raise UserError("--nnodes and --gpus-per-node must be at least 1")
+    return loggers
+
+# %% ../../nbs/release/13_launch.ipynb #49044133
+def _rl_tools(out: Path, registry, corpus, task_config) -> tuple:
+    "Write the tool YAML beside `out` and load it through verl; returns `(yaml_path, tools)`."
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tools_yaml = out.parent / f".{out.name}.tools.yaml"
+    write_tool_config(tools_yaml, registry, corpus, task_config)
+    from verl.tools.tool_registry import load_all_tools
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            tools = load_all_tools(tool_config_path=str(tools_yaml), function_tool_path=None)
+    except Exception as e:
+        raise UserError(f"verl cannot load the tool config: {e}", tools_yaml) from None
+    return tools_yaml, tools
+
+# %% ../../nbs/release/13_launch.ipynb #c097433b
+def _rl_overrides(p: dict, files: dict, loggers: list, reward_py: Path) -> list:
+    "verl PPO (RLOO) Hydra overrides for the parameters `p` of `verl_rl`."
+    out = Path(p["output_dir"]).resolve()
+    return [
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+        "data.prompt_key=prompt",
+        "data.return_raw_chat=true",
+        f"data.train_batch_size={p['train_batch_size']}",
+        f"data.max_prompt_length={p['max_prompt_length']}",
+        f"data.max_response_length={p['max_response_length']}",
+        "algorithm.adv_estimator=rloo",
+        f"actor_rollout_ref.model.path={Path(p['sft_model']).resolve()}",
+        f"actor_rollout_ref.rollout.n={p['rollout_n']}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={p['train_batch_size']}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={out / 'tools.yaml'}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        f"reward.custom_reward_function.path={reward_py}",
+        "reward.custom_reward_function.name=compute_score",
+        f"actor_rollout_ref.rollout.name={p['rollout_engine']}",
+        f"trainer.n_gpus_per_node={p['gpus_per_node']}",
+        f"trainer.nnodes={p['nnodes']}",
+        f"trainer.project_name={p['project']}",
+        f"trainer.experiment_name={p['experiment']}",
+        f"trainer.default_local_dir={out}/checkpoints",
+        f"trainer.logger=[{','.join(loggers)}]",
+        *(p["extra"] or []),
+    ]
+
+# %% ../../nbs/release/13_launch.ipynb #ca0067f2
+def _check_rl_config(cfg, reward_py: Path):
+    "verl's own checks of the composed PPO config, the RLOO estimator, the reward function and the rollout engine."
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except (AssertionError, ValueError) as e:
+        raise UserError(f"verl's validate_config rejects the launch: {e}") from None
+    if need_critic(cfg):
+        raise UserError("RLOO must not need a critic; check algorithm.adv_estimator")
+    fn = get_custom_reward_fn(cfg)
+    if (
+        fn is None
+        or fn("x", '{"choice_id": "K0", "data_level": "L1"}', '{"choice_id": "K0", "data_level": "L1"}', {}) != 1.0
+    ):
+        raise UserError(f"verl does not load the reward function from {reward_py}")
+    if cfg.actor_rollout_ref.rollout.name not in ROLLOUT_ENGINES:
+        raise UserError(f"actor_rollout_ref.rollout.name must be one of {', '.join(ROLLOUT_ENGINES)}")
+
+# %% ../../nbs/release/13_launch.ipynb #0913a65f
+def _rl_report(p: dict, files: dict, verl, gates: dict, tools: list, reward_py: Path, cmd: list) -> dict:
+    "The `launch_report.json` of an RL launch."
+    return make_report(
+        "verl-rl",
+        p,
+        [*files.values(), p["registry"], p["corpus"], p["task_config"], p["rollout_gate"], p["audit"]],
+        None,
+        status="ready",
+        verl_version=verl.__version__,
+        config_name="ppo_trainer",
+        gates=gates,
+        rollout_engine=p["rollout_engine"],
+        nnodes=p["nnodes"],
+        checks={
+            "verl_version": True,
+            "release_validated": True,
+            "validate_config": True,
+            "rollout_gate_passed": True,
+            "audit_passed_same_data": True,
+            "reference_recorded": True,
+            "tools": tools,
+            "reward_function": f"{reward_py}:compute_score",
+            "adv_estimator": "rloo",
+        },
+        launch_command=cmd,
+        dry_run=p["dry_run"],
+    )
+
+# %% ../../nbs/release/13_launch.ipynb #b75e9759
+def _ray_note(nnodes: int) -> str:
+    "The comment `command.sh` opens with on a multi-node launch."
+    if nnodes == 1:
+        return ""
+    return (
+        f"# {nnodes} nodes: on the head node `ray start --head --port 6379`, on each of the other {nnodes - 1} "
+        "`ray start --address HEAD:6379`, then run this on the head node (verl's ray.init() joins the running cluster)\n"
+    )
+
+
+def _publish_rl(out: Path, cfg, tools_yaml: Path, cmd: list, report: dict, nnodes: int):
+    "Publish config.yaml, tools.yaml, command.sh and launch_report.json as one folder."
+    try:
+        from omegaconf import OmegaConf
+
+        with atomic_dir(out) as d:
+            atomic_write(d / "config.yaml", OmegaConf.to_yaml(cfg))
+            atomic_write(d / "tools.yaml", tools_yaml.read_text(encoding="utf-8"))
+            script = "#!/usr/bin/env bash\nset -euo pipefail\n" + _ray_note(nnodes) + shlex.join(cmd) + "\n"
+            atomic_write(d / "command.sh", script)
+            write_json(d / "launch_report.json", report)
+    finally:
+        tools_yaml.unlink(missing_ok=True)
+
+# %% ../../nbs/release/13_launch.ipynb #37be4f9c
 @requires("release", "sft_model", "registry", "corpus", "task_config", "output_dir")
 def verl_rl(
     release: str = None,  # validated rl-cascade release (five-field parquet)
@@ -483,146 +653,20 @@ def verl_rl(
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
 ):
     "Gate and launch verl's PPO trainer with RLOO, our reward and our tools on an rl-cascade release."
-    if rollout_n < 2:
-        raise UserError("--rollout-n must be at least 2 for RLOO")
-    if rollout_engine not in ROLLOUT_ENGINES:
-        raise UserError(f"--rollout-engine must be one of {', '.join(ROLLOUT_ENGINES)}, got {rollout_engine!r}")
-    loggers = [x.strip() for x in str(logger).split(",") if x.strip()]
-    if not loggers or set(loggers) - set(LOGGERS):
-        raise UserError(f"--logger must be a comma list of {', '.join(LOGGERS)}, got {logger!r}")
-    if nnodes < 1 or gpus_per_node < 1:
-        raise UserError("--nnodes and --gpus-per-node must be at least 1")
-    params = dict(
-        release=release,
-        sft_model=sft_model,
-        rollout_gate=rollout_gate,
-        audit=audit,
-        reference=reference,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
-        output_dir=output_dir,
-        rollout_n=rollout_n,
-        train_batch_size=train_batch_size,
-        max_prompt_length=max_prompt_length,
-        max_response_length=max_response_length,
-        rollout_engine=rollout_engine,
-        nnodes=nnodes,
-        gpus_per_node=gpus_per_node,
-        logger=logger,
-        project=project,
-        experiment=experiment,
-        dry_run=dry_run,
-        extra=extra,
-    )
+    params = dict(locals())
+    loggers = _check_rl_flags(rollout_n, rollout_engine, logger, nnodes, gpus_per_node)
     gates = rl_gates(release, sft_model, rollout_gate, audit, reference)
     verl = check_verl()
     files = _release_files(release, "rl")
     _tokenizer(sft_model)
-    model = sft_model
     out = Path(output_dir).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tools_yaml = out.parent / f".{out.name}.tools.yaml"
-    write_tool_config(tools_yaml, registry, corpus, task_config)
-    from verl.tools.tool_registry import load_all_tools
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            tools = load_all_tools(tool_config_path=str(tools_yaml), function_tool_path=None)
-    except Exception as e:
-        raise UserError(f"verl cannot load the tool config: {e}", tools_yaml) from None
+    tools_yaml, tools = _rl_tools(out, registry, corpus, task_config)
     reward_py = Path(importlib.import_module("vtreetrm.release.reward").__file__).resolve()
-    final_yaml = out / "tools.yaml"
-    overrides = [
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.prompt_key=prompt",
-        "data.return_raw_chat=true",
-        f"data.train_batch_size={train_batch_size}",
-        f"data.max_prompt_length={max_prompt_length}",
-        f"data.max_response_length={max_response_length}",
-        "algorithm.adv_estimator=rloo",
-        f"actor_rollout_ref.model.path={Path(model).resolve()}",
-        f"actor_rollout_ref.rollout.n={rollout_n}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={train_batch_size}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={final_yaml}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-        f"reward.custom_reward_function.path={reward_py}",
-        "reward.custom_reward_function.name=compute_score",
-        f"actor_rollout_ref.rollout.name={rollout_engine}",
-        f"trainer.n_gpus_per_node={gpus_per_node}",
-        f"trainer.nnodes={nnodes}",
-        f"trainer.project_name={project}",
-        f"trainer.experiment_name={experiment}",
-        f"trainer.default_local_dir={out}/checkpoints",
-        f"trainer.logger=[{','.join(loggers)}]",
-        *(extra or []),
-    ]
+    overrides = _rl_overrides(params, files, loggers, reward_py)
     cfg = compose_verl_config("ppo_trainer", overrides)
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    except (AssertionError, ValueError) as e:
-        raise UserError(f"verl's validate_config rejects the launch: {e}") from None
-    if need_critic(cfg):
-        raise UserError("RLOO must not need a critic; check algorithm.adv_estimator")
-    fn = get_custom_reward_fn(cfg)
-    if (
-        fn is None
-        or fn("x", '{"choice_id": "K0", "data_level": "L1"}', '{"choice_id": "K0", "data_level": "L1"}', {}) != 1.0
-    ):
-        raise UserError(f"verl does not load the reward function from {reward_py}")
+    _check_rl_config(cfg, reward_py)
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-    if cfg.actor_rollout_ref.rollout.name not in ROLLOUT_ENGINES:
-        raise UserError(f"actor_rollout_ref.rollout.name must be one of {', '.join(ROLLOUT_ENGINES)}")
-    rep = make_report(
-        "verl-rl",
-        params,
-        [*files.values(), registry, corpus, task_config, rollout_gate, audit],
-        None,
-        status="ready",
-        verl_version=verl.__version__,
-        config_name="ppo_trainer",
-        gates=gates,
-        rollout_engine=rollout_engine,
-        nnodes=nnodes,
-        checks={
-            "verl_version": True,
-            "release_validated": True,
-            "validate_config": True,
-            "rollout_gate_passed": True,
-            "audit_passed_same_data": True,
-            "reference_recorded": True,
-            "tools": [t.name for t in tools],
-            "reward_function": f"{reward_py}:compute_score",
-            "adv_estimator": "rloo",
-        },
-        launch_command=cmd,
-        dry_run=dry_run,
-    )
-    try:
-        from omegaconf import OmegaConf
-
-        with atomic_dir(out) as d:
-            atomic_write(d / "config.yaml", OmegaConf.to_yaml(cfg))
-            atomic_write(d / "tools.yaml", tools_yaml.read_text(encoding="utf-8"))
-            ray = (
-                ""
-                if nnodes == 1
-                else f"# {nnodes} nodes: on the head node `ray start --head --port 6379`, on each of the other {nnodes - 1} "
-                "`ray start --address HEAD:6379`, then run this on the head node (verl's ray.init() joins the running cluster)\n"
-            )
-            atomic_write(d / "command.sh", "#!/usr/bin/env bash\nset -euo pipefail\n" + ray + shlex.join(cmd) + "\n")
-            write_json(d / "launch_report.json", rep)
-    finally:
-        tools_yaml.unlink(missing_ok=True)
+    rep = _rl_report(params, files, verl, gates, [t.name for t in tools], reward_py, cmd)
+    _publish_rl(out, cfg, tools_yaml, cmd, rep, nnodes)
     print(shlex.join(cmd))
     return 0 if dry_run else subprocess.run(cmd).returncode

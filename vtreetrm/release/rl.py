@@ -42,7 +42,7 @@ from ..utils import UserError, atomic_dir, write_json
 __all__ = ['RL_FIELDS', 'ABILITY', 'EXTRA_INFO', 'RL_SCHEMA', 'rl_rows', 'cascade_row', 'rl_export', 'check_rl_row',
            'validate_rl_release', 'rl_validate_cascade']
 
-# %% ../../nbs/release/07_rl.ipynb #98a882ed
+# %% ../../nbs/release/07_rl.ipynb #5c1ca3eb
 RL_FIELDS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 ABILITY = "field_classification"
 EXTRA_INFO = pa.struct(
@@ -67,7 +67,7 @@ RL_SCHEMA = pa.schema(
     ]
 )
 
-
+# %% ../../nbs/release/07_rl.ipynb #fa80de66
 def _extra(rec_split, index, source_id, sample_id, stage, metadata, seed, episode):
     return {
         "split": rec_split,
@@ -107,7 +107,7 @@ def rl_rows(ctx: ReleaseContext, rec: Record, index: int, seed: int) -> tuple[di
         },
     )
 
-
+# %% ../../nbs/release/07_rl.ipynb #29ad8f0b
 def cascade_row(ctx: ReleaseContext, stage1: dict, stage2: dict, sample_id: str, seed: int, index: int) -> dict:
     "Project a validated stage1/stage2 RL pair onto one native-tool stage1 episode (candidates reseeded)."
     gt = json.loads(stage2["reward_model"]["ground_truth"])
@@ -190,9 +190,9 @@ def rl_export(
         write_json(d / "export_report.json", rep)
     return rep
 
-# %% ../../nbs/release/07_rl.ipynb #98593588
-def check_rl_row(ctx: ReleaseContext, row: dict, cascade: bool) -> tuple[str, str]:
-    "First problem of one RL row as `(field, message)`, or `(None, None)`."
+# %% ../../nbs/release/07_rl.ipynb #3ccabec3
+def _check_rl_envelope(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
+    "The row's dataset, ability and `[system, user]` prompt."
     if row.get("data_source") != ctx.dataset:
         return "data_source", f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
     if row.get("ability") != ABILITY:
@@ -200,7 +200,63 @@ def check_rl_row(ctx: ReleaseContext, row: dict, cascade: bool) -> tuple[str, st
     pr = row.get("prompt")
     if not isinstance(pr, list) or [m.get("role") for m in pr] != ["system", "user"]:
         return "prompt", "prompt must be exactly [system, user]"
-    e = row.get("extra_info") or {}
+    return None, None
+
+
+def _check_rl_labels(ctx: ReleaseContext, row: dict, gt: dict, choices: list) -> tuple[str, str]:
+    "A rule-scored ground truth naming a registry leaf and an approved level; every offered choice a leaf."
+    if (row["reward_model"] or {}).get("style") != "rule":
+        return "reward_model", "reward_model.style must be 'rule'"
+    if gt.get("choice_id") not in ctx.choices.to_category:
+        return "reward_model", f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
+    if "data_level" in gt and gt["data_level"] not in ctx.grading.approved:
+        return "reward_model", f"level {gt['data_level']!r} is not approved by {ctx.grading.path}"
+    unknown = [c for c in choices if c not in ctx.choices.to_category]
+    if unknown:
+        return "prompt", f"unknown choice_id {unknown[0]}"
+    return None, None
+
+# %% ../../nbs/release/07_rl.ipynb #f5afc784
+def _check_rl_candidates(ctx, gt: dict, cid: str, cats: list, choices: list, e: dict, cascade: bool) -> tuple[str, str]:
+    "Stage1 and cascade rows: the ground truth among the offered choices, which are the seeded draw's candidates."
+    if cascade or e.get("stage") == "stage1":
+        if gt["choice_id"] not in choices:
+            return "reward_model", "ground truth choice_id is not among the candidates"
+        if cats != candidates_for(ctx, cid, e.get("source_id", ""), e.get("prompt_seed") or 0):
+            return "prompt", "candidates differ from the draw for this source and prompt_seed"
+    return None, None
+
+
+def _check_rl_stage(gt: dict, e: dict, cid: str, cats: list, cascade: bool) -> tuple[str, str]:
+    "Cascade rows are native-tool stage1 episodes with a full answer; a stage2 prompt names the answer's category."
+    if cascade:
+        if set(gt) != {"choice_id", "data_level"}:
+            return "reward_model", "native episode ground truth needs choice_id and data_level"
+        if e.get("episode") != "native-tool" or e.get("stage") != "stage1":
+            return "extra_info", "cascade rows are native-tool stage1 episodes"
+    elif e.get("stage") == "stage2":
+        if len(cats) != 1 or cats[0] != cid:
+            return "prompt", "stage2 prompt must name the ground-truth category"
+    elif e.get("stage") != "stage1":
+        return "extra_info", f"stage must be stage1 or stage2, got {e.get('stage')!r}"
+    return None, None
+
+
+def _render_rl_prompt(ctx: ReleaseContext, md: dict, cats: list, cid: str, stage: str, cascade: bool) -> list:
+    "The messages the assets render for a row of this stage."
+    if cascade:
+        return native_messages(ctx, md, cats)
+    if stage == "stage1":
+        return stage1_messages(ctx, md, cats, None)
+    return stage2_messages(ctx, md, cid, None)
+
+# %% ../../nbs/release/07_rl.ipynb #4d75c2aa
+def check_rl_row(ctx: ReleaseContext, row: dict, cascade: bool) -> tuple[str, str]:
+    "First problem of one RL row as `(field, message)`, or `(None, None)`."
+    fld, msg = _check_rl_envelope(ctx, row)
+    if fld:
+        return fld, msg
+    pr, e = row["prompt"], row.get("extra_info") or {}
     try:
         p = parse_user(pr[1]["content"], ctx.task.metadata_fields)
         gt = json.loads(row["reward_model"]["ground_truth"])
@@ -209,97 +265,82 @@ def check_rl_row(ctx: ReleaseContext, row: dict, cascade: bool) -> tuple[str, st
     why = metadata_mismatch(e.get("metadata"), p["metadata"], ctx.task.metadata_fields)
     if why:
         return "extra_info.metadata", why
-    if (row["reward_model"] or {}).get("style") != "rule":
-        return "reward_model", "reward_model.style must be 'rule'"
-    if gt.get("choice_id") not in ctx.choices.to_category:
-        return "reward_model", f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
+    fld, msg = _check_rl_labels(ctx, row, gt, p["choices"])
+    if fld:
+        return fld, msg
     cid = ctx.choices.to_category[gt["choice_id"]]
-    if "data_level" in gt and gt["data_level"] not in ctx.grading.approved:
-        return "reward_model", f"level {gt['data_level']!r} is not approved by {ctx.grading.path}"
-    unknown = [c for c in p["choices"] if c not in ctx.choices.to_category]
-    if unknown:
-        return "prompt", f"unknown choice_id {unknown[0]}"
     cats = [ctx.choices.to_category[c] for c in p["choices"]]
-    seed = e.get("prompt_seed") or 0
-    if cascade or e.get("stage") == "stage1":
-        if gt["choice_id"] not in p["choices"]:
-            return "reward_model", "ground truth choice_id is not among the candidates"
-        if cats != candidates_for(ctx, cid, e.get("source_id", ""), seed):
-            return "prompt", "candidates differ from the draw for this source and prompt_seed"
-    if cascade:
-        if set(gt) != {"choice_id", "data_level"}:
-            return "reward_model", "native episode ground truth needs choice_id and data_level"
-        if e.get("episode") != "native-tool" or e.get("stage") != "stage1":
-            return "extra_info", "cascade rows are native-tool stage1 episodes"
-        want = native_messages(ctx, p["metadata"], cats)
-    elif e.get("stage") == "stage1":
-        want = stage1_messages(ctx, p["metadata"], cats, None)
-    elif e.get("stage") == "stage2":
-        if len(cats) != 1 or cats[0] != cid:
-            return "prompt", "stage2 prompt must name the ground-truth category"
-        want = stage2_messages(ctx, p["metadata"], cid, None)
-    else:
-        return "extra_info", f"stage must be stage1 or stage2, got {e.get('stage')!r}"
+    fld, msg = _check_rl_candidates(ctx, gt, cid, cats, p["choices"], e, cascade)
+    if not fld:
+        fld, msg = _check_rl_stage(gt, e, cid, cats, cascade)
+    if fld:
+        return fld, msg
+    want = _render_rl_prompt(ctx, p["metadata"], cats, cid, e.get("stage"), cascade)
     if want != [{"role": m["role"], "content": m["content"]} for m in pr]:
         return "prompt", "prompt differs from what the registry/corpus/task/grading configs render"
     if leaked_ids(ctx, pr[1]["content"], cats):
         return "prompt", "canonical category id in the prompt"
     return None, None
 
+# %% ../../nbs/release/07_rl.ipynb #e9f4dc33
+class _RLCheck:
+    "Running state of `validate_rl_release`: errors, counts, and the pairing of each source's two rows."
 
-def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progress: bool = True) -> dict:
-    "Validate an RL source release (`cascade=False`) or a cascade release; report body with `valid`."
-    d = Path(dataset_dir)
-    errs = Errors()
-    counts = {s: Counter() for s in SPLITS}
-    pending = {}  # source release: source_id -> (split, row, stage) until its twin arrives
-    done = array("Q")  # 8-byte hashes of completed pairs (source) or of sample ids (cascade); repeats found at the end
-    per_cat, per_lvl, rows = Counter(), Counter(), 0
-    for s in SPLITS:
-        path = d / f"{s}.parquet"
-        pf = open_parquet(path)
-        names = tuple(pf.schema_arrow.names)
-        if names != RL_FIELDS:
-            raise UserError(
-                f"columns must be exactly {', '.join(RL_FIELDS)}, got {', '.join(names)}", path, None, "schema"
-            )
-        for i, row in tqdm(iter_parquet(path), desc=f"rl-validate {s}", disable=not progress, mininterval=1):
-            rows += 1
-            fld, msg = malformed(check_rl_row, ctx, row, cascade)
-            if fld:
-                errs.add(path, i, fld, msg)
-                continue
-            e = row["extra_info"]
-            if e["split"] != s:
-                errs.add(path, i, "extra_info.split", f"split {e['split']!r} in {s}.parquet")
-                continue
-            if cascade:
-                done.append(_h64(e["sample_id"]))
-            else:
-                key = e["source_id"]
-                prev = pending.get(key)
-                if prev is None:
-                    pending[key] = (s, i, e["stage"])
-                elif prev[0] != s:
-                    errs.add(path, i, "extra_info.source_id", f"source {key} appears in {prev[0]} and {s}")
-                    continue
-                elif prev[2] == e["stage"]:
-                    errs.add(path, i, "extra_info.stage", f"second {e['stage']} row for source {key}")
-                    continue
-                else:
-                    del pending[key]
-                    done.append(_h64(key))
-            gt = json.loads(row["reward_model"]["ground_truth"])
-            counts[s][e["stage"] if not cascade else "native-tool"] += 1
-            if cascade or e["stage"] == "stage1":
-                per_cat[ctx.choices.to_category[gt["choice_id"]]] += 1
-            if cascade or e["stage"] == "stage2":
-                per_lvl[gt["data_level"]] += 1
-    if rows == 0:
-        errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
-    hashes = np.sort(np.frombuffer(done, dtype=np.uint64)) if len(done) else np.zeros(0, np.uint64)
+    def __init__(self, ctx: ReleaseContext, cascade: bool):
+        self.ctx, self.cascade, self.errs = ctx, cascade, Errors()
+        self.counts = {s: Counter() for s in SPLITS}
+        self.pending = {}  # source release: source_id -> (split, row, stage) until its twin arrives
+        self.done = array("Q")  # 8-byte hashes of completed pairs (source) or of sample ids (cascade)
+        self.per_cat, self.per_lvl, self.rows = Counter(), Counter(), 0
+
+    def add(self, path: Path, s: str, i: int, row: dict):
+        "Check row `i` of split `s`, pair it and count it."
+        self.rows += 1
+        fld, msg = malformed(check_rl_row, self.ctx, row, self.cascade)
+        if fld:
+            self.errs.add(path, i, fld, msg)
+            return
+        e = row["extra_info"]
+        if e["split"] != s:
+            self.errs.add(path, i, "extra_info.split", f"split {e['split']!r} in {s}.parquet")
+            return
+        if not self._pair(path, s, i, e):
+            return
+        gt = json.loads(row["reward_model"]["ground_truth"])
+        self.counts[s][e["stage"] if not self.cascade else "native-tool"] += 1
+        if self.cascade or e["stage"] == "stage1":
+            self.per_cat[self.ctx.choices.to_category[gt["choice_id"]]] += 1
+        if self.cascade or e["stage"] == "stage2":
+            self.per_lvl[gt["data_level"]] += 1
+
+    def _pair(self, path: Path, s: str, i: int, e: dict) -> bool:
+        "Note a cascade sample, or match a source row with its twin; False when the row is refused."
+        if self.cascade:
+            self.done.append(_h64(e["sample_id"]))
+            return True
+        key = e["source_id"]
+        prev = self.pending.get(key)
+        if prev is None:
+            self.pending[key] = (s, i, e["stage"])
+        elif prev[0] != s:
+            self.errs.add(path, i, "extra_info.source_id", f"source {key} appears in {prev[0]} and {s}")
+            return False
+        elif prev[2] == e["stage"]:
+            self.errs.add(path, i, "extra_info.stage", f"second {e['stage']} row for source {key}")
+            return False
+        else:
+            del self.pending[key]
+            self.done.append(_h64(key))
+        return True
+
+# %% ../../nbs/release/07_rl.ipynb #3e89d1f2
+def _end_checks(v: _RLCheck, d: Path):
+    "Errors found once every row is read: no rows, missing twins, repeated pairs or samples."
+    if v.rows == 0:
+        v.errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
+    hashes = np.sort(np.frombuffer(v.done, dtype=np.uint64)) if len(v.done) else np.zeros(0, np.uint64)
     repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
-    for k, (s, i, st) in pending.items():
+    for k, (s, i, st) in v.pending.items():
         h = _h64(k)
         j = np.searchsorted(hashes, np.uint64(h))
         what = (
@@ -307,32 +348,53 @@ def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progres
             if j < len(hashes) and hashes[j] == h
             else f"source {k} has only {st}: stage1/stage2 twin missing"
         )
-        errs.add(d / f"{s}.parquet", i, "extra_info.stage", what)
+        v.errs.add(d / f"{s}.parquet", i, "extra_info.stage", what)
     if repeated:  # second pass, only on error, to name the rows
-        for s in SPLITS:
-            for i, row in iter_parquet(d / f"{s}.parquet", columns=["extra_info"]):
-                k = row["extra_info"]["sample_id" if cascade else "source_id"]
-                if _h64(k) in repeated:
-                    errs.add(
-                        d / f"{s}.parquet",
-                        i,
-                        "extra_info.sample_id" if cascade else "extra_info.source_id",
-                        f"duplicated sample_id {k}" if cascade else f"source {k} has more than one stage1/stage2 pair",
-                    )
+        _name_repeated(v, d, repeated)
+
+
+def _name_repeated(v: _RLCheck, d: Path, repeated: set):
+    "Name every row whose pair (source release) or sample id (cascade) hash is repeated."
+    for s in SPLITS:
+        for i, row in iter_parquet(d / f"{s}.parquet", columns=["extra_info"]):
+            k = row["extra_info"]["sample_id" if v.cascade else "source_id"]
+            if _h64(k) in repeated:
+                v.errs.add(
+                    d / f"{s}.parquet",
+                    i,
+                    "extra_info.sample_id" if v.cascade else "extra_info.source_id",
+                    f"duplicated sample_id {k}" if v.cascade else f"source {k} has more than one stage1/stage2 pair",
+                )
+
+# %% ../../nbs/release/07_rl.ipynb #679346b2
+def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progress: bool = True) -> dict:
+    "Validate an RL source release (`cascade=False`) or a cascade release; report body with `valid`."
+    d = Path(dataset_dir)
+    v = _RLCheck(ctx, cascade)
+    for s in SPLITS:
+        path = d / f"{s}.parquet"
+        names = tuple(open_parquet(path).schema_arrow.names)
+        if names != RL_FIELDS:
+            raise UserError(
+                f"columns must be exactly {', '.join(RL_FIELDS)}, got {', '.join(names)}", path, None, "schema"
+            )
+        for i, row in tqdm(iter_parquet(path), desc=f"rl-validate {s}", disable=not progress, mininterval=1):
+            v.add(path, s, i, row)
+    _end_checks(v, d)
     return {
-        "valid": not errs,
+        "valid": not v.errs,
         "line": "rl-cascade" if cascade else "rl-source",
-        "error_count": errs.count,
-        "errors": errs.items,
-        "rows": rows,
-        "sources": len(done) + len(pending),
-        "counts": {s: dict(c) for s, c in counts.items()},
-        "per_category": dict(sorted(per_cat.items())),
-        "per_level": dict(sorted(per_lvl.items())),
-        "_errors": errs,
+        "error_count": v.errs.count,
+        "errors": v.errs.items,
+        "rows": v.rows,
+        "sources": len(v.done) + len(v.pending),
+        "counts": {s: dict(c) for s, c in v.counts.items()},
+        "per_category": dict(sorted(v.per_cat.items())),
+        "per_level": dict(sorted(v.per_lvl.items())),
+        "_errors": v.errs,
     }
 
-
+# %% ../../nbs/release/07_rl.ipynb #86f4a959
 @requires("dataset_dir", "registry", "corpus", "task_config")
 def rl_validate_cascade(
     dataset_dir: str = None,  # rl-cascade release folder

@@ -22,7 +22,7 @@ from ..utils import UserError, iter_jsonl, sha256_file, write_json
 __all__ = ['GATE_RANGE', 'PARSER', 'parse_tool_calls', 'weights_identity', 'model_identity', 'diagnose', 'summarize',
            'rollout_episode', 'rollout_gate']
 
-# %% ../../nbs/release/14_rollout.ipynb #8bd732dc
+# %% ../../nbs/release/14_rollout.ipynb #271169a9
 GATE_RANGE = (0.05, 0.30)
 PARSER = {
     "tool_call": r"<tool_call>\s*(\{.*?\})\s*</tool_call>",
@@ -43,7 +43,7 @@ def parse_tool_calls(text: str) -> list:
             out.append((None, m.group(1)))
     return out
 
-
+# %% ../../nbs/release/14_rollout.ipynb #0528eafd
 def weights_identity(model) -> dict:
     "Path and sha256 of a model folder's config.json and weight files (the model's identity in gate and launch reports)."
     if model is None:
@@ -74,7 +74,7 @@ def model_identity(model: str = None, model_sha256: str = None) -> dict | None:
         raise UserError(f"--model-sha256 {model_sha256.lower()} is not the folder's ({ident['sha256']})", model)
     return ident or {"path": None, "files": None, "sha256": model_sha256.lower()}
 
-
+# %% ../../nbs/release/14_rollout.ipynb #04c7e723
 def diagnose(episodes: list) -> str | None:
     "The likely cause of an (almost) all-zero reward."
     n = len(episodes) or 1
@@ -108,51 +108,164 @@ def summarize(episodes: list) -> dict:
         "likely_cause": None if rate > 0.01 else diagnose(episodes),
     }
 
-# %% ../../nbs/release/14_rollout.ipynb #7f7193e5
+# %% ../../nbs/release/14_rollout.ipynb #407f283e
+def _generate(model, tok, msgs: list, max_new_tokens: int, temperature: float) -> str:
+    "The model's next assistant turn after `msgs`, as text."
+    import torch
+
+    ids = tok.apply_chat_template(
+        msgs, tools=TOOL_SCHEMAS, add_generation_prompt=True, tokenize=True, return_tensors="pt", return_dict=True
+    )
+    with torch.no_grad():
+        out = model.generate(
+            **ids,
+            max_new_tokens=max_new_tokens,
+            do_sample=temperature > 0,
+            temperature=temperature if temperature > 0 else None,
+            pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+        )
+    return tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=False).split("<|im_end|>")[0]
+
+# %% ../../nbs/release/14_rollout.ipynb #e3fd56d3
+def _tool_turn(tools: CategoryTools, text: str, calls: list) -> list:
+    "The assistant message carrying `calls` and the `tool` message answering each."
+    msgs = [
+        {
+            "role": "assistant",
+            "content": _TOOL_CALL.sub("", text).strip(),
+            "tool_calls": [
+                {"type": "function", "function": {"name": n or "invalid", "arguments": a}} for n, a in calls
+            ],
+        }
+    ]
+    for n, a in calls:
+        try:
+            res = tools.call(n, a) if n else json.dumps({"error": "malformed tool call"})
+        except ToolError as e:
+            res = json.dumps({"error": str(e)}, ensure_ascii=False)
+        msgs.append({"role": "tool", "content": res})
+    return msgs
+
+# %% ../../nbs/release/14_rollout.ipynb #95f33643
 def rollout_episode(
     model, tok, tools: CategoryTools, prompt: list, max_turns: int, max_new_tokens: int, temperature: float
 ) -> tuple[list, str]:
     "Run one native-tool episode; returns the messages and the concatenated assistant text."
-    import torch
-
     msgs = [dict(m) for m in prompt]
     text_all = []
     for _turn in range(max_turns):
-        ids = tok.apply_chat_template(
-            msgs, tools=TOOL_SCHEMAS, add_generation_prompt=True, tokenize=True, return_tensors="pt", return_dict=True
-        )
-        with torch.no_grad():
-            out = model.generate(
-                **ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None,
-                pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-            )
-        text = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=False).split("<|im_end|>")[0]
+        text = _generate(model, tok, msgs, max_new_tokens, temperature)
         text_all.append(text)
         calls = parse_tool_calls(text)
         if not calls:
             msgs.append({"role": "assistant", "content": text})
             break
-        msgs.append(
-            {
-                "role": "assistant",
-                "content": _TOOL_CALL.sub("", text).strip(),
-                "tool_calls": [
-                    {"type": "function", "function": {"name": n or "invalid", "arguments": a}} for n, a in calls
-                ],
-            }
-        )
-        for n, a in calls:
-            try:
-                res = tools.call(n, a) if n else json.dumps({"error": "malformed tool call"})
-            except ToolError as e:
-                res = json.dumps({"error": str(e)}, ensure_ascii=False)
-            msgs.append({"role": "tool", "content": res})
+        msgs += _tool_turn(tools, text, calls)
     return msgs, "\n".join(text_all)
 
+# %% ../../nbs/release/14_rollout.ipynb #a62ddec8
+def _dump_episodes(from_dump) -> list:
+    "Score every line of a rollout dump (`response` text and `ground_truth`)."
+    episodes = []
+    for line, d in iter_jsonl(from_dump):
+        if "ground_truth" not in d or not isinstance(d.get("response"), str):
+            raise UserError("dump lines need 'response' (text) and 'ground_truth'", from_dump, line, "response")
+        r = compute_score(d.get("data_source"), d["response"], d["ground_truth"], d.get("extra_info"))
+        episodes.append(
+            {
+                "sample_id": d.get("sample_id", line),
+                "reward": r,
+                "answer_parsed": parse_final_answer(d["response"]) is not None,
+                "tool_calls": int(d.get("tool_calls", len(parse_tool_calls(d["response"])))),
+                "bad_tool_calls": 0,
+            }
+        )
+    if not episodes:
+        raise UserError("the rollout dump has no rows: nothing to gate", from_dump)
+    return episodes
 
+# %% ../../nbs/release/14_rollout.ipynb #21b3bfbb
+def _first_rows(path: Path, n: int, split: str) -> list:
+    "The first `n` rows of a release split."
+    rows = []
+    for _i, row in iter_parquet(path):
+        rows.append(row)
+        if len(rows) >= n:
+            break
+    if not rows:
+        raise UserError(f"no episodes in {split}", path)
+    return rows
+
+
+def _live_episode(row: dict, msgs: list, text: str) -> dict:
+    "Score one live episode: the reward of its final assistant message, parse and tool-call counts."
+    calls = [c for m in msgs for c in m.get("tool_calls") or []]
+    final = msgs[-1].get("content", "") if msgs[-1]["role"] == "assistant" else ""
+    return {
+        "sample_id": row["extra_info"]["sample_id"],
+        "reward": compute_score(row["data_source"], final, row["reward_model"]["ground_truth"]),
+        "answer_parsed": parse_final_answer(text) is not None,
+        "tool_calls": len(calls),
+        "bad_tool_calls": sum(c["function"]["name"] == "invalid" for c in calls),
+    }
+
+# %% ../../nbs/release/14_rollout.ipynb #4a86f6f4
+def _live_episodes(p: dict, progress: bool) -> tuple[list, Path]:
+    "Roll out the first `p['n']` episodes of the release split with the local model; returns them and the split file."
+    required(
+        model=p["model"], release=p["release"], registry=p["registry"], corpus=p["corpus"], task_config=p["task_config"]
+    )
+    if p["n"] < 1:
+        raise UserError("--n must be at least 1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(p["seed"])
+    try:
+        tok = AutoTokenizer.from_pretrained(p["model"], local_files_only=True)
+        lm = AutoModelForCausalLM.from_pretrained(p["model"], local_files_only=True).eval()
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot load the model: {e}", p["model"]) from None
+    tools = CategoryTools.from_paths(p["registry"], p["corpus"], p["task_config"])
+    path = Path(p["release"]) / f"{p['split']}.parquet"
+    episodes = []
+    for row in tqdm(_first_rows(path, p["n"], p["split"]), desc="rollout", disable=not progress):
+        args = (p["max_turns"], p["max_new_tokens"], p["temperature"])
+        msgs, text = rollout_episode(lm, tok, tools, row["prompt"], *args)
+        episodes.append(_live_episode(row, msgs, text))
+    return episodes, path
+
+# %% ../../nbs/release/14_rollout.ipynb #cb3124dc
+def _agent_loop(max_turns: int, max_new_tokens: int, temperature: float) -> dict:
+    return {
+        "agent_loop": "native-tool (vtreetrm.release.rollout)",
+        "max_turns": max_turns,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "tools": [t["function"]["name"] for t in TOOL_SCHEMAS],
+    }
+
+
+def _release_note(release, split: str) -> dict | None:
+    "Path, split and mixture report sha256 of the release the episodes came from."
+    if not release:
+        return None
+    mr = Path(release) / "mixture_report.json"
+    return {
+        "path": str(Path(release).resolve()),
+        "split": split,
+        "mixture_report_sha256": sha256_file(mr) if mr.is_file() else None,
+    }
+
+
+def _verdict(body: dict) -> str:
+    return (
+        f"rollout gate {body['status']}: {body['nonzero_reward_numerator']}/{body['denominator']} nonzero = {100 * body['nonzero_reward_rate']:.2f}% "
+        f"(need {100 * GATE_RANGE[0]:.0f}%-{100 * GATE_RANGE[1]:.0f}%)"
+        + (f"; likely cause: {body['likely_cause']}" if body["likely_cause"] else "")
+    )
+
+# %% ../../nbs/release/14_rollout.ipynb #56ed3854
 @requires("report")
 def rollout_gate(
     model: str = None,  # local model folder (merged checkpoint) for a live rollout
@@ -195,80 +308,15 @@ def rollout_gate(
         temperature=temperature,
         seed=seed,
     )
-    episodes, inputs = [], []
-    loop = {
-        "agent_loop": "native-tool (vtreetrm.release.rollout)",
-        "max_turns": max_turns,
-        "max_new_tokens": max_new_tokens,
-        "temperature": temperature,
-        "tools": [t["function"]["name"] for t in TOOL_SCHEMAS],
-    }
+    loop = _agent_loop(max_turns, max_new_tokens, temperature)
     if from_dump:
-        inputs.append(from_dump)
-        for line, d in iter_jsonl(from_dump):
-            if "ground_truth" not in d or not isinstance(d.get("response"), str):
-                raise UserError("dump lines need 'response' (text) and 'ground_truth'", from_dump, line, "response")
-            r = compute_score(d.get("data_source"), d["response"], d["ground_truth"], d.get("extra_info"))
-            episodes.append(
-                {
-                    "sample_id": d.get("sample_id", line),
-                    "reward": r,
-                    "answer_parsed": parse_final_answer(d["response"]) is not None,
-                    "tool_calls": int(d.get("tool_calls", len(parse_tool_calls(d["response"])))),
-                    "bad_tool_calls": 0,
-                }
-            )
-        if not episodes:
-            raise UserError("the rollout dump has no rows: nothing to gate", from_dump)
+        episodes, inputs = _dump_episodes(from_dump), [from_dump]
         loop["agent_loop"] = "external (dump)"
     else:
-        required(model=model, release=release, registry=registry, corpus=corpus, task_config=task_config)
-        if n < 1:
-            raise UserError("--n must be at least 1")
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        torch.manual_seed(seed)
-        try:
-            tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
-            lm = AutoModelForCausalLM.from_pretrained(model, local_files_only=True).eval()
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot load the model: {e}", model) from None
-        tools = CategoryTools.from_paths(registry, corpus, task_config)
-        path = Path(release) / f"{split}.parquet"
-        inputs.append(path)
-        rows = []
-        for _i, row in iter_parquet(path):
-            rows.append(row)
-            if len(rows) >= n:
-                break
-        if not rows:
-            raise UserError(f"no episodes in {split}", path)
-        for row in tqdm(rows, desc="rollout", disable=not progress):
-            msgs, text = rollout_episode(lm, tok, tools, row["prompt"], max_turns, max_new_tokens, temperature)
-            calls = [c for m in msgs for c in m.get("tool_calls") or []]
-            episodes.append(
-                {
-                    "sample_id": row["extra_info"]["sample_id"],
-                    "reward": compute_score(
-                        row["data_source"],
-                        msgs[-1].get("content", "") if msgs[-1]["role"] == "assistant" else "",
-                        row["reward_model"]["ground_truth"],
-                    ),
-                    "answer_parsed": parse_final_answer(text) is not None,
-                    "tool_calls": len(calls),
-                    "bad_tool_calls": sum(c["function"]["name"] == "invalid" for c in calls),
-                }
-            )
+        episodes, path = _live_episodes(params, progress)
+        inputs = [path]
     body = summarize(episodes)
-    rel = None
-    if release:
-        mr = Path(release) / "mixture_report.json"
-        rel = {
-            "path": str(Path(release).resolve()),
-            "split": split,
-            "mixture_report_sha256": sha256_file(mr) if mr.is_file() else None,
-        }
+    rel = _release_note(release, split)
     rep = make_report(
         "rollout-gate",
         params,
@@ -283,9 +331,5 @@ def rollout_gate(
         episodes=episodes[:200],
     )
     write_json(report, rep)
-    print(
-        f"rollout gate {body['status']}: {body['nonzero_reward_numerator']}/{body['denominator']} nonzero = {100 * body['nonzero_reward_rate']:.2f}% "
-        f"(need {100 * GATE_RANGE[0]:.0f}%-{100 * GATE_RANGE[1]:.0f}%)"
-        + (f"; likely cause: {body['likely_cause']}" if body["likely_cause"] else "")
-    )
+    print(_verdict(body))
     return 0 if body["passed"] else 1

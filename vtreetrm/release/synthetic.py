@@ -22,197 +22,164 @@ from ..utils import UserError, atomic_dir, write_json
 __all__ = ['STANDARD', 'LEVELS', 'HEADERS', 'FIELDS', 'standard_categories', 'full_width', 'generate_rows', 'write_workbook',
            'add_dimensions', 'make_synthetic']
 
-# %% ../../nbs/release/01_synthetic.ipynb #4e33aa20
-# domain: (code, name, table prefix, {sub: (code, name, table word, [(leaf name, tokens, zh words, base level)])})
-STANDARD = [
-    (
-        "C01",
-        "生产制造",
-        "prod",
-        [
-            (
-                "01",
-                "工艺数据",
-                "proc",
-                [
-                    ("温度参数", ["furnace_temp", "temp", "heat_temp"], ["炉温", "加热温度", "出钢温度"], "L2"),
-                    ("压力参数", ["pressure", "press_val", "roll_force"], ["轧制力", "压力值", "液压"], "L2"),
-                    ("化学成分", ["chem_c", "chem_si", "element_pct"], ["碳含量", "硅含量", "元素百分比"], "L3"),
-                    ("产量记录", ["output_ton", "yield_qty", "shift_output"], ["产量", "班产量", "成材率"], "L2"),
-                ],
-            ),
-            (
-                "02",
-                "设备数据",
-                "equip",
-                [
-                    ("设备台账", ["equip_no", "equip_name", "model_no"], ["设备编号", "设备名称", "型号"], "L1"),
-                    ("点检记录", ["check_time", "inspector", "check_result"], ["点检时间", "点检人", "点检结果"], "L1"),
-                    (
-                        "故障记录",
-                        ["fault_code", "fault_desc", "repair_hours"],
-                        ["故障代码", "故障描述", "维修工时"],
-                        "L2",
-                    ),
-                ],
-            ),
-            (
-                "03",
-                "质量数据",
-                "qual",
-                [
-                    ("检验结果", ["test_value", "tensile", "hardness"], ["抗拉强度", "硬度", "检验值"], "L2"),
-                    (
-                        "缺陷记录",
-                        ["defect_type", "defect_pos", "defect_area"],
-                        ["缺陷类型", "缺陷位置", "缺陷面积"],
-                        "L2",
-                    ),
-                ],
-            ),
-        ],
-    ),
-    (
-        "C02",
-        "销售与客户",
-        "sale",
-        [
-            (
-                "01",
-                "客户数据",
-                "cust",
-                [
-                    (
-                        "客户基本信息",
-                        ["cust_name", "cust_code", "industry"],
-                        ["客户名称", "客户编码", "所属行业"],
-                        "L3",
-                    ),
-                    (
-                        "客户联系方式",
-                        ["contact_phone", "contact_email", "address"],
-                        ["联系电话", "电子邮箱", "联系地址"],
-                        "L4",
-                    ),
-                    (
-                        "客户信用",
-                        ["credit_limit", "credit_grade", "overdue_days"],
-                        ["信用额度", "信用等级", "逾期天数"],
-                        "L3",
-                    ),
-                ],
-            ),
-            (
-                "02",
-                "合同数据",
-                "contract",
-                [
-                    (
-                        "合同条款",
-                        ["contract_no", "sign_date", "clause_text"],
-                        ["合同编号", "签订日期", "条款内容"],
-                        "L3",
-                    ),
-                    ("价格信息", ["unit_price", "discount", "tax_rate"], ["单价", "折扣", "税率"], "L3"),
-                    (
-                        "交付计划",
-                        ["deliver_date", "deliver_qty", "deliver_site"],
-                        ["交货日期", "交货数量", "交货地点"],
-                        "L2",
-                    ),
-                ],
-            ),
-            (
-                "03",
-                "物流数据",
-                "logi",
-                [
-                    ("运输单据", ["waybill_no", "carrier", "truck_plate"], ["运单号", "承运商", "车牌号"], "L2"),
-                    ("仓储库存", ["stock_qty", "warehouse", "bin_no"], ["库存数量", "仓库", "库位"], "L1"),
-                ],
-            ),
-        ],
-    ),
-    (
-        "C03",
-        "财务",
-        "fin",
-        [
-            (
-                "01",
-                "会计数据",
-                "acct",
-                [
-                    ("总账科目", ["account_code", "account_name", "balance"], ["科目代码", "科目名称", "余额"], "L3"),
-                    ("凭证明细", ["voucher_no", "debit_amt", "credit_amt"], ["凭证号", "借方金额", "贷方金额"], "L3"),
-                ],
-            ),
-            (
-                "02",
-                "资金数据",
-                "fund",
-                [
-                    ("银行账户", ["bank_account", "bank_name", "iban"], ["银行账号", "开户行", "账户"], "L4"),
-                    ("付款记录", ["pay_amt", "pay_date", "payee"], ["付款金额", "付款日期", "收款方"], "L3"),
-                ],
-            ),
-            (
-                "03",
-                "成本数据",
-                "cost",
-                [
-                    (
-                        "成本核算",
-                        ["unit_cost", "material_cost", "labor_cost"],
-                        ["单位成本", "材料成本", "人工成本"],
-                        "L3",
-                    ),
-                    ("预算", ["budget_amt", "budget_year", "budget_dept"], ["预算金额", "预算年度", "预算部门"], "L2"),
-                ],
-            ),
-        ],
-    ),
-    (
-        "C04",
-        "人力资源",
-        "hr",
-        [
-            (
-                "01",
-                "员工数据",
-                "emp",
-                [
-                    ("员工身份信息", ["id_card", "emp_name", "birth_date"], ["身份证号", "员工姓名", "出生日期"], "L4"),
-                    (
-                        "员工联系方式",
-                        ["mobile", "home_addr", "emergency_contact"],
-                        ["手机号", "家庭住址", "紧急联系人"],
-                        "L4",
-                    ),
-                    ("薪酬福利", ["salary", "bonus", "insurance_base"], ["工资", "奖金", "社保基数"], "L4"),
-                ],
-            ),
-            (
-                "02",
-                "组织数据",
-                "org",
-                [
-                    ("部门信息", ["dept_code", "dept_name", "parent_dept"], ["部门编码", "部门名称", "上级部门"], "L1"),
-                    ("岗位信息", ["post_code", "post_name", "post_level"], ["岗位编码", "岗位名称", "岗位等级"], "L1"),
-                ],
-            ),
-            (
-                "03",
-                "考勤数据",
-                "attend",
-                [
-                    ("考勤记录", ["clock_in", "clock_out", "work_hours"], ["上班打卡", "下班打卡", "工时"], "L2"),
-                    ("请假记录", ["leave_type", "leave_days", "approver"], ["请假类型", "请假天数", "审批人"], "L2"),
-                ],
-            ),
-        ],
-    ),
-]
+# %% ../../nbs/release/01_synthetic.ipynb #67f8d227
+# domain: (code, name, table prefix, [sub: (code, name, table word, [(leaf name, tokens, zh words, base level)])])
+def _leaf(name: str, tokens: str, words: str, level: str) -> tuple:
+    "A leaf spec from its tokens and words given as space-separated strings."
+    return (name, tokens.split(), words.split(), level)
+
+# %% ../../nbs/release/01_synthetic.ipynb #03af24d9
+_PRODUCTION = (
+    "C01",
+    "生产制造",
+    "prod",
+    [
+        (
+            "01",
+            "工艺数据",
+            "proc",
+            [
+                _leaf("温度参数", "furnace_temp temp heat_temp", "炉温 加热温度 出钢温度", "L2"),
+                _leaf("压力参数", "pressure press_val roll_force", "轧制力 压力值 液压", "L2"),
+                _leaf("化学成分", "chem_c chem_si element_pct", "碳含量 硅含量 元素百分比", "L3"),
+                _leaf("产量记录", "output_ton yield_qty shift_output", "产量 班产量 成材率", "L2"),
+            ],
+        ),
+        (
+            "02",
+            "设备数据",
+            "equip",
+            [
+                _leaf("设备台账", "equip_no equip_name model_no", "设备编号 设备名称 型号", "L1"),
+                _leaf("点检记录", "check_time inspector check_result", "点检时间 点检人 点检结果", "L1"),
+                _leaf("故障记录", "fault_code fault_desc repair_hours", "故障代码 故障描述 维修工时", "L2"),
+            ],
+        ),
+        (
+            "03",
+            "质量数据",
+            "qual",
+            [
+                _leaf("检验结果", "test_value tensile hardness", "抗拉强度 硬度 检验值", "L2"),
+                _leaf("缺陷记录", "defect_type defect_pos defect_area", "缺陷类型 缺陷位置 缺陷面积", "L2"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #1fb1a4fb
+_SALES = (
+    "C02",
+    "销售与客户",
+    "sale",
+    [
+        (
+            "01",
+            "客户数据",
+            "cust",
+            [
+                _leaf("客户基本信息", "cust_name cust_code industry", "客户名称 客户编码 所属行业", "L3"),
+                _leaf("客户联系方式", "contact_phone contact_email address", "联系电话 电子邮箱 联系地址", "L4"),
+                _leaf("客户信用", "credit_limit credit_grade overdue_days", "信用额度 信用等级 逾期天数", "L3"),
+            ],
+        ),
+        (
+            "02",
+            "合同数据",
+            "contract",
+            [
+                _leaf("合同条款", "contract_no sign_date clause_text", "合同编号 签订日期 条款内容", "L3"),
+                _leaf("价格信息", "unit_price discount tax_rate", "单价 折扣 税率", "L3"),
+                _leaf("交付计划", "deliver_date deliver_qty deliver_site", "交货日期 交货数量 交货地点", "L2"),
+            ],
+        ),
+        (
+            "03",
+            "物流数据",
+            "logi",
+            [
+                _leaf("运输单据", "waybill_no carrier truck_plate", "运单号 承运商 车牌号", "L2"),
+                _leaf("仓储库存", "stock_qty warehouse bin_no", "库存数量 仓库 库位", "L1"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #1bd7161e
+_FINANCE = (
+    "C03",
+    "财务",
+    "fin",
+    [
+        (
+            "01",
+            "会计数据",
+            "acct",
+            [
+                _leaf("总账科目", "account_code account_name balance", "科目代码 科目名称 余额", "L3"),
+                _leaf("凭证明细", "voucher_no debit_amt credit_amt", "凭证号 借方金额 贷方金额", "L3"),
+            ],
+        ),
+        (
+            "02",
+            "资金数据",
+            "fund",
+            [
+                _leaf("银行账户", "bank_account bank_name iban", "银行账号 开户行 账户", "L4"),
+                _leaf("付款记录", "pay_amt pay_date payee", "付款金额 付款日期 收款方", "L3"),
+            ],
+        ),
+        (
+            "03",
+            "成本数据",
+            "cost",
+            [
+                _leaf("成本核算", "unit_cost material_cost labor_cost", "单位成本 材料成本 人工成本", "L3"),
+                _leaf("预算", "budget_amt budget_year budget_dept", "预算金额 预算年度 预算部门", "L2"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #d79064f1
+_HR = (
+    "C04",
+    "人力资源",
+    "hr",
+    [
+        (
+            "01",
+            "员工数据",
+            "emp",
+            [
+                _leaf("员工身份信息", "id_card emp_name birth_date", "身份证号 员工姓名 出生日期", "L4"),
+                _leaf("员工联系方式", "mobile home_addr emergency_contact", "手机号 家庭住址 紧急联系人", "L4"),
+                _leaf("薪酬福利", "salary bonus insurance_base", "工资 奖金 社保基数", "L4"),
+            ],
+        ),
+        (
+            "02",
+            "组织数据",
+            "org",
+            [
+                _leaf("部门信息", "dept_code dept_name parent_dept", "部门编码 部门名称 上级部门", "L1"),
+                _leaf("岗位信息", "post_code post_name post_level", "岗位编码 岗位名称 岗位等级", "L1"),
+            ],
+        ),
+        (
+            "03",
+            "考勤数据",
+            "attend",
+            [
+                _leaf("考勤记录", "clock_in clock_out work_hours", "上班打卡 下班打卡 工时", "L2"),
+                _leaf("请假记录", "leave_type leave_days approver", "请假类型 请假天数 审批人", "L2"),
+            ],
+        ),
+    ],
+)
+
+# %% ../../nbs/release/01_synthetic.ipynb #464588e6
+STANDARD = [_PRODUCTION, _SALES, _FINANCE, _HR]
 LEVELS = [
     ("L1", "一级（公开）", "泄露后对企业无影响或影响轻微"),
     ("L2", "二级（内部）", "泄露后对企业造成一般影响"),
@@ -259,7 +226,46 @@ def _messy(rng, s, p_fw=0.0, p_space=0.0):
         s = rng.choice([s + "  ", " " + s, "\u3000" + s, s + "\u3000"])
     return s
 
-# %% ../../nbs/release/01_synthetic.ipynb #e9d11828
+# %% ../../nbs/release/01_synthetic.ipynb #a961af0a
+def _table_rows(rng, sub_leaves: list, n: int, tname: str, tdesc: str, lvl_ids: list) -> list:
+    "Up to `n` fields of one table, names unique ignoring case (`3 n` draws at most)."
+    seen, rows = set(), []
+    for _j in range(n * 3):
+        if len(rows) >= n:
+            break
+        leaf = rng.choice(sub_leaves)
+        fname = rng.choice(leaf["tokens"]) + rng.choice(["", "", "_cd", "_val", f"_{rng.randint(1, 9)}", "_bak"])
+        if fname.casefold() in seen:
+            continue
+        seen.add(fname.casefold())
+        base = lvl_ids.index(leaf["level"])
+        lvl = lvl_ids[min(3, max(0, base + rng.choice([-1, 1])))] if rng.random() < 0.1 else leaf["level"]
+        word = rng.choice(leaf["words"])
+        rows.append(
+            {
+                "table_name": tname,
+                "table_description": tdesc,
+                "field_name": fname,
+                "field_description": f"{word}{rng.choice(['', '（单位见备注）', '，按日统计', '，系统自动采集', '，人工录入'])}",
+                "category": leaf["path"],
+                "data_level": lvl,
+                "_leaf": leaf,
+            }
+        )
+    return rows
+
+
+def _add_conflict(rows: list, sub_leaves: list, n: int) -> bool:
+    "Repeat the table's first field upper-cased with another leaf's label; False when the table cannot take one."
+    if len(rows) >= 2 and len(rows) < n + 1:
+        src = rows[0]
+        other = next(l for l in sub_leaves if l["id"] != src["_leaf"]["id"])
+        if src["field_name"].upper() != src["field_name"]:
+            rows.append({**src, "field_name": src["field_name"].upper(), "category": other["path"], "_leaf": other})
+            return True
+    return False
+
+# %% ../../nbs/release/01_synthetic.ipynb #0e572e9a
 def generate_rows(records: int, seed: int = 0, conflicts: int = 0):
     "Yield `(sheet_index, table_rows)` with `table_rows` a list of dicts keyed by `FIELDS`."
     rng = random.Random(seed)
@@ -281,51 +287,26 @@ def generate_rows(records: int, seed: int = 0, conflicts: int = 0):
         n = min(rng.randint(3, 24), records - made)
         tname = f"t_{dpre}_{sword}_{rng.choice(['log', 'info', 'detail', 'his', 'rpt', 'mst'])}_{t:06d}"
         tdesc = f"{dname}{sname}{rng.choice(adjs)}表（{rng.choice(['MES', 'ERP', 'CRM', 'HR', 'OA'])}系统）"
-        seen, rows = set(), []
-        for _j in range(n * 3):
-            if len(rows) >= n:
-                break
-            leaf = rng.choice(by_sub[sid])
-            fname = rng.choice(leaf["tokens"]) + rng.choice(["", "", "_cd", "_val", f"_{rng.randint(1, 9)}", "_bak"])
-            if fname.casefold() in seen:
-                continue
-            seen.add(fname.casefold())
-            base = lvl_ids.index(leaf["level"])
-            lvl = lvl_ids[min(3, max(0, base + rng.choice([-1, 1])))] if rng.random() < 0.1 else leaf["level"]
-            word = rng.choice(leaf["words"])
-            rows.append(
-                {
-                    "table_name": tname,
-                    "table_description": tdesc,
-                    "field_name": fname,
-                    "field_description": f"{word}{rng.choice(['', '（单位见备注）', '，按日统计', '，系统自动采集', '，人工录入'])}",
-                    "category": leaf["path"],
-                    "data_level": lvl,
-                    "_leaf": leaf,
-                }
-            )
-        if conflicts_left and len(rows) >= 2 and len(rows) < n + 1:
-            src = rows[0]
-            other = next(l for l in by_sub[sid] if l["id"] != src["_leaf"]["id"])
-            if src["field_name"].upper() != src["field_name"]:
-                rows.append({**src, "field_name": src["field_name"].upper(), "category": other["path"], "_leaf": other})
-                conflicts_left -= 1
+        rows = _table_rows(rng, by_sub[sid], n, tname, tdesc, lvl_ids)
+        if conflicts_left and _add_conflict(rows, by_sub[sid], n):
+            conflicts_left -= 1
         made += len(rows)
         yield di, rows
 
-# %% ../../nbs/release/01_synthetic.ipynb #83419541
-def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progress: bool = True) -> dict:
-    "Write the messy workbook; returns counts per sheet."
-    rng = random.Random(seed + 1)
-    wb = openpyxl.Workbook(write_only=True)
+# %% ../../nbs/release/01_synthetic.ipynb #7024488f
+_NOTES = [
+    "数据分类分级清单填写说明",
+    "1. 每个字段一行，表名与表描述可合并单元格。",
+    "2. 分类填写完整路径，用“/”分隔。",
+    "3. 分级填写 L1～L4。",
+    "（本表不参与导入）",
+]
+
+
+def _new_sheets(wb) -> tuple:
+    "The notes sheet and one data sheet per domain, each with its banner and headers; `_vt_row` counts rows written."
     notes = wb.create_sheet("填写说明")
-    for line in [
-        "数据分类分级清单填写说明",
-        "1. 每个字段一行，表名与表描述可合并单元格。",
-        "2. 分类填写完整路径，用“/”分隔。",
-        "3. 分级填写 L1～L4。",
-        "（本表不参与导入）",
-    ]:
+    for line in _NOTES:
         notes.append([line])
     sheets = [wb.create_sheet(d[1]) for d in STANDARD]
     for ws in sheets:
@@ -335,36 +316,53 @@ def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progre
         for rng_ in ("A1:F1", "A2:B2", "C2:D2", "E2:F2"):
             ws.merged_cells.ranges.add(CellRange(rng_))
         ws._vt_row = 3
+    return notes, sheets
+
+# %% ../../nbs/release/01_synthetic.ipynb #0fd14345
+def _messy_row(rng, r: dict, first: bool) -> list:
+    "The six workbook cells of one field, messed up; table name and description only in a table's first row."
+    fname = _messy(rng, r["field_name"], 0.05, 0.05)
+    fdesc = _messy(rng, r["field_description"], 0.02, 0.1)
+    cat = r["category"]
+    x = rng.random()
+    if x < 0.08:
+        cat = cat.replace("/", "／")
+    elif x < 0.14:
+        cat = cat.replace("/", " / ")
+    lvl = _messy(rng, r["data_level"], 0.08, 0.08)
+    tn = _messy(rng, r["table_name"], 0.0, 0.1) if first else None
+    td = _messy(rng, r["table_description"], 0.0, 0.1) if first else None
+    return [tn, td, fname, fdesc, cat, lvl]
+
+
+def _append_table(ws, rng, rows: list):
+    "Write one table to `ws`, sometimes after a blank or blank-looking row, its table cells merged down."
+    if rng.random() < 0.15:
+        ws.append([None] * 6)
+        ws._vt_row += 1  # blank separator row
+    if rng.random() < 0.03:
+        ws.append(["", "  ", None, "\u3000", None, ""])
+        ws._vt_row += 1  # blank-looking row
+    first = ws._vt_row + 1
+    for i, r in enumerate(rows):
+        ws.append(_messy_row(rng, r, i == 0))
+        ws._vt_row += 1
+    last = ws._vt_row
+    if last > first:
+        ws.merged_cells.ranges.add(CellRange(f"A{first}:A{last}"))
+        ws.merged_cells.ranges.add(CellRange(f"B{first}:B{last}"))
+
+# %% ../../nbs/release/01_synthetic.ipynb #91142449
+def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progress: bool = True) -> dict:
+    "Write the messy workbook; returns counts per sheet."
+    rng = random.Random(seed + 1)
+    wb = openpyxl.Workbook(write_only=True)
+    notes, sheets = _new_sheets(wb)
     counts = {ws.title: 0 for ws in sheets}
     bar = tqdm(total=records, desc="workbook", disable=not progress, mininterval=1)
     for di, rows in generate_rows(records, seed, conflicts):
-        ws = sheets[di]
-        if rng.random() < 0.15:
-            ws.append([None] * 6)
-            ws._vt_row += 1  # blank separator row
-        if rng.random() < 0.03:
-            ws.append(["", "  ", None, "\u3000", None, ""])
-            ws._vt_row += 1  # blank-looking row
-        first = ws._vt_row + 1
-        for i, r in enumerate(rows):
-            fname = _messy(rng, r["field_name"], 0.05, 0.05)
-            fdesc = _messy(rng, r["field_description"], 0.02, 0.1)
-            cat = r["category"]
-            x = rng.random()
-            if x < 0.08:
-                cat = cat.replace("/", "／")
-            elif x < 0.14:
-                cat = cat.replace("/", " / ")
-            lvl = _messy(rng, r["data_level"], 0.08, 0.08)
-            tn = _messy(rng, r["table_name"], 0.0, 0.1) if i == 0 else None
-            td = _messy(rng, r["table_description"], 0.0, 0.1) if i == 0 else None
-            ws.append([tn, td, fname, fdesc, cat, lvl])
-            ws._vt_row += 1
-        last = ws._vt_row
-        if last > first:
-            ws.merged_cells.ranges.add(CellRange(f"A{first}:A{last}"))
-            ws.merged_cells.ranges.add(CellRange(f"B{first}:B{last}"))
-        counts[ws.title] += len(rows)
+        _append_table(sheets[di], rng, rows)
+        counts[sheets[di].title] += len(rows)
         bar.update(len(rows))
     bar.close()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -378,7 +376,7 @@ def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progre
     )
     return counts
 
-
+# %% ../../nbs/release/01_synthetic.ipynb #2c9a0ca6
 def add_dimensions(path, refs: dict):
     "Insert the `<dimension ref=...>` element spreadsheet programs write (streaming writers omit it; readers then scan whole sheets)."
     path = Path(path)
@@ -395,7 +393,91 @@ def add_dimensions(path, refs: dict):
                 shutil.copyfileobj(src, dst, 1 << 20)
     os.replace(tmp, path)
 
-# %% ../../nbs/release/01_synthetic.ipynb #49749788
+# %% ../../nbs/release/01_synthetic.ipynb #c8b16425
+def _mapping(dataset: str) -> dict:
+    return {
+        "dataset": dataset,
+        "sheets": [s[1] for s in STANDARD],
+        "header_row": 3,
+        "columns": dict(zip(HEADERS, FIELDS)),
+        "merged_fill": ["table_name", "table_description"],
+    }
+
+
+def _corpus(dataset: str, leaves: list) -> dict:
+    "One description per leaf, naming its words and typical field names."
+    return {
+        "dataset": dataset,
+        "categories": [
+            {
+                "category_id": l["id"],
+                "name": l["path"].rsplit("/", 1)[1],
+                "description": f"{l['path'].replace('/', '下的')}：包括{'、'.join(l['words'])}等字段，典型字段名如 {', '.join(l['tokens'][:2])}。",
+            }
+            for l in leaves
+        ],
+    }
+
+
+def _classification(dataset: str, cats: list, leaves: list) -> dict:
+    "The classification standard: the category tree, each leaf with its base grade as a hint."
+    return {
+        "dataset": dataset,
+        "standard": "首钢数据分类标准（合成）",
+        "version": "2024.1",
+        "categories": [
+            {**c, "level_hint": next((l["level"] for l in leaves if l["id"] == c["id"]), None)} for c in cats
+        ],
+    }
+
+# %% ../../nbs/release/01_synthetic.ipynb #951a4074
+def _grading_standard(dataset: str) -> dict:
+    return {
+        "dataset": dataset,
+        "standard": "首钢数据分级标准（合成）",
+        "level_field": "data_level",
+        "levels": [{"id": i, "name": n, "description": x} for i, n, x in LEVELS],
+        "approved_levels": [l[0] for l in LEVELS],
+    }
+
+
+def _datasets_config(dataset: str) -> dict:
+    return {
+        "datasets": {
+            dataset: {
+                "registry": f"{dataset}.registry.json",
+                "corpus": f"{dataset}.corpus.json",
+                "grading": f"../STANDARDS/{dataset}.grading.json",
+                "formal": dataset == FORMAL_DATASET,
+            }
+        }
+    }
+
+
+def _task_config(dataset: str, num_candidates: int) -> dict:
+    return {
+        "dataset": dataset,
+        "task": "field_classification",
+        "metadata_fields": list(NATIVE_PROMPT_FIELDS),
+        "num_candidates": num_candidates,
+        "choice_salt": f"{dataset}-choices-v1",
+        "prompt_seed": 0,
+    }
+
+# %% ../../nbs/release/01_synthetic.ipynb #015cba6d
+def _asset_files(dataset: str, cats: list, leaves: list, num_candidates: int) -> dict:
+    "`{relative path: JSON}` of every asset beside the workbook."
+    return {
+        f"ASSETS/mappings/{dataset}.mapping.json": _mapping(dataset),
+        f"ASSETS/registries/{dataset}.registry.json": {"dataset": dataset, "version": "2024.1", "categories": cats},
+        f"ASSETS/corpora/{dataset}.corpus.json": _corpus(dataset, leaves),
+        f"STANDARDS/{dataset}.classification.json": _classification(dataset, cats, leaves),
+        f"STANDARDS/{dataset}.grading.json": _grading_standard(dataset),
+        "CFG/datasets.json": _datasets_config(dataset),
+        f"CFG/{dataset}.task.json": _task_config(dataset, num_candidates),
+    }
+
+# %% ../../nbs/release/01_synthetic.ipynb #f0de9743
 @requires("out")
 def make_synthetic(
     out: str = None,  # output folder (published atomically)
@@ -415,79 +497,8 @@ def make_synthetic(
     cats, leaves = standard_categories()
     with atomic_dir(out) as d:
         counts = write_workbook(d / "RAW" / f"{dataset}.xlsx", records, seed, conflicts, progress)
-        write_json(
-            d / "ASSETS" / "mappings" / f"{dataset}.mapping.json",
-            {
-                "dataset": dataset,
-                "sheets": [s[1] for s in STANDARD],
-                "header_row": 3,
-                "columns": dict(zip(HEADERS, FIELDS)),
-                "merged_fill": ["table_name", "table_description"],
-            },
-        )
-        write_json(
-            d / "ASSETS" / "registries" / f"{dataset}.registry.json",
-            {"dataset": dataset, "version": "2024.1", "categories": cats},
-        )
-        write_json(
-            d / "ASSETS" / "corpora" / f"{dataset}.corpus.json",
-            {
-                "dataset": dataset,
-                "categories": [
-                    {
-                        "category_id": l["id"],
-                        "name": l["path"].rsplit("/", 1)[1],
-                        "description": f"{l['path'].replace('/', '下的')}：包括{'、'.join(l['words'])}等字段，典型字段名如 {', '.join(l['tokens'][:2])}。",
-                    }
-                    for l in leaves
-                ],
-            },
-        )
-        write_json(
-            d / "STANDARDS" / f"{dataset}.classification.json",
-            {
-                "dataset": dataset,
-                "standard": "首钢数据分类标准（合成）",
-                "version": "2024.1",
-                "categories": [
-                    {**c, "level_hint": next((l["level"] for l in leaves if l["id"] == c["id"]), None)} for c in cats
-                ],
-            },
-        )
-        write_json(
-            d / "STANDARDS" / f"{dataset}.grading.json",
-            {
-                "dataset": dataset,
-                "standard": "首钢数据分级标准（合成）",
-                "level_field": "data_level",
-                "levels": [{"id": i, "name": n, "description": x} for i, n, x in LEVELS],
-                "approved_levels": [l[0] for l in LEVELS],
-            },
-        )
-        write_json(
-            d / "CFG" / "datasets.json",
-            {
-                "datasets": {
-                    dataset: {
-                        "registry": f"{dataset}.registry.json",
-                        "corpus": f"{dataset}.corpus.json",
-                        "grading": f"../STANDARDS/{dataset}.grading.json",
-                        "formal": dataset == FORMAL_DATASET,
-                    }
-                }
-            },
-        )
-        write_json(
-            d / "CFG" / f"{dataset}.task.json",
-            {
-                "dataset": dataset,
-                "task": "field_classification",
-                "metadata_fields": list(NATIVE_PROMPT_FIELDS),
-                "num_candidates": num_candidates,
-                "choice_salt": f"{dataset}-choices-v1",
-                "prompt_seed": 0,
-            },
-        )
+        for rel, obj in _asset_files(dataset, cats, leaves, num_candidates).items():
+            write_json(d / rel, obj)
         rep = make_report(
             "make-synthetic",
             params,
