@@ -52,7 +52,7 @@ def synthetic_conditions() -> list[dict]:
         add(m, "MammalNet", train="LoTE-Animal", top1=0.3)
     return runs
 
-
+# %% ../nbs/90_demo.ipynb #ccafc4f9
 def _class_probs(n: int, rng) -> np.ndarray:
     p = 1 / np.arange(1, n + 1) ** 1.1  # Zipf-like long tail
     return p / p.sum()
@@ -64,6 +64,36 @@ def _output(actions: list, order: str, rng, cut: bool) -> str:
     return f"{tag} {why}" if order == "actions_first" and not cut else f"{why}\n{tag}"
 
 
+def _synthetic_row(i: int, key: str, official: list, probs, acc, show, cond: dict, rng) -> dict:
+    "Prediction row `i` of a run: gold label(s) from the class distribution, an answer right with the class's accuracy."
+    K = len(official)
+    g = int(rng.choice(K, p=probs))
+    gold = [official[g]]
+    if rng.random() < 0.03:
+        gold.append(official[int(rng.choice([k for k in range(K) if k != g]))])
+    if rng.random() < acc[g]:
+        pred = g
+    else:
+        q = probs.copy()
+        q[g] = 0
+        pred = int(rng.choice(K, p=q / q.sum()))
+    cands = [show(l) for l in rng.permutation(official)]
+    u = rng.random()
+    out = (
+        "I cannot tell what the animal is doing."
+        if u < 0.01
+        else _output([show(official[pred])], cond["answer_order"], rng, cut=u < 0.03)
+    )
+    return {
+        "id": f"{key}_{i:05d}",
+        "gold": gold,
+        "output": out,
+        "candidates": cands,
+        "dataset": cond["dataset"],
+        "video": f"{key}/clip_{i:05d}.mp4",
+    }
+
+# %% ../nbs/90_demo.ipynb #5c5fcd47
 def synthetic_run(cond: dict, seed: int = 0) -> list[dict]:
     "Prediction rows of one run with per-class controlled accuracy."
     key, mapping, n = DATASETS[cond["dataset"]]
@@ -75,36 +105,7 @@ def synthetic_run(cond: dict, seed: int = 0) -> list[dict]:
     # per-class accuracy: head classes easier; scaled so the expected Top1 is the target
     w = (probs / probs.mean()) ** 0.35
     acc = np.clip(cond["target_top1"] * w / (probs @ w), 0.02, 0.98)
-    rows = []
-    for i in range(n):
-        g = int(rng.choice(K, p=probs))
-        gold = [official[g]]
-        if rng.random() < 0.03:
-            gold.append(official[int(rng.choice([k for k in range(K) if k != g]))])
-        if rng.random() < acc[g]:
-            pred = g
-        else:
-            q = probs.copy()
-            q[g] = 0
-            pred = int(rng.choice(K, p=q / q.sum()))
-        cands = [show(l) for l in rng.permutation(official)]
-        u = rng.random()
-        out = (
-            "I cannot tell what the animal is doing."
-            if u < 0.01
-            else _output([show(official[pred])], cond["answer_order"], rng, cut=u < 0.03)
-        )
-        rows.append(
-            {
-                "id": f"{key}_{i:05d}",
-                "gold": gold,
-                "output": out,
-                "candidates": cands,
-                "dataset": cond["dataset"],
-                "video": f"{key}/clip_{i:05d}.mp4",
-            }
-        )
-    return rows
+    return [_synthetic_row(i, key, official, probs, acc, show, cond, rng) for i in range(n)]
 
 
 def run_name(c: dict) -> str:
@@ -126,40 +127,50 @@ def _spectrum_matrix(M: int, d: int, a: float, rng) -> np.ndarray:
 
 COLLAPSE = {32: 1.0, 64: 1.2, 128: 3.0, 512: 5.5}  # spectrum decay per M: larger M, faster decay
 
+# %% ../nbs/90_demo.ipynb #f307b222
+def _write_run(tmp: Path, c: dict, seed: int, out: Path):
+    "Write one synthetic run's predictions.jsonl and params.json (its label map named by its final path under `out`)."
+    d_ = tmp / "eval_outputs" / run_name(c)
+    write_jsonl(d_ / "predictions.jsonl", synthetic_run(c, seed))
+    key = DATASETS[c["dataset"]][0]
+    write_json(
+        d_ / "params.json",
+        {
+            **{k: c[k] for k in ("model", "dataset", "train_dataset", "answer_order", "label_mode", "variant")},
+            "num_queries": c["M"],
+            "synthetic": True,
+            "synthetic_target_top1": c["target_top1"],
+            "seed": seed,
+            "label_map": str((out / "label_mappings" / f"{key}_simple.json").resolve())
+            if c["label_mode"] == "simple"
+            else None,
+        },
+    )
 
-def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
-    "Write `out/eval_outputs/<run>/{predictions.jsonl, params.json}`, label maps and `out/checkpoints/*.safetensors`."
+
+def _write_checkpoints(tmp: Path, seed: int, d: int):
+    "One (1, M, d) query-token checkpoint per M, model and dataset, collapsing faster for larger M."
     import torch
     from safetensors.torch import save_file
 
+    rng = np.random.default_rng(seed)
+    for M, a in COLLAPSE.items():
+        for model in MODELS.values():
+            for ds in ("lote", "mammalnet"):
+                q = torch.tensor(_spectrum_matrix(M, d, a, rng), dtype=torch.float32)[None]
+                (tmp / "checkpoints").mkdir(exist_ok=True)
+                save_file({"qformer.query_tokens": q}, str(tmp / "checkpoints" / f"{model}_{ds}_m{M}.safetensors"))
+
+# %% ../nbs/90_demo.ipynb #3e7c82f0
+def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
+    "Write `out/eval_outputs/<run>/{predictions.jsonl, params.json}`, label maps and `out/checkpoints/*.safetensors`."
     out = Path(out)
     with atomic_dir(out) as tmp:
         for key, mapping, _ in DATASETS.values():
             write_json(tmp / "label_mappings" / f"{key}_simple.json", mapping)
         for c in tqdm(synthetic_conditions(), desc="synthetic runs", unit="run"):
-            d_ = tmp / "eval_outputs" / run_name(c)
-            write_jsonl(d_ / "predictions.jsonl", synthetic_run(c, seed))
-            key = DATASETS[c["dataset"]][0]
-            write_json(
-                d_ / "params.json",
-                {
-                    **{k: c[k] for k in ("model", "dataset", "train_dataset", "answer_order", "label_mode", "variant")},
-                    "num_queries": c["M"],
-                    "synthetic": True,
-                    "synthetic_target_top1": c["target_top1"],
-                    "seed": seed,
-                    "label_map": str((out / "label_mappings" / f"{key}_simple.json").resolve())
-                    if c["label_mode"] == "simple"
-                    else None,
-                },
-            )
-        rng = np.random.default_rng(seed)
-        for M, a in COLLAPSE.items():
-            for model in MODELS.values():
-                for ds in ("lote", "mammalnet"):
-                    q = torch.tensor(_spectrum_matrix(M, d, a, rng), dtype=torch.float32)[None]
-                    (tmp / "checkpoints").mkdir(exist_ok=True)
-                    save_file({"qformer.query_tokens": q}, str(tmp / "checkpoints" / f"{model}_{ds}_m{M}.safetensors"))
+            _write_run(tmp, c, seed, out)
+        _write_checkpoints(tmp, seed, d)
         write_json(
             tmp / "README.json",
             {
@@ -172,7 +183,7 @@ def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
         )
     return out
 
-# %% ../nbs/90_demo.ipynb #e9c49bc1
+# %% ../nbs/90_demo.ipynb #71fc06a2
 def _run_or_fail(nb, name, params, runs_dir, force):
     from vtreetrm.runs.papermill import run_notebook
 
@@ -182,43 +193,32 @@ def _run_or_fail(nb, name, params, runs_dir, force):
     return Path(runs_dir) / name
 
 
-def demo_cmd(
-    out: str = "reports/group_meeting.html",  # the group-meeting report to write
-    runs_dir: str = "papermill_runs",  # where data, runs and papermill runs go
-    seed: int = 0,  # seed of the synthetic evaluation set (--synthetic-eval)
-    fresh: bool = False,  # rebuild everything even if present
-    synthetic_eval: bool = False,  # only the report on the synthetic evaluation set (no training)
-    quick: bool = False,  # tiny video data and 2 epochs (a smoke run of the whole job)
-    skip_release: bool = False,  # leave out the data-release chain
-    skip_harness: bool = False,  # leave out the skill-evolution harness
-):
-    "Run the main job on the embedded default data and print the path of the HTML report."
-    import shutil
-    import time
-
+def _synthetic_eval_report(out: str, runs_dir: Path, seed: int, fresh: bool) -> Path:
+    "The report on the synthetic evaluation set: the set (built once per seed), its scores and analysis by papermill."
     from vtreetrm.runs.report import build_report
 
-    t0 = time.time()
-    runs_dir = Path(runs_dir)
-    if synthetic_eval:
-        data = runs_dir / f"demo-data-seed{seed}"
-        if fresh or not (data / "README.json").is_file():
-            make_synthetic_eval(data, seed)
-        run = _run_or_fail(
-            "eval_and_analyze",
-            f"demo-eval-seed{seed}",
-            {"eval_dir": str(data / "eval_outputs"), "checkpoints": str(data / "checkpoints" / "*.safetensors")},
-            runs_dir,
-            fresh,
-        )
-        p = build_report(
-            [data / "eval_outputs"],
-            out,
-            analysis=run / "analysis",
-            title="Phase-2 SFT results (synthetic evaluation set)",
-        )
-        print(f"report: {p.resolve()}")
-        return 0
+    data = runs_dir / f"demo-data-seed{seed}"
+    if fresh or not (data / "README.json").is_file():
+        make_synthetic_eval(data, seed)
+    run = _run_or_fail(
+        "eval_and_analyze",
+        f"demo-eval-seed{seed}",
+        {"eval_dir": str(data / "eval_outputs"), "checkpoints": str(data / "checkpoints" / "*.safetensors")},
+        runs_dir,
+        fresh,
+    )
+    return build_report(
+        [data / "eval_outputs"],
+        out,
+        analysis=run / "analysis",
+        title="Phase-2 SFT results (synthetic evaluation set)",
+    )
+
+# %% ../nbs/90_demo.ipynb #0db1a3dd
+def _video_runs(runs_dir: Path, quick: bool, fresh: bool) -> tuple[Path, Path]:
+    "Steps 1 and 2: (the video demo's folder, the papermill run that scored its runs and analysed their query tokens)."
+    import shutil
+
     from vtreetrm.video.demo import run_video_demo
 
     vdir = runs_dir / ("video_demo_quick" if quick else "video_demo")
@@ -238,6 +238,11 @@ def demo_cmd(
         runs_dir,
         True,
     )
+    return vdir, ana
+
+
+def _extra_runs(runs_dir: Path, quick: bool, fresh: bool, skip_release: bool, skip_harness: bool) -> list[Path]:
+    "Steps 3 and 4, unless skipped: the release chain and the skill-evolution harness notebooks."
     extra = []
     if not skip_release:
         print("[3/5] classification data-release chain (papermill)", flush=True)
@@ -247,6 +252,32 @@ def demo_cmd(
     if not skip_harness:
         print("[4/5] skill-evolution harness (papermill)", flush=True)
         extra.append(_run_or_fail("harness_train", "demo-harness", {"epochs": 1 if quick else 3}, runs_dir, fresh))
+    return extra
+
+# %% ../nbs/90_demo.ipynb #ad3cac3b
+def demo_cmd(
+    out: str = "reports/group_meeting.html",  # the group-meeting report to write
+    runs_dir: str = "papermill_runs",  # where data, runs and papermill runs go
+    seed: int = 0,  # seed of the synthetic evaluation set (--synthetic-eval)
+    fresh: bool = False,  # rebuild everything even if present
+    synthetic_eval: bool = False,  # only the report on the synthetic evaluation set (no training)
+    quick: bool = False,  # tiny video data and 2 epochs (a smoke run of the whole job)
+    skip_release: bool = False,  # leave out the data-release chain
+    skip_harness: bool = False,  # leave out the skill-evolution harness
+):
+    "Run the main job on the embedded default data and print the path of the HTML report."
+    import time
+
+    from vtreetrm.runs.report import build_report
+
+    t0 = time.time()
+    runs_dir = Path(runs_dir)
+    if synthetic_eval:
+        p = _synthetic_eval_report(out, runs_dir, seed, fresh)
+        print(f"report: {p.resolve()}")
+        return 0
+    vdir, ana = _video_runs(runs_dir, quick, fresh)
+    extra = _extra_runs(runs_dir, quick, fresh, skip_release, skip_harness)
     print("[5/5] group-meeting report", flush=True)
     p = build_report(
         [vdir / "runs"],

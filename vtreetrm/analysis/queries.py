@@ -16,9 +16,19 @@ from ..utils import UserError, atomic_dir, provenance, write_json
 
 # %% auto #0
 __all__ = ['COS_BINS', 'SCALARS', 'CURVES', 'CLI_COMMANDS', 'load_query_tokens', 'effective_rank', 'gini', 'pairwise_abs_cos',
-           'query_diversity', 'summarize', 'plot_summary', 'rank_gini_figure', 'analyze_checkpoints', 'queries_cmd']
+           'query_diversity', 'summarize', 'rank_gini_figure', 'plot_summary', 'analyze_checkpoints', 'queries_cmd']
 
-# %% ../../nbs/analysis/00_queries.ipynb #44e6e5d7
+# %% ../../nbs/analysis/00_queries.ipynb #491cd723
+def _checkpoint_file(path: str | Path) -> Path:
+    "The file a checkpoint path names: a checkpoint folder (RUN/best) stands for its model.safetensors."
+    path = Path(path)
+    if path.is_dir() and (path / "model.safetensors").is_file():
+        path = path / "model.safetensors"  # a checkpoint folder (RUN/best)
+    if not path.is_file():
+        raise UserError("no such checkpoint file", path)
+    return path
+
+
 def _flatten(d, prefix=""):
     for k, v in d.items():
         key = f"{prefix}{k}"
@@ -28,40 +38,48 @@ def _flatten(d, prefix=""):
             yield key, v
 
 
-def load_query_tokens(path: str | Path) -> np.ndarray:
-    "The (M, d) float64 query-token matrix stored in a checkpoint."
-    path = Path(path)
-    if path.is_dir() and (path / "model.safetensors").is_file():
-        path = path / "model.safetensors"  # a checkpoint folder (RUN/best)
-    if not path.is_file():
-        raise UserError("no such checkpoint file", path)
+def _read_safetensors(path: Path) -> dict:
+    "Every tensor of a .safetensors file as a numpy array."
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception:  # bf16 has no numpy dtype: go through torch
+        from safetensors.torch import load_file as tload
+
+        return {k: v.float().numpy() for k, v in tload(str(path)).items()}
+
+
+def _read_torch(path: Path) -> dict:
+    "The tensors of a torch state dict (weights only, no pickled code), nested dicts flattened with dots."
+    import torch
+
+    sd = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(sd, dict):
+        raise UserError(f"expected a state dict, got {type(sd).__name__}", path)
+    return {k: v for k, v in _flatten(sd) if hasattr(v, "shape")}
+
+# %% ../../nbs/analysis/00_queries.ipynb #6d35106e
+def _load_tensors(path: Path) -> dict:
+    "name -> tensor of a checkpoint file by its suffix; an unreadable file is a `UserError` with the first line of why."
     suf = path.suffix.lower()
     try:
         if suf == ".npy":
-            tensors = {"query_tokens": np.load(path, allow_pickle=False)}
-        elif suf == ".safetensors":
-            from safetensors.numpy import load_file
-
-            try:
-                tensors = load_file(str(path))
-            except Exception:  # bf16 has no numpy dtype: go through torch
-                from safetensors.torch import load_file as tload
-
-                tensors = {k: v.float().numpy() for k, v in tload(str(path)).items()}
-        elif suf in (".pt", ".pth", ".bin", ".ckpt"):
-            import torch
-
-            sd = torch.load(path, map_location="cpu", weights_only=True)
-            if not isinstance(sd, dict):
-                raise UserError(f"expected a state dict, got {type(sd).__name__}", path)
-            tensors = {k: v for k, v in _flatten(sd) if hasattr(v, "shape")}
-        else:
-            raise UserError(f"unknown checkpoint format {suf!r}; use .safetensors, .pt/.pth/.bin or .npy", path)
+            return {"query_tokens": np.load(path, allow_pickle=False)}
+        if suf == ".safetensors":
+            return _read_safetensors(path)
+        if suf in (".pt", ".pth", ".bin", ".ckpt"):
+            return _read_torch(path)
     except UserError:
         raise
     except Exception as e:  # torch's refusal of a pickle runs over many lines: keep the first
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise UserError(f"cannot read checkpoint: {type(e).__name__}: {first}", path) from None
+    raise UserError(f"unknown checkpoint format {suf!r}; use .safetensors, .pt/.pth/.bin or .npy", path)
+
+# %% ../../nbs/analysis/00_queries.ipynb #763dcd8d
+def _query_key(tensors: dict, path: Path) -> str:
+    "The one key that ends in `query_tokens`; none or several is a `UserError`."
     keys = [k for k in tensors if k.endswith("query_tokens")]
     if not keys:
         raise UserError(
@@ -70,21 +88,33 @@ def load_query_tokens(path: str | Path) -> np.ndarray:
         )
     if len(keys) > 1:
         raise UserError(f"several query_tokens tensors: {', '.join(keys)}", path)
-    t = tensors[keys[0]]
+    return keys[0]
+
+
+def _query_matrix(t, path: Path, key: str) -> np.ndarray:
+    "Tensor `t` as an (M, d) float64 matrix of finite real numbers; anything else is a `UserError` naming `key`."
     if not isinstance(t, np.ndarray):
         t = t.double().numpy() if t.is_floating_point() else t.numpy()  # torch: no float32 detour
     if t.dtype == bool or not (np.issubdtype(t.dtype, np.floating) or np.issubdtype(t.dtype, np.integer)):
-        raise UserError(f"query_tokens must hold real numbers, got dtype {t.dtype}", path, field=keys[0])
+        raise UserError(f"query_tokens must hold real numbers, got dtype {t.dtype}", path, field=key)
     q = t.astype(np.float64)
     if q.ndim == 3 and q.shape[0] == 1:
         q = q[0]
     if q.ndim != 2:
-        raise UserError(f"query_tokens has shape {tuple(t.shape)}; expected (1, M, d) or (M, d)", path, field=keys[0])
+        raise UserError(f"query_tokens has shape {tuple(t.shape)}; expected (1, M, d) or (M, d)", path, field=key)
     if not np.isfinite(q).all():
-        raise UserError(f"query_tokens contains {int((~np.isfinite(q)).sum())} NaN/inf values", path, field=keys[0])
+        raise UserError(f"query_tokens contains {int((~np.isfinite(q)).sum())} NaN/inf values", path, field=key)
     if min(q.shape) == 0:
-        raise UserError(f"query_tokens is empty, shape {q.shape}", path, field=keys[0])
+        raise UserError(f"query_tokens is empty, shape {q.shape}", path, field=key)
     return q
+
+# %% ../../nbs/analysis/00_queries.ipynb #b9a7acfa
+def load_query_tokens(path: str | Path) -> np.ndarray:
+    "The (M, d) float64 query-token matrix stored in a checkpoint."
+    path = _checkpoint_file(path)
+    tensors = _load_tensors(path)
+    key = _query_key(tensors, path)
+    return _query_matrix(tensors[key], path, key)
 
 # %% ../../nbs/analysis/00_queries.ipynb #ff485f66
 def effective_rank(s: np.ndarray) -> float:
@@ -114,7 +144,7 @@ def pairwise_abs_cos(q: np.ndarray) -> np.ndarray:
     c = np.abs(qn @ qn.T)
     return c[np.triu_indices(len(q), k=1)]
 
-
+# %% ../../nbs/analysis/00_queries.ipynb #6001359d
 COS_BINS = np.linspace(0, 1, 51)
 
 
@@ -183,46 +213,56 @@ def summarize(entries: list) -> dict:
         by_m[str(M)] = b
     return {"checkpoints": entries, "by_M": by_m}
 
-# %% ../../nbs/analysis/00_queries.ipynb #4248409e
-def plot_summary(summary: dict, out_dir: str | Path) -> list[Path]:
-    "Write spectrum.png, energy.png, abs_cos.png and rank_gini.png; returns their paths."
-    import matplotlib
+# %% ../../nbs/analysis/00_queries.ipynb #cb2b2e44
+def _save(fig, path: Path) -> Path:
+    "Write a figure as PNG and free it."
+    import matplotlib.pyplot as plt
 
-    matplotlib.use("Agg")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _curve(key: str, M: str, b: dict):
+    "The curve `key` of one M as rows (k/M, y, M) for seaborn."
+    import pandas as pd
+
+    y = np.asarray(b[key])
+    return pd.DataFrame({"k/M": np.arange(1, len(y) + 1) / int(M), "y": y, "M": f"M={M}"})
+
+
+def _line_figure(by_m: dict, key: str, pal: dict):
+    "(figure, axes) with one line of curve `key` per M against k/M."
     import matplotlib.pyplot as plt
     import pandas as pd
     import seaborn as sns
 
-    sns.set_theme(style="whitegrid", context="notebook")
-    out_dir = Path(out_dir)
-    by_m = summary["by_M"]
-    pal = dict(zip(by_m, sns.color_palette("viridis", len(by_m))))
-
-    def _curve(key, M, b):
-        y = np.asarray(b[key])
-        return pd.DataFrame({"k/M": np.arange(1, len(y) + 1) / int(M), "y": y, "M": f"M={M}"})
-
-    paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
-    df = pd.concat([_curve("normalized_spectrum", M, b) for M, b in by_m.items()])
+    df = pd.concat([_curve(key, M, b) for M, b in by_m.items()])
     sns.lineplot(df, x="k/M", y="y", hue="M", ax=ax, palette=list(pal.values()))
+    return fig, ax
+
+# %% ../../nbs/analysis/00_queries.ipynb #e3bdbff9
+def _spectrum_figure(by_m: dict, pal: dict):
+    fig, ax = _line_figure(by_m, "normalized_spectrum", pal)
     ax.set_yscale("log")
     ax.set(ylabel="σ_k / σ_1 (log)", title="Normalized singular spectrum")
-    paths.append(out_dir / "spectrum.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    df = pd.concat([_curve("cumulative_energy", M, b) for M, b in by_m.items()])
-    sns.lineplot(df, x="k/M", y="y", hue="M", ax=ax, palette=list(pal.values()))
+    return fig
+
+
+def _energy_figure(by_m: dict, pal: dict):
+    fig, ax = _line_figure(by_m, "cumulative_energy", pal)
     ax.plot([0, 1], [0, 1], ls="--", c="grey", label="uniform")
     ax.axhline(0.9, ls="--", c="black", lw=1, label="90% energy")
     ax.set(ylabel="cumulative energy", title="Cumulative energy", xlim=(0, 1), ylim=(0, 1.02))
     ax.legend()
-    paths.append(out_dir / "energy.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def _abs_cos_figure(by_m: dict, pal: dict):
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for M, b in by_m.items():
         if b["abs_cos_hist"]:
@@ -230,18 +270,9 @@ def plot_summary(summary: dict, out_dir: str | Path) -> list[Path]:
             ax.plot((bins[1:] + bins[:-1]) / 2, b["abs_cos_hist"], label=f"M={M}", c=pal[M])
     ax.set(xlabel="|cos| between queries", ylabel="density", title="Pairwise |cos| of query tokens")
     ax.legend()
-    paths.append(out_dir / "abs_cos.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    fig = rank_gini_figure(summary, pal)
-    paths.append(out_dir / "rank_gini.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    return fig
 
-
+# %% ../../nbs/analysis/00_queries.ipynb #f183b625
 def rank_gini_figure(summary: dict, palette: dict = None):
     "Bars of R_eff/M and Gini per M (mean ± sd over checkpoints), M in numeric order whatever order the checkpoints came in."
     import matplotlib.pyplot as plt
@@ -260,6 +291,26 @@ def rank_gini_figure(summary: dict, palette: dict = None):
         )
         ax.set(title=t, ylabel=t)
     return fig
+
+# %% ../../nbs/analysis/00_queries.ipynb #993b9990
+def plot_summary(summary: dict, out_dir: str | Path) -> list[Path]:
+    "Write spectrum.png, energy.png, abs_cos.png and rank_gini.png; returns their paths."
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    out_dir = Path(out_dir)
+    by_m = summary["by_M"]
+    pal = dict(zip(by_m, sns.color_palette("viridis", len(by_m))))
+    paths = [
+        _save(_spectrum_figure(by_m, pal), out_dir / "spectrum.png"),
+        _save(_energy_figure(by_m, pal), out_dir / "energy.png"),
+        _save(_abs_cos_figure(by_m, pal), out_dir / "abs_cos.png"),
+    ]
+    paths.append(_save(rank_gini_figure(summary, pal), out_dir / "rank_gini.png"))
+    return paths
 
 # %% ../../nbs/analysis/00_queries.ipynb #6311268e
 def analyze_checkpoints(ckpts: list, out: str | Path, plots: bool = True) -> dict:

@@ -36,6 +36,7 @@ _CLOSE = re.compile(rf"<{_WS_PY}*/{_WS_PY}*predicted_actions{_WS_PY}*>", re.I)
 _SPLIT = re.compile(r"[,;|\n\uff0c\uff1b\u3001]")  # also full-width comma/semicolon and the ideographic comma
 _STRIP = " \t\r\"'`*-•.。"
 _STRIP_WS = _STRIP + WHITESPACE  # what is trimmed from an action after its list marker
+_MARKER = re.compile(rf"^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS_PY}+")  # "1. x", "2) x", "a) x" list markers
 
 
 @functools.lru_cache(maxsize=1 << 16)  # labels repeat across lines: cache their keys
@@ -55,10 +56,7 @@ def _snap(part: str, candidates) -> str:
                 return c
     return " ".join(part.split())
 
-
-_MARKER = re.compile(rf"^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS_PY}+")  # "1. x", "2) x", "a) x" list markers
-
-
+# %% ../../nbs/eval/00_parse.ipynb #6c01da7a
 def parse_actions(
     text: str,  # raw model output
     candidates=None,  # labels to snap case/spacing to (optional)
@@ -122,7 +120,7 @@ class LabelMap:
             return self._targets[k]
         return None if strict else label
 
-
+# %% ../../nbs/eval/00_parse.ipynb #7ca7649a
 def load_label_map(path: str | Path, direction: str = "to_simple") -> LabelMap:
     "Read and check a `{official: simplified}` JSON mapping."
     m = read_json(path)
@@ -142,7 +140,7 @@ def load_label_map(path: str | Path, direction: str = "to_simple") -> LabelMap:
         inv[norm_label(v)] = k
     return LabelMap(m, direction, str(path))
 
-# %% ../../nbs/eval/00_parse.ipynb #cec0b36f
+# %% ../../nbs/eval/00_parse.ipynb #50e2b4ed
 @dataclass
 class Predictions:
     "A predictions file as label pairs: gold (row, label) and predicted (row, label) in output order."
@@ -171,7 +169,7 @@ class Predictions:
             out[r].append(self.labels[c])
         return out
 
-
+# %% ../../nbs/eval/00_parse.ipynb #22dc9579
 def _as_labels(v, path, line, name, allow_empty=False):
     if type(v) is str:
         v = [v]
@@ -199,7 +197,7 @@ def _spellings(labels, path) -> dict:
             )
     return out
 
-
+# %% ../../nbs/eval/00_parse.ipynb #fdc0cdf3
 class _Index(dict):
     "label -> position, growing on first sight."
 
@@ -222,7 +220,7 @@ def _dedup_pairs(rows: np.ndarray, cols: np.ndarray, K: int):
     keep = _first_pairs(rows, cols, K)
     return rows[keep], cols[keep]
 
-
+# %% ../../nbs/eval/00_parse.ipynb #35b6acc2
 _TAG_OPEN_RE2 = rf"<{_WS}*predicted_actions{_WS}*>"
 _TAG_BEFORE = rf"(?is)^.*{_TAG_OPEN_RE2}"  # greedy: up to the last opening tag
 _TAG_AFTER = rf"(?is)<{_WS}*/{_WS}*predicted_actions{_WS}*>.*$"  # the first closing tag and what follows
@@ -258,7 +256,7 @@ def _parse_outputs_lines(outputs: list) -> tuple[np.ndarray, np.ndarray, list]:
         parts += acts
     return unparse, np.asarray(rows, np.int64), parts
 
-
+# %% ../../nbs/eval/00_parse.ipynb #81b429ab
 FIELDS = ("id", "gold", "output", "candidates", "dataset")  # our names of the fields a predictions line holds
 
 
@@ -288,83 +286,135 @@ def _getter(key: str):
 
     return get
 
+# %% ../../nbs/eval/00_parse.ipynb #a1207ff0
+class _Fields:
+    "Our field names -> the file's keys (`fields`, else our names), with a reader for each."
 
-def read_predictions(
-    path: str | Path,  # a predictions.jsonl file
-    label_map: LabelMap = None,  # optional mapping applied to gold, candidates, predictions
-    fast: bool = True,  # parse outputs with pyarrow's regex kernels (else line by line)
-    fields: dict = None,  # our field -> the file's key, for files written by other code (`parse_fields`)
-) -> Predictions:
-    "Load and parse a predictions file; a bad line is a `UserError` naming file, line and field."
-    path = Path(path)
-    names = {f: (fields or {}).get(f, f) for f in FIELDS}
-    get_gold, get_out = _getter(names["gold"]), _getter(names["output"])
-    get_cands, get_ds = _getter(names["candidates"]), _getter(names["dataset"])
+    def __init__(self, fields: dict = None):
+        self.renamed = bool(fields)  # the user named the keys: no hint about --field in a "missing" error
+        self.names = {f: (fields or {}).get(f, f) for f in FIELDS}
+        self.get = {f: _getter(k) for f, k in self.names.items()}
+
+
+def _read_lines(path: Path) -> list[bytes]:
+    "The lines of a predictions file, without the empty string after its final newline."
     if not path.is_file():
         raise UserError("no such file", path)
     lines = path.read_bytes().split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
+    return lines
+
+
+def _load_line(line: bytes, path: Path, i: int) -> dict:
+    "The JSON object on line `i`; an empty, broken or non-object line is a `UserError` naming it."
+    try:
+        o = _loads(line)
+    except (_JSONError, UnicodeDecodeError, ValueError):
+        raise UserError("empty line" if not line.strip() else "invalid JSON; truncated line?", path, i) from None
+    if type(o) is not dict:
+        raise UserError(f"expected a JSON object, got {type(o).__name__}", path, i)
+    return o
+
+
+def _optional(get, o: dict):
+    "`get(o)`, or None when the line does not have the field."
+    try:
+        return get(o)
+    except KeyError:
+        return None
+
+# %% ../../nbs/eval/00_parse.ipynb #d368c8d4
+def _line_values(o: dict, f: _Fields, path: Path, i: int) -> tuple:
+    "(gold, output text, candidates or None, dataset or None) of line `i`; no gold or output, or a non-text output, is a `UserError`."
+    try:
+        g, out = f.get["gold"](o), f.get["output"](o)
+    except KeyError as e:
+        hint = "" if f.renamed else " (--field gold=KEY / output=KEY name other keys)"
+        raise UserError("missing" + hint, path, i, e.args[0]) from None
+    if type(out) is not str:
+        raise UserError(f"expected a string, got {type(out).__name__}", path, i, f.names["output"])
+    try:
+        c = f.get["candidates"](o)
+    except KeyError:
+        c = None
+    try:
+        d = f.get["dataset"](o)
+    except KeyError:
+        d = None
+    return g, out, c, d
+
+
+def _add_gold(g, row: int, graw: _Index, gr: list, gc: list, path: Path, name: str):
+    "Append a (row, raw label) pair for each gold label of a line (a single string is one label)."
+    if type(g) is list and len(g) == 1 and type(g[0]) is str and g[0] and not g[0].isspace():
+        gr.append(row)
+        gc.append(graw[g[0]])  # the common case, no per-label loop
+    else:
+        for x in _as_labels(g, path, row + 1, name):
+            gr.append(row)
+            gc.append(graw[x])
+
+# %% ../../nbs/eval/00_parse.ipynb #0610fc0c
+def _add_candidates(c, cands: set, path: Path, i: int, name: str):
+    "Add the candidate labels of line `i` (None: it has none) to `cands`; anything but a list is a `UserError`."
+    if c is None:
+        return
+    if type(c) is not list:
+        raise UserError(f"expected a list of candidate labels, got {type(c).__name__} {c!r:.60}", path, i, name)
+    try:
+        cands.update(c)
+    except TypeError:  # an unhashable item: `_as_labels` names it
+        _as_labels(c, path, i, name, allow_empty=True)
+
+
+def _check_candidates(cands: set, lines: list, f: _Fields, path: Path):
+    "Refuse a candidate that is not a non-empty string, naming the first line that has one (a second pass, rare)."
+    if all(type(c) is str and c and not c.isspace() for c in cands):
+        return
+    for i, line in enumerate(lines, 1):
+        c = _optional(f.get["candidates"], _loads(line))
+        _as_labels(c or [], path, i, f.names["candidates"], allow_empty=True)
+
+
+def _scan_lines(lines: list, f: _Fields, path: Path) -> tuple:
+    "Check every line: (raw gold index, gold rows, raw gold columns, outputs, candidate labels, datasets)."
     graw, gr, gc, outputs, cands, datasets = _Index(), [], [], [], set(), set()
     for i, line in enumerate(lines, 1):
-        try:
-            o = _loads(line)
-        except (_JSONError, UnicodeDecodeError, ValueError):
-            raise UserError("empty line" if not line.strip() else "invalid JSON; truncated line?", path, i) from None
-        if type(o) is not dict:
-            raise UserError(f"expected a JSON object, got {type(o).__name__}", path, i)
-        try:
-            g, out = get_gold(o), get_out(o)
-        except KeyError as e:
-            raise UserError(
-                "missing" + ("" if fields else " (--field gold=KEY / output=KEY name other keys)"), path, i, e.args[0]
-            ) from None
-        if type(out) is not str:
-            raise UserError(f"expected a string, got {type(out).__name__}", path, i, names["output"])
-        if type(g) is list and len(g) == 1 and type(g[0]) is str and g[0] and not g[0].isspace():
-            gr.append(i - 1)
-            gc.append(graw[g[0]])  # the common case, no per-label loop
-        else:
-            for x in _as_labels(g, path, i, names["gold"]):
-                gr.append(i - 1)
-                gc.append(graw[x])
-        try:
-            c = get_cands(o)
-        except KeyError:
-            c = None
-        if c is not None:
-            if type(c) is not list:
-                raise UserError(
-                    f"expected a list of candidate labels, got {type(c).__name__} {c!r:.60}",
-                    path,
-                    i,
-                    names["candidates"],
-                )
-            try:
-                cands.update(c)
-            except TypeError:
-                _as_labels(c, path, i, names["candidates"], allow_empty=True)
-        try:
-            d = get_ds(o)
-        except KeyError:
-            d = None
+        o = _load_line(line, path, i)
+        g, out, c, d = _line_values(o, f, path, i)
+        _add_gold(g, i - 1, graw, gr, gc, path, f.names["gold"])
+        _add_candidates(c, cands, path, i, f.names["candidates"])
         if d:
             datasets.add(str(d))
         outputs.append(out)
-    n = len(outputs)
-    if n == 0:
+    if not outputs:
         raise UserError("no predictions in file", path)
-    bad = [c for c in cands if type(c) is not str or not c or c.isspace()]
-    if bad:  # rare: find the line to name it
-        for i, line in enumerate(lines, 1):
-            try:
-                c = get_cands(_loads(line))
-            except KeyError:
-                c = None
-            _as_labels(c or [], path, i, names["candidates"], allow_empty=True)
-    # final label index: gold labels (through the mapping, snapped to the candidates' spelling), then candidates
-    gc = np.asarray(gc, np.int64)
-    gr = np.asarray(gr, np.int64)
+    _check_candidates(cands, lines, f, path)
+    return graw, np.asarray(gr, np.int64), np.asarray(gc, np.int64), outputs, cands, datasets
+
+# %% ../../nbs/eval/00_parse.ipynb #23c9d2c7
+def _gold_label(g: str, k: int, label_map, spelling: dict, gold_spelled: dict, line_of, path: Path) -> str:
+    "The final spelling of raw gold label `g` (raw index `k`): mapped, then in the candidates' spelling; clashes refused."
+    lab = label_map(g) if label_map is not None else g
+    if lab is None:
+        raise UserError(f"label {g!r} is not in the label mapping {label_map.path}", path, line_of(k), "gold")
+    key = norm_label(lab)
+    if key not in spelling:
+        other = gold_spelled.setdefault(key, (lab, k))
+        if other[0] != lab:
+            raise UserError(
+                f"gold labels {other[0]!r} (line {line_of(other[1])}) and {lab!r} differ only in case or spacing "
+                "and no candidate names the label: spell them alike",
+                path,
+                line_of(k),
+                "gold",
+            )
+    return spelling.get(key, lab)
+
+
+def _label_index(graw: _Index, gr, gc, cands: set, label_map, path: Path) -> tuple:
+    "(final label index: gold labels through the mapping in the candidates' spelling, then candidates; gold rows, columns)."
 
     def line_of(k):
         return int(gr[np.argmax(gc == k)]) + 1
@@ -373,51 +423,58 @@ def read_predictions(
     spelling = _spellings(cand_final, path)
     index, raw_to_final, gold_spelled = _Index(), np.empty(len(graw), np.int64), {}
     for g, k in graw.items():
-        lab = label_map(g) if label_map is not None else g
-        if lab is None:
-            raise UserError(f"label {g!r} is not in the label mapping {label_map.path}", path, line_of(k), "gold")
-        key = norm_label(lab)
-        if key not in spelling:
-            other = gold_spelled.setdefault(key, (lab, k))
-            if other[0] != lab:
-                raise UserError(
-                    f"gold labels {other[0]!r} (line {line_of(other[1])}) and {lab!r} differ only in case or spacing "
-                    "and no candidate names the label: spell them alike",
-                    path,
-                    line_of(k),
-                    "gold",
-                )
-        raw_to_final[k] = index[spelling.get(key, lab)]
+        raw_to_final[k] = index[_gold_label(g, k, label_map, spelling, gold_spelled, line_of, path)]
     gc = raw_to_final[gc] if len(gc) else gc
     gr, gc = _dedup_pairs(gr, gc, len(graw) + len(cand_final) + 1)  # a gold label given twice counts once
     for c in cand_final:
         index[c]
-    # predictions: parse, snap each distinct raw action once, encode, dedup
-    unparse, prow, parts = (_parse_outputs_arrow if fast else _parse_outputs_lines)(outputs)
-    canon = {}
-    for l in list(index):
-        canon.setdefault(norm_label(l), l)
+    return index, gr, gc
+
+# %% ../../nbs/eval/00_parse.ipynb #42ffb276
+def _unique_actions(parts, fast: bool) -> tuple[list, np.ndarray]:
+    "(distinct raw actions, position of each action among them), so that each distinct action is snapped once."
     if fast:
         import pyarrow.compute as pc
 
         uniq = pc.unique(parts)
         pos = pc.index_in(parts, uniq).to_numpy() if len(parts) else np.zeros(0, np.int64)
-        uniq = uniq.to_pylist()
-    else:
-        uniq, pos_ = {}, []
-        for a in parts:
-            pos_.append(uniq.setdefault(a, len(uniq)))
-        uniq, pos = list(uniq), np.asarray(pos_, np.int64)
+        return uniq.to_pylist(), pos
+    uniq, pos = {}, []
+    for a in parts:
+        pos.append(uniq.setdefault(a, len(uniq)))
+    return list(uniq), np.asarray(pos, np.int64)
+
+
+def _encode_predictions(prow: np.ndarray, parts, index: _Index, label_map, fast: bool) -> tuple:
+    "(rows, columns) of the predicted actions: snapped to the file's labels, mapped, each named once per row."
+    canon = {}
+    for l in list(index):
+        canon.setdefault(norm_label(l), l)
+    uniq, pos = _unique_actions(parts, fast)
 
     def snap(raw):
         l = canon.get(norm_label(raw), " ".join(raw.split()))
         return label_map(l, strict=False) if label_map is not None else l
 
     snapped = [snap(u) for u in uniq]
-    ucols = np.asarray([index[l] for l in snapped], np.int64)
+    ucols = np.asarray([index[l] for l in snapped], np.int64)  # a label outside the file's labels is added
     keyid = {}  # a row names an action once, up to case and spacing (as parse_actions)
     ukeys = np.asarray([keyid.setdefault(norm_label(l), len(keyid)) for l in snapped], np.int64)
     pcol = ucols[pos] if len(pos) else np.zeros(0, np.int64)
     keep = _first_pairs(prow, ukeys[pos] if len(pos) else pcol, len(keyid) + 1)
-    pr, pc_ = prow[keep], pcol[keep]
-    return Predictions(path, n, list(index), gr, gc, pr, pc_, unparse, datasets)
+    return prow[keep], pcol[keep]
+
+# %% ../../nbs/eval/00_parse.ipynb #0c78fd6a
+def read_predictions(
+    path: str | Path,  # a predictions.jsonl file
+    label_map: LabelMap = None,  # optional mapping applied to gold, candidates, predictions
+    fast: bool = True,  # parse outputs with pyarrow's regex kernels (else line by line)
+    fields: dict = None,  # our field -> the file's key, for files written by other code (`parse_fields`)
+) -> Predictions:
+    "Load and parse a predictions file; a bad line is a `UserError` naming file, line and field."
+    path, f = Path(path), _Fields(fields)
+    graw, gr, gc, outputs, cands, datasets = _scan_lines(_read_lines(path), f, path)
+    index, gr, gc = _label_index(graw, gr, gc, cands, label_map, path)
+    unparse, prow, parts = (_parse_outputs_arrow if fast else _parse_outputs_lines)(outputs)
+    pr, pc_ = _encode_predictions(prow, parts, index, label_map, fast)
+    return Predictions(path, len(outputs), list(index), gr, gc, pr, pc_, unparse, datasets)

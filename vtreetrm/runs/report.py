@@ -19,11 +19,11 @@ from ..cli import Param
 from ..utils import UserError, atomic_write, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'NO_ANSWER', 'CLI_COMMANDS', 'parse_legacy_name',
-           'run_conditions', 'collect_runs', 'simplification_tables', 'reference_m', 'comparison_tables',
-           'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table', 'collect_ladders',
-           'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1', 'confusion', 'training_curves', 'build_report',
-           'build_cmd']
+__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'VARIANT_TITLES', 'NO_ANSWER', 'CLI_COMMANDS',
+           'parse_legacy_name', 'run_conditions', 'collect_runs', 'simplification_tables', 'reference_m',
+           'comparison_tables', 'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table',
+           'collect_ladders', 'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1', 'confusion',
+           'training_curves', 'build_report', 'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {"qwen25_7b": "Qwen2.5-7B", "qwen2.5-7b": "Qwen2.5-7B", "qwen3_8b": "Qwen3-8B", "qwen3-8b": "Qwen3-8B"}
@@ -45,7 +45,7 @@ def _pretty(v, table):
         s = Path(s).name  # local path or hub id -> its last part
     return table.get(s.lower(), s)
 
-
+# %% ../../nbs/runs/01_report.ipynb #c1d62c2d
 def parse_legacy_name(name: str) -> dict:
     "Conditions from a legacy eval folder name like `sft_qwen25_7b_lote_m64_newp1_simple_best_test_analysis_first`."
     n = name.lower()
@@ -78,7 +78,7 @@ def parse_legacy_name(name: str) -> dict:
         out["variant"] = "baseline"
     return out
 
-
+# %% ../../nbs/runs/01_report.ipynb #4da2d39b
 def _first(p: dict, *keys):
     for k in keys:
         if p.get(k) not in (None, ""):
@@ -113,7 +113,7 @@ def _flat(params: dict) -> dict:
     "A run's params with its nested `config` block (Phase-2's dataclass) read in, the outer keys winning."
     return {**params["config"], **params} if isinstance(params.get("config"), dict) else params
 
-
+# %% ../../nbs/runs/01_report.ipynb #82f21cf0
 def run_conditions(params: dict, path=None) -> dict:
     "Normalized conditions of a run from its params.json (a nested `config` block is read too)."
     p = _flat(params)
@@ -166,7 +166,7 @@ def _label_map_of(p: dict, run: Path) -> str | None:
     bases = [Path(".")] + ([Path(cwd)] if isinstance(cwd, str) else [])
     return next((str(b / f) for f in cands if isinstance(f, str) and f for b in bases if (b / f).is_file()), None)
 
-
+# %% ../../nbs/runs/01_report.ipynb #227e005e
 def _run_row(mf: Path, m: dict) -> dict:
     "The row of one scored metrics.json: conditions from the run's params.json (or its folder name) and the scores."
     d = mf.parent
@@ -204,6 +204,13 @@ def _run_row(mf: Path, m: dict) -> dict:
         "majority_top1": _num(m.get("majority_top1"), mf, "majority_top1", unit=True),
     }
 
+# %% ../../nbs/runs/01_report.ipynb #b438e695
+_RUN_COLUMNS = (  # the table's columns, in order
+    *("model", "dataset", "train_dataset", "M", "answer_order", "label_mode", "variant", "top1", "macro_f1"),
+    *("num_samples", "num_unparseable", "chance_top1", "majority_top1", "run", "legacy_name", "label_map"),
+    "synthetic",
+)
+
 
 def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
     "(one row per evaluation with conditions and scores, folders with predictions but no metrics, runs left out and why)."
@@ -233,26 +240,7 @@ def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
                 rows.append(_run_row(mf, m))
             except UserError as e:
                 bad.append({"run": str(mf.parent), "error": str(e)})  # left out and listed, never a wrong row
-    cols = [
-        "model",
-        "dataset",
-        "train_dataset",
-        "M",
-        "answer_order",
-        "label_mode",
-        "variant",
-        "top1",
-        "macro_f1",
-        "num_samples",
-        "num_unparseable",
-        "chance_top1",
-        "majority_top1",
-        "run",
-        "legacy_name",
-        "label_map",
-        "synthetic",
-    ]
-    return pd.DataFrame(rows, columns=cols), missing, bad
+    return pd.DataFrame(rows, columns=list(_RUN_COLUMNS)), missing, bad
 
 # %% ../../nbs/runs/01_report.ipynb #905c9d19
 GLOSSARY = [
@@ -297,7 +285,7 @@ GLOSSARY = [
     ),
 ]
 
-
+# %% ../../nbs/runs/01_report.ipynb #6712d9e6
 def simplification_tables(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     "[(dataset, official → simplified table)] for each dataset whose runs name a label map; only the labels it renames."
     from vtreetrm.eval.parse import load_label_map
@@ -321,7 +309,7 @@ def simplification_tables(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
             )
     return out
 
-# %% ../../nbs/runs/01_report.ipynb #01726a31
+# %% ../../nbs/runs/01_report.ipynb #189cbd18
 LABEL_MODE = {"official": "official labels", "simple": "simplified labels"}
 
 
@@ -347,7 +335,95 @@ def reference_m(df) -> int | None:
         return None
     return 64 if (ms == 64).any() else int(ms.mode().iloc[0])
 
+# %% ../../nbs/runs/01_report.ipynb #fb9620d3
+def _table(sub: pd.DataFrame, label, block=None) -> pd.DataFrame:
+    "One table of aggregated rows: `label(row)` names each row's condition, `block(sub)` its block (default: model | dataset | order)."
+    t = pd.DataFrame(
+        {
+            "block": block(sub) if block else sub["model"] + " | " + sub["dataset"] + " | " + sub["answer_order"],
+            "Model": [f"{m} ({label(r)})" if label(r) else m for m, (_, r) in zip(sub["model"], sub.iterrows())],
+            "Dataset": sub["dataset"],
+            "M": sub["M"],
+            "Top1": 100 * sub["top1"],
+            "Macro-F1": 100 * sub["macro_f1"],
+            "Top1 sd": 100 * sub["top1_sd"],
+            "Macro-F1 sd": 100 * sub["macro_f1_sd"],
+            "runs": sub["runs"],
+            "from": sub["sources"],
+        }
+    )
+    return t.sort_values(["block", "M", "Model"], kind="stable").reset_index(drop=True)
 
+
+def _titled(title: str, sub: pd.DataFrame, label, block=None) -> list[tuple[str, pd.DataFrame]]:
+    "`[(title, table)]`, or no table when `sub` has no rows."
+    return [] if sub.empty else [(title, _table(sub, label, block))]
+
+# %% ../../nbs/runs/01_report.ipynb #bd1aa4b6
+def _label_tables(base: pd.DataFrame, refm) -> list:
+    "Official against simplified labels: in-domain baselines, actions_first, at the reference M."
+    lab = base[(base.answer_order == "actions_first") & (base.M == refm)]
+    if lab.label_mode.nunique() <= 1:
+        return []
+    return _titled(
+        f"Label simplification (actions_first, M={refm})", lab, lambda r: LABEL_MODE.get(r.label_mode, r.label_mode)
+    )
+
+
+def _sweep_tables(base: pd.DataFrame) -> list:
+    "One M sweep per answer order, simplified labels, where more than one M was run."
+    out = []
+    for order in ("analysis_first", "actions_first"):
+        sw = base[(base.answer_order == order) & (base.label_mode == "simple")]
+        if sw.M.nunique() > 1:
+            out += _titled(f"M sweep, simplified labels: {order}", sw, lambda r: "")
+    return out
+
+# %% ../../nbs/runs/01_report.ipynb #9128b307
+VARIANT_TITLES = (
+    ("cls", "Auxiliary classification head"),
+    ("p1-own", "p1-own variant"),
+    ("e2-drop10", "e2-drop10 variant"),
+    ("flip-balanced", "flip-balanced variant"),
+    ("shuffled-labels", "Learnability control: shuffled training labels"),
+)
+
+
+def _variant_rows(indomain: pd.DataFrame, refm) -> tuple:
+    "(M, in-domain actions_first rows at it): the reference M, or the M the variants were run at when none is there."
+    fixed = indomain[(indomain.answer_order == "actions_first") & (indomain.M == refm)]
+    if not (fixed.variant != "baseline").any():  # variants may have been run at another M (e.g. the smallest)
+        vm = indomain.loc[indomain.variant != "baseline", "M"]
+        if len(vm):
+            refm = int(vm.mode().iloc[0])
+            fixed = indomain[(indomain.answer_order == "actions_first") & (indomain.M == refm)]
+    return refm, fixed
+
+
+def _variant_tables(indomain: pd.DataFrame, refm) -> list:
+    "Each variant beside the baselines of the model and dataset it was run on (simplified labels where there are any)."
+    refm, fixed = _variant_rows(indomain, refm)
+    simple = fixed[fixed.label_mode == "simple"] if (fixed.label_mode == "simple").any() else fixed
+    out = []
+    for var, title in VARIANT_TITLES:
+        v = simple[simple.variant.isin(["baseline", var])]
+        if (v.variant == var).any():
+            keep = v.groupby(["model", "dataset"])["variant"].transform(lambda s, var=var: (s == var).any())
+            out += _titled(f"{title} vs baseline (actions_first, M={refm})", v[keep], lambda r: r.variant)
+    return out
+
+# %% ../../nbs/runs/01_report.ipynb #58150055
+def _cross_tables(df: pd.DataFrame) -> list:
+    "Models evaluated on a dataset they were not trained on, one block per evaluated dataset and M."
+    cross = df[(df.train_dataset != df.dataset)]
+    return _titled(
+        "Cross-dataset / zero-shot",
+        cross,
+        lambda r: f"{r.train_dataset}→{r.dataset}",
+        block=lambda s: s["dataset"] + " | " + s["M"].astype(str),
+    )
+
+# %% ../../nbs/runs/01_report.ipynb #065d37e3
 def comparison_tables(runs: pd.DataFrame, name=str) -> list[tuple[str, pd.DataFrame]]:
     "`[(title, table)]` with columns block, Model, Dataset, M, Top1, Macro-F1 (percent), sds, runs and their names (`name(path)`)."
     if runs.empty:
@@ -355,66 +431,10 @@ def comparison_tables(runs: pd.DataFrame, name=str) -> list[tuple[str, pd.DataFr
     df = _agg(runs, name)
     refm = reference_m(df)
     indomain = df[df.train_dataset == df.dataset]
-    tables = []
-
-    def add(title, sub, label, block=None):
-        if sub.empty:
-            return
-        t = pd.DataFrame(
-            {
-                "block": block(sub) if block else sub["model"] + " | " + sub["dataset"] + " | " + sub["answer_order"],
-                "Model": [f"{m} ({label(r)})" if label(r) else m for m, (_, r) in zip(sub["model"], sub.iterrows())],
-                "Dataset": sub["dataset"],
-                "M": sub["M"],
-                "Top1": 100 * sub["top1"],
-                "Macro-F1": 100 * sub["macro_f1"],
-                "Top1 sd": 100 * sub["top1_sd"],
-                "Macro-F1 sd": 100 * sub["macro_f1_sd"],
-                "runs": sub["runs"],
-                "from": sub["sources"],
-            }
-        )
-        tables.append((title, t.sort_values(["block", "M", "Model"], kind="stable").reset_index(drop=True)))
-
     base = indomain[indomain.variant == "baseline"]
-    lab = base[(base.answer_order == "actions_first") & (base.M == refm)]
-    if lab.label_mode.nunique() > 1:
-        add(
-            f"Label simplification (actions_first, M={refm})", lab, lambda r: LABEL_MODE.get(r.label_mode, r.label_mode)
-        )
-    for order in ("analysis_first", "actions_first"):
-        sw = base[(base.answer_order == order) & (base.label_mode == "simple")]
-        if sw.M.nunique() > 1:
-            add(f"M sweep, simplified labels: {order}", sw, lambda r: "")
-    fixed = indomain[(indomain.answer_order == "actions_first") & (indomain.M == refm)]
-    if not (fixed.variant != "baseline").any():  # variants may have been run at another M (e.g. the smallest)
-        vm = indomain.loc[indomain.variant != "baseline", "M"]
-        if len(vm):
-            refm = int(vm.mode().iloc[0])
-            fixed = indomain[(indomain.answer_order == "actions_first") & (indomain.M == refm)]
-    simple = fixed[fixed.label_mode == "simple"] if (fixed.label_mode == "simple").any() else fixed
-    for var, title in (
-        ("cls", "Auxiliary classification head"),
-        ("p1-own", "p1-own variant"),
-        ("e2-drop10", "e2-drop10 variant"),
-        ("flip-balanced", "flip-balanced variant"),
-        ("shuffled-labels", "Learnability control: shuffled training labels"),
-    ):
-        v = simple[simple.variant.isin(["baseline", var])]
-        if (v.variant == var).any():
-            keep = v.groupby(["model", "dataset"])["variant"].transform(lambda s, var=var: (s == var).any())
-            add(f"{title} vs baseline (actions_first, M={refm})", v[keep], lambda r: r.variant)
-    cross = df[(df.train_dataset != df.dataset)]
-    if not cross.empty:
-        add(
-            "Cross-dataset / zero-shot",
-            cross,
-            lambda r: f"{r.train_dataset}→{r.dataset}",
-            block=lambda s: s["dataset"] + " | " + s["M"].astype(str),
-        )
-    return tables
+    return _label_tables(base, refm) + _sweep_tables(base) + _variant_tables(indomain, refm) + _cross_tables(df)
 
-
+# %% ../../nbs/runs/01_report.ipynb #f0b8d665
 def escape_frame(df: pd.DataFrame) -> pd.DataFrame:
     "A copy with every non-numeric cell and every column name HTML-escaped (pandas' Styler escapes only str cells, not lists)."
     out = df.copy()
@@ -434,7 +454,7 @@ def frame_html(df: pd.DataFrame, formats: dict = None, precision: int = 2) -> st
         sty = sty.format(formats, na_rep="n/a")
     return sty.hide(axis="index").to_html()
 
-
+# %% ../../nbs/runs/01_report.ipynb #dd539090
 def table_html(t: pd.DataFrame) -> str:
     "HTML of one table: values escaped, percent with 2 decimals, best Top1/Macro-F1 of each block in bold."
     show = t.drop(columns=["block"])
@@ -476,7 +496,7 @@ def table_html(t: pd.DataFrame) -> str:
 def _steps_file(d: Path) -> Path | None:
     return next((f for f in (d / "steps.jsonl", d / "phase2" / "steps.jsonl") if f.is_file()), None)
 
-
+# %% ../../nbs/runs/01_report.ipynb #50b2ac7b
 def query_figures(run: str | Path) -> dict:
     "R_eff/M, its ceiling n/M and Gini of a run's learned query tokens, and its last epoch's mean output rank entropy; {} without query tokens."
     from vtreetrm.analysis.queries import load_query_tokens, query_diversity
@@ -611,7 +631,7 @@ def sample_counts(run: str | Path) -> dict:
         "G": G,
     }
 
-
+# %% ../../nbs/runs/01_report.ipynb #26f5ab69
 def bootstrap_ci(
     run: str | Path, n_boot: int = 1000, seed: int = 0, level: float = 0.95, weights: np.ndarray = None
 ) -> dict:
@@ -648,7 +668,7 @@ def best_runs(runs: pd.DataFrame) -> pd.DataFrame:
     r = r.sort_values(["dataset", "_pref", "top1", "run"], ascending=[True, True, False, True], kind="stable")
     return r.groupby("dataset", sort=True).head(1).drop(columns=["_pref"]).reset_index(drop=True)
 
-
+# %% ../../nbs/runs/01_report.ipynb #96bfdfe7
 def per_class_f1(run: str | Path) -> pd.DataFrame:
     "label, F1 (percent), support of one run's metrics.json, most supported class first."
     mf = Path(run) / "metrics.json"
@@ -671,7 +691,7 @@ def per_class_f1(run: str | Path) -> pd.DataFrame:
         .reset_index(drop=True)
     )
 
-
+# %% ../../nbs/runs/01_report.ipynb #67f3522e
 NO_ANSWER = "(no answer)"
 
 
@@ -717,18 +737,10 @@ def training_curves(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             problems.append(str(e))
     return pd.DataFrame(rows, columns=["run", "dataset", "epoch", "train_loss", "val_top1"]), problems
 
-# %% ../../nbs/runs/01_report.ipynb #a32ea8ae
-def build_report(
-    inputs: list,  # run or eval folders
-    out: str | Path,  # the HTML file to write
-    analysis: str | Path = None,  # a query-diversity folder (summary.json + PNGs)
-    title: str = "Phase-2 SFT results",
-    notebook: str | Path = None,  # the report notebook (default nbs/reports/group_meeting.ipynb)
-) -> Path:
-    "Execute the report notebook and write a code-free HTML report; returns its path."
-    import papermill as pm
-
-    from vtreetrm.runs.papermill import notebooks_dir, render_html
+# %% ../../nbs/runs/01_report.ipynb #3d0f120a
+def _check_report_args(inputs: list, out, analysis, notebook) -> tuple[Path, Path]:
+    "(the report notebook, the .html file to write), once every input the report needs is there."
+    from vtreetrm.runs.papermill import notebooks_dir
 
     if not inputs:
         raise UserError("no run folders given")
@@ -743,15 +755,15 @@ def build_report(
     out = Path(out)
     if out.suffix.lower() != ".html":
         raise UserError("the report must be an .html file", out)
-    df, missing, bad = collect_runs(inputs)
-    for b in bad:
-        print(f"left out of the tables: {b['error']}", file=sys.stderr)
-    params = {
-        "inputs": [str(Path(p).resolve()) for p in inputs],
-        "input_names": [Path(p).name if Path(p).is_absolute() else str(p) for p in inputs],  # what the report prints
-        "analysis": str(Path(analysis).resolve()) if analysis else "",
-        "title": title,
-    }
+    return nb, out
+
+
+def _render_report(nb: Path, params: dict, out: Path, title: str):
+    "Execute the report notebook with `params` and write its code-free HTML to `out`, atomically."
+    import papermill as pm
+
+    from vtreetrm.runs.papermill import render_html
+
     with tempfile.TemporaryDirectory() as td:
         executed = Path(td) / "report.ipynb"
         try:
@@ -761,6 +773,27 @@ def build_report(
         render_html(executed, Path(td) / "report.html", title=title)
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(out, (Path(td) / "report.html").read_bytes())
+
+# %% ../../nbs/runs/01_report.ipynb #70c46a8c
+def build_report(
+    inputs: list,  # run or eval folders
+    out: str | Path,  # the HTML file to write
+    analysis: str | Path = None,  # a query-diversity folder (summary.json + PNGs)
+    title: str = "Phase-2 SFT results",
+    notebook: str | Path = None,  # the report notebook (default nbs/reports/group_meeting.ipynb)
+) -> Path:
+    "Execute the report notebook and write a code-free HTML report; returns its path."
+    nb, out = _check_report_args(inputs, out, analysis, notebook)
+    df, missing, bad = collect_runs(inputs)
+    for b in bad:
+        print(f"left out of the tables: {b['error']}", file=sys.stderr)
+    params = {
+        "inputs": [str(Path(p).resolve()) for p in inputs],
+        "input_names": [Path(p).name if Path(p).is_absolute() else str(p) for p in inputs],  # what the report prints
+        "analysis": str(Path(analysis).resolve()) if analysis else "",
+        "title": title,
+    }
+    _render_report(nb, params, out, title)
     write_json(
         out.with_suffix(".json"),
         {
@@ -773,7 +806,7 @@ def build_report(
     )
     return out
 
-
+# %% ../../nbs/runs/01_report.ipynb #4cc096fd
 def build_cmd(
     inputs: Param("run folders or eval_outputs folders (searched recursively)", nargs="+"),
     out: str = "reports/group_meeting.html",  # the HTML file to write
