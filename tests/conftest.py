@@ -75,3 +75,11 @@ def synthetic_eval(tmp_path_factory, worker_id):
     "`vtreetrm demo --synthetic-eval` once per test session: its folder (runs/, report.html) and its stdout."
     d = once(tmp_path_factory, worker_id, "synthetic-eval", _synthetic_eval)
     return d, (d / "stdout.txt").read_text()
+
+
+def harness_infer(store, workspace, *flags, sets=("embed.backend=hashing",)) -> int:
+    "`vtreetrm harness infer` in this process, quiet, with the hashing embedder unless `sets` says otherwise: its exit code."
+    from vtreetrm.cli import main
+
+    argv = ["harness", "infer", "--store-dir", store, "--workspace-dir", workspace, *flags, "--quiet", "--set", *sets]
+    return main([str(a) for a in argv])

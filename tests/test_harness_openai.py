@@ -4,8 +4,8 @@ import asyncio
 import sqlite3
 
 import pytest
+from conftest import harness_infer
 
-from vtreetrm.cli import main
 from vtreetrm.harness.backends import BackendError, OpenAIBackend
 from vtreetrm.harness.stub import StubServer
 from vtreetrm.harness.synthetic import make_synthetic
@@ -67,28 +67,18 @@ def test_client_error_is_not_retried():
 
 
 def _infer(syn, url, run_id, backend="openai", extra=("max_retries=8",)):
-    return main(
-        [
-            "harness",
-            "infer",
-            "--store-dir",
-            str(syn / "store"),
-            "--workspace-dir",
-            str(syn / "ws"),
-            "--run-id",
-            run_id,
-            "--backend",
-            backend,
-            "--base-url",
-            url,
-            "--model",
-            "stub",
-            "--quiet",
-            "--set",
-            "embed.backend=hashing",
-            "request_timeout=5",
-            *extra,
-        ]
+    return harness_infer(
+        syn / "store",
+        syn / "ws",
+        "--run-id",
+        run_id,
+        "--backend",
+        backend,
+        "--base-url",
+        url,
+        "--model",
+        "stub",
+        sets=("embed.backend=hashing", "request_timeout=5", *extra),
     )
 
 
@@ -117,30 +107,21 @@ def test_openai_run_matches_simulated_and_records_failures(syn, monkeypatch, cap
 def test_episodes_in_flight_never_exceed_concurrency(syn, monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
     with StubServer(latency_s=0.02) as s:
-        rc = main(
-            [
-                "harness",
-                "infer",
-                "--store-dir",
-                str(syn / "store"),
-                "--workspace-dir",
-                str(tmp_path / "ws"),
-                "--run-id",
-                "c3",
-                "--backend",
-                "openai",
-                "--base-url",
-                s.url,
-                "--model",
-                "stub",
-                "--concurrency",
-                "3",
-                "--n-samples",
-                "12",
-                "--quiet",
-                "--set",
-                "embed.backend=hashing",
-            ]
+        rc = harness_infer(
+            syn / "store",
+            tmp_path / "ws",
+            "--run-id",
+            "c3",
+            "--backend",
+            "openai",
+            "--base-url",
+            s.url,
+            "--model",
+            "stub",
+            "--concurrency",
+            "3",
+            "--n-samples",
+            "12",
         )
         assert rc == 0 and s.stats["max_in_flight"] == 3 and s.stats["ok"] == 12 * 4
 
@@ -150,47 +131,22 @@ def test_local_server_needs_no_key(syn, monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.chdir(tmp_path)  # no .env here either
     with StubServer() as s:
-        rc = main(
-            [
-                "harness",
-                "infer",
-                "--store-dir",
-                str(syn / "store"),
-                "--workspace-dir",
-                str(tmp_path / "ws"),
-                "--run-id",
-                "nokey",
-                "--backend",
-                "openai",
-                "--base-url",
-                s.url,
-                "--model",
-                "stub",
-                "--n-samples",
-                "3",
-                "--quiet",
-                "--set",
-                "embed.backend=hashing",
-            ]
-        )
-        assert rc == 0 and s.stats["ok"] == 3 * 4
-    rc = main(
-        [
-            "harness",
-            "infer",
-            "--store-dir",
-            str(syn / "store"),
-            "--workspace-dir",
-            str(tmp_path / "ws2"),
+        rc = harness_infer(
+            syn / "store",
+            tmp_path / "ws",
+            "--run-id",
+            "nokey",
             "--backend",
             "openai",
+            "--base-url",
+            s.url,
             "--model",
             "stub",
-            "--quiet",
-            "--set",
-            "embed.backend=hashing",
-        ]
-    )
+            "--n-samples",
+            "3",
+        )
+        assert rc == 0 and s.stats["ok"] == 3 * 4
+    rc = harness_infer(syn / "store", tmp_path / "ws2", "--backend", "openai", "--model", "stub")
     assert (
         rc == 2 and "needs base_url" in capsys.readouterr().err and not (tmp_path / "ws2/logs/episodes.jsonl").exists()
     )

@@ -5,8 +5,8 @@ import json
 import sqlite3
 
 import pytest
+from conftest import harness_infer
 
-from vtreetrm.cli import main
 from vtreetrm.harness.backends import TransformersBackend
 from vtreetrm.harness.synthetic import make_synthetic
 
@@ -71,30 +71,21 @@ def test_chat_runs_generation(tiny_model):
 def test_infer_with_transformers_backend_records_unparsable_answers(tiny_model, tmp_path):
     syn = tmp_path / "syn"
     make_synthetic(syn, n_train_videos=6, n_test_videos=6, per_task=4, test_ar=4, test_other=1)
-    rc = main(
-        [
-            "harness",
-            "infer",
-            "--store-dir",
-            str(syn / "store"),
-            "--workspace-dir",
-            str(tmp_path / "ws"),
-            "--run-id",
-            "tiny",
-            "--backend",
-            "transformers",
-            "--model",
-            str(tiny_model),
-            "--n-samples",
-            "2",
-            "--max-steps",
-            "1",
-            "--concurrency",
-            "2",
-            "--quiet",
-            "--set",
-            "embed.backend=hashing",
-        ]
+    rc = harness_infer(
+        syn / "store",
+        tmp_path / "ws",
+        "--run-id",
+        "tiny",
+        "--backend",
+        "transformers",
+        "--model",
+        tiny_model,
+        "--n-samples",
+        "2",
+        "--max-steps",
+        "1",
+        "--concurrency",
+        "2",
     )
     assert rc == 0
     con = sqlite3.connect(tmp_path / "ws/harness.db")
@@ -111,23 +102,7 @@ def test_infer_with_transformers_backend_records_unparsable_answers(tiny_model, 
 def test_missing_model_folder_is_user_error(tmp_path, capsys):
     syn = tmp_path / "syn"
     make_synthetic(syn, n_train_videos=6, n_test_videos=6, per_task=4, test_ar=4, test_other=1)
-    rc = main(
-        [
-            "harness",
-            "infer",
-            "--store-dir",
-            str(syn / "store"),
-            "--workspace-dir",
-            str(tmp_path / "ws"),
-            "--backend",
-            "transformers",
-            "--model",
-            str(tmp_path / "nope"),
-            "--quiet",
-            "--set",
-            "embed.backend=hashing",
-        ]
-    )
+    rc = harness_infer(syn / "store", tmp_path / "ws", "--backend", "transformers", "--model", tmp_path / "nope")
     assert rc == 2 and "model folder not found" in capsys.readouterr().err
 
 
