@@ -33,7 +33,7 @@ from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json
 # %% auto #0
 __all__ = ['MAX_LISTED', 'resolve_record', 'canonical', 'split_of', 'split', 'SyntheticChain', 'synthetic_chain']
 
-# %% ../../nbs/release/03_canonical.ipynb #a9cb1e35
+# %% ../../nbs/release/03_canonical.ipynb #2fa41e41
 MAX_LISTED = 1000  # unresolved records listed one by one in a report (the count is always exact)
 
 
@@ -54,7 +54,74 @@ def resolve_record(
     rec.target.category_id = cid
     return None, None
 
+# %% ../../nbs/release/03_canonical.ipynb #46816876
+def _canonical_assets(config_file, registry_dir, corpus_dir, dataset: str, grading_config) -> tuple[tuple, list]:
+    "`(registry, corpus, grading)` of `dataset`, loaded, and the three paths they were read from."
+    cfg = DatasetsConfig.from_path(config_file)
+    reg_p, cor_p = cfg.resolve(dataset, "registry", registry_dir), cfg.resolve(dataset, "corpus", corpus_dir)
+    gra_p = Path(grading_config) if grading_config else cfg.resolve(dataset, "grading")
+    return (Registry.from_path(reg_p), Corpus.from_path(cor_p), GradingConfig.from_path(gra_p)), [reg_p, cor_p, gra_p]
 
+# %% ../../nbs/release/03_canonical.ipynb #8ab1810f
+def _read_processed(dct: dict, src: Path, line: int, dataset: str, seen: set) -> Record:
+    "The processed record at `line` of `src`, refused if it is of another dataset or its id was seen before."
+    rec = Record.from_dict(dct, src, line)
+    if rec.dataset != dataset:
+        raise UserError(f"record of dataset {rec.dataset!r} in {dataset!r}", src, line, "dataset")
+    h = hashlib.blake2b(rec.id.encode(), digest_size=8).digest()  # 8-byte digests: small memory per record
+    if h in seen:
+        raise UserError(f"duplicated record id {rec.id}", src, line, "id")
+    seen.add(h)
+    return rec
+
+# %% ../../nbs/release/03_canonical.ipynb #f34c6df1
+def _unresolved_entry(rec: Record, fld: str, why: str) -> dict:
+    "How the report lists an unresolved record: its id, workbook row, the field at fault, its value and the reason."
+    return {
+        "id": rec.id,
+        "source": f"{rec.source.where()}:{rec.source.row}",
+        "field": fld,
+        "value": rec.target.category if fld == "target.category" else rec.target.data_level,
+        "reason": why,
+    }
+
+
+def _write_resolved(src: Path, dataset: str, assets: tuple, w: RecordWriter, progress: bool) -> dict:
+    "Resolve every record of `src`, writing the resolved ones to `w`; the counts and listing the report needs."
+    registry, corpus, grading = assets
+    t = dict(ok=0, n_unres=0, unresolved=[], by_level=Counter(), by_cat=Counter())
+    seen = set()
+    for line, dct in tqdm(iter_records(src), desc="canonical", disable=not progress, mininterval=1):
+        rec = _read_processed(dct, src, line, dataset, seen)
+        fld, why = resolve_record(rec, registry, corpus, grading)
+        if fld:
+            t["n_unres"] += 1
+            if len(t["unresolved"]) < MAX_LISTED:
+                t["unresolved"].append(_unresolved_entry(rec, fld, why))
+            continue
+        t["ok"] += 1
+        t["by_level"][rec.target.data_level] += 1
+        t["by_cat"][rec.target.category_id] += 1
+        w.write(rec)
+    return t
+
+# %% ../../nbs/release/03_canonical.ipynb #9a7ac3a7
+def _fail_unresolved(rep: dict, dest: Path, dataset: str):
+    "Write the failed report beside `dest` and stop, naming the first unresolved record."
+    rep["status"] = "failed"
+    failed = dest.parent / f"{dataset}.canonical_report.failed.json"
+    write_json(failed, rep)
+    u = rep["unresolved"][0]
+    where, _, row = u["source"].rpartition(":")
+    raise UserError(
+        f"{rep['unresolved_count']} unresolved record(s), first: {u['reason']} (all listed in {failed}; "
+        f"--allow-unresolved drops them)",
+        where,
+        int(row),
+        u["field"],
+    )
+
+# %% ../../nbs/release/03_canonical.ipynb #fdfeed47
 @requires("processed_dir", "canonical_dir", "config_file", "registry_dir", "corpus_dir")
 def canonical(
     processed_dir: str = None,  # folder holding <dataset>/all.json from preprocess
@@ -68,88 +135,37 @@ def canonical(
     progress: bool = True,  # show a progress bar
 ):
     "Resolve processed records to registry leaves; publish canonical/<dataset>/all.json and canonical_report.json."
-    params = dict(
-        processed_dir=processed_dir,
-        canonical_dir=canonical_dir,
-        config_file=config_file,
-        registry_dir=registry_dir,
-        corpus_dir=corpus_dir,
-        dataset=dataset,
-        grading_config=grading_config,
-        allow_unresolved=allow_unresolved,
-    )
+    params = {k: v for k, v in locals().items() if k != "progress"}  # every flag but progress
     path_component(dataset, "dataset")  # it names processed/<dataset>/ and canonical/<dataset>/
-    cfg = DatasetsConfig.from_path(config_file)
-    reg_p, cor_p = cfg.resolve(dataset, "registry", registry_dir), cfg.resolve(dataset, "corpus", corpus_dir)
-    gra_p = Path(grading_config) if grading_config else cfg.resolve(dataset, "grading")
-    registry, corpus, grading = Registry.from_path(reg_p), Corpus.from_path(cor_p), GradingConfig.from_path(gra_p)
+    assets, asset_paths = _canonical_assets(config_file, registry_dir, corpus_dir, dataset, grading_config)
     src = Path(processed_dir) / dataset / "all.json"
-    inputs = [src, config_file, reg_p, cor_p, gra_p]
-    t0, unresolved, n_unres, ok, seen = time.time(), [], 0, 0, set()
-    by_level, by_cat = Counter(), Counter()
-    dest = Path(canonical_dir) / dataset
+    t0, dest = time.time(), Path(canonical_dir) / dataset
     with atomic_dir(dest) as d:
         with open(d / "all.json", "w", encoding="utf-8") as f:
             w = RecordWriter(f)
-            for line, dct in tqdm(iter_records(src), desc="canonical", disable=not progress, mininterval=1):
-                rec = Record.from_dict(dct, src, line)
-                if rec.dataset != dataset:
-                    raise UserError(f"record of dataset {rec.dataset!r} in {dataset!r}", src, line, "dataset")
-                h = hashlib.blake2b(rec.id.encode(), digest_size=8).digest()  # 8-byte digests: small memory per record
-                if h in seen:
-                    raise UserError(f"duplicated record id {rec.id}", src, line, "id")
-                seen.add(h)
-                fld, why = resolve_record(rec, registry, corpus, grading)
-                if fld:
-                    n_unres += 1
-                    if len(unresolved) < MAX_LISTED:
-                        unresolved.append(
-                            {
-                                "id": rec.id,
-                                "source": f"{rec.source.where()}:{rec.source.row}",
-                                "field": fld,
-                                "value": rec.target.category if fld == "target.category" else rec.target.data_level,
-                                "reason": why,
-                            }
-                        )
-                    continue
-                ok += 1
-                by_level[rec.target.data_level] += 1
-                by_cat[rec.target.category_id] += 1
-                w.write(rec)
+            t = _write_resolved(src, dataset, assets, w, progress)
             w.close()
         rep = make_report(
             "canonical",
             params,
-            inputs,
+            [src, config_file, *asset_paths],
             dataset,
-            records_in=ok + n_unres,
-            records=ok,
-            unresolved_count=n_unres,
-            unresolved=unresolved,
-            per_level=dict(sorted(by_level.items())),
-            per_category=dict(sorted(by_cat.items())),
-            registry_version=registry.version,
+            records_in=t["ok"] + t["n_unres"],
+            records=t["ok"],
+            unresolved_count=t["n_unres"],
+            unresolved=t["unresolved"],
+            per_level=dict(sorted(t["by_level"].items())),
+            per_category=dict(sorted(t["by_cat"].items())),
+            registry_version=assets[0].version,
             seconds=round(time.time() - t0, 3),
         )
-        if n_unres and not allow_unresolved:
-            rep["status"] = "failed"
-            failed = dest.parent / f"{dataset}.canonical_report.failed.json"
-            write_json(failed, rep)
-            u = unresolved[0]
-            where, _, row = u["source"].rpartition(":")
-            raise UserError(
-                f"{n_unres} unresolved record(s), first: {u['reason']} (all listed in {failed}; "
-                f"--allow-unresolved drops them)",
-                where,
-                int(row),
-                u["field"],
-            )
+        if t["n_unres"] and not allow_unresolved:
+            _fail_unresolved(rep, dest, dataset)
         rep["status"] = "ok"
         write_json(d / "canonical_report.json", rep)
     return rep
 
-# %% ../../nbs/release/03_canonical.ipynb #537babd8
+# %% ../../nbs/release/03_canonical.ipynb #7f182a7b
 def split_of(record_id: str, seed: int, ratios=(0.8, 0.1, 0.1)) -> str:
     "Deterministic split of one id: a function of `seed` and the id only."
     u = stable_uniform(seed, record_id)
@@ -184,7 +200,50 @@ def _load_split_file(path) -> dict:
         out[k] = (v, None)
     return out
 
+# %% ../../nbs/release/03_canonical.ipynb #08d87303
+def _split_ratios(split_type: str, train_ratio: float, val_ratio: float) -> tuple[float, float, float]:
+    "`(train, val, test)` shares, refused unless the split type is random and the shares are a partition."
+    if split_type != "random":
+        raise UserError(f"unsupported --split-type {split_type!r} (supported: random)")
+    ratios = (train_ratio, val_ratio, round(1 - train_ratio - val_ratio, 10))
+    if min(ratios) < 0 or train_ratio <= 0:
+        raise UserError(f"bad split ratios {ratios}")
+    return ratios
 
+# %% ../../nbs/release/03_canonical.ipynb #8f5ec8ff
+def _assign_split(rec: Record, fixed: dict, seed: int, ratios, split_file) -> str:
+    "Give `rec` its split; returns where it came from: `kept` (it had one), `file` (the split file) or `drawn`."
+    want = fixed.get(rec.id)
+    if rec.split is not None:
+        if want and want[0] != rec.split:
+            raise UserError(
+                f"split file reassigns existing id {rec.id} from {rec.split} to {want[0]}", split_file, want[1], "split"
+            )
+        return "kept"
+    if want:
+        rec.split = want[0]
+        return "file"
+    rec.split = split_of(rec.id, seed, ratios)
+    return "drawn"
+
+
+def _id_digest(total: int, record_id: str) -> int:
+    "`total` with one more id added: a sum of 64-bit id hashes modulo 2**64, the same in any order."
+    return (total + int(hashlib.sha256(record_id.encode()).hexdigest()[:16], 16)) % (1 << 64)
+
+# %% ../../nbs/release/03_canonical.ipynb #30602fbd
+def _write_splits(src: Path, w: RecordWriter, fixed: dict, seed: int, ratios, split_file, progress: bool) -> tuple:
+    "Copy `src` to `w` with a split in every record; `(records per split, where splits came from, id digests)`."
+    counts, how, digest = Counter(), Counter(), {s: 0 for s in SPLITS}
+    for line, dct in tqdm(iter_records(src), desc="split", disable=not progress, mininterval=1):
+        rec = Record.from_dict(dct, src, line)
+        how[_assign_split(rec, fixed, seed, ratios, split_file)] += 1
+        counts[rec.split] += 1
+        digest[rec.split] = _id_digest(digest[rec.split], rec.id)
+        w.write(rec)
+    return counts, how, digest
+
+# %% ../../nbs/release/03_canonical.ipynb #51e7f9fe
 @requires("canonical_dir")
 def split(
     canonical_dir: str = None,  # folder holding <dataset>/all.json from canonical
@@ -197,26 +256,13 @@ def split(
     progress: bool = True,  # show a progress bar
 ):
     "Embed a stable split in every canonical record; republish canonical/<dataset>/ with split_report.json."
-    if split_type != "random":
-        raise UserError(f"unsupported --split-type {split_type!r} (supported: random)")
-    ratios = (train_ratio, val_ratio, round(1 - train_ratio - val_ratio, 10))
-    if min(ratios) < 0 or train_ratio <= 0:
-        raise UserError(f"bad split ratios {ratios}")
-    params = dict(
-        canonical_dir=canonical_dir,
-        dataset=dataset,
-        split_type=split_type,
-        seed=seed,
-        train_ratio=train_ratio,
-        val_ratio=val_ratio,
-        split_file=split_file,
-    )
+    params = {k: v for k, v in locals().items() if k != "progress"}  # every flag but progress
+    ratios = _split_ratios(split_type, train_ratio, val_ratio)
     dest = Path(canonical_dir) / path_component(dataset, "dataset")
     src = dest / "all.json"
     if not src.is_file():
         raise UserError("no canonical records: run canonical first", src)
     fixed = _load_split_file(split_file) if split_file else {}
-    counts, kept, from_file, digest = Counter(), 0, 0, {s: 0 for s in SPLITS}
     t0 = time.time()
     with atomic_dir(dest) as d:
         for extra in dest.iterdir():
@@ -224,28 +270,7 @@ def split(
                 shutil.copy2(extra, d / extra.name)
         with open(d / "all.json", "w", encoding="utf-8") as f:
             w = RecordWriter(f)
-            for line, dct in tqdm(iter_records(src), desc="split", disable=not progress, mininterval=1):
-                rec = Record.from_dict(dct, src, line)
-                want = fixed.get(rec.id)
-                if rec.split is not None:
-                    if want and want[0] != rec.split:
-                        raise UserError(
-                            f"split file reassigns existing id {rec.id} from {rec.split} to {want[0]}",
-                            split_file,
-                            want[1],
-                            "split",
-                        )
-                    kept += 1
-                elif want:
-                    rec.split = want[0]
-                    from_file += 1
-                else:
-                    rec.split = split_of(rec.id, seed, ratios)
-                counts[rec.split] += 1
-                digest[rec.split] = (digest[rec.split] + int(hashlib.sha256(rec.id.encode()).hexdigest()[:16], 16)) % (
-                    1 << 64
-                )
-                w.write(rec)
+            counts, how, digest = _write_splits(src, w, fixed, seed, ratios, split_file, progress)
             w.close()
         rep = make_report(
             "split",
@@ -258,15 +283,15 @@ def split(
             ratios=dict(zip(SPLITS, ratios)),
             counts={s: counts[s] for s in SPLITS},
             records=sum(counts.values()),
-            kept_existing=kept,
-            from_split_file=from_file,
+            kept_existing=how["kept"],
+            from_split_file=how["file"],
             id_digest={s: f"{v:016x}" for s, v in digest.items()},
             seconds=round(time.time() - t0, 3),
         )
         write_json(d / "split_report.json", rep)
     return rep
 
-# %% ../../nbs/release/03_canonical.ipynb #eefc2884
+# %% ../../nbs/release/03_canonical.ipynb #e146e13e
 @dataclasses.dataclass(frozen=True)
 class SyntheticChain:
     "A synthetic dataset taken through preprocess, canonical and split: the paths every later step reads."
@@ -293,7 +318,7 @@ class SyntheticChain:
             task_config=self.syn / "CFG" / f"{self.dataset}.task.json",
         )
 
-
+# %% ../../nbs/release/03_canonical.ipynb #5dcc6a7c
 def synthetic_chain(
     folder: str | Path,  # gets syn/ and run/
     records: int = 30,  # field records in the synthetic workbook

@@ -34,7 +34,7 @@ from ..utils import UserError, write_json
 __all__ = ['MAX_ROWS', 'MAX_COLS', 'merged_ranges', 'formula_cells_without_value', 'check_merges_below_header', 'MergedFill',
            'iter_workbook_records', 'preprocess']
 
-# %% ../../nbs/release/02_preprocess.ipynb #46fd2d05
+# %% ../../nbs/release/02_preprocess.ipynb #f64ee78f
 _MERGE = re.compile(rb'<(?:\w+:)?mergeCell ref="([A-Z]+[0-9]+:[A-Z]+[0-9]+)"')
 
 
@@ -67,7 +67,7 @@ def formula_cells_without_value(ws) -> set:
             tail = buf[end:]
     return out
 
-
+# %% ../../nbs/release/02_preprocess.ipynb #7dfe7a77
 def check_merges_below_header(ranges, idx: dict, header_row: int, where: str):
     "Refuse a merged range that runs from the header (or above) into the data rows of a mapped column."
     for c0, r0, c1, r1 in ranges:
@@ -81,7 +81,7 @@ def check_merges_below_header(ranges, idx: dict, header_row: int, where: str):
                     fld,
                 )
 
-
+# %% ../../nbs/release/02_preprocess.ipynb #ecb8e960
 class MergedFill:
     "Fill empty cells of some columns from the first cell of the vertical merge covering them."
 
@@ -103,8 +103,31 @@ class MergedFill:
                     values[c] = self.val[c]
         return values
 
-# %% ../../nbs/release/02_preprocess.ipynb #ef9bed7e
+# %% ../../nbs/release/02_preprocess.ipynb #9538488d
 MAX_ROWS, MAX_COLS = 1048576, 128  # the xlsx row limit; columns read per row
+
+
+def _open_workbook(input: Path):
+    "The workbook opened for streaming, or a `UserError` saying why it cannot be read."
+    if not input.is_file():
+        raise UserError("no such file", input)
+    try:
+        return openpyxl.load_workbook(input, read_only=True, data_only=True)
+    except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
+        raise UserError(f"not a readable xlsx workbook ({e})", input) from None
+
+
+def _sheet_header(wb, sheet: str, mapping: Mapping, input: Path) -> tuple:
+    "`(sheet, its rows positioned after the header row, the header row's values)`."
+    if sheet not in wb.sheetnames:
+        raise UserError(f"missing sheet {sheet!r}; the workbook has: {', '.join(wb.sheetnames)}", input, None, "sheets")
+    ws = wb[sheet]
+    # explicit bounds: without them the streaming reader parses the whole sheet once more to size it
+    rows = ws.iter_rows(min_row=1, max_row=MAX_ROWS, max_col=MAX_COLS, values_only=True)
+    for r, vals in enumerate(rows, 1):
+        if r == mapping.header_row:
+            return ws, rows, vals
+    raise UserError(f"sheet ends before header row {mapping.header_row}", f"{input}[{sheet}]", mapping.header_row)
 
 
 def _header_index(header, mapping: Mapping, where: str, row: int):
@@ -121,101 +144,105 @@ def _header_index(header, mapping: Mapping, where: str, row: int):
         idx[fld] = names.index(col)
     return idx
 
+# %% ../../nbs/release/02_preprocess.ipynb #ad6dc779
+def _check_formulas(no_value: set, idx: dict, r: int, where: str):
+    "Refuse a mapped cell of row `r` that holds a formula with no stored value (`no_value`: such cells' references)."
+    for f, i in idx.items() if no_value else ():
+        if f"{get_column_letter(i + 1)}{r}" in no_value:
+            raise UserError(
+                f"cell {get_column_letter(i + 1)}{r} holds a formula with no stored value; open and save the "
+                "workbook in a spreadsheet program (it stores the values) or paste values",
+                where,
+                r,
+                f,
+            )
 
+
+def _check_required(rec: dict, where: str, r: int):
+    "Refuse a row whose key (`field_name`+`table_name`) or label (`category`, `data_level`) cells are empty."
+    for f in ("table_name", "field_name", "category", "data_level"):
+        if not rec.get(f):
+            raise UserError(
+                f"empty {f}" + (" (the key is field_name+table_name)" if f in ("table_name", "field_name") else ""),
+                where,
+                r,
+                f,
+            )
+
+# %% ../../nbs/release/02_preprocess.ipynb #332e5825
+def _key_digest(rec: dict) -> int:
+    "The 8-byte digest of a row's `table_name`+`field_name` key."
+    return int.from_bytes(
+        hashlib.blake2b(f"{rec['table_name']}\x1f{rec['field_name']}".encode(), digest_size=8).digest(), "little"
+    )
+
+
+def _remember_key(seen: dict, rec: dict, at: tuple[int, int], mapping: Mapping, input: Path, where: str):
+    "Note the row's key at `(sheet index, row)` in `seen`, refusing a key seen before."
+    sheet_index, r = at
+    key = _key_digest(rec)
+    if key in seen:
+        s0, r0 = mapping.sheets[seen[key] >> 32], seen[key] & 0xFFFFFFFF
+        raise UserError(
+            f"duplicated key field_name+table_name {rec['field_name']!r}+{rec['table_name']!r}, first at {input}[{s0}]:{r0}",
+            where,
+            r,
+            "field_name",
+        )
+    seen[key] = (sheet_index << 32) | r
+
+# %% ../../nbs/release/02_preprocess.ipynb #a8ffc6b1
+def _iter_sheet(wb, sheet_index: int, mapping: Mapping, input: Path, dataset: str, seen: dict, stats: dict, progress):
+    "Yield the records of the mapping's `sheet_index`-th sheet; counts go to `stats`, keys to `seen`."
+    sheet = mapping.sheets[sheet_index]
+    where = f"{input}[{sheet}]"
+    ws, rows, header = _sheet_header(wb, sheet, mapping, input)
+    idx = _header_index(header, mapping, where, mapping.header_row)
+    fill_cols = {idx[f]: f for f in mapping.merged_fill if f in idx}
+    ranges = merged_ranges(ws)
+    check_merges_below_header(ranges, idx, mapping.header_row, where)
+    fill = MergedFill(ranges, fill_cols)
+    no_value = formula_cells_without_value(ws)
+    n = 0
+    for r, vals in enumerate(tqdm(rows, desc=sheet, disable=not progress, mininterval=1), mapping.header_row + 1):
+        cells = [normalize_cell(v) for v in vals]
+        if not any(cells):
+            stats["blank_rows"] += 1
+            continue
+        cells += [""] * (max(idx.values()) + 1 - len(cells))
+        before = sum(1 for c in fill_cols if cells[c] == "")
+        cells = fill(r, cells)
+        stats["merged_filled"] += before - sum(1 for c in fill_cols if cells[c] == "")
+        _check_formulas(no_value, idx, r, where)
+        rec = {f: cells[i] for f, i in idx.items()}
+        _check_required(rec, where, r)
+        _remember_key(seen, rec, (sheet_index, r), mapping, input, where)
+        md = {k: v for k, v in rec.items() if k not in ("category", "data_level")}
+        n += 1
+        yield Record(
+            record_id(dataset, rec["table_name"], rec["field_name"]),
+            dataset,
+            md,
+            Target(rec["category"], rec["data_level"]),
+            Source(str(input), sheet, r),
+        )
+    stats["sheets"][sheet] = n
+
+# %% ../../nbs/release/02_preprocess.ipynb #5a817ba1
 def iter_workbook_records(input: str | Path, mapping: Mapping, dataset: str, progress: bool = True, stats: dict = None):
     "Yield processed `Record`s from the workbook, checking keys and required cells."
     input = Path(input)
-    if not input.is_file():
-        raise UserError("no such file", input)
-    try:
-        wb = openpyxl.load_workbook(input, read_only=True, data_only=True)
-    except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
-        raise UserError(f"not a readable xlsx workbook ({e})", input) from None
+    wb = _open_workbook(input)
     stats = {} if stats is None else stats
     stats.update(sheets={}, blank_rows=0, merged_filled=0)
     seen = {}
     try:
-        for sheet_index, sheet in enumerate(mapping.sheets):
-            if sheet not in wb.sheetnames:
-                raise UserError(
-                    f"missing sheet {sheet!r}; the workbook has: {', '.join(wb.sheetnames)}", input, None, "sheets"
-                )
-            ws = wb[sheet]
-            where = f"{input}[{sheet}]"
-            # explicit bounds: without them the streaming reader parses the whole sheet once more to size it
-            rows = ws.iter_rows(min_row=1, max_row=MAX_ROWS, max_col=MAX_COLS, values_only=True)
-            header = None
-            for r, vals in enumerate(rows, 1):
-                if r == mapping.header_row:
-                    header = vals
-                    break
-            if header is None:
-                raise UserError(f"sheet ends before header row {mapping.header_row}", where, mapping.header_row)
-            idx = _header_index(header, mapping, where, mapping.header_row)
-            fill_cols = {idx[f]: f for f in mapping.merged_fill if f in idx}
-            ranges = merged_ranges(ws)
-            check_merges_below_header(ranges, idx, mapping.header_row, where)
-            fill = MergedFill(ranges, fill_cols)
-            no_value = formula_cells_without_value(ws)
-            n = 0
-            for r, vals in enumerate(
-                tqdm(rows, desc=sheet, disable=not progress, mininterval=1), mapping.header_row + 1
-            ):
-                cells = [normalize_cell(v) for v in vals]
-                if not any(cells):
-                    stats["blank_rows"] += 1
-                    continue
-                cells += [""] * (max(idx.values()) + 1 - len(cells))
-                before = sum(1 for c in fill_cols if cells[c] == "")
-                cells = fill(r, cells)
-                stats["merged_filled"] += before - sum(1 for c in fill_cols if cells[c] == "")
-                for f, i in idx.items() if no_value else ():
-                    if f"{get_column_letter(i + 1)}{r}" in no_value:
-                        raise UserError(
-                            f"cell {get_column_letter(i + 1)}{r} holds a formula with no stored value; open and save the "
-                            "workbook in a spreadsheet program (it stores the values) or paste values",
-                            where,
-                            r,
-                            f,
-                        )
-                rec = {f: cells[i] for f, i in idx.items()}
-                for f in ("table_name", "field_name", "category", "data_level"):
-                    if not rec.get(f):
-                        raise UserError(
-                            f"empty {f}"
-                            + (" (the key is field_name+table_name)" if f in ("table_name", "field_name") else ""),
-                            where,
-                            r,
-                            f,
-                        )
-                # 8-byte key digests with the packed sheet/row: constant memory per record
-                key = int.from_bytes(
-                    hashlib.blake2b(f"{rec['table_name']}\x1f{rec['field_name']}".encode(), digest_size=8).digest(),
-                    "little",
-                )
-                if key in seen:
-                    s0, r0 = mapping.sheets[seen[key] >> 32], seen[key] & 0xFFFFFFFF
-                    raise UserError(
-                        f"duplicated key field_name+table_name {rec['field_name']!r}+{rec['table_name']!r}, first at {input}[{s0}]:{r0}",
-                        where,
-                        r,
-                        "field_name",
-                    )
-                seen[key] = (sheet_index << 32) | r
-                md = {k: v for k, v in rec.items() if k not in ("category", "data_level")}
-                n += 1
-                yield Record(
-                    record_id(dataset, rec["table_name"], rec["field_name"]),
-                    dataset,
-                    md,
-                    Target(rec["category"], rec["data_level"]),
-                    Source(str(input), sheet, r),
-                )
-            stats["sheets"][sheet] = n
+        for sheet_index in range(len(mapping.sheets)):
+            yield from _iter_sheet(wb, sheet_index, mapping, input, dataset, seen, stats, progress)
     finally:
         wb.close()
 
-
+# %% ../../nbs/release/02_preprocess.ipynb #4975dd7e
 @requires("input", "mapping", "output")
 def preprocess(
     input: str = None,  # the raw workbook (xlsx)

@@ -49,7 +49,7 @@ SFT_SCHEMA = pa.schema(
     ]
 )
 
-# %% ../../nbs/release/06_sft.ipynb #9de2a377
+# %% ../../nbs/release/06_sft.ipynb #81805bec
 def _label(ctx, rec):
     return json.dumps({"choice_id": ctx.choices.to_choice[rec.target.category_id], "data_level": rec.target.data_level})
 
@@ -72,7 +72,7 @@ def sft_rows(ctx: ReleaseContext, rec: Record, seed: int) -> tuple[dict, dict]:
         {**base, "sample_id": f"{rec.id}:stage2", "stage": "stage2", "messages": m2, "answer": m2[-1]["content"]},
     )
 
-
+# %% ../../nbs/release/06_sft.ipynb #6df93e8b
 def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
     "A canonical record usable for export: resolved to a leaf, approved level, split embedded."
     if rec.dataset != ctx.dataset:
@@ -91,7 +91,7 @@ def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
     if missing:
         raise UserError(f"metadata lacks {', '.join(missing)}", path, line, "metadata")
 
-
+# %% ../../nbs/release/06_sft.ipynb #a4b27997
 @requires("canonical", "output_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_export(
     canonical: str = None,  # canonical all.json (with embedded split)
@@ -145,7 +145,7 @@ def sft_export(
         write_json(d / "export_report.json", rep)
     return rep
 
-# %% ../../nbs/release/06_sft.ipynb #7f53f0bf
+# %% ../../nbs/release/06_sft.ipynb #184f55c3
 def malformed(check, *args) -> tuple[str, str]:
     "`check(*args)`, with a row too malformed for it to inspect (wrong types, missing keys) reported, never raised."
     try:
@@ -173,7 +173,7 @@ class Errors:
         extra = f" ({self.count} error(s); report: {report_path})" if report_path else f" ({self.count} error(s))"
         raise UserError(e["message"] + extra, e["file"], e["row"], e["field"])
 
-
+# %% ../../nbs/release/06_sft.ipynb #70f84779
 TRAJECTORY_STAGE = "tool_trajectory"
 
 
@@ -189,10 +189,9 @@ def _refuse_trajectory(path, pf):
             "stage",
         )
 
-
-def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
-    "Check one legacy row against the assets; returns `(field, message)` of the first problem or `(None, None)`."
-    msgs = row.get("messages")
+# %% ../../nbs/release/06_sft.ipynb #c8b5e63d
+def _sft_shape(msgs) -> tuple[str, str] | None:
+    "The problem with a row's `messages`, unless they are [system, user, assistant] objects with text role and content."
     if not isinstance(msgs, list) or len(msgs) != 3:
         return (
             "messages",
@@ -205,6 +204,11 @@ def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
     roles = [m.get("role") for m in msgs]
     if roles != ["system", "user", "assistant"]:
         return "messages", f"roles must be [system, user, assistant], got {roles}"
+    return None
+
+
+def _sft_stage(ctx: ReleaseContext, row: dict) -> tuple[str, str] | None:
+    "The problem with a row's stage (stage1 or stage2, never a trajectory) or its dataset."
     st = row.get("stage")
     if st == TRAJECTORY_STAGE:
         return "stage", "stage 'tool_trajectory' row: use 'vtreetrm release trajectory-validate'"
@@ -212,6 +216,55 @@ def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
         return "stage", f"stage must be stage1 or stage2, got {st!r}"
     if row.get("data_source") != ctx.dataset:
         return "data_source", f"data_source {row.get('data_source')!r} is not {ctx.dataset!r}"
+    return None
+
+# %% ../../nbs/release/06_sft.ipynb #046936b2
+def _sft_label(row: dict, st: str) -> tuple[dict | None, tuple[str, str] | None]:
+    "`(label, None)` with the row's label as a dict, or `(None, problem)`."
+    try:
+        label = json.loads(row.get("label") or "{}")
+    except (TypeError, ValueError):
+        return None, ("label", f"label must be a JSON object, got {row.get('label')!r:.60}")
+    if not isinstance(label, dict) or not isinstance(label.get("choice_id"), str):
+        return None, ("label", f"label must be a JSON object with a choice_id, got {row.get('label')!r:.60}")
+    if st == "stage2" and not isinstance(label.get("data_level"), str):
+        return None, ("label", "a stage2 label needs data_level")
+    return label, None
+
+# %% ../../nbs/release/06_sft.ipynb #541c0bdd
+def _stage1_want(ctx: ReleaseContext, row: dict, p: dict, ans: dict, cats: list, label: dict) -> tuple:
+    "`(messages the assets render, None)` for a stage1 row, or `(None, problem)`."
+    if ans["choice_id"] not in p["choices"]:
+        return None, ("answer", f"answer {ans['choice_id']} is not among the candidates")
+    gold = ctx.choices.to_category[ans["choice_id"]]
+    want_c = candidates_for(ctx, gold, row.get("source_id", ""), row.get("prompt_seed") or 0)
+    if cats != want_c:
+        return None, ("messages", "candidates differ from the task config's draw for this source and prompt_seed")
+    want = stage1_messages(ctx, p["metadata"], cats, gold)
+    if label.get("choice_id") != ans["choice_id"]:
+        return None, ("label", "label.choice_id differs from the stage1 answer")
+    return want, None
+
+
+def _stage2_want(ctx: ReleaseContext, row: dict, p: dict, ans: dict, cats: list, label: dict) -> tuple:
+    "`(messages the assets render, None)` for a stage2 row, or `(None, problem)`."
+    if len(cats) != 1:
+        return None, ("messages", "stage2 prompt must name exactly one category")
+    if ans["data_level"] not in ctx.grading.approved:
+        return None, ("answer", f"level {ans['data_level']!r} is not approved by {ctx.grading.path}")
+    want = stage2_messages(ctx, p["metadata"], cats[0], ans["data_level"])
+    if label.get("data_level") != ans["data_level"]:
+        return None, ("label", "label.data_level differs from the stage2 answer")
+    return want, None
+
+# %% ../../nbs/release/06_sft.ipynb #1491209a
+def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
+    "Check one legacy row against the assets; returns `(field, message)` of the first problem or `(None, None)`."
+    msgs = row.get("messages")
+    bad = _sft_shape(msgs) or _sft_stage(ctx, row)
+    if bad:
+        return bad
+    st = row.get("stage")
     try:
         p = parse_user(msgs[1]["content"], ctx.task.metadata_fields)
         ans = parse_answer(msgs[2]["content"], ["choice_id"] if st == "stage1" else ["data_level"])
@@ -224,32 +277,12 @@ def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
     if unknown:
         return "messages", f"unknown choice_id {unknown[0]} (not a registry leaf of {ctx.registry.path})"
     cats = [ctx.choices.to_category[c] for c in p["choices"]]
-    try:
-        label = json.loads(row.get("label") or "{}")
-    except (TypeError, ValueError):
-        return "label", f"label must be a JSON object, got {row.get('label')!r:.60}"
-    if not isinstance(label, dict) or not isinstance(label.get("choice_id"), str):
-        return "label", f"label must be a JSON object with a choice_id, got {row.get('label')!r:.60}"
-    if st == "stage2" and not isinstance(label.get("data_level"), str):
-        return "label", "a stage2 label needs data_level"
-    if st == "stage1":
-        if ans["choice_id"] not in p["choices"]:
-            return "answer", f"answer {ans['choice_id']} is not among the candidates"
-        gold = ctx.choices.to_category[ans["choice_id"]]
-        want_c = candidates_for(ctx, gold, row.get("source_id", ""), row.get("prompt_seed") or 0)
-        if cats != want_c:
-            return "messages", "candidates differ from the task config's draw for this source and prompt_seed"
-        want = stage1_messages(ctx, p["metadata"], cats, gold)
-        if label.get("choice_id") != ans["choice_id"]:
-            return "label", "label.choice_id differs from the stage1 answer"
-    else:
-        if len(cats) != 1:
-            return "messages", "stage2 prompt must name exactly one category"
-        if ans["data_level"] not in ctx.grading.approved:
-            return "answer", f"level {ans['data_level']!r} is not approved by {ctx.grading.path}"
-        want = stage2_messages(ctx, p["metadata"], cats[0], ans["data_level"])
-        if label.get("data_level") != ans["data_level"]:
-            return "label", "label.data_level differs from the stage2 answer"
+    label, bad = _sft_label(row, st)
+    if bad:
+        return bad
+    want, bad = (_stage1_want if st == "stage1" else _stage2_want)(ctx, row, p, ans, cats, label)
+    if bad:
+        return bad
     if want != [{"role": m["role"], "content": m["content"]} for m in msgs]:
         return (
             "messages",
@@ -262,110 +295,129 @@ def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
         return "messages", f"canonical category id {leak[0]} appears in the prompt"
     return None, None
 
-
+# %% ../../nbs/release/06_sft.ipynb #64e8f0db
 def _h64(s: str) -> int:
     return int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
 
 
+class _SftPairs:
+    "Stage1/stage2 pairing of a legacy release, plus the counts its report gives."
+
+    def __init__(self):
+        self.pending = {}  # pair key -> (split, row, stage, choice) while its twin is unseen
+        self.done = array("Q")  # 8-byte hashes of completed pairs
+        self.counts = {s: Counter() for s in SPLITS}
+        self.per_cat, self.per_lvl = Counter(), Counter()
+
+    def pair(self, errs: Errors, path, i: int, s: str, st: str, sid: str, choice: str) -> bool:
+        "Pair row `i` (split `s`, stage `st`) of source `sid`; False, with an error, when it cannot pair."
+        p = self.pending.get(sid)
+        if p is None:
+            self.pending[sid] = (s, i, st, choice)
+            return True
+        if p[0] != s:
+            errs.add(path, i, "source_id", f"source {sid} appears in {p[0]} and {s}")
+            return False
+        if p[2] == st:
+            errs.add(path, i, "stage", f"second {st} row for source {sid}")
+            return False
+        del self.pending[sid]
+        if p[3] != choice:
+            errs.add(
+                path, i, "label", f"stage1 and stage2 of source {sid} disagree on the category ({p[3]} vs {choice})"
+            )
+        self.done.append(_h64(sid))
+        return True
+
+    def unpaired(self, errs: Errors, d: Path):
+        "Report rows left without a twin, and (reading the release again) sources with more than one pair."
+        hashes = np.sort(np.frombuffer(self.done, dtype=np.uint64)) if len(self.done) else np.zeros(0, np.uint64)
+        repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
+        for sid, (s, i, st, _) in self.pending.items():
+            h = _h64(sid)
+            j = np.searchsorted(hashes, np.uint64(h))
+            if j < len(hashes) and hashes[j] == h:
+                errs.add(d / f"{s}.parquet", i, "stage", f"second {st} row for source {sid}")
+            else:
+                twin = "stage2" if st == "stage1" else "stage1"
+                errs.add(d / f"{s}.parquet", i, "stage", f"{st} row of source {sid} has no {twin} twin")
+        if repeated:  # second pass, only on error, to name the rows
+            for s in SPLITS:
+                for i, row in iter_parquet(d / f"{s}.parquet", columns=["sample_id", "stage"]):
+                    sid = (row["sample_id"] or "")[: -len(row["stage"] or "") - 1]
+                    if _h64(sid) in repeated:
+                        errs.add(
+                            d / f"{s}.parquet", i, "source_id", f"source {sid} has more than one stage1/stage2 pair"
+                        )
+
+# %% ../../nbs/release/06_sft.ipynb #009d8914
+def _place_sft_row(ctx: ReleaseContext, errs: Errors, pairs: _SftPairs, path, i: int, s: str, row: dict):
+    "Check row `i` of `s`.parquet, pair it and count it; problems go to `errs`."
+    fld, msg = malformed(check_sft_row, ctx, row)
+    if fld:
+        errs.add(path, i, fld, msg)
+        return
+    if row["split"] != s:
+        errs.add(path, i, "split", f"split column {row['split']!r} in {s}.parquet")
+        return
+    st, sample = row["stage"], row.get("sample_id") or ""
+    if not sample.endswith(":" + st):
+        errs.add(path, i, "sample_id", f"sample_id {sample!r} does not end with ':{st}'")
+        return
+    sid = sample[: -len(st) - 1]  # the pair key: the source id, or name:source:copy in a mixture
+    lab = json.loads(row["label"])
+    choice = lab["choice_id"]
+    if not pairs.pair(errs, path, i, s, st, sid, choice):
+        return
+    pairs.counts[s][st] += 1
+    if st == "stage1":
+        pairs.per_cat[choice] += 1
+    else:
+        pairs.per_lvl[lab["data_level"]] += 1
+        stage2_choice = parse_user(row["messages"][1]["content"], ctx.task.metadata_fields)["choices"][0]
+        if stage2_choice != choice:
+            errs.add(path, i, "messages", f"stage2 prompt names {stage2_choice}, label says {choice}")
+
+
+def _open_sft_split(path: Path):
+    "Refuse a split file that is a trajectory release or lacks a column the checks read."
+    pf = open_parquet(path)
+    _refuse_trajectory(path, pf)
+    missing = [
+        c for c in ("source_id", "stage", "split", "messages", "answer", "label") if c not in pf.schema_arrow.names
+    ]
+    if missing:
+        raise UserError(f"missing column(s) {', '.join(missing)}", path, None, missing[0])
+
+# %% ../../nbs/release/06_sft.ipynb #75aed427
 def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True) -> dict:
     "Validate a legacy stage1/stage2 release folder; returns the report body (`valid`, errors, counts)."
     d = Path(dataset_dir)
-    errs = Errors()
-    pending = {}  # pair key -> (split, row, stage, choice) while its twin is unseen (adjacent rows keep this small)
-    done = array(
-        "Q"
-    )  # 8-byte hashes of completed pairs: a repeated pair is found at the end, in constant memory per record
-    counts = {s: Counter() for s in SPLITS}
-    per_cat, per_lvl = Counter(), Counter()
+    errs, pairs = Errors(), _SftPairs()
     rows = 0
     for s in SPLITS:
         path = d / f"{s}.parquet"
-        pf = open_parquet(path)
-        _refuse_trajectory(path, pf)
-        missing = [
-            c for c in ("source_id", "stage", "split", "messages", "answer", "label") if c not in pf.schema_arrow.names
-        ]
-        if missing:
-            raise UserError(f"missing column(s) {', '.join(missing)}", path, None, missing[0])
+        _open_sft_split(path)
         for i, row in tqdm(iter_parquet(path), desc=f"sft-validate {s}", disable=not progress, mininterval=1):
             rows += 1
-            fld, msg = malformed(check_sft_row, ctx, row)
-            if fld:
-                errs.add(path, i, fld, msg)
-                continue
-            if row["split"] != s:
-                errs.add(path, i, "split", f"split column {row['split']!r} in {s}.parquet")
-                continue
-            st, sample = row["stage"], row.get("sample_id") or ""
-            if not sample.endswith(":" + st):
-                errs.add(path, i, "sample_id", f"sample_id {sample!r} does not end with ':{st}'")
-                continue
-            sid = sample[: -len(st) - 1]  # the pair key: the source id, or name:source:copy in a mixture
-            lab = json.loads(row["label"])
-            choice = lab["choice_id"]
-            p = pending.get(sid)
-            if p is not None:
-                if p[0] != s:
-                    errs.add(path, i, "source_id", f"source {sid} appears in {p[0]} and {s}")
-                    continue
-                if p[2] == st:
-                    errs.add(path, i, "stage", f"second {st} row for source {sid}")
-                    continue
-                del pending[sid]
-                if p[3] != choice:
-                    errs.add(
-                        path,
-                        i,
-                        "label",
-                        f"stage1 and stage2 of source {sid} disagree on the category ({p[3]} vs {choice})",
-                    )
-                done.append(_h64(sid))
-            else:
-                pending[sid] = (s, i, st, choice)
-            counts[s][st] += 1
-            if st == "stage1":
-                per_cat[choice] += 1
-            else:
-                per_lvl[lab["data_level"]] += 1
-                stage2_choice = parse_user(row["messages"][1]["content"], ctx.task.metadata_fields)["choices"][0]
-                if stage2_choice != choice:
-                    errs.add(path, i, "messages", f"stage2 prompt names {stage2_choice}, label says {choice}")
+            _place_sft_row(ctx, errs, pairs, path, i, s, row)
     if rows == 0:
         errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
-    hashes = np.sort(np.frombuffer(done, dtype=np.uint64)) if len(done) else np.zeros(0, np.uint64)
-    repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
-    for sid, (s, i, st, _) in pending.items():
-        h = _h64(sid)
-        j = np.searchsorted(hashes, np.uint64(h))
-        if j < len(hashes) and hashes[j] == h:
-            errs.add(d / f"{s}.parquet", i, "stage", f"second {st} row for source {sid}")
-        else:
-            errs.add(
-                d / f"{s}.parquet",
-                i,
-                "stage",
-                f"{st} row of source {sid} has no {'stage2' if st == 'stage1' else 'stage1'} twin",
-            )
-    if repeated:  # second pass, only on error, to name the rows
-        for s in SPLITS:
-            for i, row in iter_parquet(d / f"{s}.parquet", columns=["sample_id", "stage"]):
-                sid = (row["sample_id"] or "")[: -len(row["stage"] or "") - 1]
-                if _h64(sid) in repeated:
-                    errs.add(d / f"{s}.parquet", i, "source_id", f"source {sid} has more than one stage1/stage2 pair")
+    pairs.unpaired(errs, d)
     return {
         "valid": not errs,
         "line": "legacy-stage1-stage2",
         "error_count": errs.count,
         "errors": errs.items,
         "rows": rows,
-        "sources": len(done) + len(pending),
-        "counts": {s: dict(c) for s, c in counts.items()},
-        "per_category": {ctx.choices.to_category[k]: v for k, v in sorted(per_cat.items())},
-        "per_level": dict(sorted(per_lvl.items())),
+        "sources": len(pairs.done) + len(pairs.pending),
+        "counts": {s: dict(c) for s, c in pairs.counts.items()},
+        "per_category": {ctx.choices.to_category[k]: v for k, v in sorted(pairs.per_cat.items())},
+        "per_level": dict(sorted(pairs.per_lvl.items())),
         "_errors": errs,
     }
 
-
+# %% ../../nbs/release/06_sft.ipynb #389b8a20
 @requires("dataset_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_validate(
     dataset_dir: str = None,  # legacy release folder (train/val/test.parquet)

@@ -37,7 +37,7 @@ __all__ = ['TRAJECTORY_STAGE', 'TRAJECTORY_FORMAT', 'TRAJECTORY_CLASSES', 'NO_RE
            'validate_trajectory_dataset', 'trajectory_export', 'release_think_source', 'trajectory_validate',
            'trajectory_stats']
 
-# %% ../../nbs/release/11_trajectory.ipynb #ada6c3c5
+# %% ../../nbs/release/11_trajectory.ipynb #6a2a5c28
 TRAJECTORY_STAGE = "tool_trajectory"
 TRAJECTORY_FORMAT = "qwen3.5-native-tools-v2"
 TRAJECTORY_CLASSES = {"direct": 0, "single_tool": 1, "multi_tool": 3, "no_result": 2}  # class -> tool calls
@@ -69,7 +69,7 @@ def _calls(ctx, tools: CategoryTools, rec: Record, klass: str) -> list:
         q = NO_RESULT_FALLBACK
     return [("search_categories", {"query": q}), read]
 
-
+# %% ../../nbs/release/11_trajectory.ipynb #5592e192
 def build_context(ctx: ReleaseContext, tools: CategoryTools, rec: Record, seed: int) -> dict:
     "The think-free context of a record's trajectory (one shard line)."
     klass = trajectory_class(rec.id)
@@ -101,7 +101,7 @@ def build_context(ctx: ReleaseContext, tools: CategoryTools, rec: Record, seed: 
         "tool_think": [None] * n,
     }
 
-
+# %% ../../nbs/release/11_trajectory.ipynb #8ac6aa4e
 def iter_contexts(ctx, tools, canonical, progress=True, desc="contexts"):
     "Yield `(record, context)` for each canonical record, checked for export."
     for line, dct in tqdm(iter_records(canonical), desc=desc, disable=not progress, mininterval=1):
@@ -113,7 +113,39 @@ def iter_contexts(ctx, tools, canonical, progress=True, desc="contexts"):
 def _tools_for(ctx):
     return CategoryTools(ctx.registry, ctx.corpus, ctx.task)
 
-# %% ../../nbs/release/11_trajectory.ipynb #87a40d53
+# %% ../../nbs/release/11_trajectory.ipynb #6c32067f
+def _load_context(dataset, registry, corpus, task_config, grading_config, metadata_fields) -> ReleaseContext:
+    "The release assets, refused when they are for another dataset than `dataset`."
+    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
+    if dataset != ctx.dataset:
+        raise UserError(
+            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
+        )
+    return ctx
+
+# %% ../../nbs/release/11_trajectory.ipynb #04725c71
+def _write_shards(d: Path, contexts, shard_size: int) -> tuple[dict, Counter]:
+    "Write `(record, context)` pairs to think-<split>-NNN.jsonl shards in `d`; class counts and shard counts per split."
+    counts = {s: Counter() for s in SPLITS}
+    shards = Counter()
+    open_ = {}
+    try:
+        for rec, c in contexts:
+            s = rec.split
+            n = sum(counts[s].values())
+            if n % shard_size == 0:
+                if s in open_:
+                    open_[s].close()
+                open_[s] = open(d / f"think-{s}-{n // shard_size:03d}.jsonl", "w", encoding="utf-8")
+                shards[s] += 1
+            open_[s].write(json.dumps(c, ensure_ascii=False) + "\n")
+            counts[s][c["trajectory_class"]] += 1
+    finally:
+        for f in open_.values():
+            f.close()
+    return counts, shards
+
+# %% ../../nbs/release/11_trajectory.ipynb #6494d7a3
 @requires(
     "dataset", "canonical", "registry", "corpus", "metadata_fields", "task_config", "grading_config", "collect_dir"
 )
@@ -130,45 +162,14 @@ def trajectory_collect(
     progress: bool = True,  # show a progress bar
 ):
     "Write think-free JSONL context shards and collect_report.json (no parquet)."
+    params = {k: v for k, v in locals().items() if k != "progress"}  # every flag but progress
     if shard_size < 1:
         raise UserError("--shard-size must be at least 1")
-    params = dict(
-        dataset=dataset,
-        canonical=canonical,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-        collect_dir=collect_dir,
-        shard_size=shard_size,
-    )
-    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
-    if dataset != ctx.dataset:
-        raise UserError(
-            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
-        )
+    ctx = _load_context(dataset, registry, corpus, task_config, grading_config, metadata_fields)
     tools = _tools_for(ctx)
     t0 = time.time()
-    counts = {s: Counter() for s in SPLITS}
-    shards = Counter()
     with atomic_dir(collect_dir) as d:
-        open_ = {}
-        try:
-            for rec, c in iter_contexts(ctx, tools, canonical, progress, "collect"):
-                s = rec.split
-                n = sum(counts[s].values())
-                if n % shard_size == 0:
-                    if s in open_:
-                        open_[s].close()
-                    name = f"think-{s}-{n // shard_size:03d}.jsonl"
-                    open_[s] = open(d / name, "w", encoding="utf-8")
-                    shards[s] += 1
-                open_[s].write(json.dumps(c, ensure_ascii=False) + "\n")
-                counts[s][c["trajectory_class"]] += 1
-        finally:
-            for f in open_.values():
-                f.close()
+        counts, shards = _write_shards(d, iter_contexts(ctx, tools, canonical, progress, "collect"), shard_size)
         rep = make_report(
             "trajectory-collect",
             params,
@@ -185,7 +186,7 @@ def trajectory_collect(
         write_json(d / "collect_report.json", rep)
     return rep
 
-# %% ../../nbs/release/11_trajectory.ipynb #3aa3a402
+# %% ../../nbs/release/11_trajectory.ipynb #8794614a
 def mock_think(c: dict) -> tuple[str, list]:
     "Deterministic terminal think and one tool think per tool-call turn."
     md = parse_user(
@@ -205,7 +206,7 @@ def mock_think(c: dict) -> tuple[str, list]:
     )
     return think, tool_think
 
-
+# %% ../../nbs/release/11_trajectory.ipynb #0c70b247
 def resolve_think_file(spec: str, root: str | Path) -> list[Path]:
     "The JSONL files of a `file:PATH` source; PATH must stay inside `root`."
     p = spec[len("file:") :]
@@ -235,7 +236,7 @@ def resolve_think_file(spec: str, root: str | Path) -> list[Path]:
             )
     return files
 
-
+# %% ../../nbs/release/11_trajectory.ipynb #66d5112b
 def load_think_file(files) -> tuple[dict, list]:
     "sample_id -> (think, tool_think, file, line); plus audit entries for duplicates and malformed lines."
     out, failed = {}, []
@@ -258,7 +259,7 @@ def load_think_file(files) -> tuple[dict, list]:
             out[sid] = (d.get("think"), d.get("tool_think"), str(f), line)
     return out, failed
 
-# %% ../../nbs/release/11_trajectory.ipynb #38939dfe
+# %% ../../nbs/release/11_trajectory.ipynb #a947185a
 def assemble(c: dict, think: str, tool_think: list) -> dict:
     "Put thoughts into a context: every assistant turn gets `reasoning_content`."
     msgs, k = [], 0
@@ -290,7 +291,7 @@ def to_row(c: dict) -> dict:
         "tools": TOOL_SCHEMAS,
     }
 
-
+# %% ../../nbs/release/11_trajectory.ipynb #1c6c2de2
 def _schema() -> pa.Schema:
     "The trajectory parquet schema, fixed up front (every message key, the union of the tools' keys)."
     m = {
@@ -317,6 +318,7 @@ def _schema() -> pa.Schema:
 
 
 TRAJECTORY_SCHEMA = _schema()
+TRAJ_SCHEMA_CACHE = {}
 
 
 def _clean(x):
@@ -327,9 +329,9 @@ def _clean(x):
         return [_clean(v) for v in x]
     return x
 
-
-def check_trajectory_row(ctx: ReleaseContext, tools: CategoryTools, row: dict, timing: dict = None) -> tuple[str, str]:
-    "First problem of one trajectory row as `(field, message)`, re-executing every tool call; `(None, None)` when valid."
+# %% ../../nbs/release/11_trajectory.ipynb #7939e7f2
+def _check_row_header(ctx: ReleaseContext, row: dict) -> tuple[str, str] | None:
+    "The problem with a row's stage, format, dataset, tools or class, if any."
     if row.get("stage") != TRAJECTORY_STAGE:
         return "stage", f"stage must be {TRAJECTORY_STAGE!r}, got {row.get('stage')!r}"
     if row.get("trajectory_format") != TRAJECTORY_FORMAT:
@@ -341,63 +343,80 @@ def check_trajectory_row(ctx: ReleaseContext, tools: CategoryTools, row: dict, t
     klass = row.get("trajectory_class")
     if klass not in TRAJECTORY_CLASSES:
         return "trajectory_class", f"unknown class {klass!r}"
-    msgs = [_clean(m) for m in row.get("messages") or []]
+    return None
+
+# %% ../../nbs/release/11_trajectory.ipynb #098ec27a
+def _check_prompt(ctx: ReleaseContext, row: dict, msgs: list) -> tuple:
+    "`(ground truth, parsed user prompt, None)`, or `(None, None, problem)`."
     if (
         len(msgs) < 3
         or [m.get("role") for m in msgs[:2]] != ["system", "user"]
         or msgs[-1].get("role") != "assistant"
         or msgs[-1].get("tool_calls")
     ):
-        return "messages", "a trajectory is [system, user, (assistant tool call, tool)*, assistant answer]"
+        return (
+            None,
+            None,
+            ("messages", "a trajectory is [system, user, (assistant tool call, tool)*, assistant answer]"),
+        )
     try:
         gt = json.loads(row["ground_truth"])
         p = parse_user(msgs[1]["content"], ctx.task.metadata_fields)
     except (ValueError, TypeError, KeyError) as e:
-        return "messages", str(e)
+        return None, None, ("messages", str(e))
     cid = ctx.choices.to_category.get(gt.get("choice_id"))
     if cid is None:
-        return "ground_truth", f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf"
+        return None, None, ("ground_truth", f"ground truth choice_id {gt.get('choice_id')!r} is not a registry leaf")
     if gt.get("data_level") not in ctx.grading.approved:
-        return "ground_truth", f"level {gt.get('data_level')!r} is not approved by {ctx.grading.path}"
+        return None, None, ("ground_truth", f"level {gt.get('data_level')!r} is not approved by {ctx.grading.path}")
     if [ctx.choices.to_category.get(c) for c in p["choices"]] != candidates_for(
         ctx, cid, row.get("source_id", ""), row.get("prompt_seed") or 0
     ):
-        return "messages", "candidates differ from the draw for this source and prompt_seed"
+        return None, None, ("messages", "candidates differ from the draw for this source and prompt_seed")
     cats = [ctx.choices.to_category[c] for c in p["choices"]]
     if [{"role": m["role"], "content": m["content"]} for m in msgs[:2]] != native_messages(ctx, p["metadata"], cats):
-        return "messages", "system/user prompt differs from what the assets render"
-    calls = 0
-    body = msgs[2:-1]
+        return None, None, ("messages", "system/user prompt differs from what the assets render")
+    return gt, p, None
+
+# %% ../../nbs/release/11_trajectory.ipynb #d7e51ee8
+def _check_tool_turn(tools: CategoryTools, a: dict, t: dict, i: int, timing: dict = None) -> tuple[str, str] | None:
+    "The problem with the tool-call turn `a` (message i + 3) and its result `t` (message i + 4), if any."
+    if a.get("role") != "assistant" or len(a.get("tool_calls") or []) != 1:
+        return "messages", f"message {i + 3} must be an assistant turn with one tool call"
+    if t.get("role") != "tool":
+        return "messages", f"message {i + 4} must be a tool message"
+    if not (a.get("reasoning_content") or "").strip():
+        return "messages", f"assistant turn {i + 3} has no reasoning_content"
+    f = a["tool_calls"][0].get("function") or {}
+    if not isinstance(f.get("arguments"), str):
+        return "messages", "tool-call arguments must be a JSON string"
+    if t.get("tool_call_id") != a["tool_calls"][0].get("id"):
+        return "messages", f"tool message {i + 4} answers another call id"
+    t0 = time.perf_counter()
+    try:
+        want = tools.call(f.get("name"), f["arguments"])
+    except ToolError as e:
+        return "messages", f"tool call in message {i + 3}: {e}"
+    if timing is not None:
+        timing["tools"] = timing.get("tools", 0.0) + time.perf_counter() - t0
+    if t.get("content") != want:
+        return "messages", f"tool result in message {i + 4} differs from re-execution of {f.get('name')}"
+    return None
+
+
+def _check_tool_turns(tools: CategoryTools, body: list, timing: dict = None) -> tuple[int, tuple | None]:
+    "`(tool calls, None)` for the messages between prompt and answer, or `(calls checked, problem)`."
     if len(body) % 2:
-        return "messages", "every tool-call turn must be followed by exactly one tool message"
+        return 0, ("messages", "every tool-call turn must be followed by exactly one tool message")
     for i in range(0, len(body), 2):
-        a, t = body[i], body[i + 1]
-        if a.get("role") != "assistant" or len(a.get("tool_calls") or []) != 1:
-            return "messages", f"message {i + 3} must be an assistant turn with one tool call"
-        if t.get("role") != "tool":
-            return "messages", f"message {i + 4} must be a tool message"
-        if not (a.get("reasoning_content") or "").strip():
-            return "messages", f"assistant turn {i + 3} has no reasoning_content"
-        f = a["tool_calls"][0].get("function") or {}
-        if not isinstance(f.get("arguments"), str):
-            return "messages", "tool-call arguments must be a JSON string"
-        if t.get("tool_call_id") != a["tool_calls"][0].get("id"):
-            return "messages", f"tool message {i + 4} answers another call id"
-        t0 = time.perf_counter()
-        try:
-            want = tools.call(f.get("name"), f["arguments"])
-        except ToolError as e:
-            return "messages", f"tool call in message {i + 3}: {e}"
-        if timing is not None:
-            timing["tools"] = timing.get("tools", 0.0) + time.perf_counter() - t0
-        if t.get("content") != want:
-            return "messages", f"tool result in message {i + 4} differs from re-execution of {f.get('name')}"
-        calls += 1
-    if calls != TRAJECTORY_CLASSES[klass]:
-        return "trajectory_class", f"class {klass} needs {TRAJECTORY_CLASSES[klass]} tool calls, got {calls}"
-    if klass == "no_result" and json.loads(body[1]["content"]).get("results"):
-        return "messages", "no_result trajectory's search found results"
-    last = msgs[-1]
+        bad = _check_tool_turn(tools, body[i], body[i + 1], i, timing)
+        if bad:
+            return i // 2, bad
+    return len(body) // 2, None
+
+# %% ../../nbs/release/11_trajectory.ipynb #8fb714f9
+def _check_answer(last: dict, p: dict, gt: dict) -> tuple[str, str] | None:
+    "The problem with the terminal assistant turn `last`, given the parsed prompt `p` and the ground truth, if any."
     if not (last.get("reasoning_content") or "").strip():
         return "messages", "terminal assistant turn has no reasoning_content"
     ans = parse_final_answer(last.get("content", ""))
@@ -407,9 +426,30 @@ def check_trajectory_row(ctx: ReleaseContext, tools: CategoryTools, row: dict, t
         return "messages", f"final answer names {ans['choice_id']}, outside the candidates"
     if ans != gt:
         return "messages", f"final answer {ans} differs from the ground truth {gt}"
-    return None, None
+    return None
 
+# %% ../../nbs/release/11_trajectory.ipynb #39804b67
+def check_trajectory_row(ctx: ReleaseContext, tools: CategoryTools, row: dict, timing: dict = None) -> tuple[str, str]:
+    "First problem of one trajectory row as `(field, message)`, re-executing every tool call; `(None, None)` when valid."
+    bad = _check_row_header(ctx, row)
+    if bad:
+        return bad
+    klass = row.get("trajectory_class")
+    msgs = [_clean(m) for m in row.get("messages") or []]
+    gt, p, bad = _check_prompt(ctx, row, msgs)
+    if bad:
+        return bad
+    body = msgs[2:-1]
+    calls, bad = _check_tool_turns(tools, body, timing)
+    if bad:
+        return bad
+    if calls != TRAJECTORY_CLASSES[klass]:
+        return "trajectory_class", f"class {klass} needs {TRAJECTORY_CLASSES[klass]} tool calls, got {calls}"
+    if klass == "no_result" and json.loads(body[1]["content"]).get("results"):
+        return "messages", "no_result trajectory's search found results"
+    return _check_answer(msgs[-1], p, gt) or (None, None)
 
+# %% ../../nbs/release/11_trajectory.ipynb #76094ec0
 def validate_trajectory_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True) -> dict:
     "Validate a trajectory release folder (tools re-executed); report body with `valid`."
     d = Path(dataset_dir)
@@ -462,10 +502,83 @@ def validate_trajectory_dataset(dataset_dir, ctx: ReleaseContext, progress: bool
         "_errors": errs,
     }
 
+# %% ../../nbs/release/11_trajectory.ipynb #49e5a165
+def _read_think_source(think_source: str, think_root) -> tuple[list, dict, list]:
+    "`(think files, entries by sample_id, audit entries)` of `--think-source`; no files for mock."
+    if think_source != "mock" and not think_source.startswith("file:"):
+        raise UserError("--think-source must be mock or file:PATH")
+    think_files = resolve_think_file(think_source, think_root) if think_source != "mock" else []
+    thinks, failed = load_think_file(think_files) if think_files else ({}, [])
+    return think_files, thinks, failed
 
-TRAJ_SCHEMA_CACHE = {}
+# %% ../../nbs/release/11_trajectory.ipynb #2ef03d1b
+def _filled_think(c: dict, e) -> tuple[tuple | None, dict | None]:
+    "`((think, tool_think), None)` from the think-file entry `e` of context `c`, or `(None, audit entry)`."
+    n = len(c["tool_think"])
+    if e is None:
+        return None, {"sample_id": c["sample_id"], "reason": "missing from the think source"}
+    think, tool_think, f, line = e
+    where = {"sample_id": c["sample_id"], "file": f, "line": line}
+    if not isinstance(think, str) or not think.strip():
+        return None, {**where, "reason": "empty or missing think"}
+    if not isinstance(tool_think, list) or len(tool_think) != n:
+        have = len(tool_think) if isinstance(tool_think, list) else "no"
+        return None, {**where, "reason": f"tool_think has {have} entries, the trajectory has {n} tool-call turns"}
+    if any(not isinstance(x, str) or not x.strip() for x in tool_think):
+        return None, {**where, "reason": "empty tool_think entry"}
+    return (think, tool_think), None
+
+# %% ../../nbs/release/11_trajectory.ipynb #fc4cd2ad
+def _write_trajectories(out: SplitWriter, contexts, thinks: dict | None, failed: list) -> set:
+    "Write each context's row with thoughts from `thinks` (mock ones when None); returns the sample ids it looked up."
+    used = set()
+    for _rec, c in contexts:
+        if thinks is None:
+            think, tool_think = mock_think(c)
+        else:
+            e = thinks.get(c["sample_id"])
+            if e is not None:
+                used.add(c["sample_id"])
+            got, problem = _filled_think(c, e)
+            if problem:
+                failed.append(problem)
+                continue
+            think, tool_think = got
+        out.write(c["split"], to_row(assemble(c, think, tool_think)))
+    return used
 
 
+def _extra_thinks(thinks: dict, used: set) -> list:
+    "Audit entries for the think-file lines no trajectory asked for."
+    return [
+        {"sample_id": sid, "file": f[2], "line": f[3], "reason": "extra sample_id: no such trajectory"}
+        for sid, f in thinks.items()
+        if sid not in used
+    ]
+
+# %% ../../nbs/release/11_trajectory.ipynb #acf5015d
+def _fail_think_source(failed: list, audit: Path, params: dict, inputs: list, dataset: str, think_source: str):
+    "Write the think-source audit to `audit` and stop, naming the first problem."
+    rep = make_report(
+        "trajectory-export",
+        params,
+        inputs,
+        dataset,
+        status="failed",
+        think_source=think_source,
+        count=len(failed),
+        failed=failed[:5000],
+    )
+    write_json(audit, rep)
+    e = failed[0]
+    raise UserError(
+        f"{len(failed)} think-source problem(s), first: {e['sample_id']}: {e['reason']} (all listed in {audit})",
+        e.get("file"),
+        e.get("line"),
+        "tool_think" if "tool_think" in e["reason"] else "sample_id",
+    )
+
+# %% ../../nbs/release/11_trajectory.ipynb #2f8035cc
 @requires(
     "dataset", "canonical", "registry", "corpus", "metadata_fields", "task_config", "grading_config", "output_dir"
 )
@@ -484,96 +597,22 @@ def trajectory_export(
     progress: bool = True,  # show a progress bar
 ):
     "Assemble contexts and thoughts, re-execute tools, validate and publish the trajectory parquet."
-    params = dict(
-        dataset=dataset,
-        canonical=canonical,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
-        think_source=think_source,
-        think_root=think_root,
-        output_dir=output_dir,
-        failed_audit=failed_audit,
-    )
-    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
-    if dataset != ctx.dataset:
-        raise UserError(
-            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
-        )
-    if think_source != "mock" and not think_source.startswith("file:"):
-        raise UserError("--think-source must be mock or file:PATH")
-    think_files = resolve_think_file(think_source, think_root) if think_source != "mock" else []
-    thinks, failed = load_think_file(think_files) if think_files else ({}, [])
+    params = {k: v for k, v in locals().items() if k != "progress"}  # every flag but progress
+    ctx = _load_context(dataset, registry, corpus, task_config, grading_config, metadata_fields)
+    think_files, thinks, failed = _read_think_source(think_source, think_root)
     failed_audit = Path(
         failed_audit or f"{output_dir.rstrip('/') if isinstance(output_dir, str) else output_dir}.failed.json"
     )
     tools = _tools_for(ctx)
     t0 = time.time()
-    used = set()
     with atomic_dir(output_dir) as d:
         out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)  # every split gets a file, empty ones too
         try:
-            for _rec, c in iter_contexts(ctx, tools, canonical, progress, "trajectory-export"):
-                n = len(c["tool_think"])
-                if think_files:
-                    e = thinks.get(c["sample_id"])
-                    if e is None:
-                        failed.append({"sample_id": c["sample_id"], "reason": "missing from the think source"})
-                        continue
-                    used.add(c["sample_id"])
-                    think, tool_think, f, line = e
-                    if not isinstance(think, str) or not think.strip():
-                        failed.append(
-                            {"sample_id": c["sample_id"], "file": f, "line": line, "reason": "empty or missing think"}
-                        )
-                        continue
-                    if not isinstance(tool_think, list) or len(tool_think) != n:
-                        failed.append(
-                            {
-                                "sample_id": c["sample_id"],
-                                "file": f,
-                                "line": line,
-                                "reason": f"tool_think has {len(tool_think) if isinstance(tool_think, list) else 'no'} entries, the trajectory has {n} tool-call turns",
-                            }
-                        )
-                        continue
-                    if any(not isinstance(x, str) or not x.strip() for x in tool_think):
-                        failed.append(
-                            {"sample_id": c["sample_id"], "file": f, "line": line, "reason": "empty tool_think entry"}
-                        )
-                        continue
-                else:
-                    think, tool_think = mock_think(c)
-                out.write(c["split"], to_row(assemble(c, think, tool_think)))
-            for sid in thinks:
-                if sid not in used:
-                    f = thinks[sid]
-                    failed.append(
-                        {"sample_id": sid, "file": f[2], "line": f[3], "reason": "extra sample_id: no such trajectory"}
-                    )
+            contexts = iter_contexts(ctx, tools, canonical, progress, "trajectory-export")
+            used = _write_trajectories(out, contexts, thinks if think_files else None, failed)
+            failed += _extra_thinks(thinks, used)
             if failed:
-                write_json(
-                    failed_audit,
-                    make_report(
-                        "trajectory-export",
-                        params,
-                        [canonical, *think_files],
-                        ctx.dataset,
-                        status="failed",
-                        think_source=think_source,
-                        count=len(failed),
-                        failed=failed[:5000],
-                    ),
-                )
-                e = failed[0]
-                raise UserError(
-                    f"{len(failed)} think-source problem(s), first: {e['sample_id']}: {e['reason']} (all listed in {failed_audit})",
-                    e.get("file"),
-                    e.get("line"),
-                    "tool_think" if "tool_think" in e["reason"] else "sample_id",
-                )
+                _fail_think_source(failed, failed_audit, params, [canonical, *think_files], ctx.dataset, think_source)
             if not sum(out.counts.values()):
                 raise UserError("no trajectories to export", canonical)
         finally:
@@ -601,13 +640,13 @@ def trajectory_export(
         write_json(d / "export_report.json", rep)
     return rep
 
-
+# %% ../../nbs/release/11_trajectory.ipynb #8edd9aea
 def release_think_source(release) -> tuple[str | None, Path]:
     "('file', 'mock', 'mixed' or None if unrecorded, the report it is read from) of a trajectory release or mixture."
     r, rep = release_report(release)
     return (r.get("think_source") if r.get("think_source") in ("file", "mock", "mixed") else None), rep
 
-
+# %% ../../nbs/release/11_trajectory.ipynb #c7c6238b
 @requires("dataset_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def trajectory_validate(
     dataset_dir: str = None,  # trajectory release folder
@@ -646,7 +685,7 @@ def trajectory_validate(
         errs.raise_first(report)
     return rep
 
-# %% ../../nbs/release/11_trajectory.ipynb #4ca5007f
+# %% ../../nbs/release/11_trajectory.ipynb #7d7ebf2d
 def _pcts(v) -> dict:
     if not v:
         return {"n": 0}
@@ -661,7 +700,61 @@ def _pcts(v) -> dict:
         "max": int(a.max()),
     }
 
+# %% ../../nbs/release/11_trajectory.ipynb #baddc6aa
+def _load_tokenizer(model: str | None):
+    "The tokenizer of the local folder `model` (None without one), refused without a chat template."
+    if not model:
+        return None
+    from transformers import AutoTokenizer
 
+    if not Path(model).is_dir():
+        raise UserError("--model must be a local folder", model)
+    try:
+        tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot load a tokenizer from {model}: {e}", model) from None
+    if not tok.chat_template:
+        raise UserError("the tokenizer has no chat template", model, None, "chat_template")
+    return tok
+
+# %% ../../nbs/release/11_trajectory.ipynb #72dd9935
+def _conversation_chars(msgs: list) -> int:
+    "Characters of the contents, thoughts and tool-call arguments of `msgs`."
+    return sum(
+        len(m.get("content") or "")
+        + len(m.get("reasoning_content") or "")
+        + sum(len(tc["function"]["arguments"]) for tc in m.get("tool_calls") or [])
+        for m in msgs
+    )
+
+
+def _token_count(tok, msgs: list, tools) -> int:
+    "Tokens of `msgs` rendered with `tools` by the tokenizer's chat template."
+    ids = tok.apply_chat_template(msgs, tools=_clean(tools), tokenize=True)
+    return len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+# %% ../../nbs/release/11_trajectory.ipynb #038e0450
+def _measure(dataset_dir, tok, progress: bool) -> tuple[dict, dict]:
+    "Characters and (with `tok`) tokens of every row, listed under split/class, split/all, all/class and all/all."
+    chars, toks = defaultdict(list), defaultdict(list)
+    for s in SPLITS:
+        path = Path(dataset_dir) / f"{s}.parquet"
+        if "trajectory_format" not in open_parquet(path).schema_arrow.names:
+            raise UserError("not a trajectory release", path, None, "trajectory_format")
+        rows = iter_parquet(path, columns=["trajectory_class", "messages", "tools"])
+        for _i, row in tqdm(rows, desc=f"stats {s}", disable=not progress, mininterval=1):
+            msgs = [_clean(m) for m in row["messages"]]
+            k = row["trajectory_class"]
+            keys = (f"{s}/{k}", f"{s}/all", f"all/{k}", "all/all")
+            for key in keys:
+                chars[key].append(_conversation_chars(msgs))
+            if tok is not None:
+                t = _token_count(tok, msgs, row["tools"])
+                for key in keys:
+                    toks[key].append(t)
+    return chars, toks
+
+# %% ../../nbs/release/11_trajectory.ipynb #68496421
 @requires("dataset_dir", "report")
 def trajectory_stats(
     dataset_dir: str = None,  # trajectory release folder
@@ -671,44 +764,8 @@ def trajectory_stats(
 ):
     "Character (and, with --model, token) statistics per split and class of a trajectory release."
     params = dict(dataset_dir=dataset_dir, report=report, model=model)
-    tok = None
-    if model:
-        from transformers import AutoTokenizer
-
-        if not Path(model).is_dir():
-            raise UserError("--model must be a local folder", model)
-        try:
-            tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot load a tokenizer from {model}: {e}", model) from None
-        if not tok.chat_template:
-            raise UserError("the tokenizer has no chat template", model, None, "chat_template")
-    chars, toks = defaultdict(list), defaultdict(list)
-    for s in SPLITS:
-        path = Path(dataset_dir) / f"{s}.parquet"
-        if "trajectory_format" not in open_parquet(path).schema_arrow.names:
-            raise UserError("not a trajectory release", path, None, "trajectory_format")
-        for _i, row in tqdm(
-            iter_parquet(path, columns=["trajectory_class", "messages", "tools"]),
-            desc=f"stats {s}",
-            disable=not progress,
-            mininterval=1,
-        ):
-            msgs = [_clean(m) for m in row["messages"]]
-            k = row["trajectory_class"]
-            n = sum(
-                len(m.get("content") or "")
-                + len(m.get("reasoning_content") or "")
-                + sum(len(tc["function"]["arguments"]) for tc in m.get("tool_calls") or [])
-                for m in msgs
-            )
-            for key in (f"{s}/{k}", f"{s}/all", f"all/{k}", "all/all"):
-                chars[key].append(n)
-            if tok is not None:
-                ids = tok.apply_chat_template(msgs, tools=_clean(row["tools"]), tokenize=True)
-                t = len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-                for key in (f"{s}/{k}", f"{s}/all", f"all/{k}", "all/all"):
-                    toks[key].append(t)
+    tok = _load_tokenizer(model)
+    chars, toks = _measure(dataset_dir, tok, progress)
     rep = make_report(
         "trajectory-stats",
         params,
