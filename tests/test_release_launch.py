@@ -36,15 +36,18 @@ def setup(tmp_path_factory):
     c = synthetic_chain(t, records=80)
     s, r, a = c.syn, c.run, c.assets
     g = s / "STANDARDS/shougang.grading.json"
-    rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", grading_config=g, progress=False, **a)
+    rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", progress=False, assets=a)
     shutil.copy(g, r / "grading.json")
     write_grading_manifest(r / "grading-manifest.json", {"shougang": "grading.json"})
     mixture(
-        "rl-cascade", [f"shougang={r}/rl-source"], r / "grading-manifest.json", output_dir=r / "rl", progress=False, **a
+        "rl-cascade",
+        [f"shougang={r}/rl-source"],
+        r / "grading-manifest.json",
+        output_dir=r / "rl",
+        progress=False,
+        assets=a,
     )
-    trajectory_export(
-        "shougang", r / "canonical/shougang/all.json", output_dir=r / "traj", grading_config=g, progress=False, **a
-    )
+    trajectory_export("shougang", r / "canonical/shougang/all.json", output_dir=r / "traj", progress=False, assets=a)
     rows = pq.read_table(r / "traj/train.parquet").to_pylist()
     tok = build_chat_tokenizer(
         [json.dumps([_clean(m) for m in x["messages"]], ensure_ascii=False) for x in rows] * 2, vocab_size=1500
@@ -65,7 +68,7 @@ def setup(tmp_path_factory):
 
 
 def tools_flags(a):
-    return ["--registry", a["registry"], "--corpus", a["corpus"], "--task-config", a["task_config"]]
+    return ["--registry", a.registry, "--corpus", a.corpus, "--task-config", a.task_config]
 
 
 @pytest.mark.verl

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.verl
 from omegaconf import OmegaConf
 
 import vtreetrm.release.reward as reward_mod
-from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS, write_grading_manifest
-from vtreetrm.release.canonical import synthetic_chain
+from vtreetrm.release.assets import write_grading_manifest
+from vtreetrm.release.canonical import SyntheticChain, synthetic_chain
 from vtreetrm.release.chat import build_chat_tokenizer
 from vtreetrm.release.mixture import mixture
 from vtreetrm.release.rl import rl_export
@@ -31,9 +31,8 @@ def releases(tmp_path_factory):
         run / "canonical/shougang/all.json",
         run / "rl-source",
         "shougang",
-        grading_config=s / "STANDARDS/shougang.grading.json",
         progress=False,
-        **a,
+        assets=a,
     )
     shutil.copy(s / "STANDARDS/shougang.grading.json", run / "grading.json")
     write_grading_manifest(run / "grading-manifest.json", {"shougang": "grading.json"})
@@ -43,7 +42,7 @@ def releases(tmp_path_factory):
         run / "grading-manifest.json",
         output_dir=run / "rl-cascade",
         progress=False,
-        **a,
+        assets=a,
     )
     texts = [m["content"] for row in pq.read_table(run / "rl-cascade/train.parquet").to_pylist() for m in row["prompt"]]
     return t, run, build_chat_tokenizer(texts * 3, vocab_size=1500)
@@ -106,15 +105,10 @@ def trajectories(releases):
     from vtreetrm.release.trajectory import trajectory_export
 
     t, run, _ = releases
-    s = t / "syn"
-    a = dict(
-        registry=s / "ASSETS/registries/shougang.registry.json",
-        corpus=s / "ASSETS/corpora/shougang.corpus.json",
-        metadata_fields=list(NATIVE_PROMPT_FIELDS),
-        task_config=s / "CFG/shougang.task.json",
-        grading_config=s / "STANDARDS/shougang.grading.json",
+    a = SyntheticChain(t / "syn", run).assets
+    trajectory_export(
+        "shougang", run / "canonical/shougang/all.json", output_dir=run / "traj", progress=False, assets=a
     )
-    trajectory_export("shougang", run / "canonical/shougang/all.json", output_dir=run / "traj", progress=False, **a)
     rows = pq.read_table(run / "traj/train.parquet").to_pylist()
     from vtreetrm.release.trajectory import _clean
 

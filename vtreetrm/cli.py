@@ -86,7 +86,9 @@ def _add_option(p, name: str, anno, default, help_: str, required: bool = False)
 def config_fields(cls) -> dict:
     "`{field: (type, default, comment)}` of a config dataclass, types resolved."
     hints = typing.get_type_hints(cls)
-    docs = docments(cls, full=True, returns=False)
+    docs = {}  # a field's comment is in the source of the class that declares it: walk the dataclass bases too
+    for c in reversed([c for c in cls.__mro__ if dataclasses.is_dataclass(c)]):
+        docs.update({k: v for k, v in docments(c, full=True, returns=False).items() if v.docment})
     out = {}
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -123,7 +125,7 @@ def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
             fields = config_fields(d.anno)
             g = p.add_argument_group(f"{d.anno.__name__}", (d.anno.__doc__ or "").strip())
             for fname, (anno, default, help_) in fields.items():
-                _add_option(g, fname, anno, default, help_)
+                _add_option(g, fname, anno, default, help_, required=fname in required)
             p.configs[name] = (d.anno, list(fields))
         else:
             _add_option(p, name, d.anno, d.default, d.docment or "", required=name in required)

@@ -15,7 +15,7 @@ import re
 import tempfile
 import unicodedata
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 
 from ..utils import UserError, path_component, provenance, read_json, sha256_file, write_json
@@ -25,7 +25,8 @@ __all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', '
            'Source', 'Target', 'Record', 'atomic_file', 'RecordWriter', 'write_records', 'iter_records', 'Category',
            'Registry', 'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig',
            'ReleaseContext', 'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report',
-           'load_grading_manifest', 'write_grading_manifest']
+           'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
+           'write_grading_manifest']
 
 # %% ../../nbs/release/00_assets.ipynb #518b3b7e
 FORMAL_DATASET = "shougang"
@@ -588,13 +589,21 @@ def requires(*names: str):
         @functools.wraps(f)
         def command(*args, **kwargs):
             given = sig.bind_partial(*args, **kwargs).arguments
-            required(**{n: given.get(n) for n in names})
+            required(**{n: _given(given, n) for n in names})
             return f(*args, **kwargs)
 
         command.required_flags = names  # read by vtreetrm.cli.command_parser
         return command
 
     return decorate
+
+
+def _given(given: dict, name: str):
+    "The value of parameter `name`, or of the field `name` of an options block (`ReleaseAssets`) among the arguments."
+    if name in given:
+        return given[name]
+    blocks = [v for v in given.values() if is_dataclass(v) and not isinstance(v, type)]
+    return next((getattr(b, name) for b in blocks if name in {f.name for f in fields(b)}), None)
 
 
 def cmdline(command: str, params: dict) -> list:
@@ -645,6 +654,51 @@ def make_report(command: str, params: dict, inputs: Iterable, dataset: str = Non
     rep = {**(dataset_note(dataset) if dataset else {}), **body}
     rep["provenance"] = provenance(params, [p for p in inputs if p], cmdline(command, params))
     return rep
+
+# %% ../../nbs/release/00_assets.ipynb #d6b58418
+@dataclass
+class ToolAssets:
+    "The files the category tools read."
+
+    registry: str = None  # leaf registry JSON
+    corpus: str = None  # corpus JSON (category descriptions)
+    task_config: str = None  # task config JSON
+
+    def flags(self) -> dict:
+        "The block as flat flag values, in the order of its fields (for reports and command lines)."
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def paths(self) -> list:
+        "The asset files the block names (inputs whose sha256 goes into a report)."
+        return [v for k, v in self.flags().items() if k != "metadata_fields" and v is not None]
+
+
+@dataclass
+class PromptAssets(ToolAssets):
+    "The tools' files and the metadata fields a prompt shows."
+
+    metadata_fields: list[str] = None  # prompt fields, exactly as in the task config
+
+    def context(self, grading: GradingConfig = None) -> ReleaseContext:
+        "Load and cross-check the assets (`ReleaseContext.load`) with `grading`, or the block's grading config."
+        return ReleaseContext.load(self.registry, self.corpus, self.task_config, getattr(self, "grading_config", None),
+                                   self.metadata_fields, grading_override=grading)  # fmt: skip
+
+
+@dataclass
+class ReleaseAssets(PromptAssets):
+    "Every asset flag of an export or validation: the tools' files, the prompt fields and the grading config."
+
+    grading_config: str = None  # grading config JSON
+
+
+def flat_params(params: dict, drop=("progress",)) -> dict:
+    "A command's parameters (its `locals()` on entry) as reports record them: options blocks spread into their flags."
+    out = {}
+    for k, v in params.items():
+        if k not in drop:
+            out.update(v.flags() if isinstance(v, ToolAssets) else {k: v})
+    return out
 
 # %% ../../nbs/release/00_assets.ipynb #210329f0
 def load_grading_manifest(path, datasets: Iterable) -> dict:

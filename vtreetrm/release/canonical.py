@@ -24,6 +24,7 @@ from vtreetrm.release.assets import (
     Record,
     RecordWriter,
     Registry,
+    ReleaseAssets,
     iter_records,
     make_report,
     requires,
@@ -309,13 +310,14 @@ class SyntheticChain:
         return self.syn / "STANDARDS" / f"{self.dataset}.grading.json"
 
     @property
-    def assets(self) -> dict:
-        "The asset flags of the export commands, as keyword arguments."
-        return dict(
+    def assets(self) -> ReleaseAssets:
+        "The asset flags of the export commands, as one options block."
+        return ReleaseAssets(
             registry=self.syn / "ASSETS/registries" / f"{self.dataset}.registry.json",
             corpus=self.syn / "ASSETS/corpora" / f"{self.dataset}.corpus.json",
-            metadata_fields=list(NATIVE_PROMPT_FIELDS),
             task_config=self.syn / "CFG" / f"{self.dataset}.task.json",
+            metadata_fields=list(NATIVE_PROMPT_FIELDS),
+            grading_config=self.grading_config,
         )
 
 # %% ../../nbs/release/03_canonical.ipynb #5dcc6a7c

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .assets import SPLITS, make_report, release_report, requires
+from .assets import SPLITS, ToolAssets, flat_params, make_report, release_report, requires
 from .parquet import open_parquet
 from .rollout import weights_identity
 from .tools import write_tool_config
@@ -635,9 +635,7 @@ def verl_rl(
     rollout_gate: str = None,  # the post-SFT rollout gate report of --sft-model (must have passed)
     audit: str = None,  # the prompt-conflict audit report of the release's canonical data (passed, 0 conflict keys)
     reference: str = None,  # reference model folder (its identity is recorded)
-    registry: str = None,  # leaf registry JSON (for the tools)
-    corpus: str = None,  # corpus JSON (for the tools)
-    task_config: str = None,  # task config JSON (for the tools)
+    assets: ToolAssets = None,  # --registry, --corpus, --task-config (for the tools)
     output_dir: str = None,  # launch folder: launch_report.json, config.yaml, command.sh, tools.yaml
     rollout_n: int = 4,  # samples per prompt (RLOO needs at least 2)
     train_batch_size: int = 32,  # data.train_batch_size
@@ -653,14 +651,14 @@ def verl_rl(
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
 ):
     "Gate and launch verl's PPO trainer with RLOO, our reward and our tools on an rl-cascade release."
-    params = dict(locals())
+    params = flat_params(locals(), drop=())
     loggers = _check_rl_flags(rollout_n, rollout_engine, logger, nnodes, gpus_per_node)
     gates = rl_gates(release, sft_model, rollout_gate, audit, reference)
     verl = check_verl()
     files = _release_files(release, "rl")
     _tokenizer(sft_model)
     out = Path(output_dir).resolve()
-    tools_yaml, tools = _rl_tools(out, registry, corpus, task_config)
+    tools_yaml, tools = _rl_tools(out, assets.registry, assets.corpus, assets.task_config)
     reward_py = Path(importlib.import_module("vtreetrm.release.reward").__file__).resolve()
     overrides = _rl_overrides(params, files, loggers, reward_py)
     cfg = compose_verl_config("ppo_trainer", overrides)

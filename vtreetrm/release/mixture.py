@@ -19,8 +19,9 @@ from tqdm.auto import tqdm
 
 from vtreetrm.release.assets import (
     SPLITS,
-    ReleaseContext,
+    PromptAssets,
     TaskConfig,
+    flat_params,
     load_grading_manifest,
     make_report,
     parse_named,
@@ -214,23 +215,20 @@ def mixture(
     family: typing.Literal["sft", "rl-cascade", "sft-trajectory"] = None,
     input: list[str] = None,  # NAME=DIR source releases (of the family's kind)
     grading_manifest: str = None,  # grading manifest JSON (path + sha256 per dataset)
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    task_config: str = None,  # task config JSON
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
+    assets: PromptAssets = None,  # --registry, --corpus, --task-config, --metadata-fields
     output_dir: str = None,  # standardized release folder to publish
     weights: list[str] = None,  # NAME=WEIGHT per source for train (default 1)
     seed: int = 0,  # reseeding seed for candidates
     progress: bool = True,  # show progress bars
 ) -> dict:
     "Materialize a standardized release from validated sources (families: sft, rl-cascade, sft-trajectory)."
-    params = dict(locals())
+    params = flat_params(locals(), drop=())
     fam = family_of(family)
     sources = parse_named(input, "--input")
     w = parse_weights(weights, sources)
-    task = TaskConfig.from_path(task_config)
+    task = TaskConfig.from_path(assets.task_config)
     grading = load_grading_manifest(grading_manifest, [task.dataset])[task.dataset]
-    ctx = ReleaseContext.load(registry, corpus, task_config, None, metadata_fields, grading_override=grading)
+    ctx = assets.context(grading)
     extra = fam.report(sources) if fam.report else {}
     t0 = time.time()
     with atomic_dir(output_dir) as d:
@@ -244,7 +242,7 @@ def mixture(
         rep = make_report(
             "mixture",
             {k: v for k, v in params.items() if k != "progress"},
-            [*inputs, grading_manifest, grading.path, registry, corpus, task_config],
+            [*inputs, grading_manifest, grading.path, *assets.paths()],
             ctx.dataset,
             status="ok",
             family=family,

@@ -9,6 +9,7 @@ import json
 import time
 from array import array
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ from tqdm.auto import tqdm
 
 from vtreetrm.release.assets import (
     SPLITS,
+    PromptAssets,
     Record,
+    ReleaseAssets,
     ReleaseContext,
     TaskConfig,
     iter_records,
@@ -136,11 +139,7 @@ def rl_export(
     canonical: str = None,  # canonical all.json (with embedded split)
     output_dir: str = None,  # RL source release folder to publish
     dataset: str = None,  # dataset name (must match the records and assets)
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
-    task_config: str = None,  # task config JSON
-    grading_config: str = None,  # grading config JSON
+    assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
     progress: bool = True,  # show a progress bar
 ):
     "Export the five-field RL source release (stage1 + stage2 row per record), validated before publication."
@@ -148,16 +147,12 @@ def rl_export(
         canonical=canonical,
         output_dir=output_dir,
         dataset=dataset,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
+        **assets.flags(),
     )
-    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
+    ctx = assets.context()
     if dataset != ctx.dataset:
         raise UserError(
-            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
+            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", assets.registry, None, "dataset"
         )
     t0 = time.time()
     with atomic_dir(output_dir) as d:
@@ -398,37 +393,29 @@ def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progres
 @requires("dataset_dir", "registry", "corpus", "task_config")
 def rl_validate_cascade(
     dataset_dir: str = None,  # rl-cascade release folder
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    task_config: str = None,  # task config JSON
+    assets: PromptAssets = None,  # --registry, --corpus, --task-config, --metadata-fields
     grading_manifest: str = None,  # grading manifest (path + sha256 per dataset; default: the release's copy)
-    metadata_fields: list[str] = None,  # prompt fields (default: the task config's)
     report: str = None,  # report JSON (default DATASET_DIR/validation.json)
     progress: bool = True,  # show a progress bar
 ):
     "Validate an rl-cascade release against the assets and the grading manifest; exit 2 when invalid."
     params = dict(
         dataset_dir=dataset_dir,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
+        **assets.flags(),
         grading_manifest=grading_manifest,
-        metadata_fields=metadata_fields,
         report=report,
     )
     manifest = grading_manifest or Path(dataset_dir) / "grading" / "grading-manifest.json"
-    task = TaskConfig.from_path(task_config)
+    task = TaskConfig.from_path(assets.task_config)
     grading = load_grading_manifest(manifest, [task.dataset])[task.dataset]
-    ctx = ReleaseContext.load(
-        registry, corpus, task_config, None, metadata_fields or list(task.metadata_fields), grading_override=grading
-    )
+    ctx = replace(assets, metadata_fields=assets.metadata_fields or list(task.metadata_fields)).context(grading)
     report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_rl_release(dataset_dir, ctx, cascade=True, progress=progress)
     errs = body.pop("_errors")
     rep = make_report(
         "rl-validate-cascade",
         params,
-        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), registry, corpus, task_config, manifest, grading.path],
+        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *assets.paths(), manifest, grading.path],
         ctx.dataset,
         status="passed" if body["valid"] else "failed",
         **body,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .assets import make_report, required, requires
+from .assets import ToolAssets, make_report, required, requires
 from .parquet import iter_parquet
 from .reward import compute_score, parse_final_answer
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
@@ -272,9 +272,7 @@ def rollout_gate(
     release: str = None,  # rl-cascade release the episodes come from
     n: int = 64,  # episodes (the denominator)
     split: str = "val",  # release split to draw from
-    registry: str = None,  # leaf registry JSON (tools)
-    corpus: str = None,  # corpus JSON (tools)
-    task_config: str = None,  # task config JSON (tools)
+    assets: ToolAssets = None,  # --registry, --corpus, --task-config (for the tools)
     from_dump: str = None,  # score this rollout dump JSONL instead (lines with response and ground_truth)
     model_sha256: str = None,  # with --from-dump and no --model: the identity of the model that produced the dump (`weights_identity`: config.json + weights)
     reference: str = None,  # reference model folder, recorded by identity
@@ -297,9 +295,7 @@ def rollout_gate(
         release=release,
         n=n,
         split=split,
-        registry=registry,
-        corpus=corpus,
-        task_config=task_config,
+        **(assets or ToolAssets()).flags(),  # a dump is scored without the tools
         from_dump=from_dump,
         reference=reference,
         report=report,

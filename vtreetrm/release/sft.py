@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .assets import SPLITS, Record, ReleaseContext, iter_records, make_report, requires
+from .assets import SPLITS, Record, ReleaseAssets, ReleaseContext, iter_records, make_report, requires
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
     candidates_for,
@@ -96,24 +96,16 @@ def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
 def sft_export(
     canonical: str = None,  # canonical all.json (with embedded split)
     output_dir: str = None,  # release folder to publish (train/val/test.parquet + export_report.json)
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON (category descriptions)
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
-    task_config: str = None,  # task config JSON
-    grading_config: str = None,  # grading config JSON
+    assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
     progress: bool = True,  # show a progress bar
 ):
     "Export the legacy stage1/stage2 SFT release (three messages per row), validated before publication."
     params = dict(
         canonical=canonical,
         output_dir=output_dir,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
+        **assets.flags(),
     )
-    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
+    ctx = assets.context()
     t0 = time.time()
     with atomic_dir(output_dir) as d:
         w = SplitWriter(d, SFT_SCHEMA)
@@ -421,25 +413,17 @@ def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True
 @requires("dataset_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_validate(
     dataset_dir: str = None,  # legacy release folder (train/val/test.parquet)
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
-    task_config: str = None,  # task config JSON
-    grading_config: str = None,  # grading config JSON
+    assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
     report: str = None,  # validation report JSON to write (default DATASET_DIR/validation.json)
     progress: bool = True,  # show a progress bar
 ):
     "Validate a legacy stage1/stage2 SFT release; writes the report; exit 2 when invalid."
     params = dict(
         dataset_dir=dataset_dir,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
+        **assets.flags(),
         report=report,
     )
-    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
+    ctx = assets.context()
     report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_sft_dataset(dataset_dir, ctx, progress)
     errs = body.pop("_errors")

@@ -17,7 +17,9 @@ from tqdm.auto import tqdm
 from vtreetrm.release.assets import (
     SPLITS,
     Record,
+    ReleaseAssets,
     ReleaseContext,
+    flat_params,
     iter_records,
     make_report,
     release_report,
@@ -114,12 +116,12 @@ def _tools_for(ctx):
     return CategoryTools(ctx.registry, ctx.corpus, ctx.task)
 
 # %% ../../nbs/release/11_trajectory.ipynb #6c32067f
-def _load_context(dataset, registry, corpus, task_config, grading_config, metadata_fields) -> ReleaseContext:
+def _load_context(dataset, assets: ReleaseAssets) -> ReleaseContext:
     "The release assets, refused when they are for another dataset than `dataset`."
-    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
+    ctx = assets.context()
     if dataset != ctx.dataset:
         raise UserError(
-            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", registry, None, "dataset"
+            f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", assets.registry, None, "dataset"
         )
     return ctx
 
@@ -152,20 +154,16 @@ def _write_shards(d: Path, contexts, shard_size: int) -> tuple[dict, Counter]:
 def trajectory_collect(
     dataset: str = None,  # dataset name (must match the records and assets)
     canonical: str = None,  # canonical all.json (with embedded split)
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
-    task_config: str = None,  # task config JSON
-    grading_config: str = None,  # grading config JSON
+    assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
     collect_dir: str = None,  # folder to publish the think-<split>-NNN.jsonl shards into
     shard_size: int = 64,  # lines per shard
     progress: bool = True,  # show a progress bar
 ):
     "Write think-free JSONL context shards and collect_report.json (no parquet)."
-    params = {k: v for k, v in locals().items() if k != "progress"}  # every flag but progress
+    params = flat_params(locals())  # every flag but progress
     if shard_size < 1:
         raise UserError("--shard-size must be at least 1")
-    ctx = _load_context(dataset, registry, corpus, task_config, grading_config, metadata_fields)
+    ctx = _load_context(dataset, assets)
     tools = _tools_for(ctx)
     t0 = time.time()
     with atomic_dir(collect_dir) as d:
@@ -585,11 +583,7 @@ def _fail_think_source(failed: list, audit: Path, params: dict, inputs: list, da
 def trajectory_export(
     dataset: str = None,  # dataset name
     canonical: str = None,  # canonical all.json (with embedded split)
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
-    task_config: str = None,  # task config JSON
-    grading_config: str = None,  # grading config JSON
+    assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
     think_source: str = "mock",  # mock, or file:PATH (filled JSONL file or folder of shards)
     think_root: str = ".",  # folder a file: think source must stay inside
     output_dir: str = None,  # trajectory release folder to publish
@@ -597,8 +591,8 @@ def trajectory_export(
     progress: bool = True,  # show a progress bar
 ):
     "Assemble contexts and thoughts, re-execute tools, validate and publish the trajectory parquet."
-    params = {k: v for k, v in locals().items() if k != "progress"}  # every flag but progress
-    ctx = _load_context(dataset, registry, corpus, task_config, grading_config, metadata_fields)
+    params = flat_params(locals())  # every flag but progress
+    ctx = _load_context(dataset, assets)
     think_files, thinks, failed = _read_think_source(think_source, think_root)
     failed_audit = Path(
         failed_audit or f"{output_dir.rstrip('/') if isinstance(output_dir, str) else output_dir}.failed.json"
@@ -650,25 +644,17 @@ def release_think_source(release) -> tuple[str | None, Path]:
 @requires("dataset_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def trajectory_validate(
     dataset_dir: str = None,  # trajectory release folder
-    registry: str = None,  # leaf registry JSON
-    corpus: str = None,  # corpus JSON
-    metadata_fields: list[str] = None,  # prompt fields, exactly as in the task config
-    task_config: str = None,  # task config JSON
-    grading_config: str = None,  # grading config JSON
+    assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
     report: str = None,  # report JSON (default DATASET_DIR/validation.json)
     progress: bool = True,  # show a progress bar
 ):
     "Standalone trajectory validator (tools re-executed); writes the report; exit 2 when invalid."
     params = dict(
         dataset_dir=dataset_dir,
-        registry=registry,
-        corpus=corpus,
-        metadata_fields=metadata_fields,
-        task_config=task_config,
-        grading_config=grading_config,
+        **assets.flags(),
         report=report,
     )
-    ctx = ReleaseContext.load(registry, corpus, task_config, grading_config, metadata_fields)
+    ctx = assets.context()
     report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_trajectory_dataset(dataset_dir, ctx, progress)
     errs = body.pop("_errors")
