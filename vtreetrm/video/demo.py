@@ -47,7 +47,74 @@ def demo_runs(quick: bool = False) -> list[dict]:
     ]
     return runs
 
+# %% ../../nbs/video/07_demo.ipynb #ddb39ea0
+def _demo_data(out: Path, quick: bool, progress: bool) -> dict:
+    "{'default' | 'small': the synthetic data folder}, each rendered once (kept across reruns) if a demo run reads it."
+    scales = {"default": "tiny" if quick else "default", "small": "tiny" if quick else "small"}
+    dirs = {"default": out / "data", "small": out / "data_small"}
+    for k in ("default", "small"):
+        if not (dirs[k] / "report.json").is_file() and any(r["data"] == k for r in demo_runs(quick)):
+            make_synthetic(dirs[k], SyntheticConfig(**SCALES[scales[k]]), overwrite=dirs[k].exists(), progress=progress)
+    return dirs
 
+
+def _demo_phase1(dirs: dict, p1: Path, cache: Path, quick: bool, progress: bool):
+    "The joint Phase-1 on both default datasets, unless it finished before (resumed if it was interrupted)."
+    if not (p1 / "metrics.json").is_file():
+        train_phase1(
+            [dirs["default"] / "lote", dirs["default"] / "mammalnet"],
+            p1,
+            cache,
+            train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
+            progress=progress,
+            resume=(p1 / "last").is_dir(),
+        )
+
+# %% ../../nbs/video/07_demo.ipynb #3554a6df
+def _summary_row(run_dir: Path, ds: str, evaluated: str, data: Path, r: dict) -> dict:
+    "summary.json's row of a run folder: where it was trained and evaluated, its overrides and its scores."
+    m = read_json(run_dir / "metrics.json")
+    return {
+        "run": run_dir.name,
+        "train_dataset": ds,
+        "dataset": evaluated,
+        "data": data.name,
+        **r,
+        "top1": m["top1_accuracy_single_label"],
+        "macro_f1": m["macro_f1"],
+        "chance_top1": m.get("chance_top1"),
+        "majority_top1": m.get("majority_top1"),
+        "run_dir": str(run_dir),
+    }
+
+# %% ../../nbs/video/07_demo.ipynb #af4ee08a
+def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int, progress: bool) -> list:
+    "Train (or resume, or skip when done) one Phase-2 run of `demo_runs`, its ladder and cross-dataset predictions; its rows."
+    r = dict(r)
+    name, data, ds, cross = r.pop("name"), dirs[r.pop("data")], r.pop("dataset"), r.pop("cross_to", None)
+    with_ladder = r.pop("ladder", False)
+    if epochs:
+        r["epochs"] = epochs
+    cfg = Phase2Config(**r)
+    run_dir = out / "runs" / name
+    if not (run_dir / "metrics.json").is_file():
+        train_phase2(
+            data / ds, run_dir, cfg, cache, phase1=p1 / "best", progress=progress, resume=(run_dir / "last").is_dir()
+        )
+    if with_ladder and not (run_dir / "ladder.json").is_file():  # where the headline loses accuracy, for the report
+        write_json(
+            run_dir / "ladder.json",
+            ladder(data / ds, cache, phase1=p1 / "best", phase2=run_dir / "best", progress=progress),
+        )
+    rows = [_summary_row(run_dir, ds, ds, data, r)]
+    if cross:
+        xdir = out / "runs" / f"{name}_to_{cross}"
+        if not (xdir / "metrics.json").is_file():
+            predict(run_dir / "best", data / cross, xdir, "test", cache, progress=progress)
+        rows.append(_summary_row(xdir, ds, cross, data, r))
+    return rows
+
+# %% ../../nbs/video/07_demo.ipynb #f88d8bf7
 def run_video_demo(
     out_dir: str | Path = "papermill_runs/video_demo",  # where data, cache and runs go
     quick: bool = False,  # tiny data and few epochs (a smoke test)
@@ -60,68 +127,10 @@ def run_video_demo(
     out = Path(out_dir)
     if threads:
         torch.set_num_threads(threads)
-    cache = out / "cache"
-    scales = {"default": "tiny" if quick else "default", "small": "tiny" if quick else "small"}
-    dirs = {"default": out / "data", "small": out / "data_small"}
-    for k in ("default", "small"):
-        if not (dirs[k] / "report.json").is_file() and any(r["data"] == k for r in demo_runs(quick)):
-            make_synthetic(dirs[k], SyntheticConfig(**SCALES[scales[k]]), overwrite=dirs[k].exists(), progress=progress)
-    p1 = out / "runs" / "phase1_joint"
-    if not (p1 / "metrics.json").is_file():
-        train_phase1(
-            [dirs["default"] / "lote", dirs["default"] / "mammalnet"],
-            p1,
-            cache,
-            train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
-            progress=progress,
-            resume=(p1 / "last").is_dir(),
-        )
-    rows = []
-
-    def row(run_dir, ds, evaluated, data, r):
-        m = read_json(run_dir / "metrics.json")
-        return {
-            "run": run_dir.name,
-            "train_dataset": ds,
-            "dataset": evaluated,
-            "data": data.name,
-            **r,
-            "top1": m["top1_accuracy_single_label"],
-            "macro_f1": m["macro_f1"],
-            "chance_top1": m.get("chance_top1"),
-            "majority_top1": m.get("majority_top1"),
-            "run_dir": str(run_dir),
-        }
-
-    for r in demo_runs(quick):
-        r = dict(r)
-        name, data, ds, cross = r.pop("name"), dirs[r.pop("data")], r.pop("dataset"), r.pop("cross_to", None)
-        with_ladder = r.pop("ladder", False)
-        if epochs:
-            r["epochs"] = epochs
-        cfg = Phase2Config(**r)
-        run_dir = out / "runs" / name
-        if not (run_dir / "metrics.json").is_file():
-            train_phase2(
-                data / ds,
-                run_dir,
-                cfg,
-                cache,
-                phase1=p1 / "best",
-                progress=progress,
-                resume=(run_dir / "last").is_dir(),
-            )
-        if with_ladder and not (run_dir / "ladder.json").is_file():  # where the headline loses accuracy, for the report
-            write_json(
-                run_dir / "ladder.json",
-                ladder(data / ds, cache, phase1=p1 / "best", phase2=run_dir / "best", progress=progress),
-            )
-        rows.append(row(run_dir, ds, ds, data, r))
-        if cross:
-            xdir = out / "runs" / f"{name}_to_{cross}"
-            if not (xdir / "metrics.json").is_file():
-                predict(run_dir / "best", data / cross, xdir, "test", cache, progress=progress)
-            rows.append(row(xdir, ds, cross, data, r))
+    cache, p1 = out / "cache", out / "runs" / "phase1_joint"
+    dirs = _demo_data(out, quick, progress)
+    _demo_phase1(dirs, p1, cache, quick, progress)
+    rows = [row for r in demo_runs(quick) for row in _demo_run(r, out, dirs, cache, p1, epochs, progress)]
     summary = {"rows": rows, "phase1": str(p1 / "best"), "seconds": round(time.time() - t0, 1), "quick": quick}
     write_json(out / "summary.json", summary)
     return summary

@@ -67,7 +67,20 @@ def _text(v, where, what, required=False):
         raise UserError(f"expected text, got {v!r:.40}", *where, what)
     return v.strip()
 
+# %% ../../nbs/video/00a_import.ipynb #ee9f2a1a
+def _subset(sub, vid, path) -> str | None:
+    "Our split for an ActivityNet subset (None when the video states none)."
+    split = SUBSETS.get(str(sub).lower()) if sub is not None else None
+    if sub is not None and split is None:
+        raise UserError(
+            f"video {vid!r}: unknown subset {sub!r} (training, validation, testing)",
+            path,
+            None,
+            f"database.{vid}.subset",
+        )
+    return split
 
+# %% ../../nbs/video/00a_import.ipynb #f077f116
 def read_activitynet(path: Path) -> list:
     "Segments of an ActivityNet-layout JSON file."
     data = read_json(path)
@@ -82,15 +95,7 @@ def read_activitynet(path: Path) -> list:
         anns = e.get("annotations")
         if not isinstance(anns, list):
             raise UserError(f"video {vid!r}: expected a list of annotations", path, None, f"database.{vid}.annotations")
-        sub = e.get("subset")
-        split = SUBSETS.get(str(sub).lower()) if sub is not None else None
-        if sub is not None and split is None:
-            raise UserError(
-                f"video {vid!r}: unknown subset {sub!r} (training, validation, testing)",
-                path,
-                None,
-                f"database.{vid}.subset",
-            )
+        split = _subset(e.get("subset"), vid, path)
         for k, a in enumerate(anns):
             f = f"database.{vid}.annotations[{k}]"
             if not isinstance(a, dict):
@@ -112,7 +117,7 @@ def read_activitynet(path: Path) -> list:
             )
     return out
 
-
+# %% ../../nbs/video/00a_import.ipynb #909e7ae5
 CSV_REQUIRED = ("video", "start", "end", "label")
 
 
@@ -150,7 +155,7 @@ def read_csv(path: Path) -> list:
         )
     return out
 
-
+# %% ../../nbs/video/00a_import.ipynb #26ee9fc7
 def read_annotations(path: str | Path, fmt: str) -> list:
     "Segments of an annotation file in `fmt`."
     path = Path(path)
@@ -187,7 +192,7 @@ def probe_duration(path: Path, video_id: str, where) -> float:
         raise UserError(f"video {video_id!r}: {path} states no duration", *where[:2], "video")
     return d
 
-
+# %% ../../nbs/video/00a_import.ipynb #8ac97259
 def read_split_file(path) -> dict:
     "`{video_id: split}` from JSON `{video_id: split}` or `{split: [video ids]}`."
     data = read_json(path)
@@ -207,12 +212,26 @@ def read_split_file(path) -> dict:
         raise UserError(f"video {k!r}: unknown split {bad[k]!r}", path, None, k)
     return {str(k): SUBSETS[str(v).lower()] for k, v in data.items()}
 
-# %% ../../nbs/video/00a_import.ipynb #a1b2c311
+# %% ../../nbs/video/00a_import.ipynb #f5141d4c
 def _where(s: Segment) -> str:
     f, line, fld = (list(s.where) + [None, None, None])[:3]
     return f"{f}" + (f":{line}" if line else "") + (f" ({fld})" if fld else "")
 
 
+def _merge(r: dict, s: Segment, bad):
+    "Add segment `s` to the row `r` of its span: its label, and species/environment where they agree."
+    for k in ("species", "environment"):
+        if getattr(s, k) and r[k] and getattr(s, k) != r[k]:
+            bad(
+                s,
+                k,
+                f"video {s.video_id!r}: segment [{s.start:g}, {s.end:g}] has {k} {r[k]!r} and {getattr(s, k)!r}",
+            )
+        r[k] = r[k] or getattr(s, k)
+    if s.label not in r["labels"]:
+        r["labels"].append(s.label)
+
+# %% ../../nbs/video/00a_import.ipynb #c9bbdfe1
 def _group(segs: list, mapping: dict, splits: dict, bad) -> list:
     "One row per (video, start, end): labels merged in order; species/environment/split must agree within a row."
     rows, seen_split = {}, {}
@@ -246,19 +265,104 @@ def _group(segs: list, mapping: dict, splits: dict, bad) -> list:
                 where=s,
             )
             continue
-        for k in ("species", "environment"):
-            if getattr(s, k) and r[k] and getattr(s, k) != r[k]:
-                bad(
-                    s,
-                    k,
-                    f"video {s.video_id!r}: segment [{s.start:g}, {s.end:g}] has {k} {r[k]!r} and {getattr(s, k)!r}",
-                )
-            r[k] = r[k] or getattr(s, k)
-        if s.label not in r["labels"]:
-            r["labels"].append(s.label)
+        _merge(r, s, bad)
     return list(rows.values())
 
+# %% ../../nbs/video/00a_import.ipynb #08d624ff
+def _label_mapping(label_map, fmt: str, segs: list) -> dict:
+    "--label-map if given, else the seed's table of `fmt`, else every label as itself."
+    if label_map:
+        return load_label_mapping(label_map)
+    if fmt in LABEL_MAPS:
+        return LABEL_MAPS[fmt]
+    return {l: l for l in dict.fromkeys(s.label for s in segs)}
 
+
+def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
+    "Check one grouped row against its video (found and probed once per video) and the ids so far; fills in its id."
+    files, durations, ids = seen
+    if vid not in files:
+        f = find_video(videos, vid, s.where)
+        durations[vid] = probe_duration(f, vid, s.where)
+        files[vid] = f
+    if r["end"] > durations[vid] + 1e-3:
+        raise UserError(
+            f"video {vid!r}: segment [{r['start']:g}, {r['end']:g}] ends after the video ({durations[vid]:.3f} s)",
+            *s.where[:2],
+            s.where[2] or "end",
+        )
+    r["id"] = r["id"] or f"{vid}@{r['start']:.3f}-{r['end']:.3f}"
+    if r["id"] in ids:
+        raise UserError(
+            f"video {vid!r}: duplicate segment id {r['id']!r} (first at {ids[r['id']]})", *s.where[:2], "id"
+        )
+    ids[r["id"]] = _where(s)
+
+# %% ../../nbs/video/00a_import.ipynb #908df0e5
+def _manifest(rows: list, videos: Path, skip_bad: bool, skipped: list) -> list:
+    "manifest.jsonl rows of the grouped rows; a bad row fails the import or, with --skip-bad, is listed in `skipped`."
+    seen, manifest = ({}, {}, {}), []
+    for r in rows:
+        s = r.pop("where")
+        try:
+            vid = r.pop("video_id")
+            _check_row(r, s, vid, videos, seen)
+        except UserError as e:
+            if not skip_bad:
+                raise UserError(f"{e.msg} (or pass --skip-bad to leave it out)", e.path, e.line, e.field) from None
+            skipped.append({"where": _where(s), "video": vid, "field": e.field, "reason": e.msg})
+            continue
+        manifest.append(
+            {
+                "id": r["id"],
+                "video": str(seen[0][vid].resolve()),
+                "start": r["start"],
+                "end": r["end"],
+                "labels": r["labels"],
+                "species": r["species"],
+                "environment": r["environment"],
+                "split": r["split"],
+            }
+        )
+    return manifest
+
+# %% ../../nbs/video/00a_import.ipynb #0a6c7bc0
+def _import_report(fmt: str, annotations: Path, segs: list, manifest: list, skipped: list) -> dict:
+    "import_report.json: what was read, what was kept, what was left out and why."
+    return {
+        "format": fmt,
+        "annotations": str(annotations),
+        "segments_read": len(segs),
+        "rows": len(manifest),
+        "multi_label_rows": sum(len(m["labels"]) > 1 for m in manifest),
+        "videos": len({m["video"] for m in manifest}),
+        "splits": {sp: sum(m["split"] == sp for m in manifest) for sp in SPLITS},
+        "skipped": skipped,
+    }
+
+# %% ../../nbs/video/00a_import.ipynb #0382d8e3
+def _provenance_args(annotations: Path, fmt, videos: Path, out: Path, label_map, split_file, skip_bad) -> tuple:
+    "(the command's parameters, the input files whose sha256 it records) for provenance.json."
+    params = {
+        "annotations": str(annotations),
+        "format": fmt,
+        "videos": str(videos),
+        "out": str(out),
+        "label_map": str(label_map) if label_map else None,
+        "split_file": str(split_file) if split_file else None,
+        "skip_bad": skip_bad,
+    }
+    return params, [annotations] + ([label_map] if label_map else []) + ([split_file] if split_file else [])
+
+
+def _publish(out: Path, name: str, mapping: dict, manifest: list, report: dict, params: dict, inputs: list):
+    "The dataset folder, whole or not at all: it is published only if `load_dataset` reads it back."
+    with atomic_dir(out, validate=lambda d: load_dataset(d)) as tmp:
+        write_dataset_files(tmp, name, mapping, manifest)  # checks the mapping
+        write_json(tmp / "import_report.json", report)
+        write_json(tmp / "provenance.json", provenance(params, inputs))
+
+# %% ../../nbs/video/00a_import.ipynb #c46aacbc
 def import_annotations(
     annotations: str | Path,  # annotation file
     fmt: str,  # one of FORMATS
@@ -277,12 +381,7 @@ def import_annotations(
     segs = read_annotations(annotations, fmt)
     if not segs:
         raise UserError("the annotation file holds no segments", annotations)
-    if label_map:
-        mapping = load_label_mapping(label_map)
-    elif fmt in LABEL_MAPS:
-        mapping = LABEL_MAPS[fmt]
-    else:
-        mapping = {l: l for l in dict.fromkeys(s.label for s in segs)}
+    mapping = _label_mapping(label_map, fmt, segs)
     splits = read_split_file(split_file) if split_file else {}
     skipped = []
 
@@ -291,73 +390,10 @@ def import_annotations(
             raise UserError(msg + " (or pass --skip-bad to leave it out)", s.where[0], s.where[1], s.where[2] or fld)
         skipped.append({"where": _where(s), "video": s.video_id, "field": fld, "reason": msg})
 
-    rows, files, durations, ids, manifest = _group(segs, mapping, splits, bad), {}, {}, {}, []
-    for r in rows:
-        s = r.pop("where")
-        try:
-            vid = r.pop("video_id")
-            if vid not in files:
-                f = find_video(videos, vid, s.where)
-                durations[vid] = probe_duration(f, vid, s.where)
-                files[vid] = f
-            if r["end"] > durations[vid] + 1e-3:
-                raise UserError(
-                    f"video {vid!r}: segment [{r['start']:g}, {r['end']:g}] ends after the video ({durations[vid]:.3f} s)",
-                    *s.where[:2],
-                    s.where[2] or "end",
-                )
-            r["id"] = r["id"] or f"{vid}@{r['start']:.3f}-{r['end']:.3f}"
-            if r["id"] in ids:
-                raise UserError(
-                    f"video {vid!r}: duplicate segment id {r['id']!r} (first at {ids[r['id']]})", *s.where[:2], "id"
-                )
-            ids[r["id"]] = _where(s)
-        except UserError as e:
-            if not skip_bad:
-                raise UserError(f"{e.msg} (or pass --skip-bad to leave it out)", e.path, e.line, e.field) from None
-            skipped.append({"where": _where(s), "video": vid, "field": e.field, "reason": e.msg})
-            continue
-        manifest.append(
-            {
-                "id": r["id"],
-                "video": str(files[vid].resolve()),
-                "start": r["start"],
-                "end": r["end"],
-                "labels": r["labels"],
-                "species": r["species"],
-                "environment": r["environment"],
-                "split": r["split"],
-            }
-        )
+    manifest = _manifest(_group(segs, mapping, splits, bad), videos, skip_bad, skipped)
     if not manifest:
         raise UserError("no usable segment is left", annotations)
-    name = name or out.name
-    report = {
-        "format": fmt,
-        "annotations": str(annotations),
-        "segments_read": len(segs),
-        "rows": len(manifest),
-        "multi_label_rows": sum(len(m["labels"]) > 1 for m in manifest),
-        "videos": len({m["video"] for m in manifest}),
-        "splits": {sp: sum(m["split"] == sp for m in manifest) for sp in SPLITS},
-        "skipped": skipped,
-    }
-    with atomic_dir(out, validate=lambda d: load_dataset(d)) as tmp:
-        write_dataset_files(tmp, name, mapping, manifest)  # checks the mapping
-        write_json(tmp / "import_report.json", report)
-        write_json(
-            tmp / "provenance.json",
-            provenance(
-                {
-                    "annotations": str(annotations),
-                    "format": fmt,
-                    "videos": str(videos),
-                    "out": str(out),
-                    "label_map": str(label_map) if label_map else None,
-                    "split_file": str(split_file) if split_file else None,
-                    "skip_bad": skip_bad,
-                },
-                [annotations] + ([label_map] if label_map else []) + ([split_file] if split_file else []),
-            ),
-        )
+    report = _import_report(fmt, annotations, segs, manifest, skipped)
+    params, inputs = _provenance_args(annotations, fmt, videos, out, label_map, split_file, skip_bad)
+    _publish(out, name or out.name, mapping, manifest, report, params, inputs)
     return report

@@ -103,7 +103,7 @@ class Phase1Config:
         if not 0 <= self.dropout < 1:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
 
-
+# %% ../../nbs/video/03_phase1.ipynb #26d81c46
 @dataclass
 class Phase1Output:
     tokens: torch.Tensor  # (B, 3 + T, width): branch tokens, then one token per frame
@@ -188,7 +188,7 @@ def label_matrix(groups: list) -> torch.Tensor:
     "(B, B) bool: True where two items share a label; `groups` holds one set of labels per item."
     return torch.tensor([[bool(a & b) for b in groups] for a in groups])
 
-# %% ../../nbs/video/03_phase1.ipynb #ff721b7d
+# %% ../../nbs/video/03_phase1.ipynb #48a633ad
 @dataclass
 class Phase1TrainConfig:
     "Training knobs of Phase-1."
@@ -216,7 +216,7 @@ def _groups(clips):
         "environment": [{c.environment} if c.environment else set() for c in clips],
     }
 
-
+# %% ../../nbs/video/03_phase1.ipynb #7aec1e0a
 def _phase1_loss(model, feats, groups, idx, tau):
     out, cfg = model(feats[idx]), model.cfg
     losses = {}
@@ -236,7 +236,7 @@ def _phase1_loss(model, feats, groups, idx, tau):
         losses[b] = l
     return sum(losses.values()) / len(losses), losses
 
-
+# %% ../../nbs/video/03_phase1.ipynb #ca8f9638
 def load_phase1(path: str | Path, feature_shape: tuple = None) -> Phase1Encoder:
     "A frozen `Phase1Encoder` from a Phase-1 checkpoint folder, checked against `feature_shape` (T, P, D)."
     path = Path(path)
@@ -261,7 +261,155 @@ def load_phase1(path: str | Path, feature_shape: tuple = None) -> Phase1Encoder:
         ) from None
     return m.requires_grad_(False).eval()
 
+# %% ../../nbs/video/03_phase1.ipynb #f7a74803
+def _seed_everything(seed: int):
+    "Seed torch, `random` and numpy."
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
 
+
+def _load_all_features(datasets: list, cache: FeatureCache, skip_bad: bool, progress: bool) -> tuple:
+    "(datasets, clips, features (N, T, P, D), {dataset name: cache report}) of every dataset folder, in order."
+    dss = [load_dataset(d, skip_bad=skip_bad) for d in datasets]
+    clips, feats, reports = [], [], {}
+    for ds in dss:
+        c, f, r = dataset_features(ds, cache, skip_bad, progress)
+        clips += c
+        feats.append(f)
+        reports[ds.name] = r
+    return dss, clips, torch.cat(feats), reports
+
+
+def _fitted_config(model_cfg: Phase1Config, feats: torch.Tensor, clips: list) -> Phase1Config:
+    "`model_cfg` (default sizes if None) with the shape of `feats` and the train clips' label names per branch."
+    T, P, D = feats.shape[1:]
+    cfg = model_cfg or Phase1Config()
+    groups0 = _groups([c for c in clips if c.split == "train"])
+    classes = {b: sorted(set().union(*groups0[b])) if groups0[b] else [] for b in BRANCHES}
+    return Phase1Config(**{**asdict(cfg), "feature_dim": D, "frames": T, "tokens_per_frame": P, "classes": classes})
+
+# %% ../../nbs/video/03_phase1.ipynb #3dd74b0a
+def _split_rows(clips: list) -> tuple[list, list]:
+    "Rows of the train clips and of the val clips; Phase-1 needs at least two of the first and one of the second."
+    tr = [i for i, c in enumerate(clips) if c.split == "train"]
+    va = [i for i, c in enumerate(clips) if c.split == "val"]
+    if len(tr) < 2 or not va:
+        raise UserError("Phase-1 needs at least two train clips and one val clip")
+    return tr, va
+
+
+def _epoch_rows(tr: list, seed: int, epoch: int) -> list:
+    "The train rows in the order of `epoch`: a permutation drawn from the seed and the epoch only (resume draws it again)."
+    gen = torch.Generator().manual_seed(seed * 1000 + epoch)
+    return [tr[i] for i in torch.randperm(len(tr), generator=gen).tolist()]
+
+# %% ../../nbs/video/03_phase1.ipynb #ee1919ef
+def _train_epoch(
+    model, opt, feats, groups, order: list, batch_size: int, tau: float, desc: str, progress: bool
+) -> float:
+    "One pass over the rows of `order` in batches (a last batch of one clip has no pair and is left out); the mean loss."
+    model.train()
+    tot, nb = 0.0, 0
+    for b in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress, leave=False):
+        idx = order[b : b + batch_size]
+        if len(idx) < 2:
+            continue
+        loss, _ = _phase1_loss(model, feats, groups, idx, tau)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        tot += loss.item()
+        nb += 1
+    return tot / max(nb, 1)
+
+
+def _val_losses(model, feats, groups, va: list, batch_size: int, tau: float) -> tuple[float, dict]:
+    "(loss, {branch: loss}) on the val rows, each batch weighted by its size."
+    model.eval()
+    with torch.no_grad():
+        vl = [
+            (_phase1_loss(model, feats, groups, va[b : b + batch_size], tau), len(va[b : b + batch_size]))
+            for b in range(0, len(va), batch_size)
+        ]
+    val = sum(l[0].item() * n for l, n in vl) / len(va)
+    branch = {b: sum(l[1][b].item() * n for l, n in vl) / len(va) for b in BRANCHES if b in vl[0][0][1]}
+    return val, branch
+
+# %% ../../nbs/video/03_phase1.ipynb #14b03673
+def _resume_phase1(rf: RunFolder, model, opt, state: dict) -> int:
+    "Load last/'s weights, optimizer and RNG states into the run; the epoch to continue from."
+    model.load_state_dict(load_tensors(rf.last))
+    opt.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+    return read_checkpoint(rf.last, "phase1")["epoch"] + 1
+
+
+def _phase1_epoch(
+    rf: RunFolder, model, opt, data: tuple, train_cfg: Phase1TrainConfig, epoch: int, meta: dict, progress
+):
+    "Train and score one epoch; publish best/ if it improved, write last/ and log the epoch."
+    feats, groups, tr, va = data
+    tau, bs = model.cfg.temperature, train_cfg.batch_size
+    order = _epoch_rows(tr, train_cfg.seed, epoch)
+    train_loss = _train_epoch(model, opt, feats, groups, order, bs, tau, f"phase1 epoch {epoch}", progress)
+    val, branch = _val_losses(model, feats, groups, va, bs, tau)
+    meta = {"config": asdict(model.cfg), "epoch": epoch, "metrics": {"val_loss": val}, **meta}
+    weights = model.state_dict()
+    improved = rf.save_best(val, higher_is_better=False, tensors=weights, meta=meta)
+    save_checkpoint(rf.last, "phase1", weights, meta, resume={"optimizer": opt.state_dict(), "rng": rng_state()})
+    rf.log(
+        {
+            "epoch": epoch,
+            "train_loss": train_loss,
+            "val_loss": val,
+            **{f"val_loss_{b}": v for b, v in branch.items()},
+            "best": improved,
+        }
+    )
+
+# %% ../../nbs/video/03_phase1.ipynb #5d583e74
+def _fit_phase1(rf: RunFolder, cfg: Phase1Config, train_cfg: Phase1TrainConfig, loaded: tuple, state, progress) -> dict:
+    "The epochs of `train_phase1` in the open run folder `rf`; returns the run summary."
+    dss, clips, feats, reports, cache = loaded
+    tr, va = _split_rows(clips)
+    model = Phase1Encoder(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    start = _resume_phase1(rf, model, opt, state) if state is not None else 1
+    meta, data = {"features": cache.key, "datasets": [ds.name for ds in dss]}, (feats, _groups(clips), tr, va)
+    for epoch in range(start, train_cfg.epochs + 1):
+        _phase1_epoch(rf, model, opt, data, train_cfg, epoch, meta, progress)
+    best = min(rf.history, key=lambda h: h["val_loss"])
+    return {
+        "best_epoch": best["epoch"],
+        "best_val_loss": best["val_loss"],
+        "epochs": len(rf.history),
+        "branches_trained": [b for b in BRANCHES if cfg.classes[b]],
+        "branches_skipped": [b for b in BRANCHES if not cfg.classes[b]],
+        "train_clips": len(tr),
+        "val_clips": len(va),
+        "datasets": [ds.name for ds in dss],
+        "features": {
+            k: {kk: r[kk] for kk in ("encoded", "cached", "short_clips", "skipped")} for k, r in reports.items()
+        },
+    }
+
+# %% ../../nbs/video/03_phase1.ipynb #ef4c44e3
+def _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, features) -> dict:
+    "What `train_phase1` writes to params.json."
+    return {
+        "datasets": [str(d) for d in datasets],
+        "cache_dir": str(cache_dir),
+        "vision": vision,
+        "frames": frames,
+        "grid": grid,
+        "model": asdict(cfg),
+        "train": asdict(train_cfg),
+        "skip_bad": skip_bad,
+        "features": features,
+    }
+
+# %% ../../nbs/video/03_phase1.ipynb #59f505ba
 def train_phase1(
     datasets: list,  # dataset folders
     out: str | Path,  # run folder
@@ -279,119 +427,15 @@ def train_phase1(
     "Train Phase-1 on the train splits of `datasets`; returns the run summary (also in metrics.json)."
     train_cfg = train_cfg or Phase1TrainConfig()
     check_run_folder(out, resume, "phase1")  # before any feature is encoded
-    torch.manual_seed(train_cfg.seed)
-    random.seed(train_cfg.seed)
-    np.random.seed(train_cfg.seed)
+    _seed_everything(train_cfg.seed)
     cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
-    dss = [load_dataset(d, skip_bad=skip_bad) for d in datasets]
-    clips, feats, reports = [], [], {}
-    for ds in dss:
-        c, f, r = dataset_features(ds, cache, skip_bad, progress)
-        clips += c
-        feats.append(f)
-        reports[ds.name] = r
-    feats = torch.cat(feats)
-    T, P, D = feats.shape[1:]
-    cfg = model_cfg or Phase1Config()
-    groups0 = _groups([c for c in clips if c.split == "train"])
-    classes = {b: sorted(set().union(*groups0[b])) if groups0[b] else [] for b in BRANCHES}
-    cfg = Phase1Config(**{**asdict(cfg), "feature_dim": D, "frames": T, "tokens_per_frame": P, "classes": classes})
-    params = {
-        "datasets": [str(d) for d in datasets],
-        "cache_dir": str(cache_dir),
-        "vision": vision,
-        "frames": frames,
-        "grid": grid,
-        "model": asdict(cfg),
-        "train": asdict(train_cfg),
-        "skip_bad": skip_bad,
-        "features": cache.key,
-    }
-    state = (
-        load_resume_state(Path(out) / "last") if resume and (Path(out) / "last").is_dir() else None
-    )  # refused before writing
+    dss, clips, feats, reports = _load_all_features(datasets, cache, skip_bad, progress)
+    cfg = _fitted_config(model_cfg, feats, clips)
+    params = _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, cache.key)
+    state = load_resume_state(Path(out) / "last") if resume else None  # refused before writing (resume: last/ checked)
     rf = RunFolder(out, params, resume, kind="phase1", checked=True)  # checked at the start
     try:
-        tr = [i for i, c in enumerate(clips) if c.split == "train"]
-        va = [i for i, c in enumerate(clips) if c.split == "val"]
-        if len(tr) < 2 or not va:
-            raise UserError("Phase-1 needs at least two train clips and one val clip")
-        groups = _groups(clips)
-        model = Phase1Encoder(cfg)
-        opt = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
-        start = 1
-        if resume:
-            model.load_state_dict(load_tensors(rf.last))
-            opt.load_state_dict(state["optimizer"])
-            set_rng_state(state["rng"])
-            start = read_checkpoint(rf.last, "phase1")["epoch"] + 1
-        gen = torch.Generator().manual_seed(train_cfg.seed)
-        for epoch in range(start, train_cfg.epochs + 1):
-            gen.manual_seed(train_cfg.seed * 1000 + epoch)
-            order = [tr[i] for i in torch.randperm(len(tr), generator=gen).tolist()]
-            model.train()
-            tot, nb = 0.0, 0
-            for b in tqdm(
-                range(0, len(order), train_cfg.batch_size),
-                desc=f"phase1 epoch {epoch}",
-                disable=not progress,
-                leave=False,
-            ):
-                idx = order[b : b + train_cfg.batch_size]
-                if len(idx) < 2:
-                    continue
-                loss, _ = _phase1_loss(model, feats, groups, idx, cfg.temperature)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                tot += loss.item()
-                nb += 1
-            model.eval()
-            with torch.no_grad():
-                vl = [
-                    (
-                        _phase1_loss(model, feats, groups, va[b : b + train_cfg.batch_size], cfg.temperature),
-                        len(va[b : b + train_cfg.batch_size]),
-                    )
-                    for b in range(0, len(va), train_cfg.batch_size)
-                ]
-            val = sum(l[0].item() * n for l, n in vl) / len(va)
-            branch = {b: sum(l[1][b].item() * n for l, n in vl) / len(va) for b in BRANCHES if b in vl[0][0][1]}
-            meta = {
-                "config": asdict(cfg),
-                "epoch": epoch,
-                "metrics": {"val_loss": val},
-                "features": cache.key,
-                "datasets": [ds.name for ds in dss],
-            }
-            weights = model.state_dict()
-            improved = rf.save_best(val, higher_is_better=False, tensors=weights, meta=meta)
-            save_checkpoint(
-                rf.last, "phase1", weights, meta, resume={"optimizer": opt.state_dict(), "rng": rng_state()}
-            )
-            rf.log(
-                {
-                    "epoch": epoch,
-                    "train_loss": tot / max(nb, 1),
-                    "val_loss": val,
-                    **{f"val_loss_{b}": v for b, v in branch.items()},
-                    "best": improved,
-                }
-            )
-        best = min(rf.history, key=lambda h: h["val_loss"])
-        summary = {
-            "best_epoch": best["epoch"],
-            "best_val_loss": best["val_loss"],
-            "epochs": len(rf.history),
-            "branches_trained": [b for b in BRANCHES if classes[b]],
-            "branches_skipped": [b for b in BRANCHES if not classes[b]],
-            "train_clips": len(tr),
-            "val_clips": len(va),
-            "datasets": [ds.name for ds in dss],
-            "features": {
-                k: {kk: r[kk] for kk in ("encoded", "cached", "short_clips", "skipped")} for k, r in reports.items()
-            },
-        }
+        summary = _fit_phase1(rf, cfg, train_cfg, (dss, clips, feats, reports, cache), state, progress)
         write_json(rf.dir / "metrics.json", summary)
         rf.finish("done")
         return summary

@@ -107,7 +107,7 @@ def target(labels: list, species: str, environment: str, order: str = "actions_f
         else f"{analysis(labels, species, environment)}\n{acts}"
     )
 
-# %% ../../nbs/video/04_phase2.ipynb #16d208a7
+# %% ../../nbs/video/04_phase2.ipynb #b572ff66
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -137,7 +137,7 @@ def _corpus(extra_labels=()) -> list:
         ]
     return lines * 3
 
-
+# %% ../../nbs/video/04_phase2.ipynb #513a7562
 def build_tokenizer(extra_labels=(), vocab_size: int = 800) -> PreTrainedTokenizerFast:
     "Train a byte-level BPE tokenizer with ChatML special tokens and chat template."
     tok = Tokenizer(tok_models.BPE())
@@ -154,7 +154,7 @@ def build_tokenizer(extra_labels=(), vocab_size: int = 800) -> PreTrainedTokeniz
     fast.chat_template = CHATML_TEMPLATE
     return fast
 
-
+# %% ../../nbs/video/04_phase2.ipynb #456e24ce
 def build_tiny_llm(tokenizer, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
     "A small random Qwen2 causal LM sized to `tokenizer`."
     cfg = Qwen2Config(
@@ -194,7 +194,7 @@ def load_llm(llm: str = "tiny", seed: int = 0, extra_labels=(), dtype=None):
         tok.pad_token = tok.eos_token
     return tok, model
 
-# %% ../../nbs/video/04_phase2.ipynb #f1a90042
+# %% ../../nbs/video/04_phase2.ipynb #acda88c5
 def _pretrain_example(tok, rng: random.Random, pools: list, stop: str) -> tuple[list, list]:
     pool = rng.choice(pools)
     cands = rng.sample(pool, min(len(pool), rng.randint(5, 24))) if rng.random() < 0.25 else list(pool)
@@ -212,7 +212,7 @@ def _pretrain_example(tok, rng: random.Random, pools: list, stop: str) -> tuple[
         tok(target(labs, sp, env, rng.choice(ANSWER_ORDERS)) + stop, add_special_tokens=False)["input_ids"],
     )
 
-
+# %% ../../nbs/video/04_phase2.ipynb #c156875c
 def pretrain_tiny_llm(
     tok,
     llm,
@@ -249,7 +249,7 @@ def pretrain_tiny_llm(
     llm.final_pretrain_loss = float(loss) if loss is not None else None
     return llm.eval()
 
-
+# %% ../../nbs/video/04_phase2.ipynb #552b4054
 def tiny_llm_cache() -> Path:
     "Where pretrained tiny LLMs are kept: `$VTREETRM_CACHE/tiny_llm`, else `$XDG_CACHE_HOME/vtreetrm/tiny_llm` (~/.cache)."
     root = (
@@ -266,7 +266,7 @@ _BUILTIN_POOLS = [
     list(MAMMALNET_SIMPLE.values()),
 ]
 
-
+# %% ../../nbs/video/04_phase2.ipynb #51652068
 def tiny_llm(
     seed: int = 0,
     extra_labels=(),
@@ -312,7 +312,7 @@ def tiny_llm(
             return tok, llm
     return load_llm(str(where))
 
-# %% ../../nbs/video/04_phase2.ipynb #466fd27a
+# %% ../../nbs/video/04_phase2.ipynb #7634da72
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LR_SCHEDULES = ("constant", "linear", "cosine")
 PROJECTIONS = (
@@ -448,7 +448,7 @@ class Phase2Config:
             target_modules=self.targets_list(tiny),
         )
 
-
+# %% ../../nbs/video/04_phase2.ipynb #4ce86bfc
 def resolve_dtype(name: str, device: str = None) -> torch.dtype:
     "The torch dtype for `--dtype` on `device` (default: cuda if present); refuses what the device cannot run."
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -531,7 +531,7 @@ class VideoQFormerLM(nn.Module):
         h = out.last_hidden_state[:, : q.shape[1]]  # (B, M, d)
         return self.proj(h), h
 
-# %% ../../nbs/video/04_phase2.ipynb #d63587c3
+# %% ../../nbs/video/04_phase2.ipynb #928f4e0a
 @patch
 def embed(self: VideoQFormerLM, ids: list) -> torch.Tensor:
     emb = self.llm.get_input_embeddings()
@@ -560,7 +560,7 @@ def assemble(self: VideoQFormerLM, vis: torch.Tensor, pre: list, post: list, tgt
         emb[i, sl], mask[i, sl], labels[i, sl] = s, 1, torch.tensor(l, device=emb.device)
     return emb, mask, labels
 
-
+# %% ../../nbs/video/04_phase2.ipynb #9b9489de
 def rank_entropy(h: torch.Tensor) -> torch.Tensor:
     "(B,) spectral entropy of each (M, d) matrix's singular values over log min(M, d): 1 when all are equal, 0 at rank one."
     s = torch.linalg.svdvals(h.float())  # differentiable and numerically stable (values, not vectors)
@@ -585,7 +585,7 @@ def forward(self: VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
         loss = loss + self.cfg.rank_reg * (1 - ent)
     return loss
 
-# %% ../../nbs/video/04_phase2.ipynb #032140ff
+# %% ../../nbs/video/04_phase2.ipynb #009ea254
 @patch
 @torch.no_grad()
 def generate(self: VideoQFormerLM, feats, pre, post, max_new_tokens: int, stop_ids: list, pad_id: int) -> list:
@@ -623,7 +623,7 @@ def generate(self: VideoQFormerLM, feats, pre, post, max_new_tokens: int, stop_i
         res.append(ids)
     return res
 
-
+# %% ../../nbs/video/04_phase2.ipynb #0d9b4361
 OWN_EXCLUDE = ("llm.", "phase1.")  # saved elsewhere: the adapter through peft, Phase-1 by reference
 
 
@@ -645,7 +645,7 @@ def load_own_state(self: VideoQFormerLM, tensors: dict, path=None):
     except RuntimeError as e:
         raise UserError(f"the weights do not match the model: {str(e).splitlines()[-1].strip()}", path) from None
 
-
+# %% ../../nbs/video/04_phase2.ipynb #98f7d870
 @patch
 def parameter_counts(self: VideoQFormerLM) -> dict:
     "Trainable parameters by part, and the frozen LLM's count and dtypes."
@@ -675,7 +675,7 @@ def parameter_counts(self: VideoQFormerLM) -> dict:
         ),
     }
 
-# %% ../../nbs/video/04_phase2.ipynb #021829c0
+# %% ../../nbs/video/04_phase2.ipynb #b88d7a21
 QFORMER_SIZE_KEYS = {
     "hidden_size": "qformer_hidden",
     "num_hidden_layers": "qformer_layers",
@@ -707,7 +707,7 @@ def _safetensors_files(path: Path) -> list:
         )
     return files
 
-
+# %% ../../nbs/video/04_phase2.ipynb #04c92494
 def read_blip2_qformer(path: str | Path) -> tuple[dict, dict]:
     "(Q-former config dict, {'qformer.*' and 'query_tokens' tensors}) of a BLIP-2 folder saved by transformers."
     path = Path(path)
@@ -740,7 +740,7 @@ def read_blip2_qformer(path: str | Path) -> tuple[dict, dict]:
         raise UserError("not a BLIP-2 checkpoint: no query_tokens / qformer.* tensors in its weights", path)
     return cfg["qformer_config"], tensors
 
-
+# %% ../../nbs/video/04_phase2.ipynb #73f13a7e
 def blip2_sizes(qcfg: dict) -> dict:
     "The Phase2Config Q-former fields a BLIP-2 Q-former config sets."
     return {ours: qcfg[theirs] for theirs, ours in QFORMER_SIZE_KEYS.items() if theirs in qcfg}
@@ -763,7 +763,7 @@ def init_from_blip2(model: VideoQFormerLM, tensors: dict) -> dict:
         "queries_in_checkpoint": q0.shape[1],
     }
 
-# %% ../../nbs/video/04_phase2.ipynb #53798a4d
+# %% ../../nbs/video/04_phase2.ipynb #4b18ede8
 @dataclass
 class Sample:
     id: str
@@ -784,7 +784,7 @@ def make_samples(clips: list, ds: Dataset, mode: str, split: str) -> list:
         if c.split == split
     ]
 
-
+# %% ../../nbs/video/04_phase2.ipynb #b2541442
 def candidates_for(labels: list, key: str, seed: int) -> list:
     "The candidate list shuffled with a seed derived from `key`."
     rng = random.Random(f"{seed}:{key}")
@@ -814,7 +814,7 @@ def encode_target(tok, s: Sample, order: str) -> list:
     end = tok.convert_ids_to_tokens(stop_ids_for(tok)[-1])
     return tok(target(s.labels, s.species, s.environment, order) + end, add_special_tokens=False)["input_ids"]
 
-# %% ../../nbs/video/04_phase2.ipynb #5cc03ec8
+# %% ../../nbs/video/04_phase2.ipynb #f3717859
 @torch.no_grad()
 def predict_samples(
     model: VideoQFormerLM,
@@ -860,7 +860,7 @@ def predict_samples(
             )
     return rows
 
-
+# %% ../../nbs/video/04_phase2.ipynb #816a051e
 def compute_rows_metrics(rows: list) -> dict:
     "Top1 and Macro-F1 of prediction rows, in memory (the scorer's definitions)."
     m = compute_metrics(
@@ -887,7 +887,7 @@ def baselines(rows: list, train_labels: list) -> dict:
         "majority_top1": float(np.mean([r["gold"][0] == major for r in single])),
     }
 
-# %% ../../nbs/video/04_phase2.ipynb #ca7a9464
+# %% ../../nbs/video/04_phase2.ipynb #134bbb49
 def load_base_llm(cfg: Phase2Config, ds: Dataset, base_dir: Path = None, progress: bool = False) -> tuple:
     "(tokenizer, LLM in fp32 or --dtype, tiny) for a run; the tiny LLM is read from `base_dir` when it was saved there."
     if cfg.llm == "tiny" and not (base_dir and (base_dir / "config.json").is_file()):
@@ -901,7 +901,7 @@ def load_base_llm(cfg: Phase2Config, ds: Dataset, base_dir: Path = None, progres
     tok, llm = load_llm(src, dtype=resolve_dtype(cfg.dtype))
     return tok, llm, cfg.llm == "tiny"
 
-
+# %% ../../nbs/video/04_phase2.ipynb #ef055622
 def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
     "Refuse LoRA targets the LLM lacks and inputs longer than --max-length or the LLM's positions, before any training."
     names = {n.rsplit(".", 1)[-1] for n, _ in llm.named_modules() if n}
@@ -922,7 +922,7 @@ def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
     if limit and cfg.max_length > limit:
         raise UserError(f"--max-length {cfg.max_length} exceeds the LLM's max_position_embeddings {limit}")
 
-
+# %% ../../nbs/video/04_phase2.ipynb #e3ae2ded
 def base_identity(cfg: Phase2Config, llm, dtype, tiny: bool) -> dict:
     "What checkpoint.json records of the base LLM."
     path = llm.name_or_path if tiny else cfg.llm
@@ -944,7 +944,7 @@ def build_phase2(cfg: Phase2Config, ds: Dataset, feature_shape: tuple, phase1: P
     )
     return model, tok
 
-# %% ../../nbs/video/04_phase2.ipynb #dfa8bb82
+# %% ../../nbs/video/04_phase2.ipynb #0c448b84
 def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = None) -> list:
     "[(sample, mirrored)] for one epoch; `mirrored` maps a sample id to its mirrored sample (flip-balanced)."
     rng = random.Random(f"{cfg.seed}:order:{epoch}")
@@ -973,7 +973,7 @@ def mirrored_samples(samples: list, ds: Dataset, mode: str, start: int) -> dict:
             out[s.id] = replace(s, index=start + len(out), labels=ds.labels.to_mode(labs, mode), official=labs)
     return out
 
-
+# %% ../../nbs/video/04_phase2.ipynb #5d1e0570
 def _permuted(samples: list, key: str, seed: int) -> list:
     "The shuffled-labels control: labels permuted across clips."
     perm = list(range(len(samples)))
@@ -995,7 +995,7 @@ def make_optimizer(model: nn.Module, cfg: Phase2Config, total_steps: int):
     )
     return opt, sched
 
-# %% ../../nbs/video/04_phase2.ipynb #0d0a8a89
+# %% ../../nbs/video/04_phase2.ipynb #00fc4e68
 @dataclass
 class _Batcher:
     "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
@@ -1023,13 +1023,13 @@ class _Batcher:
                 mh[i, index[l]] = 1.0
         return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
 
-
+# %% ../../nbs/video/04_phase2.ipynb #5157c814
 def rank_batches(order: list, batch_size: int, rank: int = 0, world: int = 1) -> list:
     "This process's micro-batches of an epoch's order: torch's DistributedSampler pads the order so every rank gets as many."
     mine = [order[i] for i in DistributedSampler(order, num_replicas=world, rank=rank, shuffle=False)]
     return [mine[b : b + batch_size] for b in range(0, len(mine), batch_size)]
 
-
+# %% ../../nbs/video/04_phase2.ipynb #6d437323
 def train_epoch(
     model,
     acc,
@@ -1083,7 +1083,7 @@ def train_epoch(
     mean = acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
     return mean, step
 
-# %% ../../nbs/video/04_phase2.ipynb #0ede9d33
+# %% ../../nbs/video/04_phase2.ipynb #e6025b12
 def _print_counts(c: dict):
     parts = ", ".join(f"{k} {v:,}" for k, v in sorted(c["trainable"].items()))
     tqdm.write(
@@ -1110,7 +1110,7 @@ def make_accelerator(dtype, report_to: str = "none", project_dir: Path = None) -
         project_dir=str(project_dir) if project_dir else None,
     )
 
-
+# %% ../../nbs/video/04_phase2.ipynb #b0215006
 def predict_gathered(
     core, tok, feats: torch.Tensor, samples: list, cand: list, cfg: Phase2Config, acc, progress: bool = False
 ) -> list:
@@ -1139,7 +1139,7 @@ def state_for_saving(acc, model) -> tuple[dict, dict]:
     own = {k: v for k, v in full.items() if not k.startswith(OWN_EXCLUDE)}
     return own, {k[len("llm.") :]: v for k, v in full.items() if k.startswith("llm.")}
 
-
+# %% ../../nbs/video/04_phase2.ipynb #424656e2
 def _phase1_ref(phase1) -> dict | None:
     if not phase1:
         return None
@@ -1160,7 +1160,132 @@ def _load_checkpoint_into(core, path: Path):
     core.load_own_state(load_tensors(path), path / "model.safetensors")
     set_peft_model_state_dict(core.llm, load_peft_weights(str(path / "adapter")))
 
-# %% ../../nbs/video/04_phase2.ipynb #a256953e
+# %% ../../nbs/video/04_phase2.ipynb #078f9b1c
+def _seed_process(seed: int, threads: int = None):
+    "torch's CPU threads (if given) and the seeds of torch, `random` and numpy."
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def _check_start(cfg: Phase2Config, out: Path, resume: bool, phase1) -> tuple:
+    "(config, resume state, Phase-1 checkpoint.json, BLIP-2 Q-former) from every check that needs no features."
+    last = check_run_folder(out, resume, "phase2")
+    state = (
+        (load_resume_state(out / "last"), last) if resume else None
+    )  # refused (never unpickled) before anything is written
+    if resume:
+        cfg = Phase2Config(
+            **{**last["config"], "epochs": cfg.epochs, "max_steps": cfg.max_steps, "report_to": cfg.report_to}
+        )
+    p1_meta = read_checkpoint(phase1, "phase1") if phase1 else {}
+    blip = read_blip2_qformer(cfg.qformer_init) if cfg.qformer_init and not resume else None
+    if blip:
+        cfg = replace(cfg, **blip2_sizes(blip[0]))  # the checkpoint's sizes win
+    return cfg, state, p1_meta, blip
+
+
+def _check_flip_map(cfg: Phase2Config, ds: Dataset, dataset):
+    "--sampler flip-balanced needs the dataset's flip_map.json to label a mirrored clip."
+    if cfg.sampler == "flip-balanced" and ds.flip_map is None:
+        raise UserError(
+            "--sampler flip-balanced mirrors clips and needs to know what a mirrored clip is labelled: write "
+            'flip_map.json beside label_map.json, e.g. {"Walking": "Walking", "turns left": "turns right", '
+            '"turns right": "turns left", "Exploratory": null} (null: never mirrored)',
+            Path(dataset) / "flip_map.json",
+        )
+
+# %% ../../nbs/video/04_phase2.ipynb #721da99d
+@dataclass
+class _Inputs:
+    "What `train_phase2` reads and checks before it opens the run folder; `_fit` trains on it."
+
+    ds: Dataset
+    clips: list
+    feats: torch.Tensor  # (N, T, P, D); with flip-balanced, the mirrored clips' rows follow the clips'
+    frep: dict  # the feature cache's report
+    cache: object  # the FeatureCache the features came from
+    tok: object
+    llm: nn.Module  # the base LLM, in fp32 until base_llm/ is saved
+    tiny: bool  # the LLM is the tiny one built here
+    p1: Phase1Encoder | None  # the frozen Phase-1, if any
+    train: list  # samples
+    val: list
+    cand: list  # candidate labels in the run's label mode
+    mirrored: dict  # {sample id: the sample mirrored} (flip-balanced)
+
+# %% ../../nbs/video/04_phase2.ipynb #7ae1e304
+def _read_inputs(
+    cfg: Phase2Config, ds: Dataset, cache, out: Path, phase1, skip_bad: bool, progress: bool, acc
+) -> _Inputs:
+    "Features, Phase-1, the base LLM (checked against the config), the samples and the mirrored samples of a run."
+    show = progress and acc.is_main_process
+    with acc.main_process_first():  # the main process fills the cache, the others read it
+        clips, feats, frep = dataset_features(ds, cache, skip_bad, show)
+    p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
+    cand = ds.labels.labels(cfg.label_mode)
+    with acc.main_process_first():  # one process pretrains the tiny LLM, the others read it
+        tok, llm, tiny = load_base_llm(cfg, ds, out / "base_llm", show)
+    check_llm(cfg, tok, llm, tiny, cand)
+    train, val = _samples(clips, ds, cfg)
+    mirrored = mirrored_samples(train, ds, cfg.label_mode, len(clips)) if cfg.sampler == "flip-balanced" else {}
+    if mirrored:  # their features follow the clips' rows
+        by_id = {c.id: c for c in clips}
+        with acc.main_process_first():
+            _, mf, _ = dataset_features(ds, cache, skip_bad, show, clips=[by_id[i] for i in mirrored], mirror=True)
+        feats = torch.cat([feats, mf])
+    frep["mirrored_train_clips"] = len(mirrored)
+    return _Inputs(ds, clips, feats, frep, cache, tok, llm, tiny, p1, train, val, cand, mirrored)
+
+# %% ../../nbs/video/04_phase2.ipynb #d16a9164
+def _check_batches(cfg: Phase2Config, n_train: int, processes: int):
+    "Every process needs at least one micro-batch of the train split."
+    if math.ceil(n_train / cfg.batch_size) < processes:
+        raise UserError(
+            f"{n_train} train clips make {math.ceil(n_train / cfg.batch_size)} batches of --batch-size {cfg.batch_size}, "
+            f"fewer than the {processes} processes: lower --batch-size or start fewer processes"
+        )
+
+
+def _input_files(dataset, phase1) -> list:
+    "The files whose sha256 run.json records: the dataset's manifest and label map, Phase-1's weights."
+    return [Path(dataset) / "manifest.jsonl", Path(dataset) / "label_map.json"] + (
+        [Path(phase1) / "model.safetensors"] if phase1 else []
+    )
+
+
+def _save_base_llm(rf: RunFolder, x: _Inputs, acc):
+    "The tiny LLM and its tokenizer into base_llm/ of the run folder, once (a copied run folder is self-contained)."
+    if x.tiny and acc.is_main_process and not (rf.dir / "base_llm" / "config.json").is_file():
+        x.tok.save_pretrained(rf.dir / "base_llm")
+        x.llm.save_pretrained(rf.dir / "base_llm")
+    acc.wait_for_everyone()
+
+# %% ../../nbs/video/04_phase2.ipynb #cea437c7
+def _phase2_params(
+    cfg, dataset, cache_dir, cache, sampling: tuple, phase1, p1_meta, skip_bad, eval_split, dtype, acc
+) -> dict:
+    "params.json of a run; `sampling` is (vision, frames, grid)."
+    vision, frames, grid = sampling
+    return {
+        "dataset": str(dataset),
+        "config": asdict(cfg),
+        "cache_dir": str(cache_dir),
+        "vision": vision,
+        "frames": frames,
+        "grid": grid,
+        "phase1": str(phase1) if phase1 else None,
+        "phase1_datasets": p1_meta.get("datasets"),
+        "skip_bad": skip_bad,
+        "features": cache.key,
+        "eval_split": eval_split,
+        "dtype": str(dtype).replace("torch.", ""),
+        "processes": acc.num_processes,
+    }
+
+# %% ../../nbs/video/04_phase2.ipynb #37c3f523
 def train_phase2(
     dataset: str | Path,  # dataset folder (manifest.jsonl + label_map.json)
     out: str | Path,  # run folder
@@ -1179,174 +1304,65 @@ def train_phase2(
 ) -> dict:
     "Train Phase-2 on one dataset, in this process or in each of several (torchrun / accelerate launch); returns the test metrics."
     cfg, out = cfg or Phase2Config(), Path(out)
-    if threads:
-        torch.set_num_threads(threads)
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
+    _seed_process(cfg.seed, threads)
     dtype = resolve_dtype(cfg.dtype)
-    last = check_run_folder(out, resume, "phase2")  # every check that needs no features comes first
-    state = (
-        (load_resume_state(out / "last"), last) if resume else None
-    )  # refused (never unpickled) before anything is written
-    if resume:
-        cfg = Phase2Config(
-            **{**last["config"], "epochs": cfg.epochs, "max_steps": cfg.max_steps, "report_to": cfg.report_to}
-        )
-    p1_meta = read_checkpoint(phase1, "phase1") if phase1 else {}
-    blip = read_blip2_qformer(cfg.qformer_init) if cfg.qformer_init and not resume else None
-    if blip:
-        cfg = replace(cfg, **blip2_sizes(blip[0]))  # the checkpoint's sizes win
+    cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)  # every check that needs no features comes first
     acc = make_accelerator(dtype, cfg.report_to, out)
     ds = load_dataset(dataset, skip_bad=skip_bad)
-    if cfg.sampler == "flip-balanced" and ds.flip_map is None:
-        raise UserError(
-            "--sampler flip-balanced mirrors clips and needs to know what a mirrored clip is labelled: write "
-            'flip_map.json beside label_map.json, e.g. {"Walking": "Walking", "turns left": "turns right", '
-            '"turns right": "turns left", "Exploratory": null} (null: never mirrored)',
-            Path(dataset) / "flip_map.json",
-        )
+    _check_flip_map(cfg, ds, dataset)
     cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
-    with acc.main_process_first():  # the main process fills the cache, the others read it
-        clips, feats, frep = dataset_features(ds, cache, skip_bad, progress and acc.is_main_process)
-    p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
-    cand = ds.labels.labels(cfg.label_mode)
-    with acc.main_process_first():  # one process pretrains the tiny LLM, the others read it
-        tok, llm, tiny = load_base_llm(cfg, ds, out / "base_llm", progress and acc.is_main_process)
-    check_llm(cfg, tok, llm, tiny, cand)
-    train, val = _samples(clips, ds, cfg)
-    mirrored = mirrored_samples(train, ds, cfg.label_mode, len(clips)) if cfg.sampler == "flip-balanced" else {}
-    if mirrored:  # their features follow the clips' rows
-        by_id = {c.id: c for c in clips}
-        with acc.main_process_first():
-            _, mf, _ = dataset_features(
-                ds, cache, skip_bad, progress and acc.is_main_process, clips=[by_id[i] for i in mirrored], mirror=True
-            )
-        feats = torch.cat([feats, mf])
-    frep["mirrored_train_clips"] = len(mirrored)
-    if math.ceil(len(train) / cfg.batch_size) < acc.num_processes:
-        raise UserError(
-            f"{len(train)} train clips make {math.ceil(len(train) / cfg.batch_size)} batches of --batch-size {cfg.batch_size}, "
-            f"fewer than the {acc.num_processes} processes: lower --batch-size or start fewer processes"
-        )
-    params = {
-        "dataset": str(dataset),
-        "config": asdict(cfg),
-        "cache_dir": str(cache_dir),
-        "vision": vision,
-        "frames": frames,
-        "grid": grid,
-        "phase1": str(phase1) if phase1 else None,
-        "phase1_datasets": p1_meta.get("datasets"),
-        "skip_bad": skip_bad,
-        "features": cache.key,
-        "eval_split": eval_split,
-        "dtype": str(dtype).replace("torch.", ""),
-        "processes": acc.num_processes,
-    }
-    inputs = [Path(dataset) / "manifest.jsonl", Path(dataset) / "label_map.json"] + (
-        [Path(phase1) / "model.safetensors"] if phase1 else []
-    )
+    x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
+    _check_batches(cfg, len(x.train), acc.num_processes)
+    sampling = (vision, frames, grid)
+    params = _phase2_params(cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc)
+    inputs = _input_files(dataset, phase1)
     rf = RunFolder(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
     try:
-        if tiny and acc.is_main_process and not (rf.dir / "base_llm" / "config.json").is_file():
-            tok.save_pretrained(rf.dir / "base_llm")
-            llm.save_pretrained(rf.dir / "base_llm")
-        acc.wait_for_everyone()
-        return _fit(
-            cfg,
-            rf,
-            ds,
-            clips,
-            feats,
-            frep,
-            cache,
-            tok,
-            llm.to(dtype),
-            tiny,
-            dtype,
-            p1,
-            phase1,
-            blip,
-            train,
-            val,
-            cand,
-            vision,
-            frames,
-            grid,
-            state,
-            eval_split,
-            progress,
-            acc,
-            mirrored,
-        )
+        _save_base_llm(rf, x, acc)
+        return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
     except BaseException as e:
         rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
         raise
 
-# %% ../../nbs/video/04_phase2.ipynb #2827d0c9
-def _fit(
-    cfg,
-    rf,
-    ds,
-    clips,
-    feats,
-    frep,
-    cache,
-    tok,
-    llm,
-    tiny,
-    dtype,
-    p1,
-    phase1,
-    blip,
-    train,
-    val,
-    cand,
-    vision,
-    frames,
-    grid,
-    state,
-    eval_split,
-    progress,
-    acc,
-    mirrored=None,
-) -> dict:
-    "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
-    resume = state is not None
-    saved, last = state if resume else (None, None)  # resume.pt and last/checkpoint.json, read once
-    enc_width = blip[0].get("encoder_hidden_size") if blip and p1 is None else None
-    if resume:
-        enc_width = last["encoder_width"]
+# %% ../../nbs/video/04_phase2.ipynb #416735fc
+def _build_model(cfg: Phase2Config, rf: RunFolder, x: _Inputs, llm, blip, state) -> tuple:
+    "(model, what --qformer-init loaded); on resume the adapter is last/'s and the encoder width the checkpoint's."
+    enc_width = blip[0].get("encoder_hidden_size") if blip and x.p1 is None else None
+    if state is not None:
+        enc_width = state[1]["encoder_width"]
     torch.manual_seed(cfg.seed)
     model = VideoQFormerLM(
         cfg,
         llm,
-        tuple(feats.shape[1:]),
-        len(ds.labels.official),
-        p1,
+        tuple(x.feats.shape[1:]),
+        len(x.ds.labels.official),
+        x.p1,
         enc_width,
-        adapter=rf.last / "adapter" if resume else None,
-        tiny=tiny,
+        adapter=rf.last / "adapter" if state is not None else None,
+        tiny=x.tiny,
     )
-    init = init_from_blip2(model, blip[1]) if blip else None
-    per_rank = math.ceil(
-        math.ceil(len(train) / acc.num_processes) / cfg.batch_size
-    )  # micro-batches per process and epoch
+    return model, init_from_blip2(model, blip[1]) if blip else None
+
+
+def _total_steps(cfg: Phase2Config, n_train: int, processes: int) -> int:
+    "Optimizer steps of the whole run (the LR schedule's length): --max-steps caps it."
+    per_rank = math.ceil(math.ceil(n_train / processes) / cfg.batch_size)  # micro-batches per process and epoch
     total = math.ceil(per_rank / cfg.grad_accum) * cfg.epochs
-    opt, sched = make_optimizer(model, cfg, min(total, cfg.max_steps) if cfg.max_steps else total)
-    start, step = 1, 0
-    if resume:
-        model.load_own_state(load_tensors(rf.last), rf.last / "model.safetensors")
-        opt.load_state_dict(saved["optimizer"])
-        sched.load_state_dict(saved["scheduler"])
-        set_rng_state(saved["rng"])
-        start, step = last["epoch"] + 1, last["step"]
-    counts = model.parameter_counts()
-    if acc.is_main_process:
-        _print_counts(counts)
-    model, opt = acc.prepare(model, opt)
-    core = acc.unwrap_model(model)
+    return min(total, cfg.max_steps) if cfg.max_steps else total
+
+
+def _resume_phase2(rf: RunFolder, model, opt, sched, state: tuple) -> tuple[int, int]:
+    "Put last/'s tensors, optimizer, LR-schedule and RNG states back; (epoch to start from, optimizer step)."
+    saved, last = state  # resume.pt and last/checkpoint.json, read once
+    model.load_own_state(load_tensors(rf.last), rf.last / "model.safetensors")
+    opt.load_state_dict(saved["optimizer"])
+    sched.load_state_dict(saved["scheduler"])
+    set_rng_state(saved["rng"])
+    return last["epoch"] + 1, last["step"]
+
+# %% ../../nbs/video/04_phase2.ipynb #f2e7b9f1
+def _start_trackers(cfg: Phase2Config, rf: RunFolder, acc) -> bool:
+    "Start --report-to's tracker, logging into the run folder; whether there is one."
     trackers = cfg.report_to != "none"
     if trackers:  # the tracker logs into the run folder (wandb: RUN/wandb/, offline with WANDB_MODE=offline)
         acc.init_trackers(
@@ -1354,81 +1370,113 @@ def _fit(
             config={k: v for k, v in asdict(cfg).items() if v is not None},
             init_kwargs={"wandb": {"dir": str(rf.dir)}} if cfg.report_to == "wandb" else {},
         )
-    meta = {
-        "feature_shape": list(feats.shape[1:]),
-        "features": cache.key,
+    return trackers
+
+
+def _checkpoint_meta(cfg, x: _Inputs, core, dtype, phase1, sampling: tuple, counts, init, processes) -> dict:
+    "What every checkpoint.json of the run records besides the epoch: inputs, base LLM, label space, parameters."
+    vision, frames, grid = sampling
+    return {
+        "feature_shape": list(x.feats.shape[1:]),
+        "features": x.cache.key,
         "vision": vision,
         "frames": frames,
         "grid": grid,
         "encoder_width": core.encoder_width,
-        "llm": base_identity(cfg, llm, dtype, tiny),
-        "tiny_llm": tiny,
+        "llm": base_identity(cfg, x.llm, dtype, x.tiny),
+        "tiny_llm": x.tiny,
         "phase1": _phase1_ref(phase1),
-        "dataset": ds.name,
-        "label_map": ds.labels.mapping,
+        "dataset": x.ds.name,
+        "label_map": x.ds.labels.mapping,
         "label_mode": cfg.label_mode,
         "parameters": counts,
         "qformer_init": init,
-        "processes": acc.num_processes,
+        "processes": processes,
     }
-    batcher = _Batcher(tok, cfg, cand, feats)
+
+# %% ../../nbs/video/04_phase2.ipynb #0b70eb23
+def _save_epoch(rf: RunFolder, acc, live: tuple, score: float, meta: dict) -> bool:
+    "best/ if `score` (val Top1) beats it, and last/ with what --resume needs; whether best/ was replaced."
+    model, core, opt, sched, _ = live
+    own, llm_state = state_for_saving(acc, model)
+    best = rf.save_best(score, tensors=own, meta=meta, adapter=core.llm, adapter_state=llm_state)
+    if acc.is_main_process:
+        save_checkpoint(
+            rf.last,
+            "phase2",
+            own,
+            meta,
+            adapter=core.llm,
+            adapter_state=llm_state,
+            resume={"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng_state()},
+        )
+    return best
+
+# %% ../../nbs/video/04_phase2.ipynb #eae952e8
+def _phase2_epoch(
+    cfg: Phase2Config, rf: RunFolder, x: _Inputs, live: tuple, acc, epoch: int, step: int, meta, trackers, progress
+) -> int:
+    "Train one epoch, score the val split, save best/ and last/, log; returns the optimizer step reached."
+    model, core, opt, sched, batcher = live
+    t0 = time.time()
+    core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
+    batches = rank_batches(
+        _epoch_order(x.train, cfg, epoch, x.mirrored), cfg.batch_size, acc.process_index, acc.num_processes
+    )
+    loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, rf, trackers, progress)
+    vm = compute_rows_metrics(predict_gathered(core, x.tok, x.feats, x.val, x.cand, cfg, acc))
+    row = {
+        "epoch": epoch,
+        "step": step,
+        "train_loss": loss,
+        "val_top1": vm["top1"],
+        "val_macro_f1": vm["macro_f1"],
+        "lr": sched.get_last_lr()[0],
+        "truncated_targets": batcher.truncated,
+        "qformer_dropout": core.enc_dropout.p,
+        "seconds": round(time.time() - t0, 2),
+    }
+    metrics = {k: row[k] for k in ("val_top1", "val_macro_f1", "train_loss")}
+    m = {**meta, "config": asdict(cfg), "epoch": epoch, "step": step, "metrics": metrics}
+    row["best"] = _save_epoch(rf, acc, live, vm["top1"], m)
+    rf.log(row)
+    if trackers:
+        acc.log({"val/top1": vm["top1"], "val/macro_f1": vm["macro_f1"], "train/epoch_loss": loss}, step=step)
+    acc.wait_for_everyone()  # best/ and last/ are on disk before anyone reads them
+    return step
+
+# %% ../../nbs/video/04_phase2.ipynb #dc565106
+def _fit(cfg, rf, x: _Inputs, dtype, phase1, blip, state, sampling: tuple, eval_split, progress, acc) -> dict:
+    "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
+    model, init = _build_model(cfg, rf, x, x.llm.to(dtype), blip, state)
+    opt, sched = make_optimizer(model, cfg, _total_steps(cfg, len(x.train), acc.num_processes))
+    start, step = _resume_phase2(rf, model, opt, sched, state) if state is not None else (1, 0)
+    counts = model.parameter_counts()
+    if acc.is_main_process:
+        _print_counts(counts)
+    model, opt = acc.prepare(model, opt)
+    core = acc.unwrap_model(model)
+    trackers = _start_trackers(cfg, rf, acc)
+    meta = _checkpoint_meta(cfg, x, core, dtype, phase1, sampling, counts, init, acc.num_processes)
+    live = (model, core, opt, sched, _Batcher(x.tok, cfg, x.cand, x.feats))
     for epoch in range(start, cfg.epochs + 1):
         if cfg.max_steps and step >= cfg.max_steps:
             break
-        t0 = time.time()
-        core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
-        batches = rank_batches(
-            _epoch_order(train, cfg, epoch, mirrored), cfg.batch_size, acc.process_index, acc.num_processes
-        )
-        loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, rf, trackers, progress)
-        vm = compute_rows_metrics(predict_gathered(core, tok, feats, val, cand, cfg, acc))
-        row = {
-            "epoch": epoch,
-            "step": step,
-            "train_loss": loss,
-            "val_top1": vm["top1"],
-            "val_macro_f1": vm["macro_f1"],
-            "lr": sched.get_last_lr()[0],
-            "truncated_targets": batcher.truncated,
-            "qformer_dropout": core.enc_dropout.p,
-            "seconds": round(time.time() - t0, 2),
-        }
-        m = {
-            **meta,
-            "config": asdict(cfg),
-            "epoch": epoch,
-            "step": step,
-            "metrics": {k: row[k] for k in ("val_top1", "val_macro_f1", "train_loss")},
-        }
-        own, llm_state = state_for_saving(acc, model)
-        row["best"] = rf.save_best(vm["top1"], tensors=own, meta=m, adapter=core.llm, adapter_state=llm_state)
-        if acc.is_main_process:
-            save_checkpoint(
-                rf.last,
-                "phase2",
-                own,
-                m,
-                adapter=core.llm,
-                adapter_state=llm_state,
-                resume={"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng_state()},
-            )
-        rf.log(row)
-        if trackers:
-            acc.log({"val/top1": vm["top1"], "val/macro_f1": vm["macro_f1"], "train/epoch_loss": loss}, step=step)
-        acc.wait_for_everyone()  # best/ and last/ are on disk before anyone reads them
-    metrics = _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init)
+        step = _phase2_epoch(cfg, rf, x, live, acc, epoch, step, meta, trackers, progress)
+    metrics = _finish(cfg, rf, core, x, eval_split, acc, progress, counts, init)
     if trackers:
         acc.end_training()
     return metrics
 
-# %% ../../nbs/video/04_phase2.ipynb #2a062573
-def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split, acc, progress, counts, init) -> dict:
+# %% ../../nbs/video/04_phase2.ipynb #1c85725b
+def _finish(cfg, rf, core, x: _Inputs, eval_split, acc, progress, counts, init) -> dict:
     "Load best/ on every process, predict `eval_split` together; the main process writes and scores; all return the metrics."
+    tok, feats, ds, frep = x.tok, x.feats, x.ds, x.frep
     if eval_split:
         best = read_checkpoint(rf.best, "phase2")
         _load_checkpoint_into(core, rf.best)
         rows = predict_gathered(
-            core, tok, feats, make_samples(clips, ds, cfg.label_mode, eval_split), cand, cfg, acc, progress
+            core, tok, feats, make_samples(x.clips, ds, cfg.label_mode, eval_split), x.cand, cfg, acc, progress
         )
         if acc.is_main_process:
             save_file(
@@ -1438,7 +1486,7 @@ def _finish(cfg, rf, core, tok, feats, clips, ds, cand, train, frep, eval_split,
             write_jsonl(rf.dir / "predictions.jsonl", rows)
             metrics = score_file(rf.dir / "predictions.jsonl")
             metrics.update(
-                baselines(rows, [s.labels for s in train]),
+                baselines(rows, [s.labels for s in x.train]),
                 best_epoch=best["epoch"],
                 best_val_top1=best["score"],
                 split=eval_split,

@@ -58,7 +58,7 @@ def read_phase2(path: str | Path) -> tuple[dict, str]:
         )
     return meta, src
 
-
+# %% ../../nbs/video/05_predict.ipynb #6956629c
 def load_phase2(
     path: str | Path,
     checked: tuple = None,  # what `read_phase2(path)` returned, when the caller already ran it
@@ -94,7 +94,66 @@ def load_phase2(
     )
     return model.to("cuda" if torch.cuda.is_available() else "cpu").eval(), tok, meta
 
-# %% ../../nbs/video/05_predict.ipynb #bfbfb73c
+# %% ../../nbs/video/05_predict.ipynb #2454c3dd
+def _features_as_trained(ckpt: Path, meta: dict, ds, cache_dir, skip_bad: bool, progress: bool) -> tuple:
+    "(clips, features, cache report) of `ds` with the encoder and sampling the checkpoint was trained with, shape checked."
+    cache = open_cache(
+        cache_dir,
+        meta["vision"],
+        meta["frames"],
+        meta["grid"],
+        image_size=((meta.get("features") or {}).get("sampling") or {}).get("image_size"),
+    )  # as trained
+    clips, feats, rep = dataset_features(ds, cache, skip_bad, progress)
+    if list(feats.shape[1:]) != list(meta["feature_shape"]):
+        raise UserError(
+            f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}", ckpt
+        )
+    return clips, feats, rep
+
+
+def _generate(model, tok, meta: dict, feats, samples: list, candidates: list, progress: bool) -> list:
+    "predictions.jsonl rows, under bf16 autocast where the model was trained in bf16 on a GPU."
+    cfg = Phase2Config(**meta["config"])
+    with torch.autocast(
+        model.query_tokens.device.type,
+        dtype=torch.bfloat16,
+        enabled=model.query_tokens.is_cuda and meta["llm"].get("dtype") == "bfloat16",
+    ):
+        return predict_samples(
+            model, tok, feats, samples, candidates, cfg.seed, max_new_tokens=cfg.max_new_tokens, progress=progress
+        )
+
+# %% ../../nbs/video/05_predict.ipynb #d0171737
+def _added_metrics(rows: list, ds, clips: list, mode: str, split: str, meta: dict, rep: dict) -> dict:
+    "What metrics.json adds to the scorer's: the chance and majority baselines, the split, both datasets, the cache report."
+    return {
+        **baselines(rows, [ds.labels.to_mode(c.labels, mode) for c in clips if c.split == "train"]),
+        "split": split,
+        "trained_on": meta["dataset"],
+        "evaluated_on": ds.name,
+        "short_clips": rep["short_clips"],
+        "skipped": rep["skipped"],
+    }
+
+
+def _write_predictions(out, rows: list, m_extra: dict, params: dict, ckpt: Path):
+    "The output folder, whole or not at all: predictions.jsonl, metrics.json (scored, with `m_extra`), provenance.json."
+    with atomic_dir(out) as tmp:
+        write_jsonl(tmp / "predictions.jsonl", rows)
+        m = score_file(tmp / "predictions.jsonl")
+        m.update(m_extra)
+        m["provenance"]["predictions"] = str(Path(out) / "predictions.jsonl")
+        write_json(tmp / "metrics.json", m)
+        write_json(
+            tmp / "provenance.json",
+            provenance(
+                params, [Path(ckpt) / "model.safetensors", Path(ckpt) / "adapter" / "adapter_model.safetensors"]
+            ),
+        )
+    return m
+
+# %% ../../nbs/video/05_predict.ipynb #9975f568
 def predict(
     ckpt: str | Path,  # Phase-2 checkpoint folder (RUN/best)
     dataset: str | Path,  # dataset folder to evaluate on (another dataset: cross-dataset)
@@ -113,38 +172,12 @@ def predict(
     meta = checked[0]
     ds = load_dataset(dataset, skip_bad=skip_bad)
     mode = label_mode or meta["label_mode"]
-    cache = open_cache(
-        cache_dir,
-        meta["vision"],
-        meta["frames"],
-        meta["grid"],
-        image_size=((meta.get("features") or {}).get("sampling") or {}).get("image_size"),
-    )  # as trained
-    clips, feats, rep = dataset_features(ds, cache, skip_bad, progress)
-    if list(feats.shape[1:]) != list(meta["feature_shape"]):
-        raise UserError(
-            f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}", ckpt
-        )
+    clips, feats, rep = _features_as_trained(ckpt, meta, ds, cache_dir, skip_bad, progress)
     samples = make_samples(clips, ds, mode, split)
     if not samples:
         raise UserError(f"no clip in split {split!r}", Path(dataset) / "manifest.jsonl")
     model, tok, meta = load_phase2(ckpt, checked)
-    cfg = Phase2Config(**meta["config"])
-    with torch.autocast(
-        model.query_tokens.device.type,
-        dtype=torch.bfloat16,
-        enabled=model.query_tokens.is_cuda and meta["llm"].get("dtype") == "bfloat16",
-    ):
-        rows = predict_samples(
-            model,
-            tok,
-            feats,
-            samples,
-            ds.labels.labels(mode),
-            cfg.seed,
-            max_new_tokens=cfg.max_new_tokens,
-            progress=progress,
-        )
+    rows = _generate(model, tok, meta, feats, samples, ds.labels.labels(mode), progress)
     params = {
         "ckpt": str(ckpt),
         "dataset": str(dataset),
@@ -152,23 +185,4 @@ def predict(
         "label_mode": mode,
         "cache_dir": str(cache_dir),
     }
-    with atomic_dir(out) as tmp:
-        write_jsonl(tmp / "predictions.jsonl", rows)
-        m = score_file(tmp / "predictions.jsonl")
-        m.update(
-            baselines(rows, [ds.labels.to_mode(c.labels, mode) for c in clips if c.split == "train"]),
-            split=split,
-            trained_on=meta["dataset"],
-            evaluated_on=ds.name,
-            short_clips=rep["short_clips"],
-            skipped=rep["skipped"],
-        )
-        m["provenance"]["predictions"] = str(Path(out) / "predictions.jsonl")
-        write_json(tmp / "metrics.json", m)
-        write_json(
-            tmp / "provenance.json",
-            provenance(
-                params, [Path(ckpt) / "model.safetensors", Path(ckpt) / "adapter" / "adapter_model.safetensors"]
-            ),
-        )
-    return m
+    return _write_predictions(out, rows, _added_metrics(rows, ds, clips, mode, split, meta, rep), params, ckpt)
