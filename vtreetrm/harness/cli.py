@@ -21,7 +21,7 @@ from ..utils import UserError, dumps_json, path_component
 # %% auto #0
 __all__ = ['CLI_COMMANDS', 'infer', 'train', 'make_synthetic', 'extract_run_db', 'init_seed', 'build_trees', 'show']
 
-# %% ../../nbs/harness/10_cli.ipynb #57c0adfa
+# %% ../../nbs/harness/10_cli.ipynb #6d782dd3
 def _run(mode, config, fresh, seed, set, quiet, run_holdout_eval=True, gate_enabled=True, **flags):
     ov = parse_set(set)
     ov.update({k: v for k, v in flags.items() if v is not None and v != []})
@@ -38,7 +38,7 @@ def _run(mode, config, fresh, seed, set, quiet, run_holdout_eval=True, gate_enab
     print(dumps_json(show), end="")
     return 0
 
-
+# %% ../../nbs/harness/10_cli.ipynb #952eb62d
 def infer(
     config: str = None,  # YAML with harness: and embed: sections
     run_id: str = None,  # run name; stored as infer_<run_id>
@@ -86,7 +86,7 @@ def infer(
         allow_duplicates=allow_duplicates or None,
     )
 
-
+# %% ../../nbs/harness/10_cli.ipynb #bfece250
 def train(
     config: str = None,  # YAML with harness: and embed: sections
     run_id: str = None,  # run name (default: the workspace folder name)
@@ -136,7 +136,7 @@ def train(
         allow_duplicates=allow_duplicates or None,
     )
 
-# %% ../../nbs/harness/10_cli.ipynb #ea6d4019
+# %% ../../nbs/harness/10_cli.ipynb #49044d4c
 def make_synthetic(
     out: str = "harness-synthetic",  # folder to create
     n_train_videos: int = 40,  # videos behind the generated questions
@@ -146,7 +146,7 @@ def make_synthetic(
     "Write the synthetic benchmark (store, Video-MME-layout test set, configs) to OUT."
     print(dumps_json({"out": out, **_make_synthetic(out, n_train_videos, n_test_videos, seed=seed)}), end="")
 
-
+# %% ../../nbs/harness/10_cli.ipynb #7bd3b178
 def extract_run_db(
     db: str,  # harness.db holding the run
     out: str,  # new db file
@@ -180,7 +180,20 @@ def init_seed(
         bl = _extract_run_db(from_db, Path(tmp) / "baseline.db", run_id) if from_db else None
         print(_init_seed(st, name, sk, pr, bl, run_id, parent, description))
 
+# %% ../../nbs/harness/10_cli.ipynb #25d585d3
+_BUILD_SUMMARY = ("out", "videos", "counts", "frames_per_second", "captions_made", "captions_cached", "wall_seconds")
 
+
+def _print_build(rep: dict) -> int:
+    "The build report's summary on stdout and each failed video on stderr; the exit code (1 when a video failed)."
+    print(dumps_json({k: rep[k] for k in _BUILD_SUMMARY}), end="")
+    if rep["failed"]:
+        for r in rep["failed"]:
+            print(f"failed: {r['video_id']}: {r['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+# %% ../../nbs/harness/10_cli.ipynb #e6b83d24
 def build_trees(
     videos: str = None,  # a folder of videos, or a list file (PATH or VIDEO_ID<TAB>PATH per line) (required)
     out: str = None,  # trees folder (<store>/trees): one <video_id>.json per video (required)
@@ -227,30 +240,9 @@ def build_trees(
         max_retries=max_retries,
     )
     rep = _build(videos, out, cap, p, vision, fps, max_frames, cache_dir, overwrite, report, progress=not quiet)
-    print(
-        dumps_json(
-            {
-                k: rep[k]
-                for k in (
-                    "out",
-                    "videos",
-                    "counts",
-                    "frames_per_second",
-                    "captions_made",
-                    "captions_cached",
-                    "wall_seconds",
-                )
-            }
-        ),
-        end="",
-    )
-    if rep["failed"]:
-        for r in rep["failed"]:
-            print(f"failed: {r['video_id']}: {r['error']}", file=sys.stderr)
-        return 1
-    return 0
+    return _print_build(rep)
 
-
+# %% ../../nbs/harness/10_cli.ipynb #11db2712
 def show(
     workspace_dir: str,  # workspace folder
     run_id: str = None,  # one run (default: all)

@@ -46,7 +46,7 @@ from vtreetrm.utils import (
 # %% auto #0
 __all__ = ['Version', 'read_version_dir', 'resolve_questions', 'make_backend', 'accuracy', 'per_task', 'Runner']
 
-# %% ../../nbs/harness/09_runner.ipynb #94e47664
+# %% ../../nbs/harness/09_runner.ipynb #aebe985b
 @dataclass
 class Version:
     "A skills or prompts version: name, content and its hash."
@@ -85,7 +85,7 @@ def resolve_questions(value: str, store_dir: Path, field: str = "questions") -> 
         field,
     )
 
-
+# %% ../../nbs/harness/09_runner.ipynb #778fd869
 def make_backend(c: RunConfig):
     "The LLM backend a config asks for (the openai key is checked here, before any question)."
     if c.backend is None:
@@ -121,7 +121,7 @@ def per_task(rows: list) -> dict:
         by[r["task_type"]].append(r)
     return {t: {"accuracy": accuracy(v), "n": len(v)} for t, v in sorted(by.items())}
 
-# %% ../../nbs/harness/09_runner.ipynb #b97df378
+# %% ../../nbs/harness/09_runner.ipynb #a1823796
 _RESUME_FREE = {
     "concurrency",
     "sim_latency_s",
@@ -157,238 +157,282 @@ class Runner:
         self.gp = GateParams.from_run_config(config)
         self.trees: dict = {}
 
-    # ---------- setup ----------
-    def _setup(self):
-        c = self.c
-        if self.seed_name:
-            self.seed = load_seed(c.store_dir, self.seed_name)
-            sk_dir, pr_dir = self.seed["skills_dir"], self.seed["prompts_dir"]
-        else:
-            self.seed = None
-            sk_dir, pr_dir = c.store_dir / "skills" / c.skills_version, c.store_dir / "prompts" / c.prompts_version
-            if not sk_dir.is_dir():
-                raise UserError(f"the store has no skills {c.skills_version}", sk_dir, None, "skills_version")
-            if not pr_dir.is_dir():
-                raise UserError(f"the store has no prompts {c.prompts_version}", pr_dir, None, "prompts_version")
-        sk_files, pr_files = read_version_dir(sk_dir, "skills"), read_version_dir(pr_dir, "prompts")
-        qdir = resolve_questions(c.questions, c.store_dir)
-        qs = load_benchmark(qdir, allow_duplicates=c.allow_duplicates, task_types=c.task_types)
-        if c.n_samples:
-            qs = qs[: c.n_samples]
-        if not qs:
-            raise UserError("no questions left after filtering by task_types / n_samples", qdir, None, "task_types")
-        self.questions, self.qdir = qs, qdir
-        self.test_dir = (
-            resolve_questions(c.test_questions, c.store_dir, "test_questions")
-            if (c.mode == "train" and c.test_questions)
-            else None
-        )
-        self.store = HarnessStore(
-            self.ws / "harness.db"
-        )  # before the models load: a foreign or locked db fails in a second
-        self.backend = self._backend or make_backend(c)
-        self.judges_edits = isinstance(self.backend, SimulatedBackend)  # only the simulator knows which edits harm it
-        self.embedder = self._embedder or make_embedder(c.embed)
-        self.reflector = self._reflector or (
-            SimulatedReflector()
-            if c.backend == "simulated"
-            else LLMReflector(self.backend, pr_files.get("reflect.md", ""))
-        )
-        if self.fresh:
-            self.store.delete_run(self.run_id)
-            shutil.rmtree(self.vdir, ignore_errors=True)
-        prev = self.store.run(self.run_id)
-        self.resumed = prev is not None
-        if prev:  # a resumed run replays its plan: say when the plan-relevant settings changed
-            old = json.loads(prev["config_json"] or "{}")
-            new = {**c.to_dict(), "seed_name": self.seed_name}
-            changed = sorted(k for k in new if k not in _RESUME_FREE and old.get(k) != new[k])
-            if changed:
-                print(
-                    f"warning: resuming {self.run_id} with changed settings {', '.join(changed)}; use --fresh to start over",
-                    file=sys.stderr,
-                )
-        self.store.start_run(
-            self.run_id, c.mode, {**c.to_dict(), "seed_name": self.seed_name}, c.skills_version, c.prompts_version
-        )
-        self.S0 = self.version("skills", sk_files, None, c.skills_version)
-        self.P0 = self.version("prompts", pr_files, None, c.prompts_version)
-        self.sem = asyncio.Semaphore(c.concurrency)
-        (self.ws / "logs").mkdir(parents=True, exist_ok=True)
-        self._log = open(
-            self.ws / "logs" / "episodes.jsonl", "a", buffering=1
-        )  # line-buffered: each line reaches the OS at once
-        self.prepare_trees([q.video_id for q in qs])
-        self.embedder.encode(
-            [q.question for q in qs]
-        )  # one batched pass; search queries that repeat a question are then free
+# %% ../../nbs/harness/09_runner.ipynb #47f07127
+@patch
+def _start_dirs(self: Runner) -> tuple[Path, Path]:
+    "The starting skills and prompts folders: the seed's, or the store's named versions."
+    c = self.c
+    if self.seed_name:
+        self.seed = load_seed(c.store_dir, self.seed_name)
+        return self.seed["skills_dir"], self.seed["prompts_dir"]
+    self.seed = None
+    sk_dir, pr_dir = c.store_dir / "skills" / c.skills_version, c.store_dir / "prompts" / c.prompts_version
+    if not sk_dir.is_dir():
+        raise UserError(f"the store has no skills {c.skills_version}", sk_dir, None, "skills_version")
+    if not pr_dir.is_dir():
+        raise UserError(f"the store has no prompts {c.prompts_version}", pr_dir, None, "prompts_version")
+    return sk_dir, pr_dir
 
-    def version(self, kind: str, files: dict, parent: Version | None, name: str = None) -> Version:
-        "Register (or find, by content) a version and write its files under the workspace."
-        sha = sha256_json(files)[:16]
-        have = self.store.versions(self.run_id, kind)
-        for n, s in have.items():
-            if s == sha:
-                return Version(kind, n, files, sha)
-        if name is None or name in have:
-            nums = [int(n[1:]) for n in have if n[1:].isdigit()] + [
-                int(self.c.skills_version[1:]) if kind == "skills" and self.c.skills_version[1:].isdigit() else 1
-            ]
-            name = f"v{max(nums) + 1}"
-        d = self.vdir / kind / name
-        d.mkdir(parents=True, exist_ok=True)
-        for fn, txt in files.items():
-            atomic_write(d / fn, txt)
-        self.store.put_version(self.run_id, kind, name, sha, parent.name if parent else None)
-        return Version(kind, name, files, sha)
 
-    def tree(self, video_id: str) -> CaptionTree:
-        if video_id not in self.trees:
-            self.prepare_trees([video_id])
-        return self.trees[video_id]
+@patch
+def _load_questions(self: Runner):
+    "The run's questions (filtered by task type, cut at `n_samples`) and, for training, the test folder."
+    c = self.c
+    qdir = resolve_questions(c.questions, c.store_dir)
+    qs = load_benchmark(qdir, allow_duplicates=c.allow_duplicates, task_types=c.task_types)
+    if c.n_samples:
+        qs = qs[: c.n_samples]
+    if not qs:
+        raise UserError("no questions left after filtering by task_types / n_samples", qdir, None, "task_types")
+    self.questions, self.qdir = qs, qdir
+    self.test_dir = (
+        resolve_questions(c.test_questions, c.store_dir, "test_questions")
+        if (c.mode == "train" and c.test_questions)
+        else None
+    )
 
-    def prepare_trees(self, video_ids):
-        "Load the trees of `video_ids` and their caption embeddings (one batched encode, cached under <store>/.cache)."
-        import numpy as np
+# %% ../../nbs/harness/09_runner.ipynb #4def5120
+@patch
+def _make_models(self: Runner, reflect_prompt: str):
+    "The answering backend, the embedder and the reflector (given ones first, else from the config)."
+    c = self.c
+    self.backend = self._backend or make_backend(c)
+    self.judges_edits = isinstance(self.backend, SimulatedBackend)  # only the simulator knows which edits harm it
+    self.embedder = self._embedder or make_embedder(c.embed)
+    self.reflector = self._reflector or (
+        SimulatedReflector() if c.backend == "simulated" else LLMReflector(self.backend, reflect_prompt)
+    )
 
-        new = [v for v in dict.fromkeys(video_ids) if v not in self.trees]
-        for v in new:
-            self.trees[v] = CaptionTree.load(self.c.store_dir / "trees" / f"{v}.json", self.embedder)
-        eid = sha256_json(
-            [type(self.embedder).__name__, str(getattr(self.embedder, "path", "")), getattr(self.embedder, "dim", None)]
-        )[:12]
-        cdir = self.c.store_dir / ".cache" / "embeddings" / eid
-        todo = []
-        for v in new:
-            t = self.trees[v]
-            texts = [c["text"] for _, c in t.captions]
-            f = cdir / f"{v}-{sha256_json(texts)[:12]}.npy"
-            if f.is_file():
-                try:
-                    t._emb = np.load(f)
-                    continue
-                except (OSError, ValueError):
-                    pass
-            todo.append((t, texts, f))
-        if not todo:
-            return
-        allt = [x for _, texts, _ in todo for x in texts]
-        emb = self.embedder.encode(allt)
-        i = 0
-        cdir.mkdir(parents=True, exist_ok=True)
-        for t, texts, f in todo:
-            t._emb = emb[i : i + len(texts)]
-            i += len(texts)
-            tmp = f.with_name(f".{f.stem}.{os.getpid()}.npy")
-            np.save(tmp, t._emb)
-            os.replace(tmp, f)
 
-    # ---------- answering ----------
-    async def answer(self, q, S: Version, P: Version, ctx: dict) -> dict:
-        "The answer of `q` under (S, P): from the db, or from a new episode committed at once."
+@patch
+def _start_run(self: Runner):
+    "Record the run as started (after `--fresh` removed its rows and versions); warn when a resume changed its plan."
+    c = self.c
+    if self.fresh:
+        self.store.delete_run(self.run_id)
+        shutil.rmtree(self.vdir, ignore_errors=True)
+    prev = self.store.run(self.run_id)
+    self.resumed = prev is not None
+    if prev:  # a resumed run replays its plan: say when the plan-relevant settings changed
+        old = json.loads(prev["config_json"] or "{}")
+        new = {**c.to_dict(), "seed_name": self.seed_name}
+        changed = sorted(k for k in new if k not in _RESUME_FREE and old.get(k) != new[k])
+        if changed:
+            print(
+                f"warning: resuming {self.run_id} with changed settings {', '.join(changed)}; use --fresh to start over",
+                file=sys.stderr,
+            )
+    self.store.start_run(
+        self.run_id, c.mode, {**c.to_dict(), "seed_name": self.seed_name}, c.skills_version, c.prompts_version
+    )
+
+# %% ../../nbs/harness/09_runner.ipynb #e90335f8
+@patch
+def _setup(self: Runner):
+    c = self.c
+    sk_dir, pr_dir = self._start_dirs()
+    sk_files, pr_files = read_version_dir(sk_dir, "skills"), read_version_dir(pr_dir, "prompts")
+    self._load_questions()
+    self.store = HarnessStore(
+        self.ws / "harness.db"
+    )  # before the models load: a foreign or locked db fails in a second
+    self._make_models(pr_files.get("reflect.md", ""))
+    self._start_run()
+    self.S0 = self.version("skills", sk_files, None, c.skills_version)
+    self.P0 = self.version("prompts", pr_files, None, c.prompts_version)
+    self.sem = asyncio.Semaphore(c.concurrency)
+    (self.ws / "logs").mkdir(parents=True, exist_ok=True)
+    self._log = open(
+        self.ws / "logs" / "episodes.jsonl", "a", buffering=1
+    )  # line-buffered: each line reaches the OS at once
+    qs = self.questions
+    self.prepare_trees([q.video_id for q in qs])
+    self.embedder.encode(
+        [q.question for q in qs]
+    )  # one batched pass; search queries that repeat a question are then free
+
+# %% ../../nbs/harness/09_runner.ipynb #0f53ab7f
+@patch
+def version(self: Runner, kind: str, files: dict, parent: Version | None, name: str = None) -> Version:
+    "Register (or find, by content) a version and write its files under the workspace."
+    sha = sha256_json(files)[:16]
+    have = self.store.versions(self.run_id, kind)
+    for n, s in have.items():
+        if s == sha:
+            return Version(kind, n, files, sha)
+    if name is None or name in have:
+        nums = [int(n[1:]) for n in have if n[1:].isdigit()] + [
+            int(self.c.skills_version[1:]) if kind == "skills" and self.c.skills_version[1:].isdigit() else 1
+        ]
+        name = f"v{max(nums) + 1}"
+    d = self.vdir / kind / name
+    d.mkdir(parents=True, exist_ok=True)
+    for fn, txt in files.items():
+        atomic_write(d / fn, txt)
+    self.store.put_version(self.run_id, kind, name, sha, parent.name if parent else None)
+    return Version(kind, name, files, sha)
+
+# %% ../../nbs/harness/09_runner.ipynb #3d67ef6e
+@patch
+def prepare_trees(self: Runner, video_ids):
+    "Load the trees of `video_ids` and their caption embeddings (one batched encode, cached under <store>/.cache)."
+    import numpy as np
+
+    new = [v for v in dict.fromkeys(video_ids) if v not in self.trees]
+    for v in new:
+        self.trees[v] = CaptionTree.load(self.c.store_dir / "trees" / f"{v}.json", self.embedder)
+    eid = sha256_json(
+        [type(self.embedder).__name__, str(getattr(self.embedder, "path", "")), getattr(self.embedder, "dim", None)]
+    )[:12]
+    cdir = self.c.store_dir / ".cache" / "embeddings" / eid
+    todo = []
+    for v in new:
+        t = self.trees[v]
+        texts = [c["text"] for _, c in t.captions]
+        f = cdir / f"{v}-{sha256_json(texts)[:12]}.npy"
+        if f.is_file():
+            try:
+                t._emb = np.load(f)
+                continue
+            except (OSError, ValueError):
+                pass
+        todo.append((t, texts, f))
+    if not todo:
+        return
+    allt = [x for _, texts, _ in todo for x in texts]
+    emb = self.embedder.encode(allt)
+    i = 0
+    cdir.mkdir(parents=True, exist_ok=True)
+    for t, texts, f in todo:
+        t._emb = emb[i : i + len(texts)]
+        i += len(texts)
+        tmp = f.with_name(f".{f.stem}.{os.getpid()}.npy")
+        np.save(tmp, t._emb)
+        os.replace(tmp, f)
+
+# %% ../../nbs/harness/09_runner.ipynb #1b1409fc
+@patch
+def tree(self: Runner, video_id: str) -> CaptionTree:
+    if video_id not in self.trees:
+        self.prepare_trees([video_id])
+    return self.trees[video_id]
+
+# %% ../../nbs/harness/09_runner.ipynb #57c74477
+@patch
+def _answer_row(self: Runner, q, S: Version, P: Version, ctx: dict, ep) -> dict:
+    "The db row of `q`'s episode `ep` under (S, P), with the step it belongs to."
+    return dict(
+        run_id=self.run_id,
+        question_id=q.question_id,
+        skills_sha=S.sha,
+        prompts_sha=P.sha,
+        task_type=q.task_type,
+        phase=ctx.get("phase"),
+        epoch=ctx.get("epoch"),
+        step=ctx.get("step"),
+        skills_version=S.name,
+        prompts_version=P.name,
+        answer=ep.answer,
+        gold=q.answer,
+        correct=int(ep.correct),
+        n_steps=ep.n_steps,
+        error=ep.error,
+        trajectory_json=json.dumps(ep.trajectory, ensure_ascii=False, default=str),
+        created=now_iso(),
+    )
+
+# %% ../../nbs/harness/09_runner.ipynb #ad929d43
+@patch
+async def answer(self: Runner, q, S: Version, P: Version, ctx: dict) -> dict:
+    "The answer of `q` under (S, P): from the db, or from a new episode committed at once."
+    row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
+    if row:
+        return row
+    async with self.sem:
         row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
         if row:
             return row
-        async with self.sem:
-            row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
-            if row:
-                return row
-            self._log.write(
-                json.dumps(
-                    {"run_id": self.run_id, "question_id": q.question_id, "skills_sha": S.sha, "prompts_sha": P.sha}
-                )
-                + "\n"
-            )
-            ep = await run_episode(
-                self.backend,
-                q,
-                self.tree(q.video_id),
-                P.text,
-                select_skills(S.text, q.task_type, self.c.skill_mode),
-                self.c.max_steps,
-            )
-        row = dict(
-            run_id=self.run_id,
-            question_id=q.question_id,
-            skills_sha=S.sha,
-            prompts_sha=P.sha,
-            task_type=q.task_type,
-            phase=ctx.get("phase"),
-            epoch=ctx.get("epoch"),
-            step=ctx.get("step"),
-            skills_version=S.name,
-            prompts_version=P.name,
-            answer=ep.answer,
-            gold=q.answer,
-            correct=int(ep.correct),
-            n_steps=ep.n_steps,
-            error=ep.error,
-            trajectory_json=json.dumps(ep.trajectory, ensure_ascii=False, default=str),
-            created=now_iso(),
+        self._log.write(
+            json.dumps({"run_id": self.run_id, "question_id": q.question_id, "skills_sha": S.sha, "prompts_sha": P.sha})
+            + "\n"
         )
-        self.store.put_answer(**row)
-        return row
+        ep = await run_episode(
+            self.backend,
+            q,
+            self.tree(q.video_id),
+            P.text,
+            select_skills(S.text, q.task_type, self.c.skill_mode),
+            self.c.max_steps,
+        )
+    row = self._answer_row(q, S, P, ctx, ep)
+    self.store.put_answer(**row)
+    return row
 
-    async def answer_many(self, qs: list, S: Version, P: Version, ctx: dict, desc: str = "") -> list:
-        "Answer `qs` concurrently (at most `concurrency` episodes at once), in order."
-        bar = tqdm(total=len(qs), desc=desc or ctx.get("phase", ""), leave=False, disable=not self.progress)
+# %% ../../nbs/harness/09_runner.ipynb #8273050c
+@patch
+async def answer_many(self: Runner, qs: list, S: Version, P: Version, ctx: dict, desc: str = "") -> list:
+    "Answer `qs` concurrently (at most `concurrency` episodes at once), in order."
+    bar = tqdm(total=len(qs), desc=desc or ctx.get("phase", ""), leave=False, disable=not self.progress)
 
-        async def one(q):
-            r = await self.answer(q, S, P, ctx)
-            bar.update(1)
-            return r
+    async def one(q):
+        r = await self.answer(q, S, P, ctx)
+        bar.update(1)
+        return r
 
-        try:
-            return list(await asyncio.gather(*(one(q) for q in qs)))
-        finally:
-            bar.close()
+    try:
+        return list(await asyncio.gather(*(one(q) for q in qs)))
+    finally:
+        bar.close()
 
-    # ---------- entry points ----------
-    def run(self) -> dict:
-        "Run to the end (resuming if the run exists) and return its summary."
-        return run_sync(self.arun())
+# %% ../../nbs/harness/09_runner.ipynb #b8c38e2d
+@patch
+def run(self: Runner) -> dict:
+    "Run to the end (resuming if the run exists) and return its summary."
+    return run_sync(self.arun())
 
-    async def arun(self) -> dict:
-        try:
-            self._setup()
-        except BaseException:
-            if hasattr(self, "store"):
-                self.store.finish_run(self.run_id, "failed", note="setup failed")
-                self.store.close()
-            if hasattr(self, "_log"):
-                self._log.close()
-            raise
-        try:
-            res = await (self._infer() if self.c.mode == "infer" else self._train())
-            self.store.finish_run(self.run_id, "done", res.get("skills_version"), res.get("prompts_version"))
-            return res
-        except BaseException as e:
-            self.store.finish_run(self.run_id, "failed", note=f"{type(e).__name__}: {e}")
-            raise
-        finally:
-            if hasattr(self.backend, "aclose"):
-                await self.backend.aclose()
+
+@patch
+async def arun(self: Runner) -> dict:
+    try:
+        self._setup()
+    except BaseException:
+        if hasattr(self, "store"):
+            self.store.finish_run(self.run_id, "failed", note="setup failed")
             self.store.close()
+        if hasattr(self, "_log"):
             self._log.close()
-
-    async def _infer(self) -> dict:
-        rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "infer"}, "infer")
-        res = {
-            "run_id": self.run_id,
-            "mode": "infer",
-            "accuracy": accuracy(rows),
-            "n": len(rows),
-            "per_task_type": per_task(rows),
-            "unanswered": sum(r["answer"] is None for r in rows),
-            "skills_version": self.S0.name,
-            "prompts_version": self.P0.name,
-            "resumed": self.resumed,
-            "db": str(self.ws / "harness.db"),
-        }
-        write_json(
-            self.ws / "analyses" / f"{self.run_id}.json", {**res, "provenance": provenance(self.c.to_dict(), [])}
-        )
+        raise
+    try:
+        res = await (self._infer() if self.c.mode == "infer" else self._train())
+        self.store.finish_run(self.run_id, "done", res.get("skills_version"), res.get("prompts_version"))
         return res
+    except BaseException as e:
+        self.store.finish_run(self.run_id, "failed", note=f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        if hasattr(self.backend, "aclose"):
+            await self.backend.aclose()
+        self.store.close()
+        self._log.close()
+
+# %% ../../nbs/harness/09_runner.ipynb #74218df1
+@patch
+async def _infer(self: Runner) -> dict:
+    rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "infer"}, "infer")
+    res = {
+        "run_id": self.run_id,
+        "mode": "infer",
+        "accuracy": accuracy(rows),
+        "n": len(rows),
+        "per_task_type": per_task(rows),
+        "unanswered": sum(r["answer"] is None for r in rows),
+        "skills_version": self.S0.name,
+        "prompts_version": self.P0.name,
+        "resumed": self.resumed,
+        "db": str(self.ws / "harness.db"),
+    }
+    write_json(self.ws / "analyses" / f"{self.run_id}.json", {**res, "provenance": provenance(self.c.to_dict(), [])})
+    return res
 
 # %% ../../nbs/harness/09_runner.ipynb #67dd4cd8
 @patch
@@ -424,7 +468,7 @@ async def gate_round(self: Runner, S: Version, C: Version, P: Version, batch: li
             break
     return rnd
 
-# %% ../../nbs/harness/09_runner.ipynb #60f9b93f
+# %% ../../nbs/harness/09_runner.ipynb #2019e928
 @patch
 async def _reflect(self: Runner, text: str, failures: list, budget: int, key: str) -> list:
     "Memoised reflection: the same inputs give the same patches, also after a restart."
@@ -446,7 +490,7 @@ async def _reflect(self: Runner, text: str, failures: list, budget: int, key: st
     self.store.put_reflection(self.run_id, key, [p.to_dict() for p in patches])
     return patches
 
-
+# %% ../../nbs/harness/09_runner.ipynb #1e850b16
 @patch
 async def _baseline(self: Runner) -> tuple[dict, str]:
     "Baseline correctness: the seed's db, `baseline_run_id`, or a baseline pass with the starting versions."
@@ -468,7 +512,7 @@ async def _baseline(self: Runner) -> tuple[dict, str]:
     rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "baseline"}, "baseline")
     return {r["question_id"]: bool(r["correct"]) for r in rows}, f"{self.run_id}/baseline"
 
-
+# %% ../../nbs/harness/09_runner.ipynb #cb65818d
 @patch
 def _record_gate(self: Runner, key, epoch, step, kind, S, C, dec: dict, patches: list):
     self.store.put_gate(
@@ -492,7 +536,7 @@ def _record_gate(self: Runner, key, epoch, step, kind, S, C, dec: dict, patches:
         detail={"patches": [p.to_dict() for p in patches]},
     )
 
-
+# %% ../../nbs/harness/09_runner.ipynb #34e7ad23
 @patch
 def _bad_edit_counts(self: Runner, gates: list, accepted: list) -> dict:
     "Harmful edits proposed, accepted and rolled back: known only to the simulator (its SIM_BAD_HINTS); None with a real model."
@@ -510,7 +554,7 @@ def _bad_edit_counts(self: Runner, gates: list, accepted: list) -> dict:
         "bad_edits_note": "counted against the simulated backend's known harmful hints (SIM_BAD_HINTS)",
     }
 
-
+# %% ../../nbs/harness/09_runner.ipynb #498ab429
 @patch
 async def _try_edit(self: Runner, S, P, patches, batch, key, epoch, step, kind):
     "Gate one candidate; returns the new incumbent (or S) and the decision."
@@ -534,7 +578,7 @@ async def _try_edit(self: Runner, S, P, patches, batch, key, epoch, step, kind):
         return C, dec
     return S, dec
 
-
+# %% ../../nbs/harness/09_runner.ipynb #0fe9e719
 @patch
 async def _follow_watch(self: Runner, S, P, batch, epoch, step):
     "Feed the watched edit's pairs on this batch; roll back or confirm. Returns the incumbent."
@@ -571,14 +615,33 @@ async def _follow_watch(self: Runner, S, P, batch, epoch, step):
         self.watch = None
     return S
 
-
+# %% ../../nbs/harness/09_runner.ipynb #47f13f38
 @patch
 async def _val_acc(self: Runner, S, P, epoch, step):
     if not self.pools.val:
         return None
     return accuracy(await self.answer_many(self.pools.val, S, P, {"phase": "val", "epoch": epoch, "step": step}, "val"))
 
+# %% ../../nbs/harness/09_runner.ipynb #eea1203a
+@patch
+async def _four_way(self: Runner, S, C, P, Pc, epoch, step) -> dict:
+    "Val accuracy of incumbent/candidate skills x incumbent/candidate prompts, each cell recorded as a holdout row."
+    cells = {}
+    for sk_name, sk in (("incumbent", S), ("candidate", C)):
+        for pr_name, pr in (("incumbent", P), ("candidate", Pc)):
+            acc = await self._val_acc(sk, pr, epoch, step)
+            cells[(sk_name, pr_name)] = acc
+            self.store.put_holdout(self.run_id, epoch, sk_name, pr_name, sk.name, pr.name, acc, len(self.pools.val))
+    return cells
 
+
+@patch
+def _patched(self: Runner, S: Version, patches: list) -> Version:
+    "The skills version `patches` make of `S`, registered even when the gate refused it."
+    text = apply_patches(S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold)
+    return self.version("skills", {**S.files, "skills.md": text}, S)
+
+# %% ../../nbs/harness/09_runner.ipynb #cd89d0c0
 @patch
 async def _slow_update(self: Runner, S, P, epoch, step, budget):
     "End-of-epoch update from the momentum buffer: gated skills candidate, four-way holdout for prompts."
@@ -595,26 +658,8 @@ async def _slow_update(self: Runner, S, P, epoch, step, budget):
     Pc = self.version("prompts", {**P.files, "system.md": P.text.rstrip() + f"\n- {pp[0].text}\n"}, P)
     if not self.c.run_holdout_eval:
         return S_new, P
-    C = (
-        S_new
-        if S_new.sha != S.sha
-        else self.version(
-            "skills",
-            {
-                **S.files,
-                "skills.md": apply_patches(
-                    S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold
-                ),
-            },
-            S,
-        )
-    )
-    cells = {}
-    for sk_name, sk in (("incumbent", S), ("candidate", C)):
-        for pr_name, pr in (("incumbent", P), ("candidate", Pc)):
-            acc = await self._val_acc(sk, pr, epoch, step)
-            cells[(sk_name, pr_name)] = acc
-            self.store.put_holdout(self.run_id, epoch, sk_name, pr_name, sk.name, pr.name, acc, len(self.pools.val))
+    C = S_new if S_new.sha != S.sha else self._patched(S, patches)  # the holdout needs a candidate anyway
+    cells = await self._four_way(S, C, P, Pc, epoch, step)
     row = "candidate" if S_new.sha != S.sha else "incumbent"
     a_new, a_old = cells[(row, "candidate")], cells[(row, "incumbent")]
     adopt = a_new is not None and a_old is not None and a_new - a_old >= self.gp.delta_min
@@ -625,16 +670,10 @@ async def _slow_update(self: Runner, S, P, epoch, step, budget):
     )
     return S_new, (Pc if adopt else P)
 
-
+# %% ../../nbs/harness/09_runner.ipynb #d84afdff
 @patch
-async def _train(self: Runner) -> dict:
-    c = self.c
-    self.qmap = {q.question_id: q for q in self.questions}
-    corr0, bl_id = await self._baseline()
-    strat = POOL_STRATEGIES[c.pool_split_mode]()
-    self.pools = strat.build(self.questions, corr0, PoolConfig.from_run_config(c, self.test_dir, bl_id))
-    self.qmap.update({q.question_id: q for q in self.pools.test})
-    self.prepare_trees([q.video_id for q in self.pools.test])
+def _check_pools(self: Runner):
+    "A training needs questions to train on and to test on."
     if not self.pools.train:
         raise UserError(
             "the training pool is empty (check task_types, train_ratio, test_size)", None, None, "train_ratio"
@@ -646,40 +685,132 @@ async def _train(self: Runner) -> dict:
             None,
             "test_size",
         )
+
+# %% ../../nbs/harness/09_runner.ipynb #fa225c0a
+@patch
+async def _pools_from_baseline(self: Runner) -> tuple[dict, str]:
+    "Baseline correctness and the pools split from it (recorded as the `pools` event); returns the baseline."
+    c = self.c
+    self.qmap = {q.question_id: q for q in self.questions}
+    corr0, bl_id = await self._baseline()
+    strat = POOL_STRATEGIES[c.pool_split_mode]()
+    self.pools = strat.build(self.questions, corr0, PoolConfig.from_run_config(c, self.test_dir, bl_id))
+    self.qmap.update({q.question_id: q for q in self.pools.test})
+    self.prepare_trees([q.video_id for q in self.pools.test])
+    self._check_pools()
     self.store.put_event(self.run_id, "pools", {**self.pools.sizes(), "baseline": bl_id, "strategy": c.pool_split_mode})
+    return corr0, bl_id
+
+
+@patch
+def _correct_now(self: Runner, corr0: dict, S: Version, P: Version) -> dict:
+    "Which questions the versions (S, P) answer correctly, so far: their own answers over the baseline's."
+    mine = self.store.answers(self.run_id)
+    return {
+        **corr0,
+        **{
+            r["question_id"]: bool(r["correct"]) for r in mine if r["skills_sha"] == S.sha and r["prompts_sha"] == P.sha
+        },
+    }
+
+# %% ../../nbs/harness/09_runner.ipynb #b4d13509
+@patch
+async def _train_step(self: Runner, S, P, batch, epoch, b, step, budget) -> Version:
+    "One step on one batch: follow the watched edit, answer, maybe gate a new edit, record `dual_metric`; returns S."
+    ctx = {"phase": "batch", "epoch": epoch, "step": step}
+    S = await self._follow_watch(S, P, batch, epoch, step)
+    rows = await self.answer_many(batch, S, P, ctx)
+    batch_acc = accuracy(rows)
+    self.momentum.extend(rows)
+    fails = [r for r in rows if not r["correct"]]
+    pending = self.watch is not None and self.watch.status == "provisional"
+    if fails and step > self.cooldown_until and not pending and budget > 0:
+        patches = await self._reflect(S.text, fails, budget, f"fast/{epoch}/{b}/{S.sha}/{P.sha}")
+        S, _ = await self._try_edit(S, P, patches, batch, f"fast/{epoch}/{b}", epoch, step, "fast")
+    val = await self._val_acc(S, P, epoch, step)
+    self.store.put_dual_metric(self.run_id, epoch, step, batch_acc, val, S.name, P.name, len(rows), len(self.pools.val))
+    return S
+
+
+@patch
+async def _train_epoch(self: Runner, S, P, corr0, epoch, step, budget) -> tuple[Version, int]:
+    "The fast steps of one epoch, over batches drawn from what (S, P) gets right now; returns S and the last step."
+    c = self.c
+    batches = make_batches(
+        self.pools.train,
+        self._correct_now(corr0, S, P),
+        c.batch_size,
+        c.min_class_per_batch,
+        c.batch_correct_ratio,
+        c.seed,
+        epoch,
+    )
+    for b, batch in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not self.progress), 1):
+        step += 1
+        S = await self._train_step(S, P, batch, epoch, b, step, budget)
+    return S, step
+
+# %% ../../nbs/harness/09_runner.ipynb #b49e74b5
+def _side(S: Version, P: Version, rows: list) -> dict:
+    "Versions and test accuracy (overall and per task type) of one side of the final comparison."
+    return {
+        "skills_version": S.name,
+        "prompts_version": P.name,
+        "accuracy": accuracy(rows),
+        "n": len(rows),
+        "per_task_type": per_task(rows),
+    }
+
+
+@patch
+def _gate_summary(self: Runner, gates: list) -> dict:
+    "Gate rounds, decisions, rollbacks and (with the simulator) bad edits, from the run's gate rows."
+    accepted = [
+        g for g in gates if g["decision"] in ("confirm", "provisional", "accept_ungated") and g["kind"] != "watch"
+    ]
+    return {
+        "rounds": sum(g["kind"] != "watch" for g in gates),
+        "decisions": dict(collections.Counter(g["decision"] for g in gates)),
+        "rollbacks": sum(g["decision"] == "rollback" for g in gates),
+        **self._bad_edit_counts(gates, accepted),
+    }
+
+# %% ../../nbs/harness/09_runner.ipynb #a8f1563a
+@patch
+async def _final_test(self: Runner, S, P, history: list, bl_id: str) -> dict:
+    "The test pool answered by the starting and the final versions; written to `analyses/final_test_eval.json`."
+    test = self.pools.test
+    base = await self.answer_many(test, self.S0, self.P0, {"phase": "test"}, "test (start)")
+    fin = await self.answer_many(test, S, P, {"phase": "test"}, "test (final)")
+    res = {
+        "run_id": self.run_id,
+        "mode": "train",
+        "epochs_run": len(history),
+        "history": history,
+        "baseline": _side(self.S0, self.P0, base),
+        "final": _side(S, P, fin),
+        "pools": self.pools.sizes(),
+        "baseline_source": bl_id,
+        "gate": self._gate_summary(self.store.table("gate_decisions", self.run_id)),
+        "skills_version": S.name,
+        "prompts_version": P.name,
+        "resumed": self.resumed,
+    }
+    write_json(self.ws / "analyses" / "final_test_eval.json", {**res, "provenance": provenance(self.c.to_dict(), [])})
+    return res
+
+# %% ../../nbs/harness/09_runner.ipynb #8feffbd8
+@patch
+async def _train(self: Runner) -> dict:
+    c = self.c
+    corr0, bl_id = await self._pools_from_baseline()
     S, P = self.S0, self.P0
     self.watch, self.cooldown_until = None, 0
     self.momentum = collections.deque(maxlen=max(1, c.momentum_samples))
     best, since, step, history = -1.0, 0, 0, []
     for epoch in range(1, c.epochs + 1):
         budget = edit_budget(epoch, c.epochs, c.edit_budget_start, c.edit_budget_end)
-        corr_now = {
-            **corr0,
-            **{
-                r["question_id"]: bool(r["correct"])
-                for r in self.store.answers(self.run_id)
-                if r["skills_sha"] == S.sha and r["prompts_sha"] == P.sha
-            },
-        }
-        batches = make_batches(
-            self.pools.train, corr_now, c.batch_size, c.min_class_per_batch, c.batch_correct_ratio, c.seed, epoch
-        )
-        for b, batch in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not self.progress), 1):
-            step += 1
-            ctx = {"phase": "batch", "epoch": epoch, "step": step}
-            S = await self._follow_watch(S, P, batch, epoch, step)
-            rows = await self.answer_many(batch, S, P, ctx)
-            batch_acc = accuracy(rows)
-            self.momentum.extend(rows)
-            fails = [r for r in rows if not r["correct"]]
-            pending = self.watch is not None and self.watch.status == "provisional"
-            if fails and step > self.cooldown_until and not pending and budget > 0:
-                patches = await self._reflect(S.text, fails, budget, f"fast/{epoch}/{b}/{S.sha}/{P.sha}")
-                S, _ = await self._try_edit(S, P, patches, batch, f"fast/{epoch}/{b}", epoch, step, "fast")
-            val = await self._val_acc(S, P, epoch, step)
-            self.store.put_dual_metric(
-                self.run_id, epoch, step, batch_acc, val, S.name, P.name, len(rows), len(self.pools.val)
-            )
+        S, step = await self._train_epoch(S, P, corr0, epoch, step, budget)
         if c.use_slow_momentum:
             S, P = await self._slow_update(S, P, epoch, step, budget)
         val = await self._val_acc(S, P, epoch, step)
@@ -694,43 +825,4 @@ async def _train(self: Runner) -> dict:
                 self.store.put_event(self.run_id, "early_stop", {"epoch": epoch, "best_val": best})
                 break
     # final test evaluation: starting versions vs final versions
-    test = self.pools.test
-    base = await self.answer_many(test, self.S0, self.P0, {"phase": "test"}, "test (start)")
-    fin = await self.answer_many(test, S, P, {"phase": "test"}, "test (final)")
-    gates = self.store.table("gate_decisions", self.run_id)
-    accepted = [
-        g for g in gates if g["decision"] in ("confirm", "provisional", "accept_ungated") and g["kind"] != "watch"
-    ]
-    res = {
-        "run_id": self.run_id,
-        "mode": "train",
-        "epochs_run": len(history),
-        "history": history,
-        "baseline": {
-            "skills_version": self.S0.name,
-            "prompts_version": self.P0.name,
-            "accuracy": accuracy(base),
-            "n": len(base),
-            "per_task_type": per_task(base),
-        },
-        "final": {
-            "skills_version": S.name,
-            "prompts_version": P.name,
-            "accuracy": accuracy(fin),
-            "n": len(fin),
-            "per_task_type": per_task(fin),
-        },
-        "pools": self.pools.sizes(),
-        "baseline_source": bl_id,
-        "gate": {
-            "rounds": sum(g["kind"] != "watch" for g in gates),
-            "decisions": dict(collections.Counter(g["decision"] for g in gates)),
-            "rollbacks": sum(g["decision"] == "rollback" for g in gates),
-            **self._bad_edit_counts(gates, accepted),
-        },
-        "skills_version": S.name,
-        "prompts_version": P.name,
-        "resumed": self.resumed,
-    }
-    write_json(self.ws / "analyses" / "final_test_eval.json", {**res, "provenance": provenance(self.c.to_dict(), [])})
-    return res
+    return await self._final_test(S, P, history, bl_id)

@@ -20,7 +20,7 @@ from ..utils import UserError, atomic_dir, check_replaceable, provenance, write_
 __all__ = ['PLACES', 'ACTIONS', 'OBJECTS', 'COLORS', 'COUNTS', 'RELATIONS', 'PARTS', 'SYN_TASKS', 'GATE_DEFAULTS', 'SKILLS_V1',
            'SYSTEM_V1', 'REFLECT_V1', 'experiment_config', 'make_synthetic']
 
-# %% ../../nbs/harness/08_synthetic.ipynb #5c00db1d
+# %% ../../nbs/harness/08_synthetic.ipynb #45a3f313
 PLACES = [
     "kitchen",
     "garden",
@@ -51,6 +51,8 @@ PLACES = [
     "music studio",
     "bookshop",
 ]
+
+# %% ../../nbs/harness/08_synthetic.ipynb #3f5a4a70
 ACTIONS = [
     "chopping vegetables",
     "watering plants",
@@ -81,6 +83,8 @@ ACTIONS = [
     "carrying boxes",
     "stretching arms",
 ]
+
+# %% ../../nbs/harness/08_synthetic.ipynb #d54b257d
 OBJECTS = [
     "chair",
     "bucket",
@@ -114,7 +118,35 @@ SYN_TASKS = {  # task type -> (question template, fact key, option universe)
     "Temporal Perception": ("When does the {place} scene appear?", "part", PARTS + ["throughout the whole video"]),
 }
 
+# %% ../../nbs/harness/08_synthetic.ipynb #02bf1f37
+def _scene(rng: random.Random, place: str, ci: int, si: int) -> dict:
+    "The facts of segment `si` of clip `ci`: its place, what the person does and what stands next to them."
+    return {
+        "place": place,
+        "action": rng.choice(ACTIONS),
+        "object": rng.choice(OBJECTS),
+        "color": rng.choice(COLORS),
+        "count": rng.choice(COUNTS),
+        "relation": rng.choice(RELATIONS),
+        "part": PARTS[ci],
+        "segment": f"c{ci}s{si}",
+    }
 
+
+def _segment(f: dict, t0: int) -> dict:
+    "The 20 s segment of scene `f` starting at `t0`: four captions, each stating some of its facts."
+    caps = [
+        {"t": t0 + 2, "text": f"In the {f['place']} scene, a person is {f['action']}."},
+        {
+            "t": t0 + 8,
+            "text": f"Next to the person in the {f['place']} scene there are {f['count']} {f['color']} {f['object']}s.",
+        },
+        {"t": t0 + 13, "text": f"The {f['object']}s stand {f['relation']} the person in the {f['place']} scene."},
+        {"t": t0 + 17, "text": f"This {f['place']} scene is {f['part']}."},
+    ]
+    return {"id": f["segment"], "start": t0, "end": t0 + 20, "captions": caps}
+
+# %% ../../nbs/harness/08_synthetic.ipynb #b835a724
 def _video(rng: random.Random, vid: str) -> tuple[dict, list]:
     "A caption tree and its scenes (facts per segment)."
     places = rng.sample(PLACES, 9)
@@ -122,31 +154,8 @@ def _video(rng: random.Random, vid: str) -> tuple[dict, list]:
     for ci in range(3):
         segs = []
         for si in range(3):
-            k = ci * 3 + si
-            t0 = k * 20
-            f = {
-                "place": places[k],
-                "action": rng.choice(ACTIONS),
-                "object": rng.choice(OBJECTS),
-                "color": rng.choice(COLORS),
-                "count": rng.choice(COUNTS),
-                "relation": rng.choice(RELATIONS),
-                "part": PARTS[ci],
-                "segment": f"c{ci}s{si}",
-            }
-            caps = [
-                {"t": t0 + 2, "text": f"In the {f['place']} scene, a person is {f['action']}."},
-                {
-                    "t": t0 + 8,
-                    "text": f"Next to the person in the {f['place']} scene there are {f['count']} {f['color']} {f['object']}s.",
-                },
-                {
-                    "t": t0 + 13,
-                    "text": f"The {f['object']}s stand {f['relation']} the person in the {f['place']} scene.",
-                },
-                {"t": t0 + 17, "text": f"This {f['place']} scene is {f['part']}."},
-            ]
-            segs.append({"id": f["segment"], "start": t0, "end": t0 + 20, "captions": caps})
+            f = _scene(rng, places[ci * 3 + si], ci, si)
+            segs.append(_segment(f, (ci * 3 + si) * 20))
             scenes.append(f)
         clips.append(
             {
@@ -159,8 +168,9 @@ def _video(rng: random.Random, vid: str) -> tuple[dict, list]:
         )
     return {"video_id": vid, "duration": 180, "clips": clips}, scenes
 
-
+# %% ../../nbs/harness/08_synthetic.ipynb #2f294383
 def _question(rng, qid, vid, tree, scene, task) -> dict:
+    "A multiple-choice question on one fact of `scene`; the wrong options never occur in the video's captions."
     tmpl, key, universe = SYN_TASKS[task]
     text = json.dumps(tree).lower()
     right = scene[key]
@@ -179,7 +189,7 @@ def _question(rng, qid, vid, tree, scene, task) -> dict:
         "answer": letters[opts.index(right)],
     }
 
-# %% ../../nbs/harness/08_synthetic.ipynb #92e0d48d
+# %% ../../nbs/harness/08_synthetic.ipynb #8d9cb4e4
 # the gate knobs of the run config, as the synthetic store's config/default.yaml spells them out
 GATE_DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(RunConfig) if f.name.startswith("gate_") and f.name != "gate_enabled"
@@ -200,7 +210,30 @@ REFLECT_V1 = (
     "General), or lines to delete. Keep each line short and actionable.\n"
 )
 
+# %% ../../nbs/harness/08_synthetic.ipynb #be162656
+def _ar_pools() -> dict:
+    "The reference experiment's pools, batches and held-out sizes (a fresh dict: callers may change it)."
+    return {
+        "pool_split_mode": "per_category",
+        "task_types": ["Action Recognition"],
+        "train_ratio": 0.667,
+        "test_questions": "benchmarks/Video-MME",
+        "run_holdout_eval": False,
+        "batch_size": 10,
+        "min_class_per_batch": 2,
+        "batch_correct_ratio": 0.5,
+        "momentum_samples": 20,
+        "eval_min_per_class": 2,
+        "early_stop_patience": 4,
+        "test_size": 63,
+        "diag_size": 20,
+        "diag_correct_ratio": 0.5,
+        "val_size": 10,
+        "val_correct_ratio": 0.5,
+        "use_slow_momentum": True,
+    }
 
+# %% ../../nbs/harness/08_synthetic.ipynb #e1edb282
 def experiment_config(workspace: str = "workspaces/train-action-recognition") -> dict:
     "The reference `train_action_recognition.yaml`, with the simulated backend and the embedded embedder."
     return {
@@ -223,28 +256,144 @@ def experiment_config(workspace: str = "workspaces/train-action-recognition") ->
             "edit_budget_end": 2,
             "skill_update_mode": "patch",
             "appendix_consolidate_threshold": 6,
-            "pool_split_mode": "per_category",
-            "task_types": ["Action Recognition"],
-            "train_ratio": 0.667,
-            "test_questions": "benchmarks/Video-MME",
-            "run_holdout_eval": False,
-            "batch_size": 10,
-            "min_class_per_batch": 2,
-            "batch_correct_ratio": 0.5,
-            "momentum_samples": 20,
-            "eval_min_per_class": 2,
-            "early_stop_patience": 4,
-            "test_size": 63,
-            "diag_size": 20,
-            "diag_correct_ratio": 0.5,
-            "val_size": 10,
-            "val_correct_ratio": 0.5,
-            "use_slow_momentum": True,
+            **_ar_pools(),
         },
         "embed": {"backend": "local", "model_name": "all-MiniLM-L6-v2", "embed_dim": 384, "device": "cpu"},
     }
 
-# %% ../../nbs/harness/08_synthetic.ipynb #f75bd4f8
+# %% ../../nbs/harness/08_synthetic.ipynb #d664f0af
+def _check_sizes(**sizes):
+    "Every size at least 1, named as its command-line flag."
+    for k, v in sizes.items():
+        if v < 1:
+            raise UserError(f"--{k.replace('_', '-')} must be at least 1, got {v}")
+
+
+def _videos(rng: random.Random, prefix: str, n: int) -> list:
+    "`(video_id, tree, scenes)` of `n` videos named `<prefix>001`, ..."
+    return [(f"{prefix}{i:03d}", *_video(rng, f"{prefix}{i:03d}")) for i in range(1, n + 1)]
+
+
+def _check_scenes(train_v: list, per_task: int):
+    n_slots = sum(len(scenes) for _, _, scenes in train_v)
+    if n_slots < per_task:
+        raise UserError(
+            f"{len(train_v)} training videos hold {n_slots} scenes, fewer than the {per_task} questions per task type; "
+            f"raise --n-train-videos"
+        )
+
+# %% ../../nbs/harness/08_synthetic.ipynb #d20b1be4
+def _write_generated(rng: random.Random, qdir: Path, train_v: list, per_task: int) -> int:
+    "Write one `accepted_questions_<task>.json` per task type (and the `.bak` backup) into `qdir`; return the count."
+    slots = [(vid, tree, sc) for vid, tree, scenes in train_v for sc in scenes]
+    n_gen = 0
+    for task in SYN_TASKS:
+        picks = rng.sample(slots, per_task)
+        slug = task.lower().replace(" ", "_")
+        qs = [_question(rng, f"gen_{slug}_{i:03d}", vid, tree, sc, task) for i, (vid, tree, sc) in enumerate(picks)]
+        write_json(qdir / f"accepted_questions_{slug}.json", qs)
+        n_gen += len(qs)
+        if task == "Action Recognition":  # the old backup copy, already renamed so it is not loaded
+            write_json(qdir / "accepted_questions_backup_220.json.bak", qs[:18])
+    return n_gen
+
+# %% ../../nbs/harness/08_synthetic.ipynb #bf4b8518
+def _test_scenes(rng: random.Random, test_v: list, test_ar: int, test_other: int) -> dict:
+    "`{video_id: [(task, tree, scene), ...]}`: the scenes the test questions ask about."
+    tslots = [(vid, tree, sc) for vid, tree, scenes in test_v for sc in scenes]
+    rng.shuffle(tslots)
+    need = [(t, test_ar if t == "Action Recognition" else test_other) for t in SYN_TASKS]
+    by_video, k = {}, 0
+    for task, n in need:
+        for vid, tree, sc in tslots[k : k + n]:
+            by_video.setdefault(vid, []).append((task, tree, sc))
+        k += n
+    if k > len(tslots):
+        raise UserError(f"not enough test scenes ({len(tslots)}) for {k} questions; raise n_test_videos")
+    return by_video
+
+# %% ../../nbs/harness/08_synthetic.ipynb #d1ebcd69
+def _test_rows(rng: random.Random, by_video: dict) -> tuple[list, list]:
+    "The official per-video records and the flat parquet rows of the test questions."
+    official, flat = [], []
+    for vid in sorted(by_video):
+        qs = []
+        for j, (task, tree, sc) in enumerate(by_video[vid], 1):
+            q = _question(rng, f"{vid}-{j}", vid, tree, sc, task)
+            qs.append(
+                {
+                    "question_id": q["question_id"],
+                    "task_type": task,
+                    "question": q["question"],
+                    "choices": q["options"],
+                    "answer": q["answer"],
+                }
+            )
+            flat.append(
+                {
+                    "video_id": vid,
+                    "duration": "short",
+                    "domain": "Synthetic",
+                    **{kk: v for kk, v in q.items() if kk != "video_id"},
+                }
+            )
+        official.append({"video_id": vid, "duration": "short", "domain": "Synthetic", "questions": qs})
+    return official, flat
+
+# %% ../../nbs/harness/08_synthetic.ipynb #f6e666be
+def _write_test_set(bench: Path, official: list, flat: list):
+    "`Video-MME/videomme_test.json` and `Video-MME-parquet/test.parquet` under `bench`."
+    import pandas as pd
+
+    write_json(bench / "Video-MME" / "videomme_test.json", official)
+    (bench / "Video-MME-parquet").mkdir(parents=True)
+    pd.DataFrame(flat).to_parquet(bench / "Video-MME-parquet" / "test.parquet", index=False)
+
+
+def _write_texts(st: Path):
+    "The starting skills and prompts (v1) of the store `st`."
+    for d, name, txt in (
+        (st / "skills" / "v1", "skills.md", SKILLS_V1),
+        (st / "prompts" / "v1", "system.md", SYSTEM_V1),
+        (st / "prompts" / "v1", "reflect.md", REFLECT_V1),
+    ):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text(txt)
+
+# %% ../../nbs/harness/08_synthetic.ipynb #ec30d0a0
+def _write_configs(cdir: Path):
+    "`train_action_recognition.yaml` and `default.yaml` in the new folder `cdir`."
+    cdir.mkdir()
+    cfg = experiment_config()
+    (cdir / "train_action_recognition.yaml").write_text(
+        "# Action Recognition single-task training on the synthetic benchmark (reference experiment layout)\n"
+        + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)
+    )
+    default = {
+        "harness": {
+            "workspace_dir": "workspaces/default",
+            "store_dir": "store",
+            "mode": "infer",
+            "backend": "simulated",
+            "questions": "generated-v2-360",
+            "skills_version": "v1",
+            "prompts_version": "v1",
+        },
+        "embed": cfg["embed"],
+    }
+    (cdir / "default.yaml").write_text(yaml.safe_dump(default, sort_keys=False))
+
+
+def _check_loads(d: Path, n_gen: int, n_test: int):
+    "Before publishing: the generated questions and both test layouts load, with the counts written."
+    assert len(load_benchmark(d / "store" / "questions" / "generated-v2-360")) == n_gen
+    assert (
+        len(load_benchmark(d / "benchmarks" / "Video-MME"))
+        == n_test
+        == len(load_benchmark(d / "benchmarks" / "Video-MME-parquet"))
+    )
+
+# %% ../../nbs/harness/08_synthetic.ipynb #c39c0834
 def make_synthetic(
     out: str | Path,  # folder to create (must not exist, or be empty)
     n_train_videos: int = 40,  # videos behind the generated questions
@@ -258,104 +407,18 @@ def make_synthetic(
     out = Path(out)
     check_replaceable(out)  # before the work: a user's folder or file is never replaced
     rng = random.Random(seed)
-
-    def videos(prefix, n):
-        vs = []
-        for i in range(1, n + 1):
-            vid = f"{prefix}{i:03d}"
-            tree, scenes = _video(rng, vid)
-            vs.append((vid, tree, scenes))
-        return vs
-
-    for k, v in (("n_train_videos", n_train_videos), ("n_test_videos", n_test_videos), ("per_task", per_task)):
-        if v < 1:
-            raise UserError(f"--{k.replace('_', '-')} must be at least 1, got {v}")
-    train_v, test_v = videos("sv", n_train_videos), videos("tv", n_test_videos)
-    n_slots = sum(len(scenes) for _, _, scenes in train_v)
-    if n_slots < per_task:
-        raise UserError(
-            f"{n_train_videos} training videos hold {n_slots} scenes, fewer than the {per_task} questions per task type; "
-            f"raise --n-train-videos"
-        )
+    _check_sizes(n_train_videos=n_train_videos, n_test_videos=n_test_videos, per_task=per_task)
+    train_v, test_v = _videos(rng, "sv", n_train_videos), _videos(rng, "tv", n_test_videos)
+    _check_scenes(train_v, per_task)
     with atomic_dir(out) as tmp:
         st = tmp / "store"
         for vid, tree, _ in train_v + test_v:
             write_json(st / "trees" / f"{vid}.json", tree)
-        slots = [(vid, tree, sc) for vid, tree, scenes in train_v for sc in scenes]
-        qdir = st / "questions" / "generated-v2-360"
-        n_gen = 0
-        for task in SYN_TASKS:
-            picks = rng.sample(slots, per_task)
-            slug = task.lower().replace(" ", "_")
-            qs = [_question(rng, f"gen_{slug}_{i:03d}", vid, tree, sc, task) for i, (vid, tree, sc) in enumerate(picks)]
-            write_json(qdir / f"accepted_questions_{slug}.json", qs)
-            n_gen += len(qs)
-            if task == "Action Recognition":  # the old backup copy, already renamed so it is not loaded
-                write_json(qdir / "accepted_questions_backup_220.json.bak", qs[:18])
-        official, flat, k = [], [], 0
-        tslots = [(vid, tree, sc) for vid, tree, scenes in test_v for sc in scenes]
-        rng.shuffle(tslots)
-        need = [(t, test_ar if t == "Action Recognition" else test_other) for t in SYN_TASKS]
-        by_video = {}
-        for task, n in need:
-            for vid, tree, sc in tslots[k : k + n]:
-                by_video.setdefault(vid, []).append((task, tree, sc))
-            k += n
-        if k > len(tslots):
-            raise UserError(f"not enough test scenes ({len(tslots)}) for {k} questions; raise n_test_videos")
-        for vid in sorted(by_video):
-            qs = []
-            for j, (task, tree, sc) in enumerate(by_video[vid], 1):
-                q = _question(rng, f"{vid}-{j}", vid, tree, sc, task)
-                qs.append(
-                    {
-                        "question_id": q["question_id"],
-                        "task_type": task,
-                        "question": q["question"],
-                        "choices": q["options"],
-                        "answer": q["answer"],
-                    }
-                )
-                flat.append(
-                    {
-                        "video_id": vid,
-                        "duration": "short",
-                        "domain": "Synthetic",
-                        **{kk: v for kk, v in q.items() if kk != "video_id"},
-                    }
-                )
-            official.append({"video_id": vid, "duration": "short", "domain": "Synthetic", "questions": qs})
-        write_json(tmp / "benchmarks" / "Video-MME" / "videomme_test.json", official)
-        import pandas as pd
-
-        (tmp / "benchmarks" / "Video-MME-parquet").mkdir(parents=True)
-        pd.DataFrame(flat).to_parquet(tmp / "benchmarks" / "Video-MME-parquet" / "test.parquet", index=False)
-        for d, name, txt in (
-            (st / "skills" / "v1", "skills.md", SKILLS_V1),
-            (st / "prompts" / "v1", "system.md", SYSTEM_V1),
-            (st / "prompts" / "v1", "reflect.md", REFLECT_V1),
-        ):
-            d.mkdir(parents=True, exist_ok=True)
-            (d / name).write_text(txt)
-        (tmp / "config").mkdir()
-        cfg = experiment_config()
-        (tmp / "config" / "train_action_recognition.yaml").write_text(
-            "# Action Recognition single-task training on the synthetic benchmark (reference experiment layout)\n"
-            + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)
-        )
-        default = {
-            "harness": {
-                "workspace_dir": "workspaces/default",
-                "store_dir": "store",
-                "mode": "infer",
-                "backend": "simulated",
-                "questions": "generated-v2-360",
-                "skills_version": "v1",
-                "prompts_version": "v1",
-            },
-            "embed": cfg["embed"],
-        }
-        (tmp / "config" / "default.yaml").write_text(yaml.safe_dump(default, sort_keys=False))
+        n_gen = _write_generated(rng, st / "questions" / "generated-v2-360", train_v, per_task)
+        official, flat = _test_rows(rng, _test_scenes(rng, test_v, test_ar, test_other))
+        _write_test_set(tmp / "benchmarks", official, flat)
+        _write_texts(st)
+        _write_configs(tmp / "config")
         summary = {
             "generated_questions": n_gen,
             "test_questions": len(flat),
@@ -363,15 +426,5 @@ def make_synthetic(
             "seed": seed,
         }
         write_json(tmp / "synthetic.json", {**summary, "provenance": provenance(summary)})
-
-        # validate before publishing: everything loads
-        def _check(d):
-            assert len(load_benchmark(d / "store" / "questions" / "generated-v2-360")) == n_gen
-            assert (
-                len(load_benchmark(d / "benchmarks" / "Video-MME"))
-                == len(flat)
-                == len(load_benchmark(d / "benchmarks" / "Video-MME-parquet"))
-            )
-
-        _check(tmp)
+        _check_loads(tmp, n_gen, len(flat))  # validate before publishing: everything loads
     return summary

@@ -428,14 +428,14 @@ def keyframe_indices(x: np.ndarray, a: int, b: int, n: int) -> list[int]:
     edges = np.linspace(a, b, min(n, b - a) + 1).round().astype(int)
     return sorted({int(i + np.argmin(((x[i:j] - centre) ** 2).sum(1))) for i, j in zip(edges, edges[1:]) if j > i})
 
-# %% ../../nbs/harness/11_trees.ipynb #6933e005
+# %% ../../nbs/harness/11_trees.ipynb #6d2653a1
 def _span(t: np.ndarray, a: int, b: int, dur: float) -> tuple[float, float]:
     "Seconds covered by sampled frames [a, b): from halfway to the previous sample to halfway to the next."
     start = 0.0 if a == 0 else (t[a - 1] + t[a]) / 2
     end = dur if b == len(t) else (t[b - 1] + t[b]) / 2
     return round(float(start), 3), round(float(end), 3)
 
-
+# %% ../../nbs/harness/11_trees.ipynb #29fe7a42
 async def _frames_in_thread(path: Path, times: list, short_side: int):
     "`sample_frames` on a worker thread, each frame handed over as soon as it is decoded (captioning overlaps decoding)."
     loop, q, END = asyncio.get_running_loop(), asyncio.Queue(), object()
@@ -475,7 +475,7 @@ async def _gather_all(coros) -> list:
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
 
-
+# %% ../../nbs/harness/11_trees.ipynb #8098bf14
 def tree_plan(x: np.ndarray, p: TreeParams) -> list:
     "`[((clip start, end), [((segment start, end), keyframe rows), ...]), ...]` in sampled-frame rows."
     plan = []
@@ -484,23 +484,12 @@ def tree_plan(x: np.ndarray, p: TreeParams) -> list:
         plan.append(((ca, cb), [(s, keyframe_indices(x, *s, p.frames_per_segment)) for s in segs]))
     return plan
 
-
-async def build_tree(
-    video_id: str,
-    path: Path,
-    features: FrameFeatures,
-    captioner,
-    cache: CaptionCache,
-    p: TreeParams,
-    sem: asyncio.Semaphore = None,
-    sha: str = None,
+# %% ../../nbs/harness/11_trees.ipynb #56911995
+async def _caption_keyframes(
+    path: Path, t: np.ndarray, plan: list, captioner, cache: CaptionCache, p: TreeParams, sem
 ) -> dict:
-    "The caption tree of one video (the schema `harness.agent.CaptionTree` reads); `sem` bounds captions in flight."
-    sha = sha or await asyncio.to_thread(sha256_file, path)
-    t, x, dur = await asyncio.to_thread(features, path, sha)  # decoding and encoding off the event loop
-    plan = await asyncio.to_thread(tree_plan, x, p)
+    "`{time: caption}` of every keyframe of `plan`, each captioned (through the cache) as soon as it is decoded."
     key_times = sorted({float(t[i]) for _, segs in plan for _, ks in segs for i in ks})
-    sem = sem or asyncio.Semaphore(p.jobs)
 
     async def caption(tt, img):
         async with sem:
@@ -509,9 +498,13 @@ async def build_tree(
                 lambda: captioner.caption(img),
             )
 
-    texts = dict(
+    return dict(
         await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, key_times, p.caption_side))
     )
+
+
+def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
+    "The tree's clips (summaries still None): spans in seconds, keyframe times and their captions."
     clips = []
     for ci, ((ca, cb), segs) in enumerate(plan):
         segments = [
@@ -531,6 +524,11 @@ async def build_tree(
                 "segments": segments,
             }
         )
+    return clips
+
+
+async def _summarize_clips(clips: list, captioner, cache: CaptionCache, sem):
+    "Fill each clip's summary from its captions (through the cache)."
 
     async def summary(c):
         caps = [x["text"] for s in c["segments"] for x in s["captions"]]
@@ -538,6 +536,26 @@ async def build_tree(
             c["summary"] = await cache.get(cache.key("summary", caps), lambda: captioner.summarize(caps))
 
     await _gather_all(summary(c) for c in clips)
+
+# %% ../../nbs/harness/11_trees.ipynb #45410005
+async def build_tree(
+    video_id: str,
+    path: Path,
+    features: FrameFeatures,
+    captioner,
+    cache: CaptionCache,
+    p: TreeParams,
+    sem: asyncio.Semaphore = None,
+    sha: str = None,
+) -> dict:
+    "The caption tree of one video (the schema `harness.agent.CaptionTree` reads); `sem` bounds captions in flight."
+    sha = sha or await asyncio.to_thread(sha256_file, path)
+    t, x, dur = await asyncio.to_thread(features, path, sha)  # decoding and encoding off the event loop
+    plan = await asyncio.to_thread(tree_plan, x, p)
+    sem = sem or asyncio.Semaphore(p.jobs)
+    texts = await _caption_keyframes(path, t, plan, captioner, cache, p, sem)
+    clips = _tree_clips(t, dur, plan, texts)
+    await _summarize_clips(clips, captioner, cache, sem)
     return {
         "video_id": video_id,
         "duration": round(float(dur), 3),
@@ -553,7 +571,7 @@ async def build_tree(
         },
     }
 
-# %% ../../nbs/harness/11_trees.ipynb #e15b5bdd
+# %% ../../nbs/harness/11_trees.ipynb #b9043347
 def make_captioner(
     kind: str = None,
     model: str = None,
@@ -595,7 +613,78 @@ def _same_build(tree_path: Path, sha: str, want: dict) -> bool:
 
 VIDEOS_IN_FLIGHT = 4  # videos decoded, encoded and captioned at once: captions of one overlap the decoding of the next
 
+# %% ../../nbs/harness/11_trees.ipynb #40e6dc31
+async def _build_one(
+    vid, path: Path, dest: Path, feats, captioner, cache, p: TreeParams, want: dict, overwrite: bool, sem
+) -> dict:
+    "Build (or keep) one video's tree at `dest`; its report row. A video that fails is a row, not an error."
+    t1 = time.perf_counter()
+    try:
+        if not path.is_file():
+            raise UserError("video file not found", path)
+        sha = await asyncio.to_thread(sha256_file, path)
+        if dest.is_file() and not overwrite and _same_build(dest, sha, want):
+            return {"video_id": vid, "status": "kept", "path": str(path)}
+        tree = await build_tree(vid, path, feats, captioner, cache, p, sem, sha)
+        write_json(dest, tree)
+        return {
+            "video_id": vid,
+            "status": "built",
+            "path": str(path),
+            "clips": len(tree["clips"]),
+            "captions": sum(len(s["captions"]) for c in tree["clips"] for s in c["segments"]),
+            "seconds": round(time.perf_counter() - t1, 3),
+        }
+    except (UserError, BackendError) as e:
+        tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
+        return {"video_id": vid, "status": "failed", "path": str(path), "error": str(e)}
 
+# %% ../../nbs/harness/11_trees.ipynb #84653c5b
+async def _build_all(
+    todo: list, out: Path, feats, captioner, cache, p: TreeParams, want: dict, overwrite: bool, bar
+) -> list:
+    "Every video's row, `VIDEOS_IN_FLIGHT` videos and `p.jobs` captions at a time; the captioner is closed at the end."
+    videos_sem, sem = asyncio.Semaphore(VIDEOS_IN_FLIGHT), asyncio.Semaphore(p.jobs)
+
+    async def one(vid, path):
+        async with videos_sem:
+            try:
+                return await _build_one(
+                    vid, path, out / f"{vid}.json", feats, captioner, cache, p, want, overwrite, sem
+                )
+            finally:
+                bar.update()
+
+    try:
+        return await asyncio.gather(*(one(vid, path) for vid, path in todo))
+    finally:
+        if hasattr(captioner, "aclose"):
+            await captioner.aclose()
+
+
+def _build_report(
+    videos, out: Path, rows: list, wall: float, feats, cache, captioner, p: TreeParams, settings: dict
+) -> dict:
+    "The build report: every video's row, the counts, the throughput and provenance."
+    return {
+        "out": str(out),
+        "videos": len(rows),
+        "counts": {s: sum(r["status"] == s for r in rows) for s in ("built", "kept", "failed")},
+        "failed": [r for r in rows if r["status"] == "failed"],
+        "rows": rows,
+        "wall_seconds": round(wall, 3),
+        "frames_embedded": feats.stats["frames"],
+        "frames_per_second": round(feats.stats["frames"] / feats.stats["seconds"], 2)
+        if feats.stats["seconds"]
+        else None,
+        "captions_made": cache.misses,
+        "captions_cached": cache.hits,
+        "provenance": provenance(
+            {"videos": str(videos), "out": str(out), **settings, "captioner": captioner.identity, **asdict(p)}, []
+        ),
+    }
+
+# %% ../../nbs/harness/11_trees.ipynb #15e287ce
 def build_trees(
     videos: str | Path,
     out: str | Path,
@@ -618,67 +707,9 @@ def build_trees(
     want = {"encoder_key": feats.identity["key"], "captioner": captioner.identity, "params": asdict(p)}
     t0, bar = time.perf_counter(), tqdm(total=len(todo), desc="build trees", unit="video", disable=not progress)
 
-    async def one(vid, path, videos_sem, sem):
-        async with videos_sem:
-            dest, t1 = out / f"{vid}.json", time.perf_counter()
-            try:
-                if not path.is_file():
-                    raise UserError("video file not found", path)
-                sha = await asyncio.to_thread(sha256_file, path)
-                if dest.is_file() and not overwrite and _same_build(dest, sha, want):
-                    return {"video_id": vid, "status": "kept", "path": str(path)}
-                tree = await build_tree(vid, path, feats, captioner, cache, p, sem, sha)
-                write_json(dest, tree)
-                return {
-                    "video_id": vid,
-                    "status": "built",
-                    "path": str(path),
-                    "clips": len(tree["clips"]),
-                    "captions": sum(len(s["captions"]) for c in tree["clips"] for s in c["segments"]),
-                    "seconds": round(time.perf_counter() - t1, 3),
-                }
-            except (UserError, BackendError) as e:
-                tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
-                return {"video_id": vid, "status": "failed", "path": str(path), "error": str(e)}
-            finally:
-                bar.update()
-
-    async def run_all():
-        videos_sem, sem = asyncio.Semaphore(VIDEOS_IN_FLIGHT), asyncio.Semaphore(p.jobs)
-        try:
-            return await asyncio.gather(*(one(vid, path, videos_sem, sem) for vid, path in todo))
-        finally:
-            if hasattr(captioner, "aclose"):
-                await captioner.aclose()
-
-    rows = run_sync(run_all())
+    rows = run_sync(_build_all(todo, out, feats, captioner, cache, p, want, overwrite, bar))
     bar.close()
-    wall = time.perf_counter() - t0
-    rep = {
-        "out": str(out),
-        "videos": len(rows),
-        "counts": {s: sum(r["status"] == s for r in rows) for s in ("built", "kept", "failed")},
-        "failed": [r for r in rows if r["status"] == "failed"],
-        "rows": rows,
-        "wall_seconds": round(wall, 3),
-        "frames_embedded": feats.stats["frames"],
-        "frames_per_second": round(feats.stats["frames"] / feats.stats["seconds"], 2)
-        if feats.stats["seconds"]
-        else None,
-        "captions_made": cache.misses,
-        "captions_cached": cache.hits,
-        "provenance": provenance(
-            {
-                "videos": str(videos),
-                "out": str(out),
-                "vision": vision,
-                "fps": fps,
-                "max_frames": max_frames,
-                "captioner": captioner.identity,
-                **asdict(p),
-            },
-            [],
-        ),
-    }
+    settings = {"vision": vision, "fps": fps, "max_frames": max_frames}
+    rep = _build_report(videos, out, rows, time.perf_counter() - t0, feats, cache, captioner, p, settings)
     write_json(Path(report) if report else out.parent / "trees_build_report.json", rep)
     return rep
