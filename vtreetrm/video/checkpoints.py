@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +15,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..runs.folder import RunFolder
 from vtreetrm.utils import (
     UserError,
     atomic_dir,
     check_parent,
-    now_iso,
-    provenance,
     read_json,
     sha256_file,
     write_json,
@@ -30,7 +28,7 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
-           'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'RunFolder', 'check_run_folder']
+           'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'check_run_folder', 'TrainingRun']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e007
 CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
@@ -204,9 +202,40 @@ def model_config_sha256(model: str | Path) -> str | None:
     except Exception:
         return None
 
+# %% ../../nbs/video/02a_checkpoints.ipynb #62936805
+RUN_FILES = ("run.json", "params.json")  # a folder holding either is a run folder: it may be started again or resumed
+
+
+def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
+    "Refuse to start into a folder with checkpoints (unless resuming) or to resume one without `last/`; returns last/'s checked metadata."
+    out = Path(out)
+    check_parent(out)
+    if out.exists() and not out.is_dir():
+        raise UserError("the run folder must be a folder (this path is a file)", out)
+    if not resume and out.is_dir() and any(out.iterdir()) and not any((out / n).is_file() for n in RUN_FILES):
+        raise UserError(
+            "refusing to start a run in a folder that holds other files (it has no run.json or params.json); "
+            "choose another --out",
+            out,
+        )
+    if any((out / n).exists() for n in ("best.pt", "last.pt")):
+        raise UserError(
+            "this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
+            "start a new run in another --out",
+            out,
+        )
+    if not resume and any((out / n).exists() for n in ("best", "last")):
+        raise UserError(
+            "run folder already holds checkpoints; pass --resume to continue it or choose another --out", out
+        )
+    if resume:
+        if not (out / "last").exists():
+            raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
+        return read_checkpoint(out / "last", kind)
+
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e016
-class RunFolder:
-    "params.json, run.json, history.jsonl, steps.jsonl and the best/ and last/ checkpoints of one training run."
+class TrainingRun(RunFolder):
+    "A run folder (`runs.folder.RunFolder`) with what training adds: history.jsonl, steps.jsonl, best/ and last/."
 
     def __init__(
         self,
@@ -218,26 +247,17 @@ class RunFolder:
         main: bool = True,  # False on the other ranks of a multi-process run: they read, never write
         checked: bool = False,  # the caller already ran `check_run_folder` (it hashes last/'s files)
     ):
-        self.dir, self.kind, self.main = Path(out), kind, main
         if not checked:
-            check_run_folder(self.dir, resume, kind)
-        self.params, self.t0 = params, time.time()
+            check_run_folder(Path(out), resume, kind)
+        super().__init__(out, params, inputs, main)
+        self.kind = kind
         hist = self.dir / "history.jsonl"
         self.history = (
             [json.loads(l) for l in hist.read_text().splitlines() if l.strip()] if resume and hist.is_file() else []
         )
+        self.start(resumed=resume)
         if not main:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        old = read_json(self.dir / "run.json") if resume and (self.dir / "run.json").is_file() else {}
-        self.run = {
-            "status": "running",
-            "started": old.get("started", now_iso()),
-            "resumed": resume,
-            **provenance(params, inputs),
-        }
-        write_json(self.dir / "params.json", params)
-        write_json(self.dir / "run.json", self.run)
         if resume:
             self._trim_steps(read_checkpoint(self.last, kind, verify=False).get("step", 0))
         elif (self.dir / "steps.jsonl").exists():
@@ -287,40 +307,3 @@ class RunFolder:
         meta = {**checkpoint.pop("meta", {}), "score": score}
         save_checkpoint(self.best, self.kind, meta=meta, **checkpoint)
         return True
-
-    def finish(self, status: str = "done", **extra):
-        if not self.main:
-            return
-        self.run.update(status=status, ended=now_iso(), seconds=round(time.time() - self.t0, 2), **extra)
-        write_json(self.dir / "run.json", self.run)
-
-
-RUN_FILES = ("run.json", "params.json")  # a folder holding either is a run folder: it may be started again or resumed
-
-
-def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
-    "Refuse to start into a folder with checkpoints (unless resuming) or to resume one without `last/`; returns last/'s checked metadata."
-    out = Path(out)
-    check_parent(out)
-    if out.exists() and not out.is_dir():
-        raise UserError("the run folder must be a folder (this path is a file)", out)
-    if not resume and out.is_dir() and any(out.iterdir()) and not any((out / n).is_file() for n in RUN_FILES):
-        raise UserError(
-            "refusing to start a run in a folder that holds other files (it has no run.json or params.json); "
-            "choose another --out",
-            out,
-        )
-    if any((out / n).exists() for n in ("best.pt", "last.pt")):
-        raise UserError(
-            "this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
-            "start a new run in another --out",
-            out,
-        )
-    if not resume and any((out / n).exists() for n in ("best", "last")):
-        raise UserError(
-            "run folder already holds checkpoints; pass --resume to continue it or choose another --out", out
-        )
-    if resume:
-        if not (out / "last").exists():
-            raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
-        return read_checkpoint(out / "last", kind)

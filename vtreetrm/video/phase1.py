@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ..utils import UserError, write_json
 from vtreetrm.video.checkpoints import (
-    RunFolder,
+    TrainingRun,
     check_run_folder,
     load_resume_state,
     load_tensors,
@@ -337,7 +337,7 @@ def _val_losses(model, feats, groups, va: list, batch_size: int, tau: float) -> 
     return val, branch
 
 # %% ../../nbs/video/03_phase1.ipynb #14b03673
-def _resume_phase1(rf: RunFolder, model, opt, state: dict) -> int:
+def _resume_phase1(rf: TrainingRun, model, opt, state: dict) -> int:
     "Load last/'s weights, optimizer and RNG states into the run; the epoch to continue from."
     model.load_state_dict(load_tensors(rf.last))
     opt.load_state_dict(state["optimizer"])
@@ -346,7 +346,7 @@ def _resume_phase1(rf: RunFolder, model, opt, state: dict) -> int:
 
 
 def _phase1_epoch(
-    rf: RunFolder, model, opt, data: tuple, train_cfg: Phase1TrainConfig, epoch: int, meta: dict, progress
+    rf: TrainingRun, model, opt, data: tuple, train_cfg: Phase1TrainConfig, epoch: int, meta: dict, progress
 ):
     "Train and score one epoch; publish best/ if it improved, write last/ and log the epoch."
     feats, groups, tr, va = data
@@ -369,7 +369,9 @@ def _phase1_epoch(
     )
 
 # %% ../../nbs/video/03_phase1.ipynb #5d583e74
-def _fit_phase1(rf: RunFolder, cfg: Phase1Config, train_cfg: Phase1TrainConfig, loaded: tuple, state, progress) -> dict:
+def _fit_phase1(
+    rf: TrainingRun, cfg: Phase1Config, train_cfg: Phase1TrainConfig, loaded: tuple, state, progress
+) -> dict:
     "The epochs of `train_phase1` in the open run folder `rf`; returns the run summary."
     dss, clips, feats, reports, cache = loaded
     tr, va = _split_rows(clips)
@@ -433,7 +435,7 @@ def train_phase1(
     cfg = _fitted_config(model_cfg, feats, clips)
     params = _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, cache.key)
     state = load_resume_state(Path(out) / "last") if resume else None  # refused before writing (resume: last/ checked)
-    rf = RunFolder(out, params, resume, kind="phase1", checked=True)  # checked at the start
+    rf = TrainingRun(out, params, resume, kind="phase1", checked=True)  # checked at the start
     try:
         summary = _fit_phase1(rf, cfg, train_cfg, (dss, clips, feats, reports, cache), state, progress)
         write_json(rf.dir / "metrics.json", summary)

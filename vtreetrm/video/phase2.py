@@ -49,7 +49,7 @@ from ..eval.metrics import compute_metrics, score_file
 from ..eval.parse import parse_actions
 from ..utils import UserError, atomic_dir, read_json, sha256_file, sha256_json, write_json, write_jsonl
 from vtreetrm.video.checkpoints import (
-    RunFolder,
+    TrainingRun,
     check_run_folder,
     load_resume_state,
     load_tensors,
@@ -1256,7 +1256,7 @@ def _input_files(dataset, phase1) -> list:
     )
 
 
-def _save_base_llm(rf: RunFolder, x: _Inputs, acc):
+def _save_base_llm(rf: TrainingRun, x: _Inputs, acc):
     "The tiny LLM and its tokenizer into base_llm/ of the run folder, once (a copied run folder is self-contained)."
     if x.tiny and acc.is_main_process and not (rf.dir / "base_llm" / "config.json").is_file():
         x.tok.save_pretrained(rf.dir / "base_llm")
@@ -1316,7 +1316,7 @@ def train_phase2(
     sampling = (vision, frames, grid)
     params = _phase2_params(cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc)
     inputs = _input_files(dataset, phase1)
-    rf = RunFolder(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
+    rf = TrainingRun(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
     try:
         _save_base_llm(rf, x, acc)
         return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
@@ -1325,7 +1325,7 @@ def train_phase2(
         raise
 
 # %% ../../nbs/video/04_phase2.ipynb #416735fc
-def _build_model(cfg: Phase2Config, rf: RunFolder, x: _Inputs, llm, blip, state) -> tuple:
+def _build_model(cfg: Phase2Config, rf: TrainingRun, x: _Inputs, llm, blip, state) -> tuple:
     "(model, what --qformer-init loaded); on resume the adapter is last/'s and the encoder width the checkpoint's."
     enc_width = blip[0].get("encoder_hidden_size") if blip and x.p1 is None else None
     if state is not None:
@@ -1351,7 +1351,7 @@ def _total_steps(cfg: Phase2Config, n_train: int, processes: int) -> int:
     return min(total, cfg.max_steps) if cfg.max_steps else total
 
 
-def _resume_phase2(rf: RunFolder, model, opt, sched, state: tuple) -> tuple[int, int]:
+def _resume_phase2(rf: TrainingRun, model, opt, sched, state: tuple) -> tuple[int, int]:
     "Put last/'s tensors, optimizer, LR-schedule and RNG states back; (epoch to start from, optimizer step)."
     saved, last = state  # resume.pt and last/checkpoint.json, read once
     model.load_own_state(load_tensors(rf.last), rf.last / "model.safetensors")
@@ -1361,7 +1361,7 @@ def _resume_phase2(rf: RunFolder, model, opt, sched, state: tuple) -> tuple[int,
     return last["epoch"] + 1, last["step"]
 
 # %% ../../nbs/video/04_phase2.ipynb #f2e7b9f1
-def _start_trackers(cfg: Phase2Config, rf: RunFolder, acc) -> bool:
+def _start_trackers(cfg: Phase2Config, rf: TrainingRun, acc) -> bool:
     "Start --report-to's tracker, logging into the run folder; whether there is one."
     trackers = cfg.report_to != "none"
     if trackers:  # the tracker logs into the run folder (wandb: RUN/wandb/, offline with WANDB_MODE=offline)
@@ -1395,7 +1395,7 @@ def _checkpoint_meta(cfg, x: _Inputs, core, dtype, phase1, sampling: tuple, coun
     }
 
 # %% ../../nbs/video/04_phase2.ipynb #0b70eb23
-def _save_epoch(rf: RunFolder, acc, live: tuple, score: float, meta: dict) -> bool:
+def _save_epoch(rf: TrainingRun, acc, live: tuple, score: float, meta: dict) -> bool:
     "best/ if `score` (val Top1) beats it, and last/ with what --resume needs; whether best/ was replaced."
     model, core, opt, sched, _ = live
     own, llm_state = state_for_saving(acc, model)
@@ -1414,7 +1414,7 @@ def _save_epoch(rf: RunFolder, acc, live: tuple, score: float, meta: dict) -> bo
 
 # %% ../../nbs/video/04_phase2.ipynb #eae952e8
 def _phase2_epoch(
-    cfg: Phase2Config, rf: RunFolder, x: _Inputs, live: tuple, acc, epoch: int, step: int, meta, trackers, progress
+    cfg: Phase2Config, rf: TrainingRun, x: _Inputs, live: tuple, acc, epoch: int, step: int, meta, trackers, progress
 ) -> int:
     "Train one epoch, score the val split, save best/ and last/, log; returns the optimizer step reached."
     model, core, opt, sched, batcher = live
