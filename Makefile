@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU build from this machine's disk; GPU users: make env TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,verl,harness,docs
+EXTRAS ?= dev,verl,harness,docs,cluster
 STAMP := $(VENV)/.env-$(EXTRAS)
 NBDEV_TEST_FLAGS ?=
 PYTEST_ARGS ?= -m "not slow" -n 2

@@ -25,6 +25,7 @@ extras = {
     # `make docs` (mkdocs renders the notebooks; no binary download) and its test in headless Chromium (playwright drives
     # the system's Chromium: its own browser download is never used)
     'docs': ['mkdocs>=1.6', 'mkdocs-jupyter>=0.25', 'mkdocs-material>=9.5', 'playwright>=1.45'],
+    'cluster': ['submitit>=1.5'],  # `vtreetrm sweep --executor slurm` (ray, for --executor ray, comes with the verl extra)
 }
 
 # The experiment and report notebooks ship in the wheel (vtreetrm/notebooks/...), where an installed vtreetrm finds them.

@@ -88,14 +88,19 @@ def test_sweep_parallel_with_a_failure(tmp_path, cli, nb):
         "grid: {lr: [0.1, 0.2], steps: [1, 2]}\nruns: [{lr: 0.3, steps: -1}]\n"
     )
     r = cli("sweep", tmp_path / "sweep.yaml", "--jobs", "2", "--runs-dir", tmp_path / "runs", check=1)
-    assert "4 done, 0 skipped, 1 failed" in r.stdout
-    done = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    assert "4 done, 1 failed" in r.stdout and "this pass: 4 done, 1 failed" in r.stdout
+    done = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir() and not p.name.startswith("."))
     assert done == ["lr0.1-s1", "lr0.1-s2", "lr0.2-s1", "lr0.2-s2", "lr0.3-s-1"]
     assert json.loads((tmp_path / "runs" / "lr0.2-s2" / "metrics.json").read_text())["loss"] == pytest.approx(1 / 1.4)
-    summary = json.loads((tmp_path / "runs" / "sweep-sweep.json").read_text())
-    assert summary["runs"]["lr0.3-s-1"]["status"] == "failed"
+    manifest = json.loads((tmp_path / "runs" / "sweep.json").read_text())
+    assert manifest["sweep"] == "sweep" and len(manifest["points"]) == 5
+    run = json.loads((tmp_path / "runs" / "lr0.3-s-1" / "run.json").read_text())
+    assert (run["status"], run["executor"]) == ("failed", "local")
     r = cli("sweep", tmp_path / "sweep.yaml", "--runs-dir", tmp_path / "runs", check=1)
-    assert "0 done, 4 skipped, 1 failed" in r.stdout
+    assert "this pass: 4 skipped, 1 failed" in r.stdout
+    r = cli("sweep", "status", tmp_path / "runs", check=0)
+    rows = [line.split() for line in r.stdout.splitlines()[1:-1]]
+    assert {(row[0], row[1]) for row in rows} >= {("lr0.1-s1", "done"), ("lr0.3-s-1", "failed")}
 
 
 @pytest.mark.parametrize(

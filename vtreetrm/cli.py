@@ -22,8 +22,8 @@ from fastcore.docments import docments
 from .utils import UserError
 
 # %% auto #0
-__all__ = ['TOP_COMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'command_parser', 'run_command', 'main',
-           'console_main', 'parameters_source', 'check_config']
+__all__ = ['TOP_COMMANDS', 'SUBCOMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'command_parser',
+           'run_command', 'main', 'console_main', 'parameters_source', 'check_config']
 
 # %% ../nbs/01_cli.ipynb #ab2e19d4
 @dataclasses.dataclass(frozen=True)
@@ -134,9 +134,12 @@ def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
 # %% ../nbs/01_cli.ipynb #980b710f
 TOP_COMMANDS = {
     "run": "vtreetrm.runs.papermill:run_cmd",
-    "sweep": "vtreetrm.runs.papermill:sweep_cmd",
+    "sweep": "vtreetrm.runs.sweep:sweep_cmd",
     "demo": "vtreetrm.demo:demo_cmd",
 }
+SUBCOMMANDS = {
+    "sweep": "vtreetrm.runs.sweep:SWEEP_COMMANDS"
+}  # `vtreetrm sweep status DIR`, `vtreetrm sweep resume DIR`
 GROUPS = {
     "eval": ("vtreetrm.eval.metrics", "score model outputs"),
     "analyze": ("vtreetrm.analysis.queries", "analyse checkpoints (Q-former query diversity)"),
@@ -166,7 +169,7 @@ def _usage() -> str:
     lines = ["usage: vtreetrm <group> <command> [flags]   (add --help anywhere)", "", "commands:"]
     lines += [
         "  run       execute a notebook with papermill into papermill_runs/NAME/",
-        "  sweep     expand a sweep YAML into runs and execute them",
+        "  sweep     run a sweep YAML's points here, on SLURM or on Ray (sweep status DIR, sweep resume DIR)",
         "  demo      the main job on the embedded default data",
     ]
     lines += [f"  {g:<9} {desc}" for g, (_, desc) in GROUPS.items()]
@@ -215,7 +218,10 @@ def main(argv: list = None) -> int:
             print(__version__)
             return 0
         head, rest = argv[0], argv[1:]
-        if head in TOP_COMMANDS:
+        subs = _load(SUBCOMMANDS[head]) if head in SUBCOMMANDS and rest else {}
+        if rest and rest[0] in subs:
+            res = run_command(subs[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}")
+        elif head in TOP_COMMANDS:
             res = run_command(_load(TOP_COMMANDS[head]), rest, f"vtreetrm {head}")
         elif head in GROUPS:
             cmds = _group_commands(head)

@@ -6,15 +6,11 @@
 from __future__ import annotations
 
 import ast
-import concurrent.futures as cf
 import contextlib
-import itertools
-import multiprocessing as mp
 import os
 import re
 import shutil
 import sys
-import traceback
 from pathlib import Path
 
 import yaml
@@ -27,7 +23,6 @@ from vtreetrm.utils import (
     check_replaceable,
     load_yaml,
     make_parent,
-    now_iso,
     publish_dir,
     read_json,
     recover_publication,
@@ -36,8 +31,7 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['REPORT_CSP', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs',
-           'gather_params', 'check_params', 'render_html', 'run_notebook', 'load_sweep', 'expand_sweep', 'run_sweep',
-           'run_cmd', 'sweep_cmd']
+           'gather_params', 'check_params', 'render_html', 'run_notebook', 'run_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
 def project_root() -> Path:
@@ -194,6 +188,7 @@ def run_notebook(
     progress: bool = True,  # papermill's cell progress bar
     kernel: str = "python3",  # Jupyter kernel that executes it
     log_output: bool = False,  # stream the cells' outputs to stderr as they run (papermill --log-output)
+    run_fields: dict = None,  # more fields for run.json (a sweep point's executor, job id and node)
 ) -> dict:
     "Execute a notebook into `runs_dir/name/`; returns its run.json (status `done`, `failed` or `skipped`)."
     nb = resolve_notebook(notebook)
@@ -212,7 +207,9 @@ def run_notebook(
     check_replaceable(Path(os.path.abspath(dest)))  # a folder this tool did not write is refused before running
     try:
         with _run_lock(dest):
-            return _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel, log_output)
+            return _execute(
+                nb, name, dest, full, declared, inputs, prev, html, progress, kernel, log_output, run_fields
+            )
     except _Kept as k:
         return k.args[0]
 
@@ -242,20 +239,22 @@ def _running_dir(dest: Path, full: dict) -> tuple[Path, bool]:
     work = dest.parent / f"{dest.name}.running"
     if work.is_dir():
         old = read_json(work / "params.json") if (work / "params.json").is_file() else None
-        if old == full:
-            return work, True
+        if old == full:  # a run that had started goes on; one a scheduler queued starts here
+            return work, (read_run(work) or {}).get("status") != "queued"
         shutil.rmtree(work)
     work.mkdir(parents=True)
     return work, False
 
 
-def _execute(nb, name, dest, full, declared, inputs, prev, html, progress, kernel="python3", log_output=False) -> dict:
+def _execute(
+    nb, name, dest, full, declared, inputs, prev, html, progress, kernel="python3", log_output=False, run_fields=None
+) -> dict:
     import papermill as pm
 
     work, resumed = _running_dir(dest, full)
     rf = RunFolder(work, full, inputs)
     rf.start(resumed=resumed, name=name, notebook=str(nb), run_dir=str(dest.resolve()),
-             running_dir=str(work.resolve()), pid=os.getpid())  # fmt: skip
+             running_dir=str(work.resolve()), pid=os.getpid(), **(run_fields or {}))  # fmt: skip
     exec_params = dict(full)
     if "run_dir" in declared:
         exec_params["run_dir"] = str(work.resolve())
@@ -318,134 +317,6 @@ def _keep_done(work: Path, dest: Path, run: dict) -> dict:
     publish_dir(work, failed)
     raise _Kept(run)
 
-# %% ../../nbs/runs/00_papermill.ipynb #8bfbac97
-def load_sweep(path: str | Path) -> dict:
-    "Read and check a sweep YAML."
-    path = Path(path)
-    if not path.is_file():
-        raise UserError("no such sweep file", path)
-    spec = load_yaml(path.read_bytes(), path)
-    if not isinstance(spec, dict):
-        raise UserError("a sweep must be a YAML mapping with at least 'notebook'", path)
-    allowed = {"notebook", "name", "params", "grid", "runs", "jobs", "runs_dir"}
-    for k in spec:
-        if k not in allowed:
-            raise UserError(f"unknown key; allowed: {', '.join(sorted(allowed))}", path, field=k)
-    if "notebook" not in spec:
-        raise UserError("missing", path, field="notebook")
-    for k, typ in (
-        ("params", dict),
-        ("grid", dict),
-        ("runs", list),
-        ("notebook", str),
-        ("name", str),
-        ("runs_dir", str),
-        ("jobs", int),
-    ):
-        if k in spec and (not isinstance(spec[k], typ) or isinstance(spec[k], bool)):
-            raise UserError(
-                f"must be {dict(dict='a mapping', list='a list', str='text', int='a whole number')[typ.__name__]}, got {spec[k]!r:.60}",
-                path,
-                field=k,
-            )
-    if "jobs" in spec and spec["jobs"] < 1:
-        raise UserError(f"must be at least 1, got {spec['jobs']}", path, field="jobs")
-    for k, v in (spec.get("grid") or {}).items():
-        if not isinstance(v, list) or not v:
-            raise UserError("grid values must be non-empty lists", path, field=f"grid.{k}")
-    for i, r in enumerate(spec.get("runs") or []):
-        if not isinstance(r, dict):
-            raise UserError("each explicit run must be a mapping", path, field=f"runs[{i}]")
-    spec["_path"] = str(path)
-    return spec
-
-
-def expand_sweep(spec: dict) -> list[tuple[str, dict]]:
-    "`[(run_name, params), …]`: the grid's cartesian product, then the explicit runs."
-    base, grid = dict(spec.get("params") or {}), dict(spec.get("grid") or {})
-    combos = (
-        [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())]
-        if grid
-        else ([{}] if not spec.get("runs") else [])
-    )
-    combos += [dict(r) for r in spec.get("runs") or []]
-    sweep = Path(spec.get("_path", "sweep")).stem
-    varying = sorted({k for c in combos for k in c})
-    out, seen = [], {}
-    for c in combos:
-        p = {**base, **c}
-        if spec.get("name"):
-            try:
-                name = str(spec["name"]).format(**p)
-            except (KeyError, IndexError, ValueError) as e:
-                raise UserError(f"run-name template {spec['name']!r}: {e!r}", spec.get("_path"), field="name") from None
-        else:
-            name = "-".join([sweep] + [f"{k}={p[k]}" for k in varying if k in p]) if varying else sweep
-        name = _safe_name(name)
-        if name in seen:
-            if seen[name] == p:
-                continue
-            raise UserError(
-                f"two runs get the name {name!r} with different params; add the varying keys to 'name'",
-                spec.get("_path"),
-                field="name",
-            )
-        seen[name] = p
-        out.append((name, p))
-    return out
-
-# %% ../../nbs/runs/00_papermill.ipynb #fa8e5260
-def _run_one(args):
-    nb, name, params, runs_dir, force = args
-    try:
-        return name, run_notebook(nb, name, params, runs_dir, force=force, progress=False)
-    except UserError as e:
-        return name, {"status": "failed", "error": str(e)}
-    except Exception as e:
-        return name, {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-
-
-def run_sweep(
-    path: str | Path, jobs: int = None, force: bool = False, runs_dir: str | Path = None, progress: bool = True
-) -> dict:
-    "Run every expanded run of a sweep in `jobs` processes; returns the sweep summary (also written as JSON)."
-    from tqdm.auto import tqdm
-
-    spec = load_sweep(path)
-    nb = resolve_notebook(spec["notebook"])
-    declared = notebook_parameters(nb)
-    runs = expand_sweep(spec)
-    for _name, p in runs:
-        check_params(nb, p, declared)  # every run is checked before any starts
-    runs_dir = Path(runs_dir or spec.get("runs_dir") or "papermill_runs")
-    jobs = max(1, int(jobs or spec.get("jobs") or 1))
-    results = {}
-    args = [(str(nb), n, p, str(runs_dir), force) for n, p in runs]
-    bar = tqdm(total=len(args), desc=f"sweep {Path(path).stem}", unit="run", disable=not progress)
-    if jobs == 1:
-        for a in args:
-            n, r = _run_one(a)
-            results[n] = r
-            bar.update()
-    else:
-        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
-            for n, r in ex.map(_run_one, args):
-                results[n] = r
-                bar.update()
-    bar.close()
-    summary = {
-        "sweep": str(path),
-        "notebook": str(nb),
-        "runs_dir": str(runs_dir),
-        "finished": now_iso(),
-        "counts": {s: sum(r["status"] == s for r in results.values()) for s in ("done", "skipped", "failed")},
-        "runs": {
-            n: {"status": r["status"], **({"error": r["error"]} if r.get("error") else {})} for n, r in results.items()
-        },
-    }
-    write_json(runs_dir / f"sweep-{_safe_name(Path(path).stem)}.json", summary)
-    return summary
-
 # %% ../../nbs/runs/00_papermill.ipynb #5e57a3d3
 def run_cmd(
     notebook: Param("notebook path, or a name in nbs/experiments/"),
@@ -482,18 +353,3 @@ def run_cmd(
         + (f"  ({r['error']})" if r.get("error") else "")
     )
     return 0 if r["status"] in ("done", "skipped") else 1
-
-
-def sweep_cmd(
-    sweep: Param("sweep YAML (notebook, params, grid, runs, name)"),
-    jobs: int = None,  # parallel runs (processes); default from the YAML or 1
-    force: bool = False,  # re-run done runs with the same parameters
-    runs_dir: str = None,  # where run folders go (default: the YAML's runs_dir or papermill_runs)
-):
-    "Expand a sweep into runs and execute them; failed runs do not stop the others; exit 1 if any failed."
-    s = run_sweep(sweep, jobs, force, runs_dir)
-    for n, r in s["runs"].items():
-        print(f"{r['status']:<10} {n}" + (f"  ({r['error']})" if r.get("error") else ""))
-    c = s["counts"]
-    print(f"{c['done']} done, {c['skipped']} skipped, {c['failed']} failed")
-    return 1 if c["failed"] else 0
