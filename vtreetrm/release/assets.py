@@ -58,7 +58,7 @@ def normalize_cell(v) -> str:
     s = unicodedata.normalize("NFKC", str(v))
     return _WS.sub(" ", s).strip()
 
-# %% ../../nbs/release/00_assets.ipynb #bce82121
+# %% ../../nbs/release/00_assets.ipynb #5c92d689
 def record_id(dataset: str, table_name: str, field_name: str) -> str:
     "Stable record id from the dataset and the `table_name`+`field_name` key."
     h = hashlib.sha256(f"{dataset}\x1f{table_name}\x1f{field_name}".encode()).hexdigest()[:16]
@@ -85,7 +85,7 @@ class Target:
     data_level: str  # grade, one of the grading config's approved levels
     category_id: str | None = None  # resolved leaf id in the registry (set by canonical)
 
-
+# %% ../../nbs/release/00_assets.ipynb #140fcd5a
 @dataclass
 class Record:
     "One field-level record of the release chain."
@@ -163,7 +163,7 @@ class Record:
             split=split,
         )
 
-# %% ../../nbs/release/00_assets.ipynb #688cf2cd
+# %% ../../nbs/release/00_assets.ipynb #ae5cff25
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w"):
     "Open a temporary sibling of `path` for streaming writes; `os.replace` it into place on success."
@@ -181,7 +181,7 @@ def atomic_file(path: str | Path, mode: str = "w"):
             os.unlink(tmp)
         raise
 
-
+# %% ../../nbs/release/00_assets.ipynb #00bc54e1
 class RecordWriter:
     "Write dict records as a JSON array, one record per line, to an open text file."
 
@@ -208,7 +208,7 @@ def write_records(path: str | Path, records: Iterable) -> int:
         w.close()
     return w.n
 
-
+# %% ../../nbs/release/00_assets.ipynb #4a9d5c0d
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     "Yield `(line, dict)` for each record of a JSON array file, streaming when it is one record per line."
     path = Path(path)
@@ -247,7 +247,7 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         if not closed:
             raise UserError("missing closing ']' (truncated file?)", path)
 
-# %% ../../nbs/release/00_assets.ipynb #ff56a3ba
+# %% ../../nbs/release/00_assets.ipynb #5c5c6a2d
 @dataclass
 class Category:
     "One node of the category tree."
@@ -266,7 +266,7 @@ def _need(d, key, typ, path, line=None, prefix=""):
         raise UserError(f"expected {typ.__name__}, got {type(v).__name__}", path, line, prefix + key)
     return v
 
-
+# %% ../../nbs/release/00_assets.ipynb #0fd91c69
 @dataclass
 class Registry:
     "Leaf registry: the category tree of a classification standard."
@@ -331,7 +331,7 @@ class Registry:
             return None, f"category {t!r} ({cid}) is not a leaf"
         return cid, None
 
-# %% ../../nbs/release/00_assets.ipynb #21406a33
+# %% ../../nbs/release/00_assets.ipynb #f28083f8
 @dataclass
 class Corpus:
     "Category descriptions, id -> (name, description)."
@@ -358,7 +358,7 @@ class Corpus:
     def description(self, cid):
         return self.entries[cid]["description"]
 
-
+# %% ../../nbs/release/00_assets.ipynb #d30db4d0
 @dataclass
 class GradingConfig:
     "The grading standard: level field name and approved levels."
@@ -398,7 +398,7 @@ class GradingConfig:
                 self.level_field,
             )
 
-
+# %% ../../nbs/release/00_assets.ipynb #7ab72f2e
 @dataclass
 class TaskConfig:
     "The native prompt contract of a dataset."
@@ -451,7 +451,7 @@ class ChoiceMap:
         if len(self.to_category) != len(self.to_choice):
             raise UserError("choice_id collision: change choice_salt", task.path, None, "choice_salt")
 
-# %% ../../nbs/release/00_assets.ipynb #278bca10
+# %% ../../nbs/release/00_assets.ipynb #9ca62449
 @dataclass
 class Mapping:
     "How a workbook's sheets and headers map to record fields."
@@ -484,7 +484,7 @@ class Mapping:
             str(path),
         )
 
-
+# %% ../../nbs/release/00_assets.ipynb #19fbcb49
 @dataclass
 class DatasetsConfig:
     "Per-dataset asset file names (`CFG/datasets.json`)."
@@ -572,7 +572,7 @@ class ReleaseContext:
     def asset_paths(self) -> list:
         return [self.registry.path, self.corpus.path, self.task.path, self.grading.path]
 
-# %% ../../nbs/release/00_assets.ipynb #6ee2c82e
+# %% ../../nbs/release/00_assets.ipynb #0101d0fd
 def required(**kw):
     "Raise a `UserError` naming the first missing required flag."
     for k, v in kw.items():
@@ -605,7 +605,7 @@ def _given(given: dict, name: str):
     blocks = [v for v in given.values() if is_dataclass(v) and not isinstance(v, type)]
     return next((getattr(b, name) for b in blocks if name in {f.name for f in fields(b)}), None)
 
-
+# %% ../../nbs/release/00_assets.ipynb #a43833ed
 def cmdline(command: str, params: dict) -> list:
     "The `vtreetrm release` command line equivalent to `params`."
     out = ["vtreetrm", "release", command]
@@ -634,7 +634,7 @@ def parse_named(items, flag: str) -> dict:
         out[name] = val
     return out
 
-
+# %% ../../nbs/release/00_assets.ipynb #5e28e16b
 def release_report(release) -> tuple[dict, Path]:
     "(report, its path) of a published release: `mixture_report.json` for a mixture, else `export_report.json`."
     rel = Path(release)
@@ -655,7 +655,7 @@ def make_report(command: str, params: dict, inputs: Iterable, dataset: str = Non
     rep["provenance"] = provenance(params, [p for p in inputs if p], cmdline(command, params))
     return rep
 
-# %% ../../nbs/release/00_assets.ipynb #d6b58418
+# %% ../../nbs/release/00_assets.ipynb #35e7dd35
 @dataclass
 class ToolAssets:
     "The files the category tools read."
@@ -691,7 +691,7 @@ class ReleaseAssets(PromptAssets):
 
     grading_config: str = None  # grading config JSON
 
-
+# %% ../../nbs/release/00_assets.ipynb #21f7817e
 def flat_params(params: dict, drop=("progress",)) -> dict:
     "A command's parameters (its `locals()` on entry) as reports record them: options blocks spread into their flags."
     out = {}

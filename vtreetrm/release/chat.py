@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast
 # %% auto #0
 __all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'build_chat_tokenizer']
 
-# %% ../../nbs/release/09_chat.ipynb #a8a09078
+# %% ../../nbs/release/09_chat.ipynb #63ea0920
 CHATML_TOOLS_TEMPLATE = (
     "{% for message in messages %}"
     "<|im_start|>{{ message['role'] }}\n"
@@ -39,6 +39,7 @@ CHATML_TOOLS_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# %% ../../nbs/release/09_chat.ipynb #b0eec22c
 SPECIAL_TOKENS = [
     "<|endoftext|>",
     "<|im_start|>",

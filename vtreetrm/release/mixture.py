@@ -36,7 +36,7 @@ from ..utils import UserError, atomic_dir, sha256_file, stable_uniform, write_js
 # %% auto #0
 __all__ = ['FAMILIES', 'copies', 'iter_pairs', 'Family', 'Source', 'family_of', 'parse_weights', 'mixture']
 
-# %% ../../nbs/release/08_mixture.ipynb #109c5cc6
+# %% ../../nbs/release/08_mixture.ipynb #70f67efb
 def copies(weight: float, key: str) -> int:
     "How many times a train sample enters the mixture: `floor(weight)` plus one with probability `frac(weight)` (hash of `key`)."
     whole = math.floor(weight)
@@ -44,7 +44,7 @@ def copies(weight: float, key: str) -> int:
     u = stable_uniform(key)
     return whole + (1 if u < frac else 0)
 
-
+# %% ../../nbs/release/08_mixture.ipynb #939ea813
 def iter_pairs(path, stage_of, source_of):
     "Yield `(stage1_row, stage2_row)` from a parquet file; each source must have exactly one row of each stage."
     pending = {}
@@ -79,7 +79,7 @@ def _refuse_trajectory(path, family):
         )
     return names
 
-# %% ../../nbs/release/08_mixture.ipynb #16343e54
+# %% ../../nbs/release/08_mixture.ipynb #e133663b
 @dataclasses.dataclass(frozen=True)
 class Family:
     "One kind of mixture: the schema it writes, the samples a source file gives, and the validator of the result."
@@ -112,7 +112,7 @@ class Source:
     def bar(self, it):
         return tqdm(it, desc=f"mixture {self.name} {self.split}", disable=not self.progress, mininterval=1)
 
-
+# %% ../../nbs/release/08_mixture.ipynb #92fa750c
 def _sft_sample(ctx, s1, s2, sample, seed):
     lab = json.loads(s1["label"])
     md = json.loads(s1["metadata"])
@@ -135,7 +135,7 @@ def _sft_sample(ctx, s1, s2, sample, seed):
         {**base, "sample_id": f"{sample}:stage2", "stage": "stage2", "messages": m2, "answer": m2[-1]["content"]},
     ]
 
-# %% ../../nbs/release/08_mixture.ipynb #0c1cd6dc
+# %% ../../nbs/release/08_mixture.ipynb #d6f10b92
 def _sft_samples(ctx, src: Source):
     "Legacy stage1/stage2 pairs, each copy reseeded: two rows per sample."
     if "stage" not in _refuse_trajectory(src.path, "sft"):
@@ -164,7 +164,7 @@ def _rl_samples(ctx, src: Source):
         for c in range(src.copies(sid)):
             yield [cascade_row(ctx, s1, s2, f"{src.name}:{sid}:{c}", src.seed + c, next(src.index))]
 
-
+# %% ../../nbs/release/08_mixture.ipynb #92ecbfc3
 FAMILIES = {
     "sft": Family(
         "sft",
@@ -193,7 +193,7 @@ def family_of(name: str) -> Family:
         raise UserError(f"--family must be one of {', '.join([*FAMILIES, 'sft-trajectory'])}, got {name!r}")
     return FAMILIES[name]
 
-
+# %% ../../nbs/release/08_mixture.ipynb #2e8d8043
 def parse_weights(weights: list[str], sources: dict) -> dict:
     "`{name: weight}` from `--weights NAME=WEIGHT`: each names an `--input` and is a finite number >= 0."
     out = {}
@@ -208,7 +208,38 @@ def parse_weights(weights: list[str], sources: dict) -> dict:
             raise UserError(f"--weights {k} must be a finite number >= 0, got {v}")
     return out
 
-# %% ../../nbs/release/08_mixture.ipynb #4145c0b1
+# %% ../../nbs/release/08_mixture.ipynb #9da02999
+def _mix(d: Path, fam: Family, ctx, sources: dict, w: dict, seed: int, progress: bool):
+    "Write every split of every source through `fam` into `d`: the writer (closed), samples per source, the files read."
+    per_source, inputs, index = {}, [], itertools.count()
+    out = SplitWriter(d, fam.schema, batch_rows=fam.batch_rows)  # every split gets a file, empty ones too
+    try:
+        for name, src in sources.items():
+            per_source[name] = Counter()
+            for s in SPLITS:
+                inputs.append(Path(src) / f"{s}.parquet")
+                for rows in fam.samples(ctx, Source(name, s, inputs[-1], w.get(name, 1.0), seed, progress, index)):
+                    for row in rows:
+                        out.write(s, row)
+                    per_source[name][s] += 1
+        if not sum(out.counts.values()):
+            raise UserError("the inputs hold no rows to mix")
+    finally:
+        out.close()
+    return out, per_source, inputs
+
+# %% ../../nbs/release/08_mixture.ipynb #8ed07baf
+def _copy_grading(d: Path, ctx, grading):
+    "The release carries its grading config and a manifest naming it, so it validates on its own."
+    gdir = d / "grading"
+    gdir.mkdir()
+    gfile = gdir / f"{ctx.dataset}.grading.json"
+    shutil.copy2(grading.path, gfile)
+    write_json(
+        gdir / "grading-manifest.json", {"datasets": {ctx.dataset: {"path": gfile.name, "sha256": sha256_file(gfile)}}}
+    )
+
+# %% ../../nbs/release/08_mixture.ipynb #0ecd1872
 @requires("family", "input", "grading_manifest", "registry", "corpus", "task_config", "metadata_fields", "output_dir")
 def mixture(
     # sft: legacy stage1/stage2; rl-cascade: native-tool RL episodes; sft-trajectory: native-tool trajectories
@@ -262,34 +293,3 @@ def mixture(
         )
         write_json(d / "mixture_report.json", rep)
     return rep
-
-
-def _mix(d: Path, fam: Family, ctx, sources: dict, w: dict, seed: int, progress: bool):
-    "Write every split of every source through `fam` into `d`: the writer (closed), samples per source, the files read."
-    per_source, inputs, index = {}, [], itertools.count()
-    out = SplitWriter(d, fam.schema, batch_rows=fam.batch_rows)  # every split gets a file, empty ones too
-    try:
-        for name, src in sources.items():
-            per_source[name] = Counter()
-            for s in SPLITS:
-                inputs.append(Path(src) / f"{s}.parquet")
-                for rows in fam.samples(ctx, Source(name, s, inputs[-1], w.get(name, 1.0), seed, progress, index)):
-                    for row in rows:
-                        out.write(s, row)
-                    per_source[name][s] += 1
-        if not sum(out.counts.values()):
-            raise UserError("the inputs hold no rows to mix")
-    finally:
-        out.close()
-    return out, per_source, inputs
-
-
-def _copy_grading(d: Path, ctx, grading):
-    "The release carries its grading config and a manifest naming it, so it validates on its own."
-    gdir = d / "grading"
-    gdir.mkdir()
-    gfile = gdir / f"{ctx.dataset}.grading.json"
-    shutil.copy2(grading.path, gfile)
-    write_json(
-        gdir / "grading-manifest.json", {"datasets": {ctx.dataset: {"path": gfile.name, "sha256": sha256_file(gfile)}}}
-    )

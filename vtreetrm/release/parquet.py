@@ -17,8 +17,10 @@ from ..utils import UserError
 # %% auto #0
 __all__ = ['MESSAGE', 'BATCH_ROWS', 'SplitWriter', 'open_parquet', 'iter_parquet']
 
-# %% ../../nbs/release/05a_parquet.ipynb #912c3a2c
+# %% ../../nbs/release/05a_parquet.ipynb #7b3da877
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+
+
 BATCH_ROWS = 8192
 
 
@@ -48,7 +50,7 @@ class SplitWriter:
             self._flush(s)
             self.writers[s].close()
 
-
+# %% ../../nbs/release/05a_parquet.ipynb #4acf927f
 def open_parquet(path) -> pq.ParquetFile:
     "Open a parquet file; a missing or corrupted one is a `UserError`."
     path = Path(path)

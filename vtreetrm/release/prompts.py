@@ -15,8 +15,8 @@ from ..utils import UserError
 
 # %% auto #0
 __all__ = ['SYSTEM_STAGE1', 'SYSTEM_STAGE2', 'SYSTEM_NATIVE', 'render_metadata', 'prompt_key', 'candidates_for', 'candidate_line',
-           'level_lines', 'stage1_messages', 'stage2_messages', 'native_messages', 'stage1_answer', 'stage2_answer',
-           'native_answer', 'parse_user', 'metadata_mismatch', 'parse_answer', 'leaked_ids']
+           'level_lines', 'stage1_answer', 'stage2_answer', 'native_answer', 'stage1_messages', 'stage2_messages',
+           'native_messages', 'parse_user', 'metadata_mismatch', 'parse_answer', 'leaked_ids']
 
 # %% ../../nbs/release/04_prompts.ipynb #8384078c
 SYSTEM_STAGE1 = (
@@ -53,7 +53,7 @@ def prompt_key(metadata: dict, fields) -> str:
     "Case-folded, whitespace-collapsed metadata block: the audit's grouping key."
     return normalize_cell(render_metadata(metadata, fields)).casefold()
 
-# %% ../../nbs/release/04_prompts.ipynb #fdee30ad
+# %% ../../nbs/release/04_prompts.ipynb #38599058
 def _cache(ctx: ReleaseContext) -> dict:
     "Per-context cache of the rendered candidate lines, level block and leaf positions."
     c = ctx.__dict__.get("_prompt_cache")
@@ -80,7 +80,7 @@ def _draws(seed, source_id, n: int) -> list:
         c += 1
     return out
 
-
+# %% ../../nbs/release/04_prompts.ipynb #0214e382
 def candidates_for(ctx: ReleaseContext, gold: str, source_id: str, seed: int) -> list:
     "Gold leaf plus `num_candidates-1` others, drawn and shuffled from `seed` and `source_id` (partial Fisher-Yates)."
     leaves = ctx.registry.leaves
@@ -107,7 +107,19 @@ def level_lines(ctx: ReleaseContext) -> str:
     "One `level name：description` line per approved level."
     return _cache(ctx)["levels"]
 
-# %% ../../nbs/release/04_prompts.ipynb #eeeeb38a
+# %% ../../nbs/release/04_prompts.ipynb #1db00515
+def stage1_answer(choice_id: str) -> str:
+    return json.dumps({"choice_id": choice_id}, ensure_ascii=False)
+
+
+def stage2_answer(level: str) -> str:
+    return json.dumps({"data_level": level}, ensure_ascii=False)
+
+
+def native_answer(choice_id: str, level: str) -> str:
+    return json.dumps({"choice_id": choice_id, "data_level": level}, ensure_ascii=False)
+
+# %% ../../nbs/release/04_prompts.ipynb #f1d3aa2a
 def stage1_messages(ctx: ReleaseContext, metadata: dict, cands: list, gold: str | None) -> list:
     "`[system, user, assistant]` of a stage1 (category) row; no assistant when `gold` is None."
     user = f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n候选类别：\n" + "\n".join(
@@ -140,19 +152,7 @@ def native_messages(ctx: ReleaseContext, metadata: dict, cands: list) -> list:
     )
     return [{"role": "system", "content": SYSTEM_NATIVE}, {"role": "user", "content": user}]
 
-
-def stage1_answer(choice_id: str) -> str:
-    return json.dumps({"choice_id": choice_id}, ensure_ascii=False)
-
-
-def stage2_answer(level: str) -> str:
-    return json.dumps({"data_level": level}, ensure_ascii=False)
-
-
-def native_answer(choice_id: str, level: str) -> str:
-    return json.dumps({"choice_id": choice_id, "data_level": level}, ensure_ascii=False)
-
-# %% ../../nbs/release/04_prompts.ipynb #a7d0dca7
+# %% ../../nbs/release/04_prompts.ipynb #26518390
 _CAND = re.compile(r"^\[(K[0-9a-f]{8})\] ")
 
 
@@ -180,7 +180,7 @@ def parse_user(text: str, fields) -> dict:
                 choices.append(m.group(1))
     return {"metadata": md, "choices": choices, "sections": [p.split("\n")[0] for p in parts[1:]]}
 
-
+# %% ../../nbs/release/04_prompts.ipynb #f734b03c
 def metadata_mismatch(column, parsed: dict, fields) -> str | None:
     "Why a row's `metadata` column (JSON text) is not the text its prompt's metadata block shows; None when it is."
     try:
@@ -199,7 +199,7 @@ def metadata_mismatch(column, parsed: dict, fields) -> str | None:
         return "the prompt's metadata block differs from the metadata column"
     return None
 
-
+# %% ../../nbs/release/04_prompts.ipynb #bdcf1c9e
 def parse_answer(text: str, keys) -> dict:
     "The JSON answer object with exactly `keys`; raises ValueError otherwise."
     try:

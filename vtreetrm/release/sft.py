@@ -287,11 +287,11 @@ def check_sft_row(ctx: ReleaseContext, row: dict) -> tuple[str, str]:
         return "messages", f"canonical category id {leak[0]} appears in the prompt"
     return None, None
 
-# %% ../../nbs/release/06_sft.ipynb #64e8f0db
+# %% ../../nbs/release/06_sft.ipynb #f057e410
 def _h64(s: str) -> int:
     return int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
 
-
+# %% ../../nbs/release/06_sft.ipynb #c6441809
 class _SftPairs:
     "Stage1/stage2 pairing of a legacy release, plus the counts its report gives."
 

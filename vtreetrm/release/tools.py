@@ -14,10 +14,9 @@ from .assets import ChoiceMap, Corpus, Registry, TaskConfig, normalize_cell
 from ..utils import atomic_write
 
 # %% auto #0
-__all__ = ['MIN_SCORE', 'TOOL_SCHEMAS', 'TOOL_NAMES', 'VERL_TOOL_CLASSES', 'ToolError', 'CategoryTools', 'write_tool_config']
+__all__ = ['TOOL_SCHEMAS', 'TOOL_NAMES', 'MIN_SCORE', 'VERL_TOOL_CLASSES', 'ToolError', 'CategoryTools', 'write_tool_config']
 
-# %% ../../nbs/release/10_tools.ipynb #6b665c6f
-MIN_SCORE = 0.34
+# %% ../../nbs/release/10_tools.ipynb #b7fb1182
 TOOL_SCHEMAS = [
     {
         "type": "function",
@@ -61,9 +60,14 @@ TOOL_SCHEMAS = [
         },
     },
 ]
+
+
 TOOL_NAMES = tuple(t["function"]["name"] for t in TOOL_SCHEMAS)
 
-# %% ../../nbs/release/10_tools.ipynb #8a6d5a2e
+# %% ../../nbs/release/10_tools.ipynb #168b6335
+MIN_SCORE = 0.34
+
+
 def _bigrams(s: str) -> set:
     s = normalize_cell(s).casefold().replace(" ", "")
     return {s[i : i + 2] for i in range(len(s) - 1)} or ({s} if s else set())
@@ -72,7 +76,7 @@ def _bigrams(s: str) -> set:
 class ToolError(ValueError):
     "A tool call that cannot be executed (unknown tool, bad arguments)."
 
-
+# %% ../../nbs/release/10_tools.ipynb #2b302cba
 class CategoryTools:
     "Native tools over a registry, its corpus and the task config's choice ids."
 

@@ -16,7 +16,7 @@ from ..utils import UserError
 # %% auto #0
 __all__ = ['TRAJECTORY_FAMILY']
 
-# %% ../../nbs/release/12_trajectory_mixture.ipynb #706eab53
+# %% ../../nbs/release/12_trajectory_mixture.ipynb #25e15f54
 def _trajectory_samples(ctx, src):
     "Trajectory rows, each copy with its system and user messages redrawn (fresh candidates) and the rest kept."
     if "trajectory_format" not in open_parquet(src.path).schema_arrow.names:
@@ -52,7 +52,7 @@ def _trajectory_samples(ctx, src):
                 }
             ]
 
-
+# %% ../../nbs/release/12_trajectory_mixture.ipynb #1b1f0b25
 def _think_report(sources: dict) -> dict:
     "Where each source's reasoning came from; a mixture is formal only if every source is."
     think = {name: release_think_source(src)[0] for name, src in sources.items()}
