@@ -36,13 +36,16 @@ env-rl:
 check-env-rl: $(STAMP)
 	$(BIN)/python .ci/check_rl_env.py
 
-# headless Chromium for the report rendering and script-injection tests, strace for the kill-at-every-rename test
+# headless Chromium for the report rendering and script-injection tests, strace for the kill-at-every-rename test,
+# slurm-wlm + munge for the sweep test on a one-node SLURM (vtreetrm.runs.cluster.local_slurm)
 # (installed when we are root on Debian; the tests skip otherwise and say so)
 sysdeps:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: report rendering test will skip"; }
 	@command -v strace >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -qq strace >/dev/null || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)) || echo "strace not installed: the kill-at-every-rename test will skip"; }
+	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null)) || echo "slurm-wlm/munge not installed: the SLURM sweep test will skip"; }
 
 # the suite, with the two checks that mostly wait on the package index (the RL environment's resolution and the wheel
 # in a fresh venv) running beside it

@@ -384,9 +384,9 @@ def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOpt
     spec = load_sweep(path)
     nb = resolve_notebook(spec["notebook"])
     declared = notebook_parameters(nb)
-    points = dict(expand_sweep(spec))
-    for p in points.values():
-        check_params(nb, p, declared)  # a grid key that is no parameter: refused before anything runs
+    # every point checked (a grid key that is no parameter is refused before anything runs) and completed with the
+    # notebook's defaults: what its run folder's params.json will hold
+    points = {n: check_params(nb, p, declared) for n, p in expand_sweep(spec)}
     opts = executor_options(opts, spec)
     d = sweep_folder(spec, runs_dir)
     name = Path(path).stem
@@ -429,7 +429,17 @@ def slurm_states(job_ids: list) -> dict:
             tasks = _task_ids(f["ArrayTaskId"]) if f.get("ArrayTaskId") else None
             for jid in [f"{f['ArrayJobId']}_{t}" for t in tasks] if tasks else [f.get("JobId")]:
                 out[jid] = f.get("JobState", "UNKNOWN")
-    return out
+    return {**_sacct_states([j for j in job_ids if j not in out]), **out}
+
+
+def _sacct_states(job_ids: list) -> dict:
+    "The accounting database's states of jobs the controller forgot (a cancelled pending task leaves at once), if any."
+    if not job_ids or not shutil.which("sacct"):
+        return {}
+    r = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(map(str, job_ids))],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    rows = [line.split("|") for line in r.stdout.splitlines()] if r.returncode == 0 else []
+    return {row[0]: row[1].split()[0] for row in rows if len(row) == 2 and row[1]}
 
 
 def _alive(run: dict) -> bool:
@@ -455,7 +465,7 @@ def _refine(run: dict | None, job: dict, sched: dict, driver_alive: bool) -> tup
             return "queued", ""
         if s in SLURM_RUNNING:
             return "running", ""
-        return "failed", f"job {s.lower() if s else 'gone from the scheduler'}"
+        return "failed", f"job {s.lower()}" if s else "job gone from the scheduler (cancelled, or ended unfinished)"
     if state == "running" and not _alive(run):
         return "failed", "its process is gone"
     if state == "queued" and not driver_alive:
