@@ -24,7 +24,7 @@ from .synthetic import SCALES, SyntheticConfig, make_synthetic
 __all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd',
            'export_cmd', 'import_cmd', 'ladder_cmd']
 
-# %% ../../nbs/video/06_cli.ipynb #3ad8492c
+# %% ../../nbs/video/06_cli.ipynb #732115d3
 DEFAULT_CACHE = ".cache/vtreetrm/features"
 
 
@@ -45,7 +45,7 @@ def make_synthetic_cmd(
     for n, r in rep["datasets"].items():
         print(f"{n}: {r['clips']} clips {r['splits']}")
 
-
+# %% ../../nbs/video/06_cli.ipynb #253bf436
 def features_cmd(
     datasets: list[str],  # dataset folders
     cache: str = DEFAULT_CACHE,  # feature cache folder
@@ -78,7 +78,7 @@ def features_cmd(
             },
         )
 
-
+# %% ../../nbs/video/06_cli.ipynb #02df7141
 def phase1_cmd(
     datasets: list[str],  # dataset folders (several: joint training)
     out: str = "papermill_runs/video/phase1",  # run folder
@@ -113,7 +113,7 @@ def phase1_cmd(
         print(f"branches without labels, not trained: {', '.join(s['branches_skipped'])}")
     print(f"best epoch {s['best_epoch']} val loss {s['best_val_loss']:.4f} -> {Path(out) / 'best'}")
 
-
+# %% ../../nbs/video/06_cli.ipynb #d02085ec
 def phase2_cmd(
     dataset: str,  # dataset folder
     out: str = "papermill_runs/video/phase2",  # run folder
@@ -139,7 +139,7 @@ def phase2_cmd(
         f"majority {m.get('majority_top1', 0):.4f}), Macro-F1 {m['macro_f1']:.4f} -> {Path(out) / 'metrics.json'}"
     )
 
-
+# %% ../../nbs/video/06_cli.ipynb #e95bb593
 def predict_cmd(
     ckpt: str,  # Phase-2 checkpoint folder (RUN/best)
     dataset: str = None,  # dataset folder (another one for cross-dataset rows)
@@ -156,7 +156,7 @@ def predict_cmd(
     m = predict(ckpt, dataset, out, split, cache, label_mode, skip_bad)
     print(f"Top1 {m['top1_accuracy_single_label']:.4f} Macro-F1 {m['macro_f1']:.4f} -> {Path(out) / 'metrics.json'}")
 
-
+# %% ../../nbs/video/06_cli.ipynb #eb353a23
 def export_cmd(
     ckpt: str,  # Phase-2 checkpoint folder (RUN/best)
     out: str = None,  # folder to write (required)
@@ -168,7 +168,7 @@ def export_cmd(
     export_checkpoint(ckpt, out, merge)
     print(f"{'merged LLM' if merge else 'adapter'} + vision -> {out}")
 
-
+# %% ../../nbs/video/06_cli.ipynb #7fbe88aa
 def import_cmd(
     annotations: str,  # annotation file (ActivityNet-layout JSON or CSV)
     format: Literal["activitynet", "lote", "mammalnet", "csv"] = "activitynet",  # annotation format
@@ -190,7 +190,7 @@ def import_cmd(
         f"{len(r['skipped'])} skipped -> {out}"
     )
 
-
+# %% ../../nbs/video/06_cli.ipynb #2cb1d979
 def ladder_cmd(
     dataset: str,  # dataset folder
     phase1: str = None,  # Phase-1 checkpoint folder (RUN/best): adds the probe on its behaviour embedding
@@ -219,7 +219,7 @@ def ladder_cmd(
             {**r, "provenance": provenance({"dataset": dataset, "phase1": phase1, "phase2": phase2, "split": split})},
         )
 
-
+# %% ../../nbs/video/06_cli.ipynb #ae44d6e7
 CLI_COMMANDS = {
     "make-synthetic": make_synthetic_cmd,
     "import": import_cmd,

@@ -16,7 +16,40 @@ from .predict import load_phase2, read_phase2
 # %% auto #0
 __all__ = ['export_checkpoint']
 
-# %% ../../nbs/video/05a_export.ipynb #e5a0c006
+# %% ../../nbs/video/05a_export.ipynb #5dce2a06
+def _vision_config(model, meta: dict) -> dict:
+    "`vision/config.json`: what a loader needs to rebuild the vision side and to feed it the features it was trained on."
+    return {
+        "phase2_config": meta["config"],
+        "qformer_config": model.qformer.config.to_dict(),
+        "feature_shape": meta["feature_shape"],
+        "encoder_width": meta["encoder_width"],
+        "llm_hidden_size": model.proj.out_features,
+        "vision": meta["vision"],
+        "frames": meta["frames"],
+        "grid": meta["grid"],
+        "features": meta["features"],
+    }
+
+# %% ../../nbs/video/05a_export.ipynb #4f777cc2
+def _export_report(ckpt: Path, merge: bool, base, meta: dict) -> dict:
+    "`export.json`: what was exported from what, with the checkpoint's weights hashed."
+    return {
+        "checkpoint": str(ckpt.resolve()),
+        "merged": merge,
+        "base_llm": str(base),
+        "base_llm_config_sha256": meta["llm"]["config_sha256"],
+        "epoch": meta["epoch"],
+        "score": meta.get("score"),
+        "label_mode": meta["label_mode"],
+        "dataset": meta["dataset"],
+        "provenance": provenance(
+            {"ckpt": str(ckpt), "merge": merge},
+            [ckpt / "model.safetensors", ckpt / "adapter" / "adapter_model.safetensors"],
+        ),
+    }
+
+# %% ../../nbs/video/05a_export.ipynb #fdba1b5d
 def export_checkpoint(
     ckpt: str | Path,  # Phase-2 checkpoint folder (RUN/best)
     out: str | Path,  # folder to write
@@ -39,37 +72,11 @@ def export_checkpoint(
             write_json(tmp / "adapter" / "adapter_config.json", {**cfg, "base_model_name_or_path": str(base)})
         (tmp / "vision").mkdir()
         save_file({k: v.contiguous() for k, v in model.own_state().items()}, str(tmp / "vision" / "model.safetensors"))
-        write_json(
-            tmp / "vision" / "config.json",
-            {
-                "phase2_config": meta["config"],
-                "qformer_config": model.qformer.config.to_dict(),
-                "feature_shape": meta["feature_shape"],
-                "encoder_width": meta["encoder_width"],
-                "llm_hidden_size": model.proj.out_features,
-                "vision": meta["vision"],
-                "frames": meta["frames"],
-                "grid": meta["grid"],
-                "features": meta["features"],
-            },
-        )
+        write_json(tmp / "vision" / "config.json", _vision_config(model, meta))
         if meta.get("phase1"):
             (tmp / "phase1").mkdir()
             for f in ("model.safetensors", "checkpoint.json"):
                 shutil.copy2(Path(meta["phase1"]["path"]) / f, tmp / "phase1" / f)
-        rep = {
-            "checkpoint": str(ckpt.resolve()),
-            "merged": merge,
-            "base_llm": str(base),
-            "base_llm_config_sha256": meta["llm"]["config_sha256"],
-            "epoch": meta["epoch"],
-            "score": meta.get("score"),
-            "label_mode": meta["label_mode"],
-            "dataset": meta["dataset"],
-            "provenance": provenance(
-                {"ckpt": str(ckpt), "merge": merge},
-                [ckpt / "model.safetensors", ckpt / "adapter" / "adapter_model.safetensors"],
-            ),
-        }
+        rep = _export_report(ckpt, merge, base, meta)
         write_json(tmp / "export.json", rep)
     return rep

@@ -28,10 +28,10 @@ from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json
 
 # %% auto #0
 __all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times', 'video_duration',
-           'decode_clip', 'load_vision_encoder', 'load_image_processor', 'processor_settings', 'encoder_identity',
+           'decode_clip', 'load_image_processor', 'load_vision_encoder', 'processor_settings', 'encoder_identity',
            'Sampling', 'pixel_values', 'encode_frames', 'FeatureCache']
 
-# %% ../../nbs/video/02_features.ipynb #4b0bbc45
+# %% ../../nbs/video/02_features.ipynb #825a8033
 def sample_indices(n: int, T: int) -> list:
     "T frame indices spread uniformly over n frames (repeats when n < T)."
     if n <= 0:
@@ -46,7 +46,7 @@ def segment_times(start: float, end: float, T: int) -> list:
     step = (end - start) / T
     return [start + (i + 0.5) * step for i in range(T)]
 
-
+# %% ../../nbs/video/02_features.ipynb #0316ec7a
 def video_duration(container, stream) -> float | None:
     "Seconds of the video stream (or the container) when the file says; None otherwise."
     if stream.duration:
@@ -67,7 +67,7 @@ def _by_index(c, s, T: int):
         return None, n  # the container overstated its frame count
     return [keep[i] for i in want], s.frames
 
-
+# %% ../../nbs/video/02_features.ipynb #a0871f2b
 def _by_time(c, s, T: int, start: float, end: float):
     "(frame on screen at each of `segment_times(start, end, T)`, distinct frames): seek to the keyframe before `start`, stop after the last."
     times = segment_times(start, end, T)
@@ -102,7 +102,7 @@ def _by_time(c, s, T: int, start: float, end: float):
         j += 1  # the stream ended
     return out, distinct
 
-
+# %% ../../nbs/video/02_features.ipynb #50c0fe1b
 def decode_clip(
     path: str | Path,  # video file
     T: int,  # frames to sample
@@ -145,7 +145,27 @@ def decode_clip(
     info = {"n_frames": int(n), "repeated": n < T}
     return np.stack(frames), info
 
-# %% ../../nbs/video/02_features.ipynb #b04627ca
+# %% ../../nbs/video/02_features.ipynb #6303028e
+def load_image_processor(vision: str):
+    "The checkpoint's own image processor (its `preprocessor_config.json`), or None for a folder that has none."
+    p = Path(vision)
+    if p.is_dir() and not (p / "preprocessor_config.json").is_file():
+        return None
+    try:
+        try:
+            return transformers.AutoImageProcessor.from_pretrained(vision)
+        except ImportError:  # this processor's default backend needs torchvision: use the same processor's PIL backend
+            name = (
+                read_json(p / "preprocessor_config.json").get("image_processor_type", "BitImageProcessor")
+                if p.is_dir()
+                else "BitImageProcessor"
+            )
+            cls = getattr(transformers, name + "Pil", None) or getattr(transformers, name)
+            return cls.from_pretrained(vision)
+    except (OSError, ValueError, AttributeError) as e:
+        raise UserError(f"cannot load the image processor of {vision!r}: {str(e).splitlines()[0]}") from None
+
+# %% ../../nbs/video/02_features.ipynb #baf12c98
 TINY_DINOV2 = dict(
     hidden_size=32,
     num_hidden_layers=2,
@@ -181,27 +201,7 @@ def load_vision_encoder(
     m.image_processor = None if vision == "tiny" else load_image_processor(vision)
     return m
 
-
-def load_image_processor(vision: str):
-    "The checkpoint's own image processor (its `preprocessor_config.json`), or None for a folder that has none."
-    p = Path(vision)
-    if p.is_dir() and not (p / "preprocessor_config.json").is_file():
-        return None
-    try:
-        try:
-            return transformers.AutoImageProcessor.from_pretrained(vision)
-        except ImportError:  # this processor's default backend needs torchvision: use the same processor's PIL backend
-            name = (
-                read_json(p / "preprocessor_config.json").get("image_processor_type", "BitImageProcessor")
-                if p.is_dir()
-                else "BitImageProcessor"
-            )
-            cls = getattr(transformers, name + "Pil", None) or getattr(transformers, name)
-            return cls.from_pretrained(vision)
-    except (OSError, ValueError, AttributeError) as e:
-        raise UserError(f"cannot load the image processor of {vision!r}: {str(e).splitlines()[0]}") from None
-
-
+# %% ../../nbs/video/02_features.ipynb #13b27df2
 PROCESSOR_KEYS = (
     "image_processor_type",
     "do_resize",
@@ -230,7 +230,7 @@ def processor_settings(proc, image_size: int = None) -> dict:
         out["crop_size"] = {"height": image_size, "width": image_size}
     return json.loads(json.dumps(out))
 
-
+# %% ../../nbs/video/02_features.ipynb #09bc8872
 _NOT_IDENTITY = {
     "transformers_version",
     "_name_or_path",
@@ -257,7 +257,7 @@ def encoder_identity(model: Dinov2Model) -> dict:
         "key": sha256_json([sha256_json(cfg), h.hexdigest()]),
     }
 
-# %% ../../nbs/video/02_features.ipynb #498e3fa3
+# %% ../../nbs/video/02_features.ipynb #fc1307e5
 @dataclass
 class Sampling:
     "How a clip becomes encoder input."
@@ -285,7 +285,7 @@ class Sampling:
         if self.grid < 1:
             raise UserError(f"grid must be >= 1, got {self.grid}")
 
-
+# %% ../../nbs/video/02_features.ipynb #1259d19c
 def pixel_values(model, frames: np.ndarray, s: Sampling) -> torch.Tensor:
     "(N, 3, S, S) encoder input of frames (N, H, W, 3) uint8: the checkpoint's image processor, else resize + ImageNet mean/std."
     proc = getattr(model, "image_processor", None)
@@ -315,7 +315,7 @@ def encode_frames(model: Dinov2Model, frames: np.ndarray, sampling: Sampling) ->
         patches = F.adaptive_avg_pool2d(grid, s.grid).flatten(2).transpose(1, 2)  # (B*T, grid*grid, D)
     return torch.cat([cls, patches], 1).reshape(B, T, -1, h.shape[-1]).cpu()
 
-# %% ../../nbs/video/02_features.ipynb #13da3171
+# %% ../../nbs/video/02_features.ipynb #df86910b
 def _decode_job(path, T, start, end):
     "One clip decoded in a worker process: (frames, info, error message, error path)."
     try:
@@ -323,7 +323,7 @@ def _decode_job(path, T, start, end):
     except UserError as e:
         return None, None, e.msg, str(e.path) if e.path is not None else None
 
-
+# %% ../../nbs/video/02_features.ipynb #4c5f668c
 class FeatureCache:
     "On-disk features keyed by clip sha256 + encoder identity + sampling."
 

@@ -14,10 +14,10 @@ from ..utils import UserError, iter_jsonl, read_json, write_json
 
 # %% auto #0
 __all__ = ['LOTE_SIMPLE', 'MAMMALNET_SIMPLE', 'LABEL_MAPS', 'LABEL_MODES', 'SPLITS', 'MANIFEST_FIELDS', 'check_label_mapping',
-           'load_label_mapping', 'LabelSpace', 'check_flip_map', 'mirror_labels', 'Clip', 'Dataset', 'load_dataset',
-           'write_dataset_files']
+           'load_label_mapping', 'LabelSpace', 'check_flip_map', 'mirror_labels', 'Clip', 'Dataset',
+           'write_dataset_files', 'load_dataset']
 
-# %% ../../nbs/video/00_labels.ipynb #4644f5c5
+# %% ../../nbs/video/00_labels.ipynb #56aec2bc
 LOTE_SIMPLE = {
     "Aggregation": "grouping",
     "CircumanalGlandSigning": "scent marking",
@@ -43,6 +43,7 @@ LOTE_SIMPLE = {
     "Vocalizing": "calling",
 }
 
+# %% ../../nbs/video/00_labels.ipynb #a5484bc2
 MAMMALNET_SIMPLE = {
     "drinks water": "drinking",
     "eats food": "eating",
@@ -61,7 +62,7 @@ MAMMALNET_SIMPLE = {
 
 LABEL_MAPS = {"lote": LOTE_SIMPLE, "mammalnet": MAMMALNET_SIMPLE}
 
-# %% ../../nbs/video/00_labels.ipynb #07f6737e
+# %% ../../nbs/video/00_labels.ipynb #da6610eb
 LABEL_MODES = ("official", "simple")
 
 
@@ -91,7 +92,7 @@ def load_label_mapping(path: str | Path) -> dict:
     "Read and validate a label-mapping JSON file."
     return check_label_mapping(read_json(path), path)
 
-
+# %% ../../nbs/video/00_labels.ipynb #f66a4d01
 @dataclass
 class LabelSpace:
     "A dataset's official labels and their simplified names."
@@ -144,7 +145,7 @@ def mirror_labels(labels: list, flip_map: dict) -> list | None:
     out = [flip_map.get(l) for l in labels]
     return None if any(l is None for l in out) else out
 
-# %% ../../nbs/video/00_labels.ipynb #6d4605a7
+# %% ../../nbs/video/00_labels.ipynb #2b8e30bd
 SPLITS = ("train", "val", "test")
 MANIFEST_FIELDS = ("id", "video", "labels", "split")  # required; species, environment, start, end optional
 
@@ -181,7 +182,7 @@ class Dataset:
             raise UserError(f"unknown split {name!r}; choose from {', '.join(SPLITS)}")
         return [c for c in self.clips if c.split == name]
 
-
+# %% ../../nbs/video/00_labels.ipynb #c5cb6aa0
 def _row_to_clip(o, root, path, line, label_set, name):
     for f in MANIFEST_FIELDS:
         if f not in o:
@@ -222,7 +223,26 @@ def _row_to_clip(o, root, path, line, label_set, name):
         end,
     )
 
+# %% ../../nbs/video/00_labels.ipynb #e3e0a1c0
+def write_dataset_files(
+    root: str | Path,
+    name: str,
+    mapping: dict,
+    rows: list,
+    flip_map: dict = None,  # written as flip_map.json when given
+):
+    "Write `label_map.json`, `dataset.json` and `manifest.jsonl` (and `flip_map.json`) of a dataset folder."
+    from vtreetrm.utils import write_jsonl
 
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    write_json(root / "label_map.json", check_label_mapping(mapping))
+    if flip_map is not None:
+        write_json(root / "flip_map.json", check_flip_map(flip_map, mapping))
+    write_json(root / "dataset.json", {"name": name, "labels": list(mapping)})
+    write_jsonl(root / "manifest.jsonl", rows)
+
+# %% ../../nbs/video/00_labels.ipynb #f345b919
 def load_dataset(
     root: str | Path,  # folder with manifest.jsonl and label_map.json
     skip_bad: bool = False,  # leave out rows whose clip file is missing (listed in `skipped`)
@@ -258,22 +278,3 @@ def load_dataset(
     if not ds.clips:
         raise UserError("the manifest lists no usable clips", root / "manifest.jsonl")
     return ds
-
-
-def write_dataset_files(
-    root: str | Path,
-    name: str,
-    mapping: dict,
-    rows: list,
-    flip_map: dict = None,  # written as flip_map.json when given
-):
-    "Write `label_map.json`, `dataset.json` and `manifest.jsonl` (and `flip_map.json`) of a dataset folder."
-    from vtreetrm.utils import write_jsonl
-
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    write_json(root / "label_map.json", check_label_mapping(mapping))
-    if flip_map is not None:
-        write_json(root / "flip_map.json", check_flip_map(flip_map, mapping))
-    write_json(root / "dataset.json", {"name": name, "labels": list(mapping)})
-    write_jsonl(root / "manifest.jsonl", rows)

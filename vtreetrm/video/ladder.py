@@ -19,9 +19,9 @@ from .phase2 import Phase2Config, baselines, compute_rows_metrics, make_samples,
 from .predict import load_phase2
 
 # %% auto #0
-__all__ = ['linear_probe', 'ladder', 'phase2_rungs']
+__all__ = ['linear_probe', 'phase2_rungs', 'ladder']
 
-# %% ../../nbs/video/08_ladder.ipynb #b7c8d906
+# %% ../../nbs/video/08_ladder.ipynb #aae3764e
 def linear_probe(Xtr: np.ndarray, ytr: list, Xte: np.ndarray, gold: list, C: float = 0.1, seed: int = 0) -> dict:
     "Top1 / Macro-F1 (project metrics) of a standardised logistic regression fitted on (Xtr, ytr), scored on Xte against `gold` lists."
     from sklearn.linear_model import LogisticRegression
@@ -34,7 +34,65 @@ def linear_probe(Xtr: np.ndarray, ytr: list, Xte: np.ndarray, gold: list, C: flo
     m = compute_metrics(gold, [[p] for p in clf.predict(Xte)])
     return {"top1": m["top1_accuracy_single_label"], "macro_f1": m["macro_f1"]}
 
+# %% ../../nbs/video/08_ladder.ipynb #9f93d3c3
+def _checkpoint_dir(p) -> Path:
+    p = Path(p)
+    if (p / "checkpoint.json").is_file():
+        return p
+    if (p / "best" / "checkpoint.json").is_file():
+        return p / "best"
+    raise UserError("not a Phase-2 checkpoint folder (no checkpoint.json here or in best/)", p)
 
+# %% ../../nbs/video/08_ladder.ipynb #4e2effeb
+def _cls_head_rung(model, W: dict, meta: dict, ds, feats: torch.Tensor, ev: list, gold: list) -> dict:
+    "Rung 3: Top1 / Macro-F1 of the checkpoint's cls head (weights `W`) on the clips `ev`, or a note saying why there is none."
+    if "cls.weight" not in W:
+        return {
+            "stage": "Phase-2 cls head",
+            "top1": None,
+            "macro_f1": None,
+            "note": "the run was trained without --cls-head",
+        }
+    if meta["dataset"] != ds.name:
+        return {"stage": "Phase-2 cls head", "top1": None, "macro_f1": None, "note": f"trained on {meta['dataset']}"}
+    names, dev = list(meta["label_map"]), model.query_tokens.device
+    with torch.no_grad():
+        h = torch.cat([model.visual(feats[ev[b : b + 64]].to(dev))[1] for b in range(0, len(ev), 64)])
+        pred = (
+            (h.mean(1).float() @ W["cls.weight"].T.float().to(dev) + W["cls.bias"].float().to(dev)).argmax(-1).tolist()
+        )
+    m = compute_metrics(gold, [[names[p]] for p in pred])
+    return {"stage": "Phase-2 cls head", "top1": m["top1_accuracy_single_label"], "macro_f1": m["macro_f1"]}
+
+# %% ../../nbs/video/08_ladder.ipynb #7d761e6c
+def phase2_rungs(phase2, ds, clips: list, feats: torch.Tensor, ev: list, split: str, progress: bool = False) -> list:
+    "Rungs 3 and 4: the checkpoint's cls head (if it has one) and its generated answer on the clips `ev`."
+    ckpt = _checkpoint_dir(phase2)
+    model, tok, meta = load_phase2(ckpt)
+    if list(feats.shape[1:]) != list(meta["feature_shape"]):
+        raise UserError(
+            f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}: "
+            f"pass the --vision/--frames/--grid/--image-size it was trained with (frames {meta['frames']}, grid {meta['grid']})",
+            ckpt,
+        )
+    cfg, mode = Phase2Config(**meta["config"]), meta["label_mode"]
+    gold = [clips[i].labels for i in ev]
+    rungs = [_cls_head_rung(model, load_tensors(ckpt), meta, ds, feats, ev, gold)]
+    rows = predict_samples(
+        model,
+        tok,
+        feats,
+        make_samples(clips, ds, mode, split),
+        ds.labels.labels(mode),
+        cfg.seed,
+        max_new_tokens=cfg.max_new_tokens,
+        progress=progress,
+    )
+    m = compute_rows_metrics(rows)
+    rungs.append({"stage": "Phase-2 generated answer", "top1": m["top1"], "macro_f1": m["macro_f1"]})
+    return rungs
+
+# %% ../../nbs/video/08_ladder.ipynb #151db887
 def ladder(
     dataset: str | Path,
     cache_dir: str | Path,
@@ -80,64 +138,3 @@ def ladder(
     if phase2:
         out["rungs"] += phase2_rungs(phase2, ds, clips, feats, ev, split, progress)
     return out
-
-
-def _checkpoint_dir(p) -> Path:
-    p = Path(p)
-    if (p / "checkpoint.json").is_file():
-        return p
-    if (p / "best" / "checkpoint.json").is_file():
-        return p / "best"
-    raise UserError("not a Phase-2 checkpoint folder (no checkpoint.json here or in best/)", p)
-
-
-def phase2_rungs(phase2, ds, clips: list, feats: torch.Tensor, ev: list, split: str, progress: bool = False) -> list:
-    "Rungs 3 and 4: the checkpoint's cls head (if it has one) and its generated answer on the clips `ev`."
-    ckpt = _checkpoint_dir(phase2)
-    model, tok, meta = load_phase2(ckpt)
-    if list(feats.shape[1:]) != list(meta["feature_shape"]):
-        raise UserError(
-            f"features of shape {list(feats.shape[1:])} do not match the checkpoint's {meta['feature_shape']}: "
-            f"pass the --vision/--frames/--grid/--image-size it was trained with (frames {meta['frames']}, grid {meta['grid']})",
-            ckpt,
-        )
-    cfg, mode = Phase2Config(**meta["config"]), meta["label_mode"]
-    gold = [clips[i].labels for i in ev]
-    W, rungs = load_tensors(ckpt), []
-    if "cls.weight" not in W:
-        rungs.append(
-            {
-                "stage": "Phase-2 cls head",
-                "top1": None,
-                "macro_f1": None,
-                "note": "the run was trained without --cls-head",
-            }
-        )
-    elif meta["dataset"] != ds.name:
-        rungs.append(
-            {"stage": "Phase-2 cls head", "top1": None, "macro_f1": None, "note": f"trained on {meta['dataset']}"}
-        )
-    else:
-        names, dev = list(meta["label_map"]), model.query_tokens.device
-        with torch.no_grad():
-            h = torch.cat([model.visual(feats[ev[b : b + 64]].to(dev))[1] for b in range(0, len(ev), 64)])
-            pred = (
-                (h.mean(1).float() @ W["cls.weight"].T.float().to(dev) + W["cls.bias"].float().to(dev))
-                .argmax(-1)
-                .tolist()
-            )
-        m = compute_metrics(gold, [[names[p]] for p in pred])
-        rungs.append({"stage": "Phase-2 cls head", "top1": m["top1_accuracy_single_label"], "macro_f1": m["macro_f1"]})
-    rows = predict_samples(
-        model,
-        tok,
-        feats,
-        make_samples(clips, ds, mode, split),
-        ds.labels.labels(mode),
-        cfg.seed,
-        max_new_tokens=cfg.max_new_tokens,
-        progress=progress,
-    )
-    m = compute_rows_metrics(rows)
-    rungs.append({"stage": "Phase-2 generated answer", "top1": m["top1"], "macro_f1": m["macro_f1"]})
-    return rungs

@@ -20,7 +20,7 @@ from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, load_dataset, write_dataset_f
 __all__ = ['MOTIONS', 'LOTE_MOTION', 'MAMMALNET_MOTION', 'SPECIES', 'MAMMALNET_SPECIES', 'ENVIRONMENTS', 'SCALES', 'mirror_map',
            'render_frames', 'write_mp4', 'SyntheticConfig', 'class_counts', 'make_synthetic']
 
-# %% ../../nbs/video/01_synthetic.ipynb #f338803e
+# %% ../../nbs/video/01_synthetic.ipynb #81b8c555
 def _lin(ax, ay):
     return lambda t: (ax * (t - 0.5) * 2, ay * (t - 0.5) * 2, 1.0, True)
 
@@ -49,6 +49,7 @@ MOTIONS = {
     "pulse": lambda t: (0.0, 0.0, 1.0 + 0.5 * math.sin(4 * math.pi * t), True),
 }
 
+# %% ../../nbs/video/01_synthetic.ipynb #b63e32d0
 LOTE_MOTION = {
     "Feeding": "bounce",
     "Resting": "static",
@@ -102,7 +103,7 @@ def mirror_map(motion_of: dict) -> dict:
     traj = {lab: _trajectory(MOTIONS[m]) for lab, m in motion_of.items()}
     return {lab: next((l for l, t2 in traj.items() if same(t * [-1, 1, 1, 1], t2)), None) for lab, t in traj.items()}
 
-# %% ../../nbs/video/01_synthetic.ipynb #7a492fce
+# %% ../../nbs/video/01_synthetic.ipynb #882f390a
 SPECIES = {
     "giant panda": ("circle", (240, 240, 240)),
     "takin": ("square", (200, 160, 60)),
@@ -124,7 +125,7 @@ ENVIRONMENTS = {
     "rocky": ((120, 100, 80), "checker"),
 }
 
-
+# %% ../../nbs/video/01_synthetic.ipynb #04a88820
 def _background(env: str, size: int, rng: np.random.Generator) -> np.ndarray:
     colour, tex = ENVIRONMENTS[env]
     img = np.empty((size, size, 3), np.float32)
@@ -156,7 +157,7 @@ def _mask(shape: str, size: int, cx: float, cy: float, r: float) -> np.ndarray:
         return ((abs(dx) <= r * 0.35) & (abs(dy) <= r)) | ((abs(dy) <= r * 0.35) & (abs(dx) <= r))
     raise ValueError(f"unknown shape {shape!r}")
 
-# %% ../../nbs/video/01_synthetic.ipynb #cc46f4b5
+# %% ../../nbs/video/01_synthetic.ipynb #ce75d495
 def render_frames(
     animals: list,  # [(shape, rgb, motion name), ...]
     env: str,  # key of ENVIRONMENTS
@@ -183,7 +184,7 @@ def render_frames(
         frames[f] = np.clip(img + rng.normal(0, 3, img.shape), 0, 255).astype(np.uint8)
     return frames
 
-
+# %% ../../nbs/video/01_synthetic.ipynb #a15b379c
 def write_mp4(path: str | Path, frames: np.ndarray, fps: int = 8, codec: str = "mpeg4"):
     "Encode RGB frames (N, H, W, 3) uint8 to an mp4 file with PyAV (single-threaded, reproducible bytes)."
     path = Path(path)
@@ -238,12 +239,28 @@ def class_counts(labels: list, cfg: SyntheticConfig, long_tail: bool) -> dict:
         return {l: cfg.mammalnet_count for l in labels}
     return {l: max(cfg.min_count, round(cfg.head_count * (k + 1) ** -cfg.tail_exponent)) for k, l in enumerate(labels)}
 
-# %% ../../nbs/video/01_synthetic.ipynb #9e36874b
+# %% ../../nbs/video/01_synthetic.ipynb #01b5d637
 def _split_of(i: int, n: int, cfg: SyntheticConfig) -> str:
     n_test, n_val = max(1, round(n * cfg.test_frac)), max(1, round(n * cfg.val_frac))
     return "test" if i < n_test else "val" if i < n_test + n_val else "train"
 
 
+def _draw_clip(lab, i: int, n: int, motions: dict, species: dict, cfg: SyntheticConfig, rng: np.random.Generator):
+    "(labels, animals, species, environment, split) of the `i`-th of `n` clips of `lab`; `lab=None`: two animals, two behaviours."
+    sp = list(species)[rng.integers(len(species))]
+    env = list(ENVIRONMENTS)[rng.integers(len(ENVIRONMENTS))]
+    if lab is None:  # two animals, two behaviours
+        labels = list(motions)
+        a, b = rng.choice(len(labels), size=2, replace=False)
+        labs = [labels[a], labels[b]]
+        sp2 = list(species)[rng.integers(len(species))]
+        animals = [(*species[sp], motions[labs[0]]), (*species[sp2], motions[labs[1]])]
+        split = "test" if i % 2 == 0 else "train"
+    else:
+        labs, animals, split = [lab], [(*species[sp], motions[lab])], _split_of(i, n, cfg)
+    return labs, animals, sp, env, split
+
+# %% ../../nbs/video/01_synthetic.ipynb #9ec31b0c
 def _render_dataset(
     out: Path,
     name: str,
@@ -257,37 +274,17 @@ def _render_dataset(
 ) -> dict:
     rows, counts = [], class_counts(list(motions), cfg, long_tail)
     jobs = [(lab, i, n) for lab, n in counts.items() for i in range(n)]
-    labels = list(motions)
     for k in range(cfg.multi_label):
         jobs.append((None, k, cfg.multi_label))
     short_at = set(rng.choice(len(jobs) - cfg.multi_label, size=cfg.n_short, replace=False).tolist())
     for j, (lab, i, n) in enumerate(tqdm(jobs, desc=f"render {name}", disable=not progress, leave=False)):
-        sp = list(species)[rng.integers(len(species))]
-        env = list(ENVIRONMENTS)[rng.integers(len(ENVIRONMENTS))]
-        if lab is None:  # two animals, two behaviours
-            a, b = rng.choice(len(labels), size=2, replace=False)
-            labs = [labels[a], labels[b]]
-            sp2 = list(species)[rng.integers(len(species))]
-            animals = [(*species[sp], motions[labs[0]]), (*species[sp2], motions[labs[1]])]
-            split = "test" if i % 2 == 0 else "train"
-        else:
-            labs, animals, split = [lab], [(*species[sp], motions[lab])], _split_of(i, n, cfg)
+        labs, animals, sp, env, split = _draw_clip(lab, i, n, motions, species, cfg, rng)
         nf = cfg.short_frames if j in short_at else cfg.frames
         cid = f"{name}_{j:05d}"
         frames = render_frames(animals, env, nf, cfg.size, rng)
         write_mp4(out / "clips" / f"{cid}.mp4", frames, cfg.fps, cfg.codec)
-        rows.append(
-            dict(
-                id=cid,
-                video=f"clips/{cid}.mp4",
-                labels=labs,
-                species=sp,
-                environment=env,
-                split=split,
-                dataset=name,
-                frames=nf,
-            )
-        )
+        row = dict(id=cid, video=f"clips/{cid}.mp4", labels=labs, species=sp, environment=env, split=split)
+        rows.append(dict(row, dataset=name, frames=nf))
     write_dataset_files(out, name, mapping, rows, flip_map=mirror_map(motions))
     return {
         "clips": len(rows),
@@ -297,7 +294,7 @@ def _render_dataset(
         "splits": {s: sum(r["split"] == s for r in rows) for s in ("train", "val", "test")},
     }
 
-
+# %% ../../nbs/video/01_synthetic.ipynb #6ffcac37
 def make_synthetic(
     out: str | Path,  # folder to create (holds lote/ and mammalnet/)
     cfg: SyntheticConfig = None,  # sizes; default `SyntheticConfig()`
