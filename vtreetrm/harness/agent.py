@@ -21,47 +21,28 @@ __all__ = ['TOOLS', 'TOOL_NAMES', 'CaptionTree', 'parse_skills', 'render_skills'
            'render_question', 'Episode', 'run_episode']
 
 # %% ../../nbs/harness/06_agent.ipynb #1c053cc3
+def _tool(name: str, description: str, properties: dict = None, required: list = None) -> dict:
+    "One function declaration in the OpenAI tools format."
+    params = {"type": "object", "properties": properties or {}}
+    if required:
+        params["required"] = required
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
+
+
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "look",
-            "description": "Overview of the video: its clips with summaries.",
-            "parameters": {"type": "object", "properties": {}},
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "expand",
-            "description": "List a clip's segments.",
-            "parameters": {"type": "object", "properties": {"node_id": {"type": "string"}}, "required": ["node_id"]},
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "read_captions",
-            "description": "Read every caption under a clip or segment.",
-            "parameters": {"type": "object", "properties": {"node_id": {"type": "string"}}, "required": ["node_id"]},
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "search_captions",
-            "description": "Find the captions closest in meaning to a query.",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}, "k": {"type": "integer"}},
-                "required": ["query"],
-            },
-        },
-    },
+    _tool("look", "Overview of the video: its clips with summaries."),
+    _tool("expand", "List a clip's segments.", {"node_id": {"type": "string"}}, ["node_id"]),
+    _tool("read_captions", "Read every caption under a clip or segment.", {"node_id": {"type": "string"}}, ["node_id"]),
+    _tool(
+        "search_captions",
+        "Find the captions closest in meaning to a query.",
+        {"query": {"type": "string"}, "k": {"type": "integer"}},
+        ["query"],
+    ),
 ]
 TOOL_NAMES = tuple(t["function"]["name"] for t in TOOLS)
 
-
+# %% ../../nbs/harness/06_agent.ipynb #4ace6522
 class CaptionTree:
     "One video's clips -> segments -> captions, with the agent's tools."
 
@@ -239,7 +220,7 @@ def parse_answer(text: str, letters) -> str | None:
         return t.strip("().* ").upper()
     return None
 
-
+# %% ../../nbs/harness/06_agent.ipynb #fd82021c
 def render_question(q: GeneratedQuestion) -> str:
     "The user message for a question."
     return (
@@ -260,7 +241,22 @@ class Episode:
     error: str | None
     trajectory: list = field(default_factory=list)
 
+# %% ../../nbs/harness/06_agent.ipynb #eda4cb33
+_STEP_LIMIT = "Tool step limit reached. Reply now with 'Answer: <letter>'."
+_NO_ANSWER = "No answer found. Reply with 'Answer: <letter>' using one of {}."
 
+
+def _call_tools(tree: CaptionTree, calls: list, turn: int, messages: list, traj: list, errors: list) -> int:
+    "Run a reply's tool calls on `tree`: each result goes to the conversation and the trajectory, a failure to `errors`."
+    for tc in calls:
+        result, ok = tree.call(tc.name, tc.arguments)
+        traj.append({"turn": turn, "tool": tc.name, "arguments": tc.arguments, "ok": ok, "result": result[:1500]})
+        if not ok:
+            errors.append(result)
+        messages.append({"role": "tool", "tool_call_id": tc.id, "content": result})
+    return len(calls)
+
+# %% ../../nbs/harness/06_agent.ipynb #bc374c33
 async def run_episode(
     backend, q: GeneratedQuestion, tree: CaptionTree, system_prompt: str, skills_text: str, max_steps: int = 40
 ) -> Episode:
@@ -277,19 +273,9 @@ async def run_episode(
             return Episode(q.question_id, None, False, tool_steps, f"backend: {e}", traj)
         messages.append(reply.message())
         if reply.tool_calls and not final_turn:
-            for tc in reply.tool_calls:
-                result, ok = tree.call(tc.name, tc.arguments)
-                tool_steps += 1
-                traj.append(
-                    {"turn": turn, "tool": tc.name, "arguments": tc.arguments, "ok": ok, "result": result[:1500]}
-                )
-                if not ok:
-                    errors.append(result)
-                messages.append({"role": "tool", "tool_call_id": tc.id, "content": result})
+            tool_steps += _call_tools(tree, reply.tool_calls, turn, messages, traj, errors)
             if tool_steps >= max_steps:
-                messages.append(
-                    {"role": "user", "content": "Tool step limit reached. Reply now with 'Answer: <letter>'."}
-                )
+                messages.append({"role": "user", "content": _STEP_LIMIT})
             continue
         letter = parse_answer(reply.content, q.letters)
         traj.append({"turn": turn, "final": reply.content[:1500], "answer": letter, "ok": letter is not None})
@@ -298,10 +284,5 @@ async def run_episode(
         errors.append("no parsable answer")
         if final_turn and turn > max_steps:
             break
-        messages.append(
-            {
-                "role": "user",
-                "content": f"No answer found. Reply with 'Answer: <letter>' using one of {', '.join(q.letters)}.",
-            }
-        )
+        messages.append({"role": "user", "content": _NO_ANSWER.format(", ".join(q.letters))})
     return Episode(q.question_id, None, False, tool_steps, "no parsable answer", traj)

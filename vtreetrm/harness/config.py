@@ -33,7 +33,7 @@ def _f(
     kw = {"default_factory": default} if isinstance(default, type) else {"default": default}
     return field(metadata={"help": help, "ge": ge, "le": le, "gt": gt, "component": component}, **kw)
 
-
+# %% ../../nbs/harness/01_config.ipynb #3b47bdae
 @dataclass
 class EmbedConfig:
     "How caption search embeds text (the `embed:` section)."
@@ -50,7 +50,7 @@ class EmbedConfig:
     device: str = _f("cpu", "torch device for the local model ('cuda' falls back to cpu when unavailable)")
     batch_size: int = _f(64, "texts per encoding batch", ge=1)
 
-
+# %% ../../nbs/harness/01_config.ipynb #7dc69a51
 @dataclass
 class RunConfig:
     "All parameters of one `infer` or `train` run (the `harness:` section)."
@@ -174,7 +174,35 @@ class RunConfig:
 _HINTS = {c: typing.get_type_hints(c) for c in (RunConfig, EmbedConfig)}
 PATH_FIELDS = ("workspace_dir", "store_dir")
 
+# %% ../../nbs/harness/01_config.ipynb #14b2974b
+def _scalar(hint, value, meta: dict, key: str, where: tuple, bad):
+    "An `int`, `float` or `str` field's value, checked and converted (other hints: `value` as it is)."
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            bad(f"expected an integer, got {value!r}")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            bad(f"expected a number, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            bad(f"expected a finite number, got {value!r}")
+    elif hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            bad(f"expected a string, got {value!r}")
+        value = str(value)
+        if meta.get("component"):
+            path_component(value, key, *where)
+    return value
 
+
+def _check_range(value, meta: dict, bad):
+    "Call `bad` when `value` is outside the field's `ge`/`le`/`gt` limits."
+    for op, ok in (("ge", lambda a, b: a >= b), ("le", lambda a, b: a <= b), ("gt", lambda a, b: a > b)):
+        lim = meta.get(op)
+        if lim is not None and not ok(value, lim):
+            bad(f"{value!r} is out of range (must be {dict(ge='>=', le='<=', gt='>')[op]} {lim})")
+
+# %% ../../nbs/harness/01_config.ipynb #0e48dbcb
 def _coerce(cls, key: str, value, where: tuple):
     "Check `value` for field `key` of `cls`; return it converted (Path, tuple)."
     hint, meta = _HINTS[cls][key], next(f for f in fields(cls) if f.name == key).metadata
@@ -196,35 +224,18 @@ def _coerce(cls, key: str, value, where: tuple):
         if not isinstance(value, bool):
             bad(f"expected true/false, got {value!r}")
         return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            bad(f"expected an integer, got {value!r}")
-    elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            bad(f"expected a number, got {value!r}")
-        value = float(value)
-        if not math.isfinite(value):
-            bad(f"expected a finite number, got {value!r}")
-    elif hint is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            bad(f"expected a string, got {value!r}")
-        value = str(value)
-        if meta.get("component"):
-            path_component(value, key, *where)
-    elif hint is Path:
+    if hint is Path:
         if not isinstance(value, (str, Path)):
             bad(f"expected a path, got {value!r}")
         return Path(value)
-    elif origin is tuple:
+    if origin is tuple:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             bad(f"expected a list of strings, got {value!r}")
         return tuple(value)
-    for op, ok in (("ge", lambda a, b: a >= b), ("le", lambda a, b: a <= b), ("gt", lambda a, b: a > b)):
-        lim = meta.get(op)
-        if lim is not None and not ok(value, lim):
-            bad(f"{value!r} is out of range (must be {dict(ge='>=', le='<=', gt='>')[op]} {lim})")
+    value = _scalar(hint, value, meta, key, where, bad)
+    _check_range(value, meta, bad)
     return value
 
 # %% ../../nbs/harness/01_config.ipynb #ae6dcea1
@@ -244,13 +255,37 @@ def _key_lines(text: str) -> dict:
                 out[f"{k.value}.{kk.value}"] = kk.start_mark.line + 1
     return out
 
-
+# %% ../../nbs/harness/01_config.ipynb #961ee5b4
 def _unknown(key, cls, where):
     names = [f.name for f in fields(cls) if f.name != "embed"]
     close = difflib.get_close_matches(key, names, n=1)
     raise UserError(f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""), *where, key)
 
+# %% ../../nbs/harness/01_config.ipynb #967e1fb2
+def _read_sections(path: Path, kw: dict, emb: dict):
+    "Check the file's `harness:` and `embed:` sections key by key into `kw` and `emb`."
+    if not path.is_file():
+        raise UserError("no such config file", path)
+    data = load_yaml(path.read_bytes(), path) or {}  # bounded, duplicate keys refused, plain values only
+    text = path.read_text(encoding="utf-8")
+    if not isinstance(data, dict):
+        raise UserError("expected a mapping with 'harness:' and 'embed:' sections", path)
+    lines = _key_lines(text)
+    for sec in data:
+        if sec not in ("harness", "embed"):
+            raise UserError(f"unknown section {sec!r} (expected 'harness' or 'embed')", path, lines.get(sec), sec)
+    for sec, cls, dst in (("harness", RunConfig, kw), ("embed", EmbedConfig, emb)):
+        body = data.get(sec) or {}
+        if not isinstance(body, dict):
+            raise UserError(f"section {sec!r} must be a mapping", path, lines.get(sec), sec)
+        names = {f.name for f in fields(cls)} - {"embed"}
+        for k, v in body.items():
+            where = (path, lines.get(f"{sec}.{k}"))
+            if k not in names:
+                _unknown(k, cls, where)
+            dst[k] = _coerce(cls, k, v, where)
 
+# %% ../../nbs/harness/01_config.ipynb #99772314
 def load_config(
     path: str | Path = None,  # YAML file with `harness:` and optional `embed:` sections (None = defaults)
     overrides: dict = None,  # field -> value from the command line (None values are ignored)
@@ -259,26 +294,7 @@ def load_config(
     kw, emb = {}, {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise UserError("no such config file", path)
-        data = load_yaml(path.read_bytes(), path) or {}  # bounded, duplicate keys refused, plain values only
-        text = path.read_text(encoding="utf-8")
-        if not isinstance(data, dict):
-            raise UserError("expected a mapping with 'harness:' and 'embed:' sections", path)
-        lines = _key_lines(text)
-        for sec in data:
-            if sec not in ("harness", "embed"):
-                raise UserError(f"unknown section {sec!r} (expected 'harness' or 'embed')", path, lines.get(sec), sec)
-        for sec, cls, dst in (("harness", RunConfig, kw), ("embed", EmbedConfig, emb)):
-            body = data.get(sec) or {}
-            if not isinstance(body, dict):
-                raise UserError(f"section {sec!r} must be a mapping", path, lines.get(sec), sec)
-            names = {f.name for f in fields(cls)} - {"embed"}
-            for k, v in body.items():
-                where = (path, lines.get(f"{sec}.{k}"))
-                if k not in names:
-                    _unknown(k, cls, where)
-                dst[k] = _coerce(cls, k, v, where)
+        _read_sections(path, kw, emb)
     for k, v in (overrides or {}).items():
         if v is None:
             continue
@@ -299,7 +315,7 @@ def load_config(
         raise UserError("gate_e_provisional must not exceed gate_e_confirm", path, None, "gate_e_provisional")
     return cfg
 
-
+# %% ../../nbs/harness/01_config.ipynb #83ed5056
 def parse_set(items) -> dict:
     "Parse `KEY=VALUE` strings (values as YAML scalars) into an overrides dict."
     out = {}

@@ -15,7 +15,7 @@ from ..utils import stable_uniform
 
 # %% auto #0
 __all__ = ['Patch', 'consolidate_appendix', 'apply_patches', 'edit_budget', 'failure_summary', 'parse_patch_list', 'LLMReflector',
-           'SimulatedReflector', 'is_bad_patch']
+           'is_bad_patch', 'SimulatedReflector']
 
 # %% ../../nbs/harness/07_evolution.ipynb #1b87f761
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Patch:
     def to_dict(self) -> dict:
         return asdict(self)
 
-
+# %% ../../nbs/harness/07_evolution.ipynb #886758d1
 _ENTRY_RE = re.compile(r"^-\s*\[(.+?)\]\s*(.*)$")
 
 
@@ -45,7 +45,7 @@ def consolidate_appendix(text: str) -> str:
     s["Appendix"] = []
     return render_skills({k: v for k, v in s.items() if v or k not in ("Appendix",)})
 
-
+# %% ../../nbs/harness/07_evolution.ipynb #35c15b12
 def apply_patches(text: str, patches: list, mode: str = "patch", consolidate_threshold: int = 6) -> str:
     "Apply `patches` to a skills document."
     s = parse_skills(text)
@@ -68,7 +68,7 @@ def apply_patches(text: str, patches: list, mode: str = "patch", consolidate_thr
         out = consolidate_appendix(out)
     return out
 
-
+# %% ../../nbs/harness/07_evolution.ipynb #162f2ced
 def edit_budget(epoch: int, epochs: int, start: int, end: int) -> int:
     "Edits allowed in `epoch` (1-based): linear from `start` to `end`."
     if epochs <= 1:
@@ -88,7 +88,7 @@ def failure_summary(f: dict) -> str:
         f"agent: {f.get('answer')}  steps: {steps}"
     )
 
-
+# %% ../../nbs/harness/07_evolution.ipynb #879bee0a
 def parse_patch_list(text: str, budget: int) -> list:
     "Read a JSON list of {op, section, text} from a reply (first JSON array found)."
     m = re.search(r"\[.*\]", text or "", re.S)
@@ -109,7 +109,7 @@ def parse_patch_list(text: str, budget: int) -> list:
             out.append(Patch(it["op"], str(it.get("section") or "General"), it["text"].strip()))
     return out[:budget]
 
-
+# %% ../../nbs/harness/07_evolution.ipynb #38ed51ad
 class LLMReflector:
     "Ask a chat backend for patches with the `reflect.md` prompt."
 
@@ -130,7 +130,18 @@ class LLMReflector:
             return []
         return parse_patch_list(reply.content, budget)
 
+# %% ../../nbs/harness/07_evolution.ipynb #c3e0d961
+def is_bad_patch(p: Patch) -> bool:
+    "Whether the simulator counts this edit as harmful (adds a bad rule, or deletes a good hint)."
+    if p.op == "add":
+        return p.text in SIM_BAD_HINTS
+    return any(
+        p.text.lower() in h.lower()
+        for hs in [hints_for(t) for t in ("Action Recognition", "Counting Problem", "Object Recognition")]
+        for h in hs
+    )
 
+# %% ../../nbs/harness/07_evolution.ipynb #7b580b79
 class SimulatedReflector:
     "Deterministic proposals from the simulator's hint catalogue; a share `p_bad` of edits are harmful."
 
@@ -164,14 +175,3 @@ class SimulatedReflector:
             used.add(p.text)
             out.append(p)
         return out
-
-
-def is_bad_patch(p: Patch) -> bool:
-    "Whether the simulator counts this edit as harmful (adds a bad rule, or deletes a good hint)."
-    if p.op == "add":
-        return p.text in SIM_BAD_HINTS
-    return any(
-        p.text.lower() in h.lower()
-        for hs in [hints_for(t) for t in ("Action Recognition", "Counting Problem", "Object Recognition")]
-        for h in hs
-    )

@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS events (run_id TEXT, key TEXT, detail_json TEXT, crea
 """
 RUN_TABLES = ("runs", "answers", "versions", "reflections", "gate_decisions", "dual_metric", "holdout", "events")
 
-
+# %% ../../nbs/harness/04_store.ipynb #96430e8d
 def holders(path: str | Path) -> list[str]:
     "`pid (command)` of the other processes that have the db (or its -wal/-shm file) open, from /proc; [] elsewhere."
     base = str(Path(path).resolve())
@@ -58,7 +58,7 @@ def holders(path: str | Path) -> list[str]:
             continue
     return out
 
-
+# %% ../../nbs/harness/04_store.ipynb #5b7b97b9
 def _db_error(path: Path, e: sqlite3.Error, timeout: float) -> UserError:
     msg = str(e)
     if "locked" in msg or "busy" in msg:
@@ -86,7 +86,7 @@ class _Connection(sqlite3.Connection):
         except sqlite3.DatabaseError as e:
             raise _db_error(self.db_path, e, self.busy_timeout) from None
 
-
+# %% ../../nbs/harness/04_store.ipynb #65c309bc
 def connect(path: str | Path, timeout: float = 30) -> sqlite3.Connection:
     "Open (creating) a harness db in WAL mode with the schema; waits up to `timeout` s for another writer."
     path = Path(path)
@@ -310,12 +310,28 @@ def extract_run_db(
         src.close()
     return dst_db
 
-
+# %% ../../nbs/harness/04_store.ipynb #4da82221
 def _check_version_dir(d: Path, what: str):
     if not d.is_dir() or not any(p.is_file() for p in d.iterdir()):
         raise UserError(f"{what} folder is missing or empty", d)
 
 
+def _baseline_answers(baseline_db: str | Path, baseline_run_id: str) -> int:
+    "How many answers `baseline_run_id` has in `baseline_db`; fails naming the runs there when it is not one of them."
+    st = HarnessStore(baseline_db)
+    try:
+        if baseline_run_id is None or not st.run(baseline_run_id):
+            raise UserError(
+                f"baseline run {baseline_run_id!r} not in the db; runs: {', '.join(st.run_ids()) or '(none)'}",
+                baseline_db,
+                None,
+                "baseline_run_id",
+            )
+        return len(st.answers(baseline_run_id))
+    finally:
+        st.close()
+
+# %% ../../nbs/harness/04_store.ipynb #11c6a3ed
 def init_seed(
     store_dir: str | Path,  # the store (seeds go to store/seeds/NAME)
     name: str,  # seed name
@@ -339,18 +355,7 @@ def init_seed(
     if parent is not None and not (store_dir / "seeds" / parent).is_dir():
         raise UserError(f"parent seed {parent!r} does not exist", store_dir / "seeds", None, "parent")
     if baseline_db is not None:
-        st = HarnessStore(baseline_db)
-        try:
-            if baseline_run_id is None or not st.run(baseline_run_id):
-                raise UserError(
-                    f"baseline run {baseline_run_id!r} not in the db; runs: {', '.join(st.run_ids()) or '(none)'}",
-                    baseline_db,
-                    None,
-                    "baseline_run_id",
-                )
-            n = len(st.answers(baseline_run_id))
-        finally:
-            st.close()
+        n = _baseline_answers(baseline_db, baseline_run_id)
     with atomic_dir(dest) as tmp:
         shutil.copytree(skills_dir, tmp / "skills")
         shutil.copytree(prompts_dir, tmp / "prompts")
@@ -371,7 +376,7 @@ def init_seed(
         )
     return dest
 
-
+# %% ../../nbs/harness/04_store.ipynb #6cc23adb
 def load_seed(store_dir: str | Path, name: str) -> dict:
     "Read `store/seeds/NAME/seed.json` (with paths), or fail naming the available seeds."
     d = Path(store_dir) / "seeds" / path_component(name, "seed")

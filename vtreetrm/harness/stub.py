@@ -35,7 +35,31 @@ def _caption_reply(messages: list):
         return ChatReply("Summary: " + user.splitlines()[-1].lstrip("- "))
     return None
 
+# %% ../../nbs/harness/05a_stub.ipynb #81128ced
+async def _fault(n: int, fail_500_every: int, fail_429_every: int, hang_every: int, hang_s: float, garbage_every: int):
+    "The fault injected into the `n`-th request: an error response, or None (a hang only delays the request)."
+    if fail_500_every and n % fail_500_every == 0:
+        return web.json_response({"error": "boom"}, status=500)
+    if fail_429_every and n % fail_429_every == 0:
+        return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "0"})
+    if hang_every and n % hang_every == 0:
+        await asyncio.sleep(hang_s)
+    if garbage_every and n % garbage_every == 0:
+        return web.Response(text="<html>upstream error</html>", status=200)
+    return None
 
+
+def _completion(n: int, model: str, r: ChatReply) -> dict:
+    "The chat-completions body of the `n`-th request, answering with `r`."
+    return {
+        "id": f"cmpl-{n}",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "tool_calls" if r.tool_calls else "stop", "message": r.message()}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+    }
+
+# %% ../../nbs/harness/05a_stub.ipynb #ee29b9df
 def make_stub_app(
     latency_s: float = 0.0,  # seconds before each reply
     fail_500_every: int = 0,  # every n-th request gets HTTP 500 (0 = never)
@@ -57,29 +81,14 @@ def make_stub_app(
         stats["in_flight"] += 1
         stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
         try:
-            if fail_500_every and n % fail_500_every == 0:
-                return web.json_response({"error": "boom"}, status=500)
-            if fail_429_every and n % fail_429_every == 0:
-                return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "0"})
-            if hang_every and n % hang_every == 0:
-                await asyncio.sleep(hang_s)
-            if garbage_every and n % garbage_every == 0:
-                return web.Response(text="<html>upstream error</html>", status=200)
+            fault = await _fault(n, fail_500_every, fail_429_every, hang_every, hang_s, garbage_every)
+            if fault is not None:
+                return fault
             if latency_s:
                 await asyncio.sleep(latency_s)
             r = _caption_reply(body["messages"]) or await sim.chat(body["messages"], body.get("tools"))
             stats["ok"] += 1
-            return web.json_response(
-                {
-                    "id": f"cmpl-{n}",
-                    "object": "chat.completion",
-                    "model": body.get("model", "stub"),
-                    "choices": [
-                        {"index": 0, "finish_reason": "tool_calls" if r.tool_calls else "stop", "message": r.message()}
-                    ],
-                    "usage": {"prompt_tokens": 0, "completion_tokens": 0},
-                }
-            )
+            return web.json_response(_completion(n, body.get("model", "stub"), r))
         finally:
             stats["in_flight"] -= 1
 
@@ -88,7 +97,7 @@ def make_stub_app(
     app.router.add_post("/v1/chat/completions", chat)
     return app
 
-
+# %% ../../nbs/harness/05a_stub.ipynb #36a173cf
 class StubServer:
     "Run a stub app on 127.0.0.1 in a background thread (`with StubServer(...) as s: s.url`)."
 
@@ -125,7 +134,7 @@ class StubServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
-
+# %% ../../nbs/harness/05a_stub.ipynb #a7992b4d
 def main(argv=None):
     "Serve the stub in this process until interrupted."
     p = argparse.ArgumentParser(description="OpenAI-compatible stub server (127.0.0.1)")
