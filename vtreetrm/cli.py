@@ -36,14 +36,13 @@ class Param:
     choices: list = None  # allowed values
     action: str = None  # argparse action: 'append', 'extend', ...
 
-# %% ../nbs/01_cli.ipynb #33bf85c4
+# %% ../nbs/01_cli.ipynb #15b64915
 def _flags(name):
     return (f"-{name}", f"--{name}") if len(name) == 1 else ("--" + name.replace("_", "-"),)
 
 
-def _add_option(p, name: str, anno, default, help_: str, required: bool = False):
-    "Add one argument for a parameter (or config field) `name` to parser or group `p` (`required`: a flag that must be given)."
-    kw = {"required": True} if required else {}
+def _option_kwargs(anno, has_default: bool, help_: str, kw: dict):
+    "`(type, help, argparse options)` an annotation asks for: a `Param`'s options, a Union's first type, a Literal's choices, a list's nargs."
     if isinstance(anno, Param):
         kw = {
             k: v
@@ -52,7 +51,6 @@ def _add_option(p, name: str, anno, default, help_: str, required: bool = False)
         }
         help_ = anno.help or help_
         anno = anno.type or str
-    has_default = default is not inspect._empty
     origin = typing.get_origin(anno)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(anno) if a is not type(None)]
@@ -66,6 +64,14 @@ def _add_option(p, name: str, anno, default, help_: str, required: bool = False)
         anno = (typing.get_args(anno) or (str,))[0]
         if has_default:
             kw.setdefault("action", "extend")
+    return anno, help_, kw
+
+# %% ../nbs/01_cli.ipynb #17e6a296
+def _add_option(p, name: str, anno, default, help_: str, required: bool = False):
+    "Add one argument for a parameter (or config field) `name` to parser or group `p` (`required`: a flag that must be given)."
+    kw = {"required": True} if required else {}
+    has_default = default is not inspect._empty
+    anno, help_, kw = _option_kwargs(anno, has_default, help_, kw)
     if anno is bool:
         if has_default and default:  # on by default: --progress / --no-progress, its help read as written
             p.add_argument(*_flags(name), dest=name, action=argparse.BooleanOptionalAction, default=True, help=help_)
@@ -82,7 +88,7 @@ def _add_option(p, name: str, anno, default, help_: str, required: bool = False)
         kw.pop("required", None)
         p.add_argument(name, help=help_, **kw)
 
-# %% ../nbs/01_cli.ipynb #3e6f1b0d
+# %% ../nbs/01_cli.ipynb #5552cc1f
 def config_fields(cls) -> dict:
     "`{field: (type, default, comment)}` of a config dataclass, types resolved."
     hints = typing.get_type_hints(cls)
@@ -105,7 +111,7 @@ def config_fields(cls) -> dict:
 def _is_config(anno) -> bool:
     return isinstance(anno, type) and dataclasses.is_dataclass(anno)
 
-
+# %% ../nbs/01_cli.ipynb #e981f978
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     "Shows a default only where there is one to show: not for flags that are off, unset values, or required options."
 
@@ -114,7 +120,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
             return action.help
         return super()._get_help_string(action)
 
-
+# %% ../nbs/01_cli.ipynb #5a90019b
 def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
     p = argparse.ArgumentParser(prog=prog, description=(func.__doc__ or "").strip(), formatter_class=_HelpFormatter)
@@ -175,7 +181,7 @@ def _usage() -> str:
     lines += [f"  {g:<9} {desc}" for g, (_, desc) in GROUPS.items()]
     return "\n".join(lines)
 
-# %% ../nbs/01_cli.ipynb #7693c9af
+# %% ../nbs/01_cli.ipynb #a0aa065b
 def run_command(func, argv: list, prog: str):
     "Parse `argv` for `func` and call it."
     p = command_parser(func, prog=prog)
@@ -184,7 +190,7 @@ def run_command(func, argv: list, prog: str):
         ns[name] = cls(**{f: ns.pop(f) for f in fields})
     return func(**ns)
 
-
+# %% ../nbs/01_cli.ipynb #40a63de8
 _ENV_ERRNOS = {
     errno.ENOSPC,
     errno.EFBIG,
@@ -202,7 +208,27 @@ def _quiet_hf_bars():
     if "transformers" in sys.modules:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
 
+# %% ../nbs/01_cli.ipynb #44a8b517
+def _run_group(head: str, rest: list):
+    "Run `vtreetrm <head> <command> [flags]`: the group's list of commands when none is named, else the command."
+    cmds = _group_commands(head)
+    if not rest or rest[0] in ("-h", "--help"):
+        print(f"usage: vtreetrm {head} <command> [flags]\n\ncommands:")
+        for k, f in cmds.items():
+            print(f"  {k:<22} {(f.__doc__ or '').strip().splitlines()[0]}")
+        return 0 if rest else 2
+    if rest[0] not in cmds:
+        raise UserError(f"unknown command 'vtreetrm {head} {rest[0]}'; choose from: {', '.join(cmds)}")
+    return run_command(cmds[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}")
 
+# %% ../nbs/01_cli.ipynb #f89fb810
+def _print_os_error(e: OSError) -> int:
+    "Report a path the system refused in one line on stderr; the exit code."
+    where = f"{e.filename} -> {e.filename2}: " if e.filename2 else f"{e.filename}: " if e.filename else ""
+    print(f"error: {where}{e.strerror or e}" + ("" if e.filename else " (while writing the outputs)"), file=sys.stderr)
+    return 2
+
+# %% ../nbs/01_cli.ipynb #f8ea5ce6
 def main(argv: list = None) -> int:
     "The `vtreetrm` console script; returns the exit code."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -224,15 +250,7 @@ def main(argv: list = None) -> int:
         elif head in TOP_COMMANDS:
             res = run_command(_load(TOP_COMMANDS[head]), rest, f"vtreetrm {head}")
         elif head in GROUPS:
-            cmds = _group_commands(head)
-            if not rest or rest[0] in ("-h", "--help"):
-                print(f"usage: vtreetrm {head} <command> [flags]\n\ncommands:")
-                for k, f in cmds.items():
-                    print(f"  {k:<22} {(f.__doc__ or '').strip().splitlines()[0]}")
-                return 0 if rest else 2
-            if rest[0] not in cmds:
-                raise UserError(f"unknown command 'vtreetrm {head} {rest[0]}'; choose from: {', '.join(cmds)}")
-            res = run_command(cmds[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}")
+            res = _run_group(head, rest)
         else:
             raise UserError(f"unknown command {head!r}; run 'vtreetrm --help'")
     except UserError as e:
@@ -244,17 +262,13 @@ def main(argv: list = None) -> int:
     except OSError as e:
         if e.filename is None and e.errno not in _ENV_ERRNOS:
             raise
-        where = f"{e.filename} -> {e.filename2}: " if e.filename2 else f"{e.filename}: " if e.filename else ""
-        print(
-            f"error: {where}{e.strerror or e}" + ("" if e.filename else " (while writing the outputs)"), file=sys.stderr
-        )
-        return 2
+        return _print_os_error(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     return res if isinstance(res, int) else 0
 
-
+# %% ../nbs/01_cli.ipynb #c2ee7f74
 def console_main():
     "Console-script wrapper around `main`."
     sys.exit(main())
@@ -277,24 +291,9 @@ def parameters_source(cls) -> str:
         lines.append(f"{code:<40}  # {help_}" if help_ else code)
     return "\n".join([*lines, "# fmt: on"])
 
-# %% ../nbs/01_cli.ipynb #0a5b3c68
-def _coerce(value, anno, flag: str):
-    origin, args = typing.get_origin(anno), typing.get_args(anno)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], flag) if len(inner) == 1 else value
-    if origin is typing.Literal:
-        if value not in args:
-            raise UserError(f"{flag} must be one of {', '.join(map(str, args))}, got {value!r}")
-        return value
-    if anno is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise UserError(f"{flag} must be true or false, got {value!r}")
+# %% ../nbs/01_cli.ipynb #40838612
+def _coerce_number(value, anno, flag: str):
+    "`value` as an int or a finite float (as `anno` says), converted from text; a `UserError` naming `flag` otherwise."
     if anno is int:
         if isinstance(value, bool):
             raise UserError(f"{flag} must be an integer, got {value!r}")
@@ -314,17 +313,38 @@ def _coerce(value, anno, flag: str):
         if not math.isfinite(v):
             _bad(flag, "a finite number", value)
         return v
+
+
+def _bad(flag, what, value):
+    raise UserError(f"{flag} must be {what}, got {value!r}")
+
+# %% ../nbs/01_cli.ipynb #6a2f4d65
+def _coerce(value, anno, flag: str):
+    origin, args = typing.get_origin(anno), typing.get_args(anno)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], flag) if len(inner) == 1 else value
+    if origin is typing.Literal:
+        if value not in args:
+            raise UserError(f"{flag} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if anno is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise UserError(f"{flag} must be true or false, got {value!r}")
+    if anno in (int, float):
+        return _coerce_number(value, anno, flag)
     if anno is str:
         if not isinstance(value, str):
             _bad(flag, "text", value)
         return value
     return value
 
-
-def _bad(flag, what, value):
-    raise UserError(f"{flag} must be {what}, got {value!r}")
-
-
+# %% ../nbs/01_cli.ipynb #360c4732
 def check_config(cfg):
     "Check (and convert from text) every field of config dataclass `cfg` against its annotation."
     hints = typing.get_type_hints(type(cfg))

@@ -27,8 +27,8 @@ from typing import Any
 
 # %% auto #0
 __all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
-           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'atomic_dir',
-           'publish_dir', 'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml',
+           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'publish_dir',
+           'atomic_dir', 'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml',
            'sha256_file', 'sha256_json', 'stable_uniform', 'package_versions', 'git_info', 'now_iso', 'provenance',
            'run_sync']
 
@@ -55,7 +55,7 @@ class UserError(Exception):
         self.msg = msg
         super().__init__(f"{where}: {msg}" if where else msg)
 
-# %% ../nbs/00_utils.ipynb #bc017b53
+# %% ../nbs/00_utils.ipynb #8460f9fd
 def _umask() -> int:
     "The process umask, read without changing it where /proc allows (os.umask would race with other threads)."
     with contextlib.suppress(OSError, ValueError):
@@ -82,7 +82,7 @@ def make_parent(path: Path):
         check_parent(path)
         raise
 
-
+# %% ../nbs/00_utils.ipynb #011e8c07
 def atomic_write(
     path: str | Path,  # destination file
     data: str | bytes,  # full contents
@@ -108,7 +108,7 @@ def atomic_write(
         raise
     return path
 
-
+# %% ../nbs/00_utils.ipynb #be76c026
 def _json_default(o):
     if isinstance(o, Path):
         return str(o)
@@ -132,7 +132,7 @@ def write_json(path: str | Path, obj: Any):
     "Write `obj` as strict JSON to `path`, atomically."
     return atomic_write(path, dumps_json(obj))
 
-# %% ../nbs/00_utils.ipynb #32ef6024
+# %% ../nbs/00_utils.ipynb #76b5dfb5
 @functools.cache
 def _renameat2():
     "libc's renameat2, or None where the system has none."
@@ -152,7 +152,7 @@ def _exchange(a: Path, b: Path) -> bool:
     AT_FDCWD, RENAME_EXCHANGE = -100, 2
     return f(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
 
-
+# %% ../nbs/00_utils.ipynb #faf217d3
 PUBLISHED_MARKER = ".vtreetrm-published"  # in every folder atomic_dir publishes: only such folders are ever replaced
 
 
@@ -179,7 +179,7 @@ def recover_publication(dest: Path):
         if pid.isdigit() and not _pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
-
+# %% ../nbs/00_utils.ipynb #0823dbaf
 def check_replaceable(dest: Path):
     "Refuse to publish over a file, a symlink, or a non-empty folder this tool did not write."
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
@@ -191,7 +191,28 @@ def check_replaceable(dest: Path):
             dest,
         )
 
+# %% ../nbs/00_utils.ipynb #3266d730
+def publish_dir(src: Path, dest: Path):
+    "Put the finished folder `src` in place of `dest` (swapped in one step where the system can): never a moment without `dest`."
+    src, dest = Path(src), Path(os.path.abspath(dest))
+    (src / PUBLISHED_MARKER).write_text("")
+    if dest.is_dir() and not dest.is_symlink() and _exchange(src, dest):  # no instant without `dest`
+        shutil.rmtree(src, ignore_errors=True)
+        return
+    old = None
+    if dest.exists():
+        old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(dest, old)
+    try:
+        os.replace(src, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
+# %% ../nbs/00_utils.ipynb #c10250a6
 @contextlib.contextmanager
 def atomic_dir(
     dest: str | Path,  # directory to publish
@@ -212,27 +233,6 @@ def atomic_dir(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def publish_dir(src: Path, dest: Path):
-    "Put the finished folder `src` in place of `dest` (swapped in one step where the system can): never a moment without `dest`."
-    src, dest = Path(src), Path(os.path.abspath(dest))
-    (src / PUBLISHED_MARKER).write_text("")
-    if dest.is_dir() and not dest.is_symlink() and _exchange(src, dest):  # no instant without `dest`
-        shutil.rmtree(src, ignore_errors=True)
-        return
-    old = None
-    if dest.exists():
-        old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(dest, old)
-    try:
-        os.replace(src, dest)
-    except BaseException:
-        if old is not None:
-            os.replace(old, dest)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 # %% ../nbs/00_utils.ipynb #5a1c0e78
 def path_component(name, what: str = "name", path: str | Path = None, line: int = None) -> str:
@@ -256,7 +256,7 @@ def path_component(name, what: str = "name", path: str | Path = None, line: int 
         )
     return s
 
-# %% ../nbs/00_utils.ipynb #b13652ba
+# %% ../nbs/00_utils.ipynb #0b0430fc
 def _no_constant(name):
     raise ValueError(f"{name} is not a number JSON allows")
 
@@ -282,7 +282,7 @@ def read_json(path: str | Path) -> Any:
         raise UserError("no such file", path)
     return loads_json(path.read_bytes(), path)
 
-
+# %% ../nbs/00_utils.ipynb #1172a4de
 def iter_jsonl(
     path: str | Path,  # a JSON Lines file
     skip_blank: bool = True,  # ignore empty lines instead of failing
@@ -312,7 +312,7 @@ def write_jsonl(path: str | Path, rows) -> Path:
     "Write an iterable of dicts as JSON Lines, atomically."
     return atomic_write(path, "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in rows))
 
-# %% ../nbs/00_utils.ipynb #7a5d20c2
+# %% ../nbs/00_utils.ipynb #0cac69a4
 YAML_MAX_VALUES = 100_000  # far above any config or sweep; a nested-alias bomb passes it within a few levels
 
 
@@ -339,7 +339,31 @@ def _check_plain(v, path, where=""):
             where or None,
         )
 
+# %% ../nbs/00_utils.ipynb #15591c2c
+def _check_yaml_nodes(root, path, max_values: int):
+    "Walk the YAML node graph before anything is built: at most `max_values` values once aliases expand, no duplicate keys."
+    import yaml
 
+    count, stack = 0, [root] if root is not None else []
+    while stack:  # aliases are shared nodes: each visit is one value of the expansion
+        n = stack.pop()
+        count += 1
+        if count > max_values:
+            raise UserError(f"YAML expands to more than {max_values:,} values (nested aliases?); not loaded", path)
+        if isinstance(n, yaml.MappingNode):
+            seen = {}
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and k.value != "<<":
+                    if k.value in seen:
+                        raise UserError(
+                            f"duplicate key {k.value!r} (first on line {seen[k.value]})", path, k.start_mark.line + 1
+                        )
+                    seen[k.value] = k.start_mark.line + 1
+                stack += [k, v]
+        elif isinstance(n, yaml.SequenceNode):
+            stack += n.value
+
+# %% ../nbs/00_utils.ipynb #267dfadf
 def load_yaml(
     text: str | bytes,  # YAML text (bytes must be UTF-8)
     path=None,  # where it came from, for messages
@@ -365,24 +389,7 @@ def load_yaml(
         raise UserError(
             f"invalid YAML: {getattr(e, 'problem', None) or e}", path, mark.line + 1 if mark else None
         ) from None
-    count, stack = 0, [root] if root is not None else []
-    while stack:  # aliases are shared nodes: each visit is one value of the expansion
-        n = stack.pop()
-        count += 1
-        if count > max_values:
-            raise UserError(f"YAML expands to more than {max_values:,} values (nested aliases?); not loaded", path)
-        if isinstance(n, yaml.MappingNode):
-            seen = {}
-            for k, v in n.value:
-                if isinstance(k, yaml.ScalarNode) and k.value != "<<":
-                    if k.value in seen:
-                        raise UserError(
-                            f"duplicate key {k.value!r} (first on line {seen[k.value]})", path, k.start_mark.line + 1
-                        )
-                    seen[k.value] = k.start_mark.line + 1
-                stack += [k, v]
-        elif isinstance(n, yaml.SequenceNode):
-            stack += n.value
+    _check_yaml_nodes(root, path, max_values)
     try:
         data = loader.construct_document(root) if root is not None else None
     finally:
@@ -410,10 +417,12 @@ def stable_uniform(*parts) -> float:
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
-# %% ../nbs/00_utils.ipynb #09089160
+# %% ../nbs/00_utils.ipynb #a4cb20be
 PACKAGE_DIR = (
     Path(importlib.util.find_spec("vtreetrm").origin).parent if importlib.util.find_spec("vtreetrm") else Path.cwd()
 )
+
+
 TRACKED_PACKAGES = (
     "vtreetrm",
     "torch",
@@ -440,7 +449,7 @@ def package_versions(names=TRACKED_PACKAGES) -> dict:
             out[n] = metadata.version(n)
     return out
 
-
+# %% ../nbs/00_utils.ipynb #e1054307
 def git_info(path: str | Path = ".") -> dict:
     "The git sha of the checkout holding `path` and whether it has uncommitted changes."
 
@@ -456,7 +465,7 @@ def git_info(path: str | Path = ".") -> dict:
     # --no-optional-locks: a provenance probe never takes index.lock (a killed probe would leave the lock behind)
     return {"git_sha": sha, "git_dirty": bool(_git("--no-optional-locks", "status", "--porcelain", "-uno"))}
 
-
+# %% ../nbs/00_utils.ipynb #bc2ada6e
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 

@@ -16,10 +16,10 @@ from .parse import LabelMap, _dedup_pairs, load_label_map, parse_fields, read_pr
 from ..utils import UserError, package_versions, provenance, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS', 'first_predictions', 'metrics_from_pairs', 'compute_metrics', 'score_file', 'write_metrics',
-           'find_predictions', 'metrics_cmd']
+__all__ = ['CLI_COMMANDS', 'first_predictions', 'metrics_from_pairs', 'compute_metrics', 'find_predictions', 'write_metrics',
+           'score_file', 'metrics_cmd']
 
-# %% ../../nbs/eval/01_metrics.ipynb #de325fcb
+# %% ../../nbs/eval/01_metrics.ipynb #0244cb05
 def _encode(lists, index: dict) -> tuple[np.ndarray, np.ndarray]:
     "Flatten label lists into (sample, class) index arrays, growing `index` with unseen labels."
     rows, cols = [], []
@@ -44,7 +44,47 @@ def first_predictions(n: int, pr, pc) -> np.ndarray:
     first[pr[is_first]] = pc[is_first]
     return first
 
+# %% ../../nbs/eval/01_metrics.ipynb #b8e7d008
+def _class_scores(labels: list, pc, gc, hit) -> tuple[dict, np.ndarray, np.ndarray]:
+    "Per-class precision, recall, F1 and support by label (indicator counting: `hit` marks predicted pairs that are gold); also the F1 and support arrays."
+    K = len(labels)
+    tp = np.bincount(pc[hit], minlength=K).astype(float)
+    support = np.bincount(gc, minlength=K).astype(float)
+    npred = np.bincount(pc, minlength=K).astype(float)
+    prec = np.divide(tp, npred, out=np.zeros(K), where=npred > 0)
+    rec = np.divide(tp, support, out=np.zeros(K), where=support > 0)
+    f1 = np.divide(2 * tp, npred + support, out=np.zeros(K), where=(npred + support) > 0)
+    per_class = {
+        labels[k]: {
+            "precision": float(prec[k]),
+            "recall": float(rec[k]),
+            "f1": float(f1[k]),
+            "support": int(support[k]),
+        }
+        for k in sorted(range(K), key=lambda k: labels[k])
+    }
+    return per_class, f1, support
 
+# %% ../../nbs/eval/01_metrics.ipynb #20bd5365
+def _top1(n: int, gr, gc, pr, pc, g_per) -> tuple[float | None, np.ndarray]:
+    "Top1 over single-label samples (the row's first predicted label equals its gold label), and which rows are single-label."
+    single = g_per == 1
+    first = first_predictions(n, pr, pc)
+    gold_of = np.full(n, -2, np.int64)
+    gold_of[gr] = gc
+    top1 = float(np.mean(first[single] == gold_of[single])) if single.any() else None
+    return top1, single
+
+
+def _sample_scores(n: int, pr, hit, p_per, g_per) -> tuple[float, float, float]:
+    "Sample-level precision, recall and F1 (|G∩P|/|P|, |G∩P|/|G|, their harmonic mean), averaged over samples."
+    hits_per = np.bincount(pr[hit], minlength=n).astype(float)
+    sp = np.divide(hits_per, p_per, out=np.zeros(n), where=p_per > 0)
+    sr = np.divide(hits_per, g_per, out=np.zeros(n), where=g_per > 0)
+    sf = np.divide(2 * hits_per, p_per + g_per, out=np.zeros(n), where=(p_per + g_per) > 0)
+    return float(sp.mean()), float(sr.mean()), float(sf.mean())
+
+# %% ../../nbs/eval/01_metrics.ipynb #0184b911
 def metrics_from_pairs(
     n: int,  # number of samples
     labels: list,  # label index: position -> label
@@ -61,26 +101,12 @@ def metrics_from_pairs(
     K = len(labels)
     gr, gc = _dedup_pairs(gr, gc, K + 1)  # a gold label given twice for a sample is one gold label
     hit = np.isin(pr * K + pc, gr * K + gc)
-    tp = np.bincount(pc[hit], minlength=K).astype(float)
-    support = np.bincount(gc, minlength=K).astype(float)
-    npred = np.bincount(pc, minlength=K).astype(float)
-    prec = np.divide(tp, npred, out=np.zeros(K), where=npred > 0)
-    rec = np.divide(tp, support, out=np.zeros(K), where=support > 0)
-    f1 = np.divide(2 * tp, npred + support, out=np.zeros(K), where=(npred + support) > 0)
+    per_class, f1, support = _class_scores(labels, pc, gc, hit)
     supported = support > 0
     g_per = np.bincount(gr, minlength=n)
     p_per = np.bincount(pr, minlength=n)
-    # Top1 over single-label samples: the row's first predicted label equals its gold label
-    single = g_per == 1
-    first = first_predictions(n, pr, pc)
-    gold_of = np.full(n, -2, np.int64)
-    gold_of[gr] = gc
-    top1 = float(np.mean(first[single] == gold_of[single])) if single.any() else None
-    # sample-level
-    hits_per = np.bincount(pr[hit], minlength=n).astype(float)
-    sp = np.divide(hits_per, p_per, out=np.zeros(n), where=p_per > 0)
-    sr = np.divide(hits_per, g_per, out=np.zeros(n), where=g_per > 0)
-    sf = np.divide(2 * hits_per, p_per + g_per, out=np.zeros(n), where=(p_per + g_per) > 0)
+    top1, single = _top1(n, gr, gc, pr, pc, g_per)
+    sp, sr, sf = _sample_scores(n, pr, hit, p_per, g_per)
     unp = np.zeros(n, bool) if unparseable is None else np.asarray(unparseable, bool)
     return {
         "top1_accuracy_single_label": top1,
@@ -89,22 +115,14 @@ def metrics_from_pairs(
         "num_single_label": int(single.sum()),
         "num_unparseable": int(unp.sum()),
         "num_empty_prediction": int(((p_per == 0) & ~unp).sum()),
-        "per_class": {
-            labels[k]: {
-                "precision": float(prec[k]),
-                "recall": float(rec[k]),
-                "f1": float(f1[k]),
-                "support": int(support[k]),
-            }
-            for k in sorted(range(K), key=lambda k: labels[k])
-        },
-        "sample_precision": float(sp.mean()),
-        "sample_recall": float(sr.mean()),
-        "sample_f1": float(sf.mean()),
+        "per_class": per_class,
+        "sample_precision": sp,
+        "sample_recall": sr,
+        "sample_f1": sf,
         "label_space": sorted(labels),
     }
 
-
+# %% ../../nbs/eval/01_metrics.ipynb #22a55bb8
 def compute_metrics(
     gold: list,  # per sample, the list of gold labels
     pred: list,  # per sample, predicted labels in order, or None if unparseable
@@ -131,7 +149,37 @@ def compute_metrics(
             index.setdefault(c, len(index))
     return metrics_from_pairs(n, list(index), gr, gc, pr, pc, [p is None for p in pred])
 
-# %% ../../nbs/eval/01_metrics.ipynb #58f3d910
+# %% ../../nbs/eval/01_metrics.ipynb #a08373a4
+def find_predictions(paths) -> list[Path]:
+    "Every predictions.jsonl named directly or found recursively under the given folders."
+    found = []
+    for p in map(Path, paths):
+        if p.is_file():
+            found.append(p)
+        elif p.is_dir():
+            hits = sorted(p.rglob("predictions.jsonl"))
+            if not hits:
+                raise UserError("no predictions.jsonl found under this folder", p)
+            found += hits
+        else:
+            raise UserError("no such file or folder", p)
+    return list(dict.fromkeys(found))
+
+# %% ../../nbs/eval/01_metrics.ipynb #d03894d8
+def write_metrics(folder: Path, m: dict, label_map: LabelMap = None, command: list = None):
+    "Write `metrics.json` and, beside it, `metrics.provenance.json` (paths, time, command, host)."
+    folder = Path(folder)
+    write_json(folder / "metrics.json", m)
+    write_json(
+        folder / "metrics.provenance.json",
+        provenance(
+            {"label_map": label_map.path if label_map else None},
+            inputs=[folder / "predictions.jsonl"] + ([label_map.path] if label_map and label_map.path else []),
+            command=command,
+        ),
+    )
+
+# %% ../../nbs/eval/01_metrics.ipynb #00d0a16f
 def score_file(
     predictions_path: str | Path,  # a predictions.jsonl
     label_map: LabelMap = None,  # mapping applied to gold, candidates and predictions
@@ -155,43 +203,13 @@ def score_file(
         write_metrics(path.parent, m, label_map)
     return m
 
-
-def write_metrics(folder: Path, m: dict, label_map: LabelMap = None, command: list = None):
-    "Write `metrics.json` and, beside it, `metrics.provenance.json` (paths, time, command, host)."
-    folder = Path(folder)
-    write_json(folder / "metrics.json", m)
-    write_json(
-        folder / "metrics.provenance.json",
-        provenance(
-            {"label_map": label_map.path if label_map else None},
-            inputs=[folder / "predictions.jsonl"] + ([label_map.path] if label_map and label_map.path else []),
-            command=command,
-        ),
-    )
-
-
+# %% ../../nbs/eval/01_metrics.ipynb #32bfe680
 def _check_writable(folder: Path):
     for name in ("metrics.json", "metrics.provenance.json"):
         if (folder / name).is_dir() and not (folder / name).is_symlink():
             raise UserError("is a folder: cannot write the metrics file here", folder / name)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError("cannot write metrics.json here: the folder is not writable", folder)
-
-
-def find_predictions(paths) -> list[Path]:
-    "Every predictions.jsonl named directly or found recursively under the given folders."
-    found = []
-    for p in map(Path, paths):
-        if p.is_file():
-            found.append(p)
-        elif p.is_dir():
-            hits = sorted(p.rglob("predictions.jsonl"))
-            if not hits:
-                raise UserError("no predictions.jsonl found under this folder", p)
-            found += hits
-        else:
-            raise UserError("no such file or folder", p)
-    return list(dict.fromkeys(found))
 
 # %% ../../nbs/eval/01_metrics.ipynb #7e561e52
 def metrics_cmd(

@@ -14,7 +14,7 @@ from .config import RunConfig
 # %% auto #0
 __all__ = ['GateParams', 'EProcess', 'GateDecision', 'GateRound', 'Watch', 'simulate_gate']
 
-# %% ../../nbs/harness/03_gate.ipynb #292e2186
+# %% ../../nbs/harness/03_gate.ipynb #3b5e4d80
 def _run_default(name: str):
     "The default of `RunConfig.gate_<name>`: each gate default is written once, with its help, in the run config."
     return next(f.default for f in fields(RunConfig) if f.name == "gate_" + name)
@@ -44,7 +44,7 @@ class GateParams:
         "Take the `gate_*` fields of a `RunConfig`."
         return cls(**{k: getattr(c, "gate_" + k) for k in cls.__dataclass_fields__})
 
-
+# %% ../../nbs/harness/03_gate.ipynb #eea7e5c0
 class EProcess:
     "Wealth of a bettor against H0: P(win | discordant) <= 1/2, one predictable bet per discordant pair."
 
@@ -81,7 +81,7 @@ class EProcess:
         if self.log_k > 0:
             self.log_k *= gamma
 
-# %% ../../nbs/harness/03_gate.ipynb #aabf4ca7
+# %% ../../nbs/harness/03_gate.ipynb #aa9678a8
 @dataclass
 class GateDecision:
     "The outcome of a gate round (what the store records)."
@@ -99,7 +99,7 @@ class GateDecision:
     def to_dict(self) -> dict:
         return asdict(self)
 
-
+# %% ../../nbs/harness/03_gate.ipynb #a725c07a
 class GateRound:
     "Sequential paired evaluation of one candidate against the incumbent."
 

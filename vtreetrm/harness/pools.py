@@ -16,7 +16,7 @@ from .questions import load_benchmark
 __all__ = ['POOL_STRATEGIES', 'PoolConfig', 'Pools', 'draw_with_ratio', 'GlobalPoolStrategy', 'PerCategoryPoolStrategy',
            'make_batches']
 
-# %% ../../nbs/harness/02_pools.ipynb #8c9960e3
+# %% ../../nbs/harness/02_pools.ipynb #14985aa5
 @dataclass
 class PoolConfig:
     "What a pool strategy needs (a slice of `RunConfig`)."
@@ -50,7 +50,7 @@ class PoolConfig:
             test_questions_dir=test_questions_dir,
         )
 
-
+# %% ../../nbs/harness/02_pools.ipynb #2cc41dc3
 @dataclass
 class Pools:
     "The four pools (lists of questions)."
@@ -83,7 +83,7 @@ def _filter(qs, task_types):
 def _sorted(qs):
     return sorted(qs, key=lambda q: q.question_id)
 
-# %% ../../nbs/harness/02_pools.ipynb #c6019ec1
+# %% ../../nbs/harness/02_pools.ipynb #323c636a
 def _test_pool(questions, config, rng, held):
     if config.test_questions_dir is not None:
         test = load_benchmark(config.test_questions_dir)
@@ -97,7 +97,7 @@ def _test_pool(questions, config, rng, held):
         return test
     return held
 
-
+# %% ../../nbs/harness/02_pools.ipynb #f94c6fe0
 class GlobalPoolStrategy:
     "Split all questions together: test (held out when no test folder), val, then diag from the rest; train = rest."
 
@@ -120,7 +120,7 @@ class GlobalPoolStrategy:
         )
         return Pools(train=train, diag=diag, val=val, test=_test_pool(questions, config, rng, held))
 
-
+# %% ../../nbs/harness/02_pools.ipynb #90d4998b
 class PerCategoryPoolStrategy:
     "Split each task type into train/held-out with `train_ratio`; diag from train, val from held-out, per type."
 
@@ -159,7 +159,41 @@ class PerCategoryPoolStrategy:
 
 POOL_STRATEGIES = {"global": GlobalPoolStrategy, "per_category": PerCategoryPoolStrategy}
 
-# %% ../../nbs/harness/02_pools.ipynb #98bb207e
+# %% ../../nbs/harness/02_pools.ipynb #e69cfc9d
+def _type_minimums(left: list, min_class_per_batch: int, batch_size: int) -> list:
+    "The start of a batch: the first `min_class_per_batch` questions of every task type left, up to `batch_size`."
+    batch, types = [], sorted({q.task_type for q in left})
+    for t in types:
+        of_t = [q for q in left if q.task_type == t]
+        batch += of_t[: min(min_class_per_batch, batch_size - len(batch))]
+        if len(batch) >= batch_size:
+            break
+    return batch
+
+
+def _free_and_reserved(rest: list, min_class_per_batch: int, future: int) -> tuple[list, list]:
+    "`rest` split into questions free to use now and those kept for the minimums of the `future` batches, in `rest`'s order."
+    free, reserved = [], []
+    for t in sorted({q.task_type for q in rest}):
+        of_t = [q for q in rest if q.task_type == t]
+        k = max(0, len(of_t) - min_class_per_batch * future)
+        free += of_t[:k]
+        reserved += of_t[k:]
+    order = {q.question_id: i for i, q in enumerate(rest)}
+    free.sort(key=lambda q: order[q.question_id])
+    reserved.sort(key=lambda q: order[q.question_id])
+    return free, reserved
+
+# %% ../../nbs/harness/02_pools.ipynb #86ea5ca7
+def _pick(pool: list, n_right: int, n: int, correctness: dict) -> list:
+    "Up to `n` questions of `pool`, `n_right` of them correct where possible (more when too few are wrong)."
+    right = [q for q in pool if correctness.get(q.question_id, False)]
+    wrong = [q for q in pool if not correctness.get(q.question_id, False)]
+    k = min(n_right, len(right), n)
+    k = max(k, min(n, len(pool)) - len(wrong))
+    return right[:k] + wrong[: min(n, len(pool)) - k]
+
+# %% ../../nbs/harness/02_pools.ipynb #3335925a
 def make_batches(
     train: list,
     correctness: dict,
@@ -177,40 +211,19 @@ def make_batches(
     batches = []
     while left:
         future = n_batches - len(batches) - 1  # batches still to come after this one
-        batch, types = [], sorted({q.task_type for q in left})
-        for t in types:
-            of_t = [q for q in left if q.task_type == t]
-            batch += of_t[: min(min_class_per_batch, batch_size - len(batch))]
-            if len(batch) >= batch_size:
-                break
+        batch = _type_minimums(left, min_class_per_batch, batch_size)
         ids = {q.question_id for q in batch}
         rest = [q for q in left if q.question_id not in ids]
         # keep enough of each type for the minimums of the batches to come; fill from the surplus first
-        free, reserved = [], []
-        for t in sorted({q.task_type for q in rest}):
-            of_t = [q for q in rest if q.task_type == t]
-            k = max(0, len(of_t) - min_class_per_batch * future)
-            free += of_t[:k]
-            reserved += of_t[k:]
-        order = {q.question_id: i for i, q in enumerate(rest)}
-        free.sort(key=lambda q: order[q.question_id])
-        reserved.sort(key=lambda q: order[q.question_id])
+        free, reserved = _free_and_reserved(rest, min_class_per_batch, future)
         need = batch_size - len(batch)
         if need > 0:
             have_right = sum(correctness.get(q.question_id, False) for q in batch)
             want_right = max(0, round(batch_size * batch_correct_ratio) - have_right)
-
-            def pick(pool, n_right, n):
-                right = [q for q in pool if correctness.get(q.question_id, False)]
-                wrong = [q for q in pool if not correctness.get(q.question_id, False)]
-                k = min(n_right, len(right), n)
-                k = max(k, min(n, len(pool)) - len(wrong))
-                return right[:k] + wrong[: min(n, len(pool)) - k]
-
-            got = pick(free, want_right, need)
+            got = _pick(free, want_right, need, correctness)
             if len(got) < need:
                 got_r = sum(correctness.get(q.question_id, False) for q in got)
-                got += pick(reserved, max(0, want_right - got_r), need - len(got))
+                got += _pick(reserved, max(0, want_right - got_r), need - len(got), correctness)
             batch += got
         ids = {q.question_id for q in batch}
         left = [q for q in left if q.question_id not in ids]

@@ -17,7 +17,7 @@ from ..utils import UserError, path_component
 # %% auto #0
 __all__ = ['TASK_TYPES', 'GeneratedQuestion', 'normalize_question', 'load_benchmark']
 
-# %% ../../nbs/harness/00_questions.ipynb #3ac0f071
+# %% ../../nbs/harness/00_questions.ipynb #a7cbce5e
 TASK_TYPES = (
     "Temporal Perception",
     "Spatial Perception",
@@ -33,7 +33,7 @@ TASK_TYPES = (
     "Information Synopsis",
 )  # Video-MME's 12 task types
 
-
+# %% ../../nbs/harness/00_questions.ipynb #8a3b8d5b
 @dataclass(frozen=True)
 class GeneratedQuestion:
     "One multiple-choice question about one video."
@@ -62,7 +62,7 @@ class GeneratedQuestion:
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
-# %% ../../nbs/harness/00_questions.ipynb #528769fb
+# %% ../../nbs/harness/00_questions.ipynb #bdb11dd9
 _OPT_RE = re.compile(r"^\s*([A-Z])\s*[\.\):：、]\s*(.*)$", re.S)
 
 
@@ -92,7 +92,32 @@ def _options(raw, where) -> tuple[str, ...]:
         out.append(f"{want}. {m.group(2).strip()}")
     return tuple(out)
 
+# %% ../../nbs/harness/00_questions.ipynb #029a7edb
+def _question_options(raw: dict, qid: str, where: tuple) -> tuple[str, ...]:
+    "The lettered options of raw question `qid`, from its `options` or else its `choices`."
+    opts_raw = raw.get("options")
+    if opts_raw is None:
+        opts_raw = raw.get("choices")  # parquet structs carry both keys, one of them null
+    if opts_raw is None:
+        raise UserError(f"question {qid}: missing 'options' (or 'choices')", *where, "options")
+    return _options(opts_raw, where)
 
+
+def _answer_letter(ans: str, opts: tuple, qid: str, where: tuple) -> str:
+    "The gold letter `ans` names: the letter itself, a lettered option ('B. jump') or an option's text ('jump')."
+    letters = [o[0] for o in opts]
+    if ans not in letters:
+        m = _OPT_RE.match(ans)
+        texts = {o[3:].strip(): o[0] for o in opts}
+        if m and m.group(1) in letters:
+            ans = m.group(1)
+        elif ans in texts:
+            ans = texts[ans]
+        else:
+            raise UserError(f"question {qid}: answer {ans!r} is not among the options {letters}", *where, "answer")
+    return ans
+
+# %% ../../nbs/harness/00_questions.ipynb #7c3425e6
 def normalize_question(
     raw: dict,  # one question as read from a file
     where: tuple = (None, None),  # (path, line/row) for error messages
@@ -113,23 +138,8 @@ def normalize_question(
     qid, vid = str(need("question_id")), str(need("video_id", ("videoID",)))
     path_component(vid, "video_id", *where)  # it names store/trees/<video_id>.json
     where = (where[0], where[1] if where[1] is not None else None)
-    opts_raw = raw.get("options")
-    if opts_raw is None:
-        opts_raw = raw.get("choices")  # parquet structs carry both keys, one of them null
-    if opts_raw is None:
-        raise UserError(f"question {qid}: missing 'options' (or 'choices')", *where, "options")
-    opts = _options(opts_raw, where)
-    ans = str(need("answer")).strip()
-    letters = [o[0] for o in opts]
-    if ans not in letters:
-        m = _OPT_RE.match(ans)
-        texts = {o[3:].strip(): o[0] for o in opts}
-        if m and m.group(1) in letters:
-            ans = m.group(1)
-        elif ans in texts:
-            ans = texts[ans]
-        else:
-            raise UserError(f"question {qid}: answer {ans!r} is not among the options {letters}", *where, "answer")
+    opts = _question_options(raw, qid, where)
+    ans = _answer_letter(str(need("answer")).strip(), opts, qid, where)
     return GeneratedQuestion(
         question_id=qid,
         video_id=vid,
@@ -142,7 +152,7 @@ def normalize_question(
         source=str(where[0] or ""),
     )
 
-# %% ../../nbs/harness/00_questions.ipynb #304a67b4
+# %% ../../nbs/harness/00_questions.ipynb #f23359f1
 def _records_from_json(path: Path) -> list[tuple[dict, int, dict | None]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -180,7 +190,39 @@ def _records_from_parquet(path: Path) -> list[tuple[dict, int, dict | None]]:
             out.append((r, i, None))
     return out
 
+# %% ../../nbs/harness/00_questions.ipynb #9a7f0864
+def _is_new_question(
+    q: GeneratedQuestion,
+    f: Path,  # the file it was read from
+    line: int,
+    seen: dict,  # question_id -> file of its first copy (updated)
+    spelled: dict,  # whitespace-collapsed id -> the id (updated)
+    allow_duplicates: bool,
+    report: list,
+) -> bool:
+    "Record `q`'s id; False for a repeated id that `allow_duplicates` skips (reported), a `UserError` otherwise."
+    other = spelled.setdefault(" ".join(q.question_id.split()), q.question_id)
+    if other != q.question_id:
+        raise UserError(
+            f"question_id {q.question_id!r} differs from {other!r} (in {seen[other]}) only in whitespace",
+            f,
+            line,
+            "question_id",
+        )
+    if q.question_id in seen:
+        msg = f"duplicate question_id {q.question_id!r}: in {seen[q.question_id]} and {f}"
+        if not allow_duplicates:
+            raise UserError(
+                msg + " (remove one file, or pass --allow-duplicates to keep the first)", f, line, "question_id"
+            )
+        if report is not None:
+            report.append(msg)
+        print(f"warning: {msg}; keeping the first", file=sys.stderr)
+        return False
+    seen[q.question_id] = str(f)
+    return True
 
+# %% ../../nbs/harness/00_questions.ipynb #3144f26c
 def load_benchmark(
     path: str | Path,  # a folder of *.json / *.parquet files, or one such file
     allow_duplicates: bool = False,  # keep the first copy of a repeated question_id instead of failing
@@ -204,26 +246,8 @@ def load_benchmark(
         recs = _records_from_parquet(f) if f.suffix == ".parquet" else _records_from_json(f)
         for raw, line, video in recs:
             q = normalize_question(raw, (f, line), video)
-            other = spelled.setdefault(" ".join(q.question_id.split()), q.question_id)
-            if other != q.question_id:
-                raise UserError(
-                    f"question_id {q.question_id!r} differs from {other!r} (in {seen[other]}) only in whitespace",
-                    f,
-                    line,
-                    "question_id",
-                )
-            if q.question_id in seen:
-                msg = f"duplicate question_id {q.question_id!r}: in {seen[q.question_id]} and {f}"
-                if not allow_duplicates:
-                    raise UserError(
-                        msg + " (remove one file, or pass --allow-duplicates to keep the first)", f, line, "question_id"
-                    )
-                if report is not None:
-                    report.append(msg)
-                print(f"warning: {msg}; keeping the first", file=sys.stderr)
-                continue
-            seen[q.question_id] = str(f)
-            out.append(q)
+            if _is_new_question(q, f, line, seen, spelled, allow_duplicates, report):
+                out.append(q)
     if task_types is not None:
         allowed = set(task_types)
         out = [q for q in out if q.task_type in allowed]

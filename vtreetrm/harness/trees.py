@@ -73,13 +73,41 @@ def list_videos(src: str | Path) -> list[tuple[str, Path]]:
         seen[vid] = line
     return [(vid, p) for vid, p, _ in rows]
 
-# %% ../../nbs/harness/11_trees.ipynb #ac9bfcb5
+# %% ../../nbs/harness/11_trees.ipynb #205c7577
 def _scaled(w: int, h: int, short: int) -> tuple[int, int]:
     "(width, height) with the short side `short` (never upscaled), both even."
     f = min(1.0, short / min(w, h))
     return max(2, int(round(w * f / 2)) * 2), max(2, int(round(h * f / 2)) * 2)
 
+# %% ../../nbs/harness/11_trees.ipynb #190c2542
+def _frames_at(c, s, times: list, dur: float | None, short_side: int, seek_gap: float):
+    "Yield `(t, frame)` for each of the sorted `times` from stream `s` of open container `c`; returns how many."
+    j, prev, prev_t, got = 0, None, None, 0
+    frames = c.decode(s)
+    while j < len(times):
+        if prev is not None and times[j] - prev_t > seek_gap:  # far ahead: seek instead of decoding the gap
+            c.seek(int(times[j] / s.time_base), stream=s, backward=True, any_frame=False)
+            frames, prev = c.decode(s), None
+        f = next(frames, None)
+        if f is None:
+            break
+        if f.time is None:
+            continue
+        while j < len(times) and times[j] < f.time and prev is not None:  # times[j] falls before this frame
+            yield times[j], prev
+            j += 1
+            got += 1
+        if j == len(times):
+            break
+        w, h = _scaled(f.width, f.height, short_side)
+        prev, prev_t = f.to_ndarray(width=w, height=h, format="rgb24"), f.time
+    while prev is not None and j < len(times) and (dur is None or times[j] < dur + 1e-6):  # the stream ended
+        yield times[j], prev
+        j += 1
+        got += 1
+    return got
 
+# %% ../../nbs/harness/11_trees.ipynb #fd7a2e59
 def sample_frames(
     path: str | Path,
     fps: float = 1.0,
@@ -103,30 +131,7 @@ def sample_frames(
                 rate = fps if not dur else min(fps, max_frames / dur)
                 n = max_frames if not dur else max(1, min(max_frames, int(dur * rate)))
                 times = [(k + 0.5) / rate for k in range(n)]
-            times = sorted(times)
-            j, prev, prev_t, got = 0, None, None, 0
-            frames = c.decode(s)
-            while j < len(times):
-                if prev is not None and times[j] - prev_t > seek_gap:  # far ahead: seek instead of decoding the gap
-                    c.seek(int(times[j] / s.time_base), stream=s, backward=True, any_frame=False)
-                    frames, prev = c.decode(s), None
-                f = next(frames, None)
-                if f is None:
-                    break
-                if f.time is None:
-                    continue
-                while j < len(times) and times[j] < f.time and prev is not None:  # times[j] falls before this frame
-                    yield times[j], prev
-                    j += 1
-                    got += 1
-                if j == len(times):
-                    break
-                w, h = _scaled(f.width, f.height, short_side)
-                prev, prev_t = f.to_ndarray(width=w, height=h, format="rgb24"), f.time
-            while prev is not None and j < len(times) and (dur is None or times[j] < dur + 1e-6):  # the stream ended
-                yield times[j], prev
-                j += 1
-                got += 1
+            got = yield from _frames_at(c, s, sorted(times), dur, short_side, seek_gap)
     except UserError:
         raise
     except (av.error.FFmpegError, ValueError, OSError) as e:
@@ -217,14 +222,17 @@ def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05)
     cuts = [0] + [i for i in range(1, n) if best_labels[i] != best_labels[i - 1]] + [n]
     return list(zip(cuts, cuts[1:]))
 
-# %% ../../nbs/harness/11_trees.ipynb #afc6edad
+# %% ../../nbs/harness/11_trees.ipynb #dd26bd6f
 CAPTION_PROMPT = (
     "Describe what is visible in this video frame in one sentence: the setting, the animals or people, what they do."
 )
+
+
 SUMMARY_PROMPT = (
     "These are captions of consecutive keyframes of one part of a video. Summarise that part in one sentence."
 )
 
+# %% ../../nbs/harness/11_trees.ipynb #3d6f51da
 COLOURS = {
     "black": (20, 20, 20),
     "white": (240, 240, 240),
@@ -240,6 +248,7 @@ COLOURS = {
     "pink": (230, 150, 180),
 }
 
+
 _NAMES, _REF = np.array(list(COLOURS)), np.array(list(COLOURS.values()), np.float32)
 
 
@@ -252,7 +261,7 @@ def colour_name(rgb) -> str:
     "The nearest of `COLOURS`."
     return str(colour_names(np.asarray(rgb, np.float32).reshape(1, 3))[0])
 
-
+# %% ../../nbs/harness/11_trees.ipynb #1b2b4c6a
 class SimulatedCaptioner:
     "Deterministic captions from the pixels, for tests and the demo (no model)."
 
@@ -276,7 +285,7 @@ class SimulatedCaptioner:
     async def summarize(self, captions: list) -> str:
         return " ".join(dict.fromkeys(captions))
 
-# %% ../../nbs/harness/11_trees.ipynb #3d5b3d34
+# %% ../../nbs/harness/11_trees.ipynb #08789ffe
 def jpeg_data_url(image: np.ndarray, quality: int = 90) -> str:
     "A base64 `data:image/jpeg` URL of an RGB frame."
     from PIL import Image
@@ -285,7 +294,7 @@ def jpeg_data_url(image: np.ndarray, quality: int = 90) -> str:
     Image.fromarray(image).save(buf, format="JPEG", quality=quality)
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
-
+# %% ../../nbs/harness/11_trees.ipynb #010b1601
 class OpenAICaptioner:
     "Captions from an OpenAI-compatible vision chat endpoint (vLLM serving Qwen2.5-VL, an API)."
 
@@ -379,7 +388,7 @@ class TransformersCaptioner:
         text = self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions)
         return await asyncio.to_thread(self._generate, [{"type": "text", "text": text}], [])
 
-# %% ../../nbs/harness/11_trees.ipynb #f4ade8ac
+# %% ../../nbs/harness/11_trees.ipynb #d500a3a0
 @dataclass
 class TreeParams:
     "How trees are cut and captioned."
@@ -395,7 +404,7 @@ class TreeParams:
             if int(getattr(self, k)) < 1:
                 raise UserError(f"{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}", None, None, k)
 
-
+# %% ../../nbs/harness/11_trees.ipynb #d222a8db
 class CaptionCache:
     "Captions on disk, one small JSON file per key."
 
@@ -421,7 +430,7 @@ class CaptionCache:
         await asyncio.to_thread(write_json, f, {"text": text})  # the write's fsync stays off the event loop
         return text
 
-
+# %% ../../nbs/harness/11_trees.ipynb #da137942
 def keyframe_indices(x: np.ndarray, a: int, b: int, n: int) -> list[int]:
     "In each of `n` equal parts of rows [a, b), the row nearest the mean of [a, b) (distinct, in order)."
     centre = x[a:b].mean(0)
@@ -484,25 +493,7 @@ def tree_plan(x: np.ndarray, p: TreeParams) -> list:
         plan.append(((ca, cb), [(s, keyframe_indices(x, *s, p.frames_per_segment)) for s in segs]))
     return plan
 
-# %% ../../nbs/harness/11_trees.ipynb #56911995
-async def _caption_keyframes(
-    path: Path, t: np.ndarray, plan: list, captioner, cache: CaptionCache, p: TreeParams, sem
-) -> dict:
-    "`{time: caption}` of every keyframe of `plan`, each captioned (through the cache) as soon as it is decoded."
-    key_times = sorted({float(t[i]) for _, segs in plan for _, ks in segs for i in ks})
-
-    async def caption(tt, img):
-        async with sem:
-            return tt, await cache.get(
-                cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape),
-                lambda: captioner.caption(img),
-            )
-
-    return dict(
-        await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, key_times, p.caption_side))
-    )
-
-
+# %% ../../nbs/harness/11_trees.ipynb #45b7e96e
 def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
     "The tree's clips (summaries still None): spans in seconds, keyframe times and their captions."
     clips = []
@@ -526,7 +517,7 @@ def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
         )
     return clips
 
-
+# %% ../../nbs/harness/11_trees.ipynb #95cca77b
 async def _summarize_clips(clips: list, captioner, cache: CaptionCache, sem):
     "Fill each clip's summary from its captions (through the cache)."
 
@@ -536,6 +527,24 @@ async def _summarize_clips(clips: list, captioner, cache: CaptionCache, sem):
             c["summary"] = await cache.get(cache.key("summary", caps), lambda: captioner.summarize(caps))
 
     await _gather_all(summary(c) for c in clips)
+
+# %% ../../nbs/harness/11_trees.ipynb #fe6b65c4
+async def _caption_keyframes(
+    path: Path, t: np.ndarray, plan: list, captioner, cache: CaptionCache, p: TreeParams, sem
+) -> dict:
+    "`{time: caption}` of every keyframe of `plan`, each captioned (through the cache) as soon as it is decoded."
+    key_times = sorted({float(t[i]) for _, segs in plan for _, ks in segs for i in ks})
+
+    async def caption(tt, img):
+        async with sem:
+            return tt, await cache.get(
+                cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape),
+                lambda: captioner.caption(img),
+            )
+
+    return dict(
+        await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, key_times, p.caption_side))
+    )
 
 # %% ../../nbs/harness/11_trees.ipynb #45410005
 async def build_tree(
@@ -571,7 +580,7 @@ async def build_tree(
         },
     }
 
-# %% ../../nbs/harness/11_trees.ipynb #b9043347
+# %% ../../nbs/harness/11_trees.ipynb #ebeb8f31
 def make_captioner(
     kind: str = None,
     model: str = None,
@@ -602,7 +611,7 @@ def make_captioner(
         return TransformersCaptioner(model or "", device=device)
     raise UserError(f"unknown captioner {kind!r}: openai, transformers or simulated", None, None, "captioner")
 
-
+# %% ../../nbs/harness/11_trees.ipynb #9eabf482
 def _same_build(tree_path: Path, sha: str, want: dict) -> bool:
     try:
         src = read_json(tree_path).get("source") or {}
@@ -639,7 +648,7 @@ async def _build_one(
         tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
         return {"video_id": vid, "status": "failed", "path": str(path), "error": str(e)}
 
-# %% ../../nbs/harness/11_trees.ipynb #84653c5b
+# %% ../../nbs/harness/11_trees.ipynb #9f10e8ff
 async def _build_all(
     todo: list, out: Path, feats, captioner, cache, p: TreeParams, want: dict, overwrite: bool, bar
 ) -> list:
@@ -661,7 +670,7 @@ async def _build_all(
         if hasattr(captioner, "aclose"):
             await captioner.aclose()
 
-
+# %% ../../nbs/harness/11_trees.ipynb #b110709c
 def _build_report(
     videos, out: Path, rows: list, wall: float, feats, cache, captioner, p: TreeParams, settings: dict
 ) -> dict:

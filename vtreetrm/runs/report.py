@@ -265,6 +265,10 @@ GLOSSARY = [
         "cls",
         "an auxiliary multi-label BCE head on the Q-former output trained with the LM loss (weight 0.1 in the seed); predictions still come from the generated text",
     ),
+]
+
+# %% ../../nbs/runs/01_report.ipynb #6a8723b4
+GLOSSARY += [
     ("p1-own", "Phase-2 on a Phase-1 trained on its own dataset only, instead of the joint newp1"),
     ("e2-drop10", "10% dropout on the Q-former input from the second epoch on"),
     (
