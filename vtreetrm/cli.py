@@ -23,7 +23,7 @@ from .utils import UserError
 
 # %% auto #0
 __all__ = ['TOP_COMMANDS', 'SUBCOMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'command_parser',
-           'run_command', 'main', 'console_main', 'parameters_source', 'check_config']
+           'run_command', 'argv_for', 'main', 'console_main', 'parameters_source', 'check_config']
 
 # %% ../nbs/01_cli.ipynb #ab2e19d4
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +189,30 @@ def run_command(func, argv: list, prog: str):
     for name, (cls, fields) in p.configs.items():
         ns[name] = cls(**{f: ns.pop(f) for f in fields})
     return func(**ns)
+
+# %% ../nbs/01_cli.ipynb #815faf4c
+def argv_for(func, **values) -> list:
+    "Command-line arguments for which `command_parser(func)` gives `values` (a config block given as its dataclass)."
+    p = command_parser(func)
+    actions = {a.dest: a for a in p._actions}
+    pos, flags = [], []
+    for name, v in values.items():
+        items = [(f, getattr(v, f)) for f in p.configs[name][1]] if name in p.configs else [(name, v)]
+        for dest, val in items:
+            a = actions[dest]
+            if not a.option_strings:
+                pos.append(str(val))
+            elif val is not None and val != a.default:
+                flags += _flag_args(a, val)
+    return pos + flags
+
+
+def _flag_args(a: argparse.Action, val) -> list:
+    if isinstance(a, argparse.BooleanOptionalAction):
+        return [a.option_strings[0] if val else a.option_strings[1]]
+    if a.nargs == 0:  # store_true
+        return [a.option_strings[0]] if val else []
+    return [a.option_strings[0], *map(str, val)] if isinstance(val, (list, tuple)) else [a.option_strings[0], str(val)]
 
 # %% ../nbs/01_cli.ipynb #40a63de8
 _ENV_ERRNOS = {

@@ -28,8 +28,9 @@ from ..utils import UserError, load_yaml, now_iso, provenance, read_json, write_
 # %% auto #0
 __all__ = ['SWEEP_KEYS', 'EXECUTORS', 'SLURM_WAITING', 'SLURM_RUNNING', 'TOP1_KEYS', 'SWEEP_COMMANDS', 'load_sweep',
            'expand_sweep', 'ExecutorOptions', 'executor_options', 'sweep_folder', 'read_manifest', 'check_sweep_folder',
-           'point_run', 'SweepPoint', 'check_slurm', 'connect_ray', 'submit_points', 'start_sweep', 'run_sweep',
-           'slurm_states', 'sweep_status', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd', 'resume_cmd']
+           'point_run', 'SweepPoint', 'check_slurm', 'connect_ray', 'submit_points', 'with_gpus', 'start_sweep',
+           'run_sweep', 'slurm_states', 'sweep_status', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd',
+           'resume_cmd']
 
 # %% ../../nbs/runs/02_sweep.ipynb #cf1563ac
 SWEEP_KEYS = {"notebook", "name", "params", "grid", "runs", "jobs", "runs_dir", "executor"}
@@ -378,16 +379,23 @@ def submit_points(d: Path, man: dict, points: dict, opts: ExecutorOptions, force
     _write_manifest(d, man, jobs={**man["jobs"], **{n: {"job_id": j, "submitted": now_iso()} for n, j in ids.items()}})
     return {**out, **{n: "queued" for n in todo}}
 
+# %% ../../nbs/runs/02_sweep.ipynb #d59fb137
+def with_gpus(params: dict, opts: ExecutorOptions, declared: dict) -> dict:
+    "`params` with `num_processes` = the GPUs a point asks for, where the notebook has that parameter and it is unset."
+    if (opts.gpus_per_task or 0) > 1 and "num_processes" in declared and "num_processes" not in params:
+        return {**params, "num_processes": opts.gpus_per_task}
+    return params
+
 # %% ../../nbs/runs/02_sweep.ipynb #2dd2aee3
 def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOptions = None) -> tuple[Path, dict, dict]:
     "Read the sweep, check every point against the notebook and the folder against the sweep; (folder, manifest, points)."
     spec = load_sweep(path)
     nb = resolve_notebook(spec["notebook"])
     declared = notebook_parameters(nb)
+    opts = executor_options(opts, spec)
     # every point checked (a grid key that is no parameter is refused before anything runs) and completed with the
     # notebook's defaults: what its run folder's params.json will hold
-    points = {n: check_params(nb, p, declared) for n, p in expand_sweep(spec)}
-    opts = executor_options(opts, spec)
+    points = {n: check_params(nb, with_gpus(p, opts, declared), declared) for n, p in expand_sweep(spec)}
     d = sweep_folder(spec, runs_dir)
     name = Path(path).stem
     check_sweep_folder(d, name, nb)
