@@ -43,6 +43,7 @@ def _slurm_conf(f: Path, host: str, cpus: int, memory_mb: int, partition: str) -
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none", "MpiDefault=none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU_Memory", "ReturnToService=2", "JobRequeue=1",
+        f"DefMemPerCPU={memory_mb // cpus}",  # a job without --mem takes its CPUs' share, not the whole node
         "MinJobAge=600", "SchedulerType=sched/backfill",
         f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
         f"PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP", "",
