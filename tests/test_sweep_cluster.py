@@ -117,3 +117,35 @@ def test_ray_sweep_runs_every_point(ray_head, tmp_path, cli):
     run = json.loads((d / "grid-x=3" / "run.json").read_text())
     assert (run["executor"], run["status"]) == ("ray", "done") and run["job_id"]
     assert json.loads((d / "grid-x=3" / "metrics.json").read_text())["top1_accuracy_single_label"] == 0.3
+
+
+COUNTER = (
+    "import json, pathlib, time\np = pathlib.Path(run_dir, 'epochs.txt')\n"
+    "done = p.read_text().split() if p.exists() else []\nfirst = len(done)\n"
+    "for e in range(len(done), steps):\n    time.sleep(1)\n    done.append(str(e))\n    p.write_text(' '.join(done))\n"
+    "pathlib.Path(run_dir, 'metrics.json').write_text(json.dumps({'epochs': len(done), 'resumed_at': first}))"
+)
+
+
+@pytest.mark.slow  # about 3 minutes: SLURM holds a requeued job for a while before it starts it again
+def test_preempted_point_is_requeued_and_resumes(slurm, tmp_path, cli):
+    "SIGUSR2 (what SLURM sends before a preemption or the time limit): submitit checkpoints, requeues, and the run goes on."
+    nb = new_notebook(cells=[new_code_cell("steps = 8\nrun_dir = '.'"), new_code_cell(COUNTER)])
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "python3", "language": "python"}
+    nbformat.write(nb, tmp_path / "count.ipynb")
+    (tmp_path / "one.yaml").write_text(f"notebook: {tmp_path / 'count.ipynb'}\nexecutor: slurm\n")
+    d = tmp_path / "sweep"
+    cli("sweep", tmp_path / "one.yaml", "--runs-dir", d, "--time", 10, check=0)
+    job = json.loads((d / "sweep.json").read_text())["jobs"]["one"]["job_id"]
+    epochs, t0 = d / "one.running" / "epochs.txt", time.time()
+    while not (epochs.is_file() and len(epochs.read_text().split()) >= 2) and time.time() - t0 < 120:
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    rows = _wait(d)
+    assert rows["one"]["state"] == "done", rows
+    m = json.loads((d / "one" / "metrics.json").read_text())
+    assert m["epochs"] == 8 and 2 <= m["resumed_at"] < 8  # went on from where it stopped
+    assert (d / "one" / "epochs.txt").read_text().split() == [str(i) for i in range(8)]
+    run = json.loads((d / "one" / "run.json").read_text())
+    assert run["resumed"] is True and run["job_id"] == job
