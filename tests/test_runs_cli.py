@@ -117,3 +117,29 @@ def test_bad_sweeps_refused_before_anything_runs(tmp_path, cli, nb, text, msg):
     (tmp_path / "s.yaml").write_text(text.replace("X", str(nb)))
     r = cli("sweep", tmp_path / "s.yaml", "--runs-dir", tmp_path / "runs", check=2)
     assert msg in r.stderr and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "extra,yaml,msg",
+    [
+        (["--executor", "k8s"], "", "invalid choice: 'k8s'"),
+        ([], "executor: {executor: slurm, partition: gpu}\n", "field 'executor.partition': unknown key"),
+        (["--executor", "slurm", "--time", "0"], "", "must be a whole number of at least 1"),
+    ],
+)
+def test_bad_executors_refused_before_anything_is_written(tmp_path, cli, nb, extra, yaml, msg):
+    (tmp_path / "s.yaml").write_text(f"notebook: {nb}\ngrid: {{lr: [0.1]}}\n{yaml}")
+    r = cli("sweep", tmp_path / "s.yaml", "--runs-dir", tmp_path / "runs", *extra, check=2)
+    assert msg in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_folder_is_one_sweeps(tmp_path, cli, nb):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(f"notebook: {nb}\ngrid: {{lr: [0.1]}}\n")
+    cli("sweep", tmp_path / "a.yaml", "--runs-dir", tmp_path / "runs", check=0)
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    r = cli("sweep", tmp_path / "b.yaml", "--runs-dir", tmp_path / "runs", check=2)
+    assert "belongs to the sweep 'a'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before  # nothing written
+    r = cli("sweep", "status", tmp_path / "nowhere", check=2)
+    assert "not a sweep folder" in r.stderr
