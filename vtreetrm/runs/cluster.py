@@ -49,7 +49,7 @@ def _slurm_conf(f: Path, host: str, cpus: int, memory_mb: int, partition: str) -
         f"PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP", "",
     ])  # fmt: skip
 
-# %% ../../nbs/runs/03_cluster.ipynb #9ba38c59
+# %% ../../nbs/runs/03_cluster.ipynb #21e8ab28
 def _start_daemons(f: Path, conf: Path, env: dict):
     key = f / "munge" / "munge.key"
     key.parent.mkdir(mode=0o700, parents=True)
@@ -64,7 +64,7 @@ def _start_daemons(f: Path, conf: Path, env: dict):
         if r.returncode:
             raise UserError(f"{cmd[0]} did not start: {(r.stderr or r.stdout).strip()[:300]}", f)
 
-
+# %% ../../nbs/runs/03_cluster.ipynb #ce653b35
 def _wait_idle(f: Path, env: dict, partition: str, timeout_s: float = 60):
     t0 = time.time()
     while time.time() - t0 < timeout_s:
@@ -80,7 +80,7 @@ def _stop_daemons(f: Path):
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pidfile.read_text().split()[0]), 15)
 
-
+# %% ../../nbs/runs/03_cluster.ipynb #9503f395
 @contextlib.contextmanager
 def local_slurm(folder: str | Path, cpus: int = 2, memory_mb: int = 4000, partition: str = "debug"):
     """A one-node SLURM on 127.0.0.1 from Debian's slurm-wlm and munge (daemons run as root, no traffic leaves

@@ -33,7 +33,7 @@ from vtreetrm.utils import (
 __all__ = ['REPORT_CSP', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs',
            'gather_params', 'check_params', 'render_html', 'run_notebook', 'run_cmd']
 
-# %% ../../nbs/runs/00_papermill.ipynb #27d19b2b
+# %% ../../nbs/runs/00_papermill.ipynb #168b054c
 def project_root() -> Path:
     "The folder holding `nbs/`: the current directory or one above it, else the package's checkout."
     for p in [Path.cwd(), *Path.cwd().parents, PACKAGE_DIR.parent]:
@@ -59,7 +59,7 @@ def resolve_notebook(nb: str | Path) -> Path:
             return c.resolve()
     raise UserError(f"notebook not found (looked in the current folder and {exp})", nb)
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #594ee5a7
 def notebook_parameters(nb: str | Path) -> dict:
     "`{name: {'default': …, 'type': …, 'help': …}}` from the notebook's `parameters` cell."
     import papermill as pm
@@ -70,7 +70,7 @@ def notebook_parameters(nb: str | Path) -> dict:
         raise UserError(f"cannot read notebook: {e}", nb) from None
     return {k: {"default": v["default"], "type": v["inferred_type_name"], "help": v["help"]} for k, v in info.items()}
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #11c74fc8
 def parse_param_pairs(pairs) -> dict:
     "`['k=v', …]` -> dict; values are read as YAML (`3` is an int, `[a, b]` a list, `true` a bool)."
     out = {}
@@ -81,7 +81,7 @@ def parse_param_pairs(pairs) -> dict:
         out[k.strip()] = load_yaml(v, f"-p {k.strip()}", text_fallback=True) if v.strip() else ""  # not YAML: the text
     return out
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #b87c26b0
 def gather_params(
     p: list = None,  # -p groups: [NAME, VALUE] (papermill's types) or [KEY=VALUE, ...] (YAML values)
     r: list = None,  # -r pairs: [NAME, VALUE], the value kept as text
@@ -119,7 +119,7 @@ def gather_params(
         out[key] = value
     return out
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #cbcc6391
 def check_params(nb: Path, params: dict, declared: dict = None) -> dict:
     "Fail on parameters the notebook does not declare; return the full parameter set (defaults overlaid)."
     declared = notebook_parameters(nb) if declared is None else declared
@@ -150,7 +150,7 @@ def _default_value(src: str):
     except yaml.YAMLError:
         return src
 
-# %% ../../nbs/runs/00_papermill.ipynb #8fc95600
+# %% ../../nbs/runs/00_papermill.ipynb #7bfbfc06
 REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:"
 
 
@@ -170,14 +170,14 @@ def render_html(nb_path: Path, html_path: Path, no_input: bool = True, title: st
     Path(html_path).write_text(body, encoding="utf-8")
     return Path(html_path)
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #01c6d746
 def _safe_name(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9._=+-]+", "_", str(name)).strip("._")
     if not s:
         raise UserError(f"run name {name!r} has no usable characters")
     return s
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #e5a7ab14
 def run_notebook(
     notebook: str | Path,  # notebook path or name in nbs/experiments
     name: str,  # run name: the folder under runs_dir
@@ -213,7 +213,7 @@ def run_notebook(
     except _Kept as k:
         return k.args[0]
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #d390c4e9
 @contextlib.contextmanager
 def _run_lock(dest: Path):
     "One process per run name at a time (the lock goes with the process, so a killed run's name is free again)."
@@ -233,7 +233,7 @@ def _run_lock(dest: Path):
     finally:
         lock.release()
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #ef074567
 def _running_dir(dest: Path, full: dict) -> tuple[Path, bool]:
     "NAME.running beside NAME: kept, with its files (checkpoints), when an interrupted run had the same parameters."
     work = dest.parent / f"{dest.name}.running"
@@ -245,7 +245,7 @@ def _running_dir(dest: Path, full: dict) -> tuple[Path, bool]:
     work.mkdir(parents=True)
     return work, False
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #39d7662a
 def _execute(
     nb, name, dest, full, declared, inputs, prev, html, progress, kernel="python3", log_output=False, run_fields=None
 ) -> dict:
@@ -290,7 +290,7 @@ def _execute(
     publish_dir(work, dest)
     return run
 
-
+# %% ../../nbs/runs/00_papermill.ipynb #5815f49f
 def _log_to_stderr():
     "papermill's --log-output: cell outputs go to the `papermill` logger; show them on stderr."
     import logging

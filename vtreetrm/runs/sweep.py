@@ -413,11 +413,11 @@ def run_sweep(path: str | Path, jobs: int = None, force: bool = False, runs_dir:
     jobs = max(1, int(jobs or load_sweep(path).get("jobs") or 1))
     return submit_points(d, man, man["points"], opts, force, jobs, progress)
 
-# %% ../../nbs/runs/02_sweep.ipynb #49ecfd4b
+# %% ../../nbs/runs/02_sweep.ipynb #45218059
 SLURM_WAITING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 SLURM_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 
-
+# %% ../../nbs/runs/02_sweep.ipynb #ed7bfd64
 def _task_ids(spec: str) -> list:
     "SLURM's array task list (`0-3%2`, `1,4`) as task ids."
     out = []
@@ -449,7 +449,7 @@ def _sacct_states(job_ids: list) -> dict:
     rows = [line.split("|") for line in r.stdout.splitlines()] if r.returncode == 0 else []
     return {row[0]: row[1].split()[0] for row in rows if len(row) == 2 and row[1]}
 
-
+# %% ../../nbs/runs/02_sweep.ipynb #0073c395
 def _alive(run: dict) -> bool:
     "Whether the process a local or ray run.json names still runs (only answerable on its own node)."
     if run.get("node") != socket.gethostname() or not run.get("pid"):
@@ -480,7 +480,7 @@ def _refine(run: dict | None, job: dict, sched: dict, driver_alive: bool) -> tup
         return "failed", "the sweep that queued it is gone"
     return state, ""
 
-# %% ../../nbs/runs/02_sweep.ipynb #cd1bdbd5
+# %% ../../nbs/runs/02_sweep.ipynb #be1635c3
 TOP1_KEYS = ("top1", "top1_accuracy_single_label", "mean_top1")
 
 
@@ -502,7 +502,7 @@ def _elapsed(run: dict | None):
 
     return round(time.time() - dt.datetime.fromisoformat(run["started"]).timestamp(), 1)
 
-
+# %% ../../nbs/runs/02_sweep.ipynb #3b59a172
 def sweep_status(d: str | Path) -> list[dict]:
     "One row per point of the sweep in `d`: run name, state, job id, node, elapsed seconds, Top-1, note."
     d = Path(d)
@@ -538,7 +538,7 @@ def resume_sweep(d: str | Path, opts: ExecutorOptions = None, jobs: int = 1, pro
         check_params(nb, p, declared)
     return submit_points(d, man, todo, opts, force=False, jobs=jobs, progress=progress)
 
-# %% ../../nbs/runs/02_sweep.ipynb #ab9abd3d
+# %% ../../nbs/runs/02_sweep.ipynb #13a41bae
 def _print_status(d: Path) -> list:
     rows = sweep_status(d)
     print(f"{'run':<40} {'state':<9} {'job':<12} {'elapsed':>8} {'top1':>6}  note")
@@ -564,7 +564,7 @@ def wait_for(d: Path, poll_s: float = 2.0, progress: bool = True) -> list:
                 return rows
             time.sleep(poll_s)
 
-
+# %% ../../nbs/runs/02_sweep.ipynb #6a7960bb
 def _finish_cmd(d: Path, res: dict, opts: ExecutorOptions, wait: bool) -> int:
     if opts.executor == "slurm" and not wait:
         print(f"submitted {sum(s == 'queued' for s in res.values())} points to SLURM; watch: vtreetrm sweep status {d}")
@@ -576,7 +576,7 @@ def _finish_cmd(d: Path, res: dict, opts: ExecutorOptions, wait: bool) -> int:
     print("this pass: " + (", ".join(f"{v} {k}" for k, v in passed.items() if v) or "nothing to run"))
     return 1 if any(r["state"] == "failed" for r in rows) else 0
 
-
+# %% ../../nbs/runs/02_sweep.ipynb #e221e549
 def sweep_cmd(
     sweep: Param("sweep YAML (notebook, params, grid, runs, name, executor)"),
     jobs: int = None,  # local executor: points run at once (processes); default from the YAML or 1
@@ -590,7 +590,7 @@ def sweep_cmd(
     res = run_sweep(sweep, jobs, force, runs_dir, opts=ex)
     return _finish_cmd(d, res, opts, wait)
 
-
+# %% ../../nbs/runs/02_sweep.ipynb #3b690c09
 def status_cmd(sweep_dir: Param("a sweep folder (it holds sweep.json)")):
     "One row per point of a sweep: state, job id, elapsed, Top-1 (the scheduler asked only to refine the state)."
     _print_status(Path(sweep_dir))

@@ -30,7 +30,7 @@ from vtreetrm.utils import (
 __all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
            'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'check_run_folder', 'TrainingRun']
 
-# %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e007
+# %% ../../nbs/video/02a_checkpoints.ipynb #8deacc16
 CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
 
 
@@ -61,6 +61,8 @@ def save_checkpoint(
 
 
 _INT, _NUM = (int,), (int, float)
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #3463a74f
 CHECKPOINT_FIELDS = {  # kind -> field -> (types, required): what the readers of a checkpoint use
     "phase1": {"config": ((dict,), False), "epoch": (_INT, False), "step": (_INT, False), "score": (_NUM, False)},
     "phase2": {
@@ -82,7 +84,7 @@ CHECKPOINT_FIELDS = {  # kind -> field -> (types, required): what the readers of
     },
 }
 
-
+# %% ../../nbs/video/02a_checkpoints.ipynb #870bc04a
 def _check_fields(meta: dict, kind: str, path: Path):
     "Every field the readers use is there with its type (a hand-edited or foreign checkpoint.json is refused here)."
     for k, (types, required) in CHECKPOINT_FIELDS.get(kind, {}).items():
@@ -106,7 +108,7 @@ def _check_fields(meta: dict, kind: str, path: Path):
             f"expected three positive sizes (T, P, D), got {json.dumps(fs)[:40]}", path, None, "feature_shape"
         )
 
-
+# %% ../../nbs/video/02a_checkpoints.ipynb #0af03afb
 def read_checkpoint(path: str | Path, kind: str, verify: bool = True) -> dict:
     "The checked `checkpoint.json` of a checkpoint folder of `kind`."
     path = Path(path)
@@ -147,7 +149,7 @@ def read_checkpoint(path: str | Path, kind: str, verify: bool = True) -> dict:
             raise UserError(f"{rel} does not match the sha256 in checkpoint.json (changed or truncated)", path)
     return meta
 
-
+# %% ../../nbs/video/02a_checkpoints.ipynb #5fb238f0
 def load_tensors(path: str | Path, name: str = "model.safetensors") -> dict:
     "The tensors of a checkpoint folder's safetensors file."
     f = Path(path) / name
