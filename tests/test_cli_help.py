@@ -33,8 +33,9 @@ def test_every_option_has_help_that_reads_right(prog):
             f"{prog} {a.option_strings or a.dest}: no help (a comment on the argument's line)"
         )
         if any(s.startswith("--no-") for s in a.option_strings) and not a.dest.startswith("no_"):
-            # a flag that turns off what is on by default has its positive form beside it, so its help reads as written
-            assert isinstance(a, argparse.BooleanOptionalAction) and a.default is True, (prog, a.option_strings)
+            # a flag that turns off what is on by default has its positive form beside it, so its help reads as written;
+            # a config's switch that is unset unless given (None: the config file's value stands) reads both ways too
+            assert isinstance(a, argparse.BooleanOptionalAction) and a.default in (True, None), (prog, a.option_strings)
     text = p.format_help()
     assert "(default: None)" not in text and "(default: False)" not in text, prog
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import importlib
@@ -22,7 +23,7 @@ from fastcore.docments import docments
 from .utils import UserError
 
 # %% auto #0
-__all__ = ['TOP_COMMANDS', 'SUBCOMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'command_parser',
+__all__ = ['TOP_COMMANDS', 'SUBCOMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'flags_of', 'command_parser',
            'run_command', 'argv_for', 'main', 'console_main', 'parameters_source', 'check_config']
 
 # %% ../nbs/01_cli.ipynb #ab2e19d4
@@ -73,7 +74,9 @@ def _add_option(p, name: str, anno, default, help_: str, required: bool = False)
     has_default = default is not inspect._empty
     anno, help_, kw = _option_kwargs(anno, has_default, help_, kw)
     if anno is bool:
-        if has_default and default:  # on by default: --progress / --no-progress, its help read as written
+        if has_default and default is None:  # unset unless given (a config's switch): --x / --no-x
+            p.add_argument(*_flags(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        elif has_default and default:  # on by default: --progress / --no-progress, its help read as written
             p.add_argument(*_flags(name), dest=name, action=argparse.BooleanOptionalAction, default=True, help=help_)
         else:
             p.add_argument(*_flags(name), dest=name, action="store_true", help=help_)
@@ -94,7 +97,8 @@ def config_fields(cls) -> dict:
     hints = typing.get_type_hints(cls)
     docs = {}  # a field's comment is in the source of the class that declares it: walk the dataclass bases too
     for c in reversed([c for c in cls.__mro__ if dataclasses.is_dataclass(c)]):
-        docs.update({k: v for k, v in docments(c, full=True, returns=False).items() if v.docment})
+        with contextlib.suppress(OSError, TypeError):  # a generated class (`flags_of`) has no source: metadata help
+            docs.update({k: v for k, v in docments(c, full=True, returns=False).items() if v.docment})
     out = {}
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -104,12 +108,34 @@ def config_fields(cls) -> dict:
             if f.default is not dataclasses.MISSING
             else (f.default_factory() if f.default_factory is not dataclasses.MISSING else inspect._empty)
         )
-        out[f.name] = (hints[f.name], default, (docs[f.name].docment or "") if f.name in docs else "")
+        # the field's help in its metadata (the harness's `_f`), else its comment
+        help_ = f.metadata.get("help") or (docs[f.name].docment if f.name in docs else "") or ""
+        out[f.name] = (hints[f.name], default, help_)
     return out
 
 
 def _is_config(anno) -> bool:
     return isinstance(anno, type) and dataclasses.is_dataclass(anno)
+
+# %% ../nbs/01_cli.ipynb #1c89a084
+def _flag_type(anno):
+    "The type a command-line flag has for a config field: Optional and Path dropped, a tuple of X read as a list of X."
+    args = [a for a in typing.get_args(anno) if a is not type(None)]
+    if typing.get_origin(anno) in (typing.Union, types.UnionType) and len(args) == 1:
+        anno = args[0]
+    if typing.get_origin(anno) is tuple:
+        return list[typing.get_args(anno)[0]]
+    return str if anno is Path else anno
+
+
+def flags_of(cls, name: str, names: tuple, doc: str = None) -> type:
+    "A dataclass of the fields `names` of config dataclass `cls`, each None unless given: a command's block of flags."
+    fields = config_fields(cls)
+    spec = [(n, _flag_type(fields[n][0]) | None, dataclasses.field(default=None, metadata={"help": fields[n][2]}))
+            for n in names]  # fmt: skip
+    return dataclasses.make_dataclass(
+        name, spec, namespace={"__doc__": doc or f"Fields of {cls.__name__}: unset flags keep its value."}
+    )
 
 # %% ../nbs/01_cli.ipynb #e981f978
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -126,7 +152,10 @@ def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=(func.__doc__ or "").strip(), formatter_class=_HelpFormatter)
     p.configs = {}  # parameter -> (dataclass, its field names)
     required = set(getattr(func, "required_flags", ()))  # set by vtreetrm.release.assets.requires
+    params = inspect.signature(inspect.unwrap(func)).parameters
     for name, d in docments(inspect.unwrap(func), full=True, returns=False, eval_str=True).items():
+        if name in params and params[name].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue  # *args / **kwargs are for Python callers, not flags
         if _is_config(d.anno):
             fields = config_fields(d.anno)
             g = p.add_argument_group(f"{d.anno.__name__}", (d.anno.__doc__ or "").strip())

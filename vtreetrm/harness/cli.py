@@ -5,12 +5,14 @@
 # %% ../../nbs/harness/10_cli.ipynb #a69197b2
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
 from typing import Literal
 
-from .config import load_config, parse_set
+from ..cli import flags_of
+from .config import RunConfig, load_config, parse_set
 from .runner import Runner
 from .store import HarnessStore
 from .store import extract_run_db as _extract_run_db
@@ -19,16 +21,15 @@ from .synthetic import make_synthetic as _make_synthetic
 from ..utils import UserError, dumps_json, path_component
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS', 'infer', 'train', 'make_synthetic', 'extract_run_db', 'init_seed', 'build_trees', 'show']
+__all__ = ['INFER_FIELDS', 'InferFlags', 'TRAIN_FIELDS', 'TrainFlags', 'CLI_COMMANDS', 'infer', 'train', 'make_synthetic',
+           'extract_run_db', 'init_seed', 'build_trees', 'show']
 
 # %% ../../nbs/harness/10_cli.ipynb #6d782dd3
-def _run(mode, config, fresh, seed, set, quiet, run_holdout_eval=True, gate_enabled=True, **flags):
+def _run(mode, config, fresh, seed, set, quiet, gate_enabled=True, **flags):
     ov = parse_set(set)
     ov.update({k: v for k, v in flags.items() if v is not None and v != []})
     if "task_types" in ov:
         ov["task_types"] = tuple(ov["task_types"])
-    if not run_holdout_eval:
-        ov["run_holdout_eval"] = False
     if not gate_enabled:
         ov["gate_enabled"] = False
     ov["mode"] = mode
@@ -39,102 +40,45 @@ def _run(mode, config, fresh, seed, set, quiet, run_holdout_eval=True, gate_enab
     return 0
 
 # %% ../../nbs/harness/10_cli.ipynb #952eb62d
+INFER_FIELDS = ("run_id", "workspace_dir", "store_dir", "questions", "task_types", "n_samples", "skills_version",
+                "prompts_version", "backend", "model", "base_url", "concurrency", "max_steps", "skill_mode",
+                "allow_duplicates")  # fmt: skip
+InferFlags = flags_of(RunConfig, "InferFlags", INFER_FIELDS, "The run config's fields infer takes as flags.")
+
+
 def infer(
     config: str = None,  # YAML with harness: and embed: sections
-    run_id: str = None,  # run name; stored as infer_<run_id>
-    workspace_dir: str = None,  # workspace folder (harness.db)
-    store_dir: str = None,  # store folder
-    questions: str = None,  # question folder (path or name under <store>/questions)
-    task_types: list[str] = None,  # only these task types
-    n_samples: int = None,  # only the first N questions (0 = all)
-    skills_version: str = None,  # skills version under <store>/skills
-    prompts_version: str = None,  # prompts version under <store>/prompts
-    backend: Literal["simulated", "openai", "transformers"] = None,  # LLM backend
-    model: str = None,  # model name (openai) or folder (transformers)
-    base_url: str = None,  # OpenAI-compatible endpoint
-    concurrency: int = None,  # episodes in flight
-    max_steps: int = None,  # tool steps per episode
-    skill_mode: Literal["auto", "all", "none"] = None,  # which skills sections the agent sees
-    allow_duplicates: bool = False,  # keep the first copy of a repeated question_id
+    flags: InferFlags = None,
     fresh: bool = False,  # delete this run's answers first and start over
     seed: str = None,  # start from store/seeds/NAME (skills and prompts)
     set: list[str] = None,  # any other field: KEY=VALUE (embed.KEY=VALUE for the embed section)
     quiet: bool = False,  # no progress bars
+    **fields,  # in Python: the flags' fields by name (`infer(store_dir=...)`)
 ):
     "Answer a question set with one skills/prompts version and record every answer."
-    return _run(
-        "infer",
-        config,
-        fresh,
-        seed,
-        set,
-        quiet,
-        run_id=run_id,
-        workspace_dir=workspace_dir,
-        store_dir=store_dir,
-        questions=questions,
-        task_types=task_types,
-        n_samples=n_samples,
-        skills_version=skills_version,
-        prompts_version=prompts_version,
-        backend=backend,
-        model=model,
-        base_url=base_url,
-        concurrency=concurrency,
-        max_steps=max_steps,
-        skill_mode=skill_mode,
-        allow_duplicates=allow_duplicates or None,
-    )
+    given = dataclasses.asdict(flags) if flags is not None else {}
+    return _run("infer", config, fresh, seed, set, quiet, **{**given, **fields})
 
 # %% ../../nbs/harness/10_cli.ipynb #bfece250
+TRAIN_FIELDS = ("run_id", "workspace_dir", "store_dir", "questions", "test_questions", "task_types", "epochs",
+                "pool_split_mode", "backend", "model", "base_url", "concurrency", "max_steps", "run_holdout_eval",
+                "allow_duplicates")  # fmt: skip
+TrainFlags = flags_of(RunConfig, "TrainFlags", TRAIN_FIELDS, "The run config's fields train takes as flags.")
+
+
 def train(
     config: str = None,  # YAML with harness: and embed: sections
-    run_id: str = None,  # run name (default: the workspace folder name)
-    workspace_dir: str = None,  # workspace folder (harness.db, versions, analyses/)
-    store_dir: str = None,  # store folder
-    questions: str = None,  # question folder (path or name under <store>/questions)
-    test_questions: str = None,  # test question folder
-    task_types: list[str] = None,  # only these task types
-    epochs: int = None,  # training epochs
-    pool_split_mode: Literal["global", "per_category"] = None,  # pool split
-    backend: Literal["simulated", "openai", "transformers"] = None,  # LLM backend
-    model: str = None,  # model name (openai) or folder (transformers)
-    base_url: str = None,  # OpenAI-compatible endpoint
-    concurrency: int = None,  # episodes in flight
-    max_steps: int = None,  # tool steps per episode
-    run_holdout_eval: bool = True,  # evaluate the four-way holdout at slow updates
+    flags: TrainFlags = None,
     gate: bool = True,  # gate edits with the CE-Gate (--no-gate: accept every edit)
-    allow_duplicates: bool = False,  # keep the first copy of a repeated question_id
     fresh: bool = False,  # delete this run's rows and versions first and start over
     seed: str = None,  # start from store/seeds/NAME (skills, prompts, baseline)
     set: list[str] = None,  # any other field: KEY=VALUE (embed.KEY=VALUE for the embed section)
     quiet: bool = False,  # no progress bars
+    **fields,  # in Python: the flags' fields by name (`train(epochs=1)`)
 ):
     "Evolve skills and prompts over epochs with the CE-Gate; write analyses/final_test_eval.json."
-    return _run(
-        "train",
-        config,
-        fresh,
-        seed,
-        set,
-        quiet,
-        run_holdout_eval,
-        gate,
-        run_id=run_id,
-        workspace_dir=workspace_dir,
-        store_dir=store_dir,
-        questions=questions,
-        test_questions=test_questions,
-        task_types=task_types,
-        epochs=epochs,
-        pool_split_mode=pool_split_mode,
-        backend=backend,
-        model=model,
-        base_url=base_url,
-        concurrency=concurrency,
-        max_steps=max_steps,
-        allow_duplicates=allow_duplicates or None,
-    )
+    given = dataclasses.asdict(flags) if flags is not None else {}
+    return _run("train", config, fresh, seed, set, quiet, gate, **{**given, **fields})
 
 # %% ../../nbs/harness/10_cli.ipynb #49044d4c
 def make_synthetic(
