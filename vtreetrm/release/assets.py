@@ -25,7 +25,7 @@ __all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', '
            'Source', 'Target', 'Record', 'atomic_file', 'RecordWriter', 'write_records', 'iter_records', 'Category',
            'Registry', 'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig',
            'ReleaseContext', 'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report',
-           'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
+           'write_validation', 'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
            'write_grading_manifest']
 
 # %% ../../nbs/release/00_assets.ipynb #518b3b7e
@@ -653,6 +653,17 @@ def make_report(command: str, params: dict, inputs: Iterable, dataset: str = Non
     "A report dict: body, dataset flags and provenance."
     rep = {**(dataset_note(dataset) if dataset else {}), **body}
     rep["provenance"] = provenance(params, [p for p in inputs if p], cmdline(command, params))
+    return rep
+
+# %% ../../nbs/release/00_assets.ipynb #f533877d
+def write_validation(command: str, params: dict, dataset_dir, ctx, body: dict, report, inputs=()) -> dict:
+    "Write a validator's report (`body` from its validate function) and raise its first error, if any; returns it."
+    errs = body.pop("_errors")
+    files = [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *inputs]
+    rep = make_report(command, params, files, ctx.dataset, status="passed" if body["valid"] else "failed", **body)
+    write_json(report, rep)
+    if errs:
+        errs.raise_first(report)
     return rep
 
 # %% ../../nbs/release/00_assets.ipynb #35e7dd35

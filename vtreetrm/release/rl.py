@@ -27,6 +27,7 @@ from vtreetrm.release.assets import (
     load_grading_manifest,
     make_report,
     requires,
+    write_validation,
 )
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
@@ -411,16 +412,5 @@ def rl_validate_cascade(
     ctx = replace(assets, metadata_fields=assets.metadata_fields or list(task.metadata_fields)).context(grading)
     report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_rl_release(dataset_dir, ctx, cascade=True, progress=progress)
-    errs = body.pop("_errors")
-    rep = make_report(
-        "rl-validate-cascade",
-        params,
-        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *assets.paths(), manifest, grading.path],
-        ctx.dataset,
-        status="passed" if body["valid"] else "failed",
-        **body,
-    )
-    write_json(report, rep)
-    if errs:
-        errs.raise_first(report)
-    return rep
+    inputs = [*assets.paths(), manifest, grading.path]
+    return write_validation("rl-validate-cascade", params, dataset_dir, ctx, body, report, inputs)

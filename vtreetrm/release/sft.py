@@ -16,7 +16,16 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .assets import SPLITS, Record, ReleaseAssets, ReleaseContext, iter_records, make_report, requires
+from vtreetrm.release.assets import (
+    SPLITS,
+    Record,
+    ReleaseAssets,
+    ReleaseContext,
+    iter_records,
+    make_report,
+    requires,
+    write_validation,
+)
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
     candidates_for,
@@ -426,16 +435,4 @@ def sft_validate(
     ctx = assets.context()
     report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_sft_dataset(dataset_dir, ctx, progress)
-    errs = body.pop("_errors")
-    rep = make_report(
-        "sft-validate",
-        params,
-        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *ctx.asset_paths()],
-        ctx.dataset,
-        status="passed" if body["valid"] else "failed",
-        **body,
-    )
-    write_json(report, rep)
-    if errs:
-        errs.raise_first(report)
-    return rep
+    return write_validation("sft-validate", params, dataset_dir, ctx, body, report, ctx.asset_paths())

@@ -24,6 +24,7 @@ from vtreetrm.release.assets import (
     make_report,
     release_report,
     requires,
+    write_validation,
 )
 from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, native_answer, native_messages, parse_user
@@ -657,19 +658,7 @@ def trajectory_validate(
     ctx = assets.context()
     report = report or str(Path(dataset_dir) / "validation.json")
     body = validate_trajectory_dataset(dataset_dir, ctx, progress)
-    errs = body.pop("_errors")
-    rep = make_report(
-        "trajectory-validate",
-        params,
-        [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *ctx.asset_paths()],
-        ctx.dataset,
-        status="passed" if body["valid"] else "failed",
-        **body,
-    )
-    write_json(report, rep)
-    if errs:
-        errs.raise_first(report)
-    return rep
+    return write_validation("trajectory-validate", params, dataset_dir, ctx, body, report, ctx.asset_paths())
 
 # %% ../../nbs/release/11_trajectory.ipynb #7d7ebf2d
 def _pcts(v) -> dict:
