@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 from vtreetrm.release.assets import write_grading_manifest  # noqa: E402
+from vtreetrm.release.cli import chain_commands  # noqa: E402
 
-MF = ["--metadata-fields", "field_name", "table_name", "field_description", "table_description"]
 RUNNER = (
     "import resource, sys, json\nfrom vtreetrm.cli import main\nrc = main(sys.argv[2:])\n"
     "open(sys.argv[1], 'w').write(json.dumps({'rc': rc, 'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
@@ -32,153 +32,9 @@ RUNNER = (
 )
 
 
-def steps(syn, run):
-    s, r = Path(syn), Path(run)
-    can = r / "canonical/shougang/all.json"
-    assets = [
-        "--registry",
-        s / "ASSETS/registries/shougang.registry.json",
-        "--corpus",
-        s / "ASSETS/corpora/shougang.corpus.json",
-        *MF,
-        "--task-config",
-        s / "CFG/shougang.task.json",
-    ]
-    g = ["--grading-config", s / "STANDARDS/shougang.grading.json"]
-    return {
-        "preprocess": [
-            "preprocess",
-            "--input",
-            s / "RAW/shougang.xlsx",
-            "--mapping",
-            s / "ASSETS/mappings/shougang.mapping.json",
-            "--output",
-            r / "processed/shougang/all.json",
-            "--dataset",
-            "shougang",
-        ],
-        "canonical": [
-            "canonical",
-            "--processed-dir",
-            r / "processed",
-            "--canonical-dir",
-            r / "canonical",
-            "--config-file",
-            s / "CFG/datasets.json",
-            "--registry-dir",
-            s / "ASSETS/registries",
-            "--corpus-dir",
-            s / "ASSETS/corpora",
-            "--dataset",
-            "shougang",
-        ],
-        "split": [
-            "split",
-            "--canonical-dir",
-            r / "canonical",
-            "--dataset",
-            "shougang",
-            "--split-type",
-            "random",
-            "--seed",
-            "42",
-        ],
-        "audit": [
-            "audit",
-            "--bundle",
-            "--canonical",
-            f"shougang={can}",
-            "--classification-standard",
-            f"shougang={s}/STANDARDS/shougang.classification.json",
-            "--grading-standard",
-            f"shougang={s}/STANDARDS/shougang.grading.json",
-            "--split",
-            "train",
-            "--level-field",
-            "data_level",
-            "--report",
-            r / "audits/shougang.prompt.json",
-        ],
-        "sft-export": [
-            "sft-export",
-            "--canonical",
-            can,
-            "--output-dir",
-            r / "releases/sft-legacy/shougang",
-            *assets,
-            *g,
-        ],
-        "sft-validate": ["sft-validate", "--dataset-dir", r / "releases/sft-legacy/shougang", *assets, *g],
-        "rl-export": [
-            "rl-export",
-            "--canonical",
-            can,
-            "--output-dir",
-            r / "releases/rl/source/shougang",
-            "--dataset",
-            "shougang",
-            *assets,
-            *g,
-        ],
-        "mixture-sft": [
-            "mixture",
-            "--family",
-            "sft",
-            "--input",
-            f"shougang={r}/releases/sft-legacy/shougang",
-            "--grading-manifest",
-            r / "grading-manifest.json",
-            *assets,
-            "--output-dir",
-            r / "releases/sft-legacy/standardized",
-        ],
-        "mixture-rl-cascade": [
-            "mixture",
-            "--family",
-            "rl-cascade",
-            "--input",
-            f"shougang={r}/releases/rl/source/shougang",
-            "--grading-manifest",
-            r / "grading-manifest.json",
-            *assets,
-            "--output-dir",
-            r / "releases/rl/shougang",
-        ],
-        "rl-validate-cascade": [
-            "rl-validate-cascade",
-            "--dataset-dir",
-            r / "releases/rl/shougang",
-            "--registry",
-            s / "ASSETS/registries/shougang.registry.json",
-            "--corpus",
-            s / "ASSETS/corpora/shougang.corpus.json",
-            "--task-config",
-            s / "CFG/shougang.task.json",
-            "--grading-manifest",
-            r / "grading-manifest.json",
-        ],
-        # native-tool trajectories (not part of the 3-minute chain): export validates with every tool re-executed
-        "trajectory-export": [
-            "trajectory-export",
-            "--dataset",
-            "shougang",
-            "--canonical",
-            can,
-            *assets,
-            *g,
-            "--think-source",
-            "mock",
-            "--output-dir",
-            r / "releases/sft-trajectory/shougang",
-        ],
-        "trajectory-validate": [
-            "trajectory-validate",
-            "--dataset-dir",
-            r / "releases/sft-trajectory/shougang",
-            *assets,
-            *g,
-        ],
-    }
+def steps(syn, run) -> dict:
+    "The chain's command lines after make-synthetic (`vtreetrm.release.cli.chain_commands`, which the tests run too)."
+    return {k: v for k, v in chain_commands(syn, run).items() if k != "make-synthetic"}
 
 
 TRAJECTORY_STEPS = ("trajectory-export", "trajectory-validate")

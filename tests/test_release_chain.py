@@ -15,6 +15,7 @@ import pytest
 
 from vtreetrm.cli import main
 from vtreetrm.release.assets import iter_records, write_grading_manifest, write_records
+from vtreetrm.release.cli import chain_commands
 from vtreetrm.utils import read_json, sha256_file
 
 MF = ["--metadata-fields", "field_name", "table_name", "field_description", "table_description"]
@@ -45,128 +46,9 @@ class Chain:
         return a + (["--grading-config", self.grading] if grading else [])
 
     def steps(self):
-        r, s = self.run, self.syn
-        return {
-            "make-synthetic": ["make-synthetic", "--out", s, "--records", self.records, "--conflicts", self.conflicts],
-            "preprocess": [
-                "preprocess",
-                "--input",
-                self.xlsx,
-                "--mapping",
-                self.mapping,
-                "--output",
-                r / "processed/shougang/all.json",
-                "--dataset",
-                "shougang",
-            ],
-            "canonical": [
-                "canonical",
-                "--processed-dir",
-                r / "processed",
-                "--canonical-dir",
-                r / "canonical",
-                "--config-file",
-                s / "CFG/datasets.json",
-                "--registry-dir",
-                s / "ASSETS/registries",
-                "--corpus-dir",
-                s / "ASSETS/corpora",
-                "--dataset",
-                "shougang",
-            ],
-            "split": [
-                "split",
-                "--canonical-dir",
-                r / "canonical",
-                "--dataset",
-                "shougang",
-                "--split-type",
-                "random",
-                "--seed",
-                42,
-            ],
-            "audit": [
-                "audit",
-                "--bundle",
-                "--canonical",
-                f"shougang={self.can}",
-                "--classification-standard",
-                f"shougang={self.cls}",
-                "--grading-standard",
-                f"shougang={self.grading}",
-                "--split",
-                "train",
-                "--level-field",
-                "data_level",
-                "--report",
-                r / "audits/shougang.prompt.json",
-            ],
-            "sft-export": [
-                "sft-export",
-                "--canonical",
-                self.can,
-                "--output-dir",
-                r / "releases/sft-legacy/shougang",
-                *self.assets(),
-            ],
-            "sft-validate": [
-                "sft-validate",
-                "--dataset-dir",
-                r / "releases/sft-legacy/shougang",
-                *self.assets(),
-                "--report",
-                r / "releases/sft-legacy/shougang/validation.json",
-            ],
-            "rl-export": [
-                "rl-export",
-                "--canonical",
-                self.can,
-                "--output-dir",
-                r / "releases/rl/source/shougang",
-                "--dataset",
-                "shougang",
-                *self.assets(),
-            ],
-            "mixture-sft": [
-                "mixture",
-                "--family",
-                "sft",
-                "--input",
-                f"shougang={r}/releases/sft-legacy/shougang",
-                "--grading-manifest",
-                r / "grading-manifest.json",
-                *self.assets(False),
-                "--output-dir",
-                r / "releases/sft-legacy/standardized",
-            ],
-            "mixture-rl": [
-                "mixture",
-                "--family",
-                "rl-cascade",
-                "--input",
-                f"shougang={r}/releases/rl/source/shougang",
-                "--grading-manifest",
-                r / "grading-manifest.json",
-                *self.assets(False),
-                "--output-dir",
-                r / "releases/rl/shougang",
-            ],
-            "rl-validate-cascade": [
-                "rl-validate-cascade",
-                "--dataset-dir",
-                r / "releases/rl/shougang",
-                "--registry",
-                self.registry,
-                "--corpus",
-                self.corpus,
-                "--task-config",
-                self.task,
-                "--grading-manifest",
-                r / "grading-manifest.json",
-                "--report",
-                r / "releases/rl/shougang/validation.json",
-            ],
-        }
+        "The chain up to the RL cascade's validation (the trajectory steps have their own tests)."
+        cmds = chain_commands(self.syn, self.run, self.records, self.conflicts)
+        return {k: v for k, v in cmds.items() if not k.startswith("trajectory-")}
 
     def manifest(self):
         self.run.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ import pytest
 
 from vtreetrm.cli import main
 from vtreetrm.release.assets import write_grading_manifest
+from vtreetrm.release.cli import chain_commands
 from vtreetrm.release.trajectory import TRAJECTORY_CLASSES, mock_think
 from vtreetrm.utils import read_json
 
@@ -24,33 +25,8 @@ def run(capsys, *argv):
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     t = tmp_path_factory.mktemp("traj")
-    s, r = t / "syn", t / "run"
-    steps = [
-        ["make-synthetic", "--out", s, "--records", 160],
-        [
-            "preprocess",
-            "--input",
-            s / "RAW/shougang.xlsx",
-            "--mapping",
-            s / "ASSETS/mappings/shougang.mapping.json",
-            "--output",
-            r / "processed/shougang/all.json",
-        ],
-        [
-            "canonical",
-            "--processed-dir",
-            r / "processed",
-            "--canonical-dir",
-            r / "canonical",
-            "--config-file",
-            s / "CFG/datasets.json",
-            "--registry-dir",
-            s / "ASSETS/registries",
-            "--corpus-dir",
-            s / "ASSETS/corpora",
-        ],
-        ["split", "--canonical-dir", r / "canonical", "--seed", 42],
-    ]
+    cmds = chain_commands(t / "syn", t / "run", records=160)
+    steps = [cmds[k] for k in ("make-synthetic", "preprocess", "canonical", "split")]
     for st in steps:
         assert main(["release", *map(str, st), "--no-progress"]) == 0
     return t

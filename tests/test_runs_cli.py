@@ -143,3 +143,28 @@ def test_a_sweep_folder_is_one_sweeps(tmp_path, cli, nb):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before  # nothing written
     r = cli("sweep", "status", tmp_path / "nowhere", check=2)
     assert "not a sweep folder" in r.stderr
+
+
+def test_missing_scheduler_tools_are_named(tmp_path, nb, monkeypatch, capsys):
+    "No sbatch on PATH, or no ray installed: one line naming what is missing, before anything is written."
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import vtreetrm_argv
+
+    from vtreetrm.cli import main
+
+    (tmp_path / "s.yaml").write_text(f"notebook: {nb}\ngrid: {{lr: [0.1]}}\n")
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no /usr/bin: no sbatch
+    argv = vtreetrm_argv("sweep", tmp_path / "s.yaml", "--runs-dir", tmp_path / "a", "--executor", "slurm")
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert (
+        r.returncode == 2
+        and r.stderr.strip() == "error: --executor slurm needs SLURM's sbatch on PATH (not found on this machine)"
+    )
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
+    rc = main(["sweep", str(tmp_path / "s.yaml"), "--runs-dir", str(tmp_path / "b"), "--executor", "ray"])
+    assert rc == 2 and "--executor ray needs ray" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

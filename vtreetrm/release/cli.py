@@ -5,6 +5,9 @@
 # %% ../../nbs/release/30_cli.ipynb #9afcaca8
 from __future__ import annotations
 
+from pathlib import Path
+
+from .assets import FORMAL_DATASET, NATIVE_PROMPT_FIELDS
 from .audit import audit_prompt_conflicts
 from .canonical import canonical, split
 from .launch import verl_merge, verl_rl, verl_sft
@@ -17,7 +20,7 @@ from .synthetic import make_synthetic
 from .trajectory import trajectory_collect, trajectory_export, trajectory_stats, trajectory_validate
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS']
+__all__ = ['CLI_COMMANDS', 'chain_commands']
 
 # %% ../../nbs/release/30_cli.ipynb #1c60cf3f
 CLI_COMMANDS = {
@@ -40,3 +43,113 @@ CLI_COMMANDS = {
     "verl-merge": verl_merge,
     "rollout-gate": rollout_gate,
 }
+
+# %% ../../nbs/release/30_cli.ipynb #a4f00213
+def chain_commands(syn: str | Path, run: str | Path, records: int = 400, conflicts: int = 0) -> dict:
+    "`{step: vtreetrm release arguments}` for the chain on make-synthetic's folder `syn`, writing under `run`."
+    s, r, d = Path(syn), Path(run), FORMAL_DATASET
+    can, sft, src, rl = (
+        r / f"canonical/{d}/all.json",
+        r / f"releases/sft-legacy/{d}",
+        r / f"releases/rl/source/{d}",
+        r / f"releases/rl/{d}",
+    )
+    tools = ["--registry", s / f"ASSETS/registries/{d}.registry.json", "--corpus", s / f"ASSETS/corpora/{d}.corpus.json",
+             "--task-config", s / f"CFG/{d}.task.json"]  # fmt: skip
+    prompt = [*tools, "--metadata-fields", *NATIVE_PROMPT_FIELDS]
+    assets = [*prompt, "--grading-config", s / f"STANDARDS/{d}.grading.json"]
+    manifest = ["--grading-manifest", r / "grading-manifest.json"]
+    traj = r / f"releases/sft-trajectory/{d}"
+    return {
+        "make-synthetic": ["make-synthetic", "--out", s, "--records", records, "--conflicts", conflicts],
+        "preprocess": [
+            "preprocess",
+            "--input",
+            s / f"RAW/{d}.xlsx",
+            "--mapping",
+            s / f"ASSETS/mappings/{d}.mapping.json",
+            "--output",
+            r / f"processed/{d}/all.json",
+            "--dataset",
+            d,
+        ],  # fmt: skip
+        "canonical": [
+            "canonical",
+            "--processed-dir",
+            r / "processed",
+            "--canonical-dir",
+            r / "canonical",
+            "--config-file",
+            s / "CFG/datasets.json",
+            "--registry-dir",
+            s / "ASSETS/registries",
+            "--corpus-dir",
+            s / "ASSETS/corpora",
+            "--dataset",
+            d,
+        ],  # fmt: skip
+        "split": ["split", "--canonical-dir", r / "canonical", "--dataset", d, "--split-type", "random", "--seed", 42],
+        "audit": [
+            "audit",
+            "--bundle",
+            "--canonical",
+            f"{d}={can}",
+            "--classification-standard",
+            f"{d}={s}/STANDARDS/{d}.classification.json",
+            "--grading-standard",
+            f"{d}={s}/STANDARDS/{d}.grading.json",
+            "--split",
+            "train",
+            "--level-field",
+            "data_level",
+            "--report",
+            r / f"audits/{d}.prompt.json",
+        ],  # fmt: skip
+        "sft-export": ["sft-export", "--canonical", can, "--output-dir", sft, *assets],
+        "sft-validate": ["sft-validate", "--dataset-dir", sft, *assets, "--report", sft / "validation.json"],
+        "rl-export": ["rl-export", "--canonical", can, "--output-dir", src, "--dataset", d, *assets],
+        "mixture-sft": [
+            "mixture",
+            "--family",
+            "sft",
+            "--input",
+            f"{d}={sft}",
+            *manifest,
+            *prompt,
+            "--output-dir",
+            r / "releases/sft-legacy/standardized",
+        ],  # fmt: skip
+        "mixture-rl": [
+            "mixture",
+            "--family",
+            "rl-cascade",
+            "--input",
+            f"{d}={src}",
+            *manifest,
+            *prompt,
+            "--output-dir",
+            rl,
+        ],
+        "rl-validate-cascade": [
+            "rl-validate-cascade",
+            "--dataset-dir",
+            rl,
+            *tools,
+            *manifest,
+            "--report",
+            rl / "validation.json",
+        ],
+        "trajectory-export": [
+            "trajectory-export",
+            "--dataset",
+            d,
+            "--canonical",
+            can,
+            *assets,
+            "--think-source",
+            "mock",
+            "--output-dir",
+            traj,
+        ],  # fmt: skip
+        "trajectory-validate": ["trajectory-validate", "--dataset-dir", traj, *assets],
+    }
