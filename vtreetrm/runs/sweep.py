@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import multiprocessing as mp
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -156,6 +157,11 @@ def read_manifest(d: Path) -> dict:
     man = read_json(d / "sweep.json")
     if not isinstance(man, dict) or not isinstance(man.get("points"), dict):
         raise UserError("sweep.json is not a sweep manifest (no 'points' mapping)", d / "sweep.json")
+    for name, params in man["points"].items():  # names become folder names: each one path component of ours
+        if name != _safe_name(name) or name.startswith(".") or not isinstance(params, dict):
+            raise UserError(f"point {name!r:.80} is not a run name this tool writes", d / "sweep.json", field="points")
+    if not isinstance(man.get("jobs", {}), dict):
+        raise UserError("must be a mapping", d / "sweep.json", field="jobs")
     return man
 
 
@@ -430,6 +436,7 @@ def _task_ids(spec: str) -> list:
 def slurm_states(job_ids: list) -> dict:
     "{job id: SLURM state} for the jobs the controller still knows (`scontrol show job`: no accounting database needed)."
     out = {}
+    job_ids = [j for j in job_ids if re.fullmatch(r"\d+(_\d+)?", str(j))]  # what sbatch gives; nothing else is asked
     for array in sorted({str(j).split("_")[0] for j in job_ids}):
         r = subprocess.run(["scontrol", "-o", "show", "job", array], capture_output=True, text=True, timeout=60)
         for line in r.stdout.splitlines() if r.returncode == 0 else []:
