@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fastcore.basics import patch
 
 from ..utils import UserError, stable_uniform
 
@@ -94,7 +95,7 @@ def load_api_key(env_name: str = "OPENAI_API_KEY", env_file: str | Path = ".env"
                 return m.group(1).strip().strip('"').strip("'") or None
     return None
 
-# %% ../../nbs/harness/05_backends.ipynb #26af31e8
+# %% ../../nbs/harness/05_backends.ipynb #578eec47
 OPENAI_URL = "https://api.openai.com/v1"  # used when only a key is given
 
 
@@ -133,59 +134,65 @@ class OpenAIBackend:
         self._session = None
         self.stats = {"calls": 0, "retries": 0, "failures": 0}
 
-    def _get_session(self):
-        import aiohttp
+# %% ../../nbs/harness/05_backends.ipynb #dad8ccce
+@patch
+def _get_session(self: OpenAIBackend):
+    import aiohttp
 
-        if self._session is None or self._session.closed:
-            import orjson
+    if self._session is None or self._session.closed:
+        import orjson
 
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_connections),
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-            )
-        return self._session
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.max_connections),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+        )
+    return self._session
 
-    async def aclose(self):
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
-    async def chat(self, messages: list, tools: list = None) -> ChatReply:
-        import aiohttp
+@patch
+async def aclose(self: OpenAIBackend):
+    if self._session is not None:
+        await self._session.close()
+        self._session = None
 
-        body = {"model": self.model, "messages": messages, "temperature": self.temperature}
-        if tools:
-            body["tools"] = tools
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            self.stats["calls"] += 1
-            wait = min(self.max_backoff, self.backoff * 2**attempt)
-            try:
-                async with self._get_session().post(self.url, json=body, headers=headers) as resp:
-                    if resp.status == 200:
-                        return parse_openai_reply(await resp.json(content_type=None))
-                    last = f"HTTP {resp.status}: {(await resp.text())[:200]}"
-                    if resp.status != 429 and resp.status < 500:
-                        break  # a client error does not improve with retries
-                    ra = resp.headers.get("Retry-After")
-                    if ra:
-                        try:
-                            wait = min(self.max_backoff, float(ra))
-                        except ValueError:
-                            pass
-            except asyncio.TimeoutError:
-                last = f"timeout after {self.timeout}s"
-            except aiohttp.ClientError as e:
-                last = f"connection error: {e}"
-            except json.JSONDecodeError:
-                last = "reply is not JSON"
-            if attempt < self.max_retries:
-                self.stats["retries"] += 1
-                await asyncio.sleep(wait)
-        self.stats["failures"] += 1
-        raise BackendError(f"{self.url}: {last} (after {attempt + 1} attempts)")
+# %% ../../nbs/harness/05_backends.ipynb #b482810d
+@patch
+async def chat(self: OpenAIBackend, messages: list, tools: list = None) -> ChatReply:
+    import aiohttp
+
+    body = {"model": self.model, "messages": messages, "temperature": self.temperature}
+    if tools:
+        body["tools"] = tools
+    headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+    last = ""
+    for attempt in range(self.max_retries + 1):
+        self.stats["calls"] += 1
+        wait = min(self.max_backoff, self.backoff * 2**attempt)
+        try:
+            async with self._get_session().post(self.url, json=body, headers=headers) as resp:
+                if resp.status == 200:
+                    return parse_openai_reply(await resp.json(content_type=None))
+                last = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                if resp.status != 429 and resp.status < 500:
+                    break  # a client error does not improve with retries
+                ra = resp.headers.get("Retry-After")
+                if ra:
+                    try:
+                        wait = min(self.max_backoff, float(ra))
+                    except ValueError:
+                        pass
+        except asyncio.TimeoutError:
+            last = f"timeout after {self.timeout}s"
+        except aiohttp.ClientError as e:
+            last = f"connection error: {e}"
+        except json.JSONDecodeError:
+            last = "reply is not JSON"
+        if attempt < self.max_retries:
+            self.stats["retries"] += 1
+            await asyncio.sleep(wait)
+    self.stats["failures"] += 1
+    raise BackendError(f"{self.url}: {last} (after {attempt + 1} attempts)")
 
 # %% ../../nbs/harness/05_backends.ipynb #1bf42c62
 _TOOL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
@@ -322,7 +329,7 @@ def sim_hint_signature(skills_text: str, task_type: str) -> str:
     s = skills_text.lower()
     return "|".join(h for h in hints_for(task_type) + SIM_BAD_HINTS if h.lower() in s)
 
-# %% ../../nbs/harness/05_backends.ipynb #7ba3e45d
+# %% ../../nbs/harness/05_backends.ipynb #93ee08cb
 _QID_RE = re.compile(r"^Question:\s*(.*)$", re.M)
 _TT_RE = re.compile(r"^Task type:\s*(.*)$", re.M)
 _OPT_LINE = re.compile(r"^([A-Z])\.\s*(.*)$", re.M)
@@ -334,52 +341,60 @@ class SimulatedBackend:
     def __init__(self, latency_s: float = 0.0, fail_every: int = 0):
         self.latency_s, self.fail_every, self.calls = latency_s, fail_every, 0
 
-    async def chat(self, messages: list, tools: list = None) -> ChatReply:
-        self.calls += 1
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
-        if self.fail_every and self.calls % self.fail_every == 0:
-            raise BackendError("simulated server error (HTTP 500)")
-        system = next((m["content"] for m in messages if m["role"] == "system"), "")
-        user = next((m["content"] for m in messages if m["role"] == "user"), "")
-        question = (_QID_RE.search(user) or re.match("(.*)", user)).group(1).strip()
-        task = _TT_RE.search(user).group(1).strip() if _TT_RE.search(user) else ""
-        options = _OPT_LINE.findall(user)
-        tool_msgs = [m for m in messages if m["role"] == "tool"]
-        n = len(tool_msgs)
-        skip = any(h.lower() in system.lower() for h in SIM_BAD_HINTS[:1] + SIM_BAD_HINTS[2:3])
+# %% ../../nbs/harness/05_backends.ipynb #eba02953
+@patch
+def _answer(self: SimulatedBackend, system, question, task, options, tool_msgs) -> ChatReply:
+    "The final reply: the option found in what was read if the evidence is noticed, else a distractor."
+    evidence = " ".join(m["content"] for m in tool_msgs[2:]).lower()
+    found = [l for l, t in options if t.strip().lower() and t.strip().lower() in evidence]
+    p = sim_quality(system, task)
+    notice = (
+        stable_uniform("u", question, options)
+        + 0.1 * (stable_uniform("v", question, options, sim_hint_signature(system, task)) - 0.5)
+        < p
+    )
+    if "when unsure, always choose option a" in system.lower() and not notice:
+        letter = "A"
+    elif notice and found:
+        letter = found[0]
+    else:
+        others = [l for l, _ in options if l not in found] or [l for l, _ in options] or ["A"]
+        letter = others[int(stable_uniform("pick", question, options) * len(others))]
+    return ChatReply(f"The captions I read point to option {letter}.\nAnswer: {letter}")
 
-        def call(name, **args):
-            return ChatReply("", [ToolCall(f"call_{self.calls}", name, args)])
+# %% ../../nbs/harness/05_backends.ipynb #ee24a69f
+@patch
+async def chat(self: SimulatedBackend, messages: list, tools: list = None) -> ChatReply:  # noqa: F811 (a patched method)
+    self.calls += 1
+    if self.latency_s:
+        await asyncio.sleep(self.latency_s)
+    if self.fail_every and self.calls % self.fail_every == 0:
+        raise BackendError("simulated server error (HTTP 500)")
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    user = next((m["content"] for m in messages if m["role"] == "user"), "")
+    question = (_QID_RE.search(user) or re.match("(.*)", user)).group(1).strip()
+    task = _TT_RE.search(user).group(1).strip() if _TT_RE.search(user) else ""
+    options = _OPT_LINE.findall(user)
+    tool_msgs = [m for m in messages if m["role"] == "tool"]
+    n = len(tool_msgs)
+    skip = any(h.lower() in system.lower() for h in SIM_BAD_HINTS[:1] + SIM_BAD_HINTS[2:3])
 
-        if not skip:
-            if n == 0:
-                return call("look")
-            if n == 1:
-                return call("search_captions", query=question, k=3)
-            if n == 2:
-                try:
-                    hits = json.loads(tool_msgs[1]["content"])["hits"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    hits = []
-                if hits:
-                    return call("read_captions", node_id=hits[0]["node_id"])
-        evidence = " ".join(m["content"] for m in tool_msgs[2:]).lower()
-        found = [l for l, t in options if t.strip().lower() and t.strip().lower() in evidence]
-        p = sim_quality(system, task)
-        notice = (
-            stable_uniform("u", question, options)
-            + 0.1 * (stable_uniform("v", question, options, sim_hint_signature(system, task)) - 0.5)
-            < p
-        )
-        if "when unsure, always choose option a" in system.lower() and not notice:
-            letter = "A"
-        elif notice and found:
-            letter = found[0]
-        else:
-            others = [l for l, _ in options if l not in found] or [l for l, _ in options] or ["A"]
-            letter = others[int(stable_uniform("pick", question, options) * len(others))]
-        return ChatReply(f"The captions I read point to option {letter}.\nAnswer: {letter}")
+    def call(name, **args):
+        return ChatReply("", [ToolCall(f"call_{self.calls}", name, args)])
+
+    if not skip:
+        if n == 0:
+            return call("look")
+        if n == 1:
+            return call("search_captions", query=question, k=3)
+        if n == 2:
+            try:
+                hits = json.loads(tool_msgs[1]["content"])["hits"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                hits = []
+            if hits:
+                return call("read_captions", node_id=hits[0]["node_id"])
+    return self._answer(system, question, task, options, tool_msgs)
 
 # %% ../../nbs/harness/05_backends.ipynb #ab3c1fd6
 def default_minilm_path() -> Path:
