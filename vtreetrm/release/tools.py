@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import yaml
+from fastcore.basics import patch
 
 from .assets import ChoiceMap, Corpus, Registry, TaskConfig, normalize_cell
 from ..utils import atomic_write
@@ -76,7 +77,7 @@ def _bigrams(s: str) -> set:
 class ToolError(ValueError):
     "A tool call that cannot be executed (unknown tool, bad arguments)."
 
-# %% ../../nbs/release/10_tools.ipynb #2b302cba
+# %% ../../nbs/release/10_tools.ipynb #32fbaf1d
 class CategoryTools:
     "Native tools over a registry, its corpus and the task config's choice ids."
 
@@ -89,76 +90,84 @@ class CategoryTools:
             if c in corpus.entries
         ]
 
-    @classmethod
-    def from_paths(cls, registry, corpus, task_config) -> CategoryTools:
-        return cls(Registry.from_path(registry), Corpus.from_path(corpus), TaskConfig.from_path(task_config))
+# %% ../../nbs/release/10_tools.ipynb #6321a790
+@patch(cls_method=True)
+def from_paths(cls: CategoryTools, registry, corpus, task_config) -> CategoryTools:
+    return cls(Registry.from_path(registry), Corpus.from_path(corpus), TaskConfig.from_path(task_config))
 
-    def search_categories(self, query: str, top_k: int = 5) -> dict:
-        "Leaves ranked by shared character bigrams with `query`."
-        q = _bigrams(query)
-        scored = [(round(len(q & b) / len(q), 3), c) for c, b in self._index] if q else []
-        hits = sorted(
-            ((s, c) for s, c in scored if s >= MIN_SCORE), key=lambda x: (-x[0], self.registry.path_text(x[1]))
-        )[: max(1, int(top_k))]
-        return {
-            "query": query,
-            "results": [
-                {"choice_id": self.choices.to_choice[c], "path": self.registry.path_text(c), "score": s}
-                for s, c in hits
-            ],
-        }
 
-    def read_category(self, choice_id: str) -> dict:
-        "A leaf's path and description."
-        c = self.choices.to_category.get(choice_id)
-        if c is None:
-            return {"choice_id": choice_id, "error": "unknown choice_id"}
-        return {
-            "choice_id": choice_id,
-            "path": self.registry.path_text(c),
-            "description": normalize_cell(self.corpus.description(c)),
-        }
+@patch
+def search_categories(self: CategoryTools, query: str, top_k: int = 5) -> dict:
+    "Leaves ranked by shared character bigrams with `query`."
+    q = _bigrams(query)
+    scored = [(round(len(q & b) / len(q), 3), c) for c, b in self._index] if q else []
+    hits = sorted(((s, c) for s, c in scored if s >= MIN_SCORE), key=lambda x: (-x[0], self.registry.path_text(x[1])))[
+        : max(1, int(top_k))
+    ]
+    return {
+        "query": query,
+        "results": [
+            {"choice_id": self.choices.to_choice[c], "path": self.registry.path_text(c), "score": s} for s, c in hits
+        ],
+    }
 
-    def list_children(self, path: str = "") -> dict:
-        "Children of the node at name path `path` ('' for the roots)."
-        p = "/".join(x.strip() for x in normalize_cell(path).split("/")) if path else ""
-        if p and p not in self.registry.by_path:
-            return {"path": path, "error": "no such category path", "children": []}
-        node = self.registry.by_path[p] if p else None
-        kids = sorted(self.registry.children.get(node, []), key=lambda c: self.registry.path_text(c))
-        return {
-            "path": p,
-            "children": [
-                {
-                    "name": self.registry.categories[c].name,
-                    "path": self.registry.path_text(c),
-                    **({"choice_id": self.choices.to_choice[c]} if self.registry.is_leaf(c) else {"leaf": False}),
-                }
-                for c in kids
-            ],
-        }
+# %% ../../nbs/release/10_tools.ipynb #2e84006f
+@patch
+def read_category(self: CategoryTools, choice_id: str) -> dict:
+    "A leaf's path and description."
+    c = self.choices.to_category.get(choice_id)
+    if c is None:
+        return {"choice_id": choice_id, "error": "unknown choice_id"}
+    return {
+        "choice_id": choice_id,
+        "path": self.registry.path_text(c),
+        "description": normalize_cell(self.corpus.description(c)),
+    }
 
-    def call(self, name: str, arguments: str | dict) -> str:
-        "Execute a tool call; returns the JSON result text (sorted keys). Raises `ToolError` on a bad call."
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                raise ToolError(f"arguments of {name} are not JSON: {arguments[:60]!r}") from None
-        if not isinstance(arguments, dict):
-            raise ToolError(f"arguments of {name} must be an object")
-        if name not in TOOL_NAMES:
-            raise ToolError(f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})")
-        allowed = set(
-            next(t for t in TOOL_SCHEMAS if t["function"]["name"] == name)["function"]["parameters"]["properties"]
-        )
-        if set(arguments) - allowed:
-            raise ToolError(f"{name} got unknown arguments {sorted(set(arguments) - allowed)}")
+
+@patch
+def list_children(self: CategoryTools, path: str = "") -> dict:
+    "Children of the node at name path `path` ('' for the roots)."
+    p = "/".join(x.strip() for x in normalize_cell(path).split("/")) if path else ""
+    if p and p not in self.registry.by_path:
+        return {"path": path, "error": "no such category path", "children": []}
+    node = self.registry.by_path[p] if p else None
+    kids = sorted(self.registry.children.get(node, []), key=lambda c: self.registry.path_text(c))
+    return {
+        "path": p,
+        "children": [
+            {
+                "name": self.registry.categories[c].name,
+                "path": self.registry.path_text(c),
+                **({"choice_id": self.choices.to_choice[c]} if self.registry.is_leaf(c) else {"leaf": False}),
+            }
+            for c in kids
+        ],
+    }
+
+# %% ../../nbs/release/10_tools.ipynb #9b184e51
+@patch
+def call(self: CategoryTools, name: str, arguments: str | dict) -> str:
+    "Execute a tool call; returns the JSON result text (sorted keys). Raises `ToolError` on a bad call."
+    if isinstance(arguments, str):
         try:
-            out = getattr(self, name)(**arguments)
-        except TypeError as e:
-            raise ToolError(f"bad arguments for {name}: {e}") from None
-        return json.dumps(out, ensure_ascii=False, sort_keys=True)
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            raise ToolError(f"arguments of {name} are not JSON: {arguments[:60]!r}") from None
+    if not isinstance(arguments, dict):
+        raise ToolError(f"arguments of {name} must be an object")
+    if name not in TOOL_NAMES:
+        raise ToolError(f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})")
+    allowed = set(
+        next(t for t in TOOL_SCHEMAS if t["function"]["name"] == name)["function"]["parameters"]["properties"]
+    )
+    if set(arguments) - allowed:
+        raise ToolError(f"{name} got unknown arguments {sorted(set(arguments) - allowed)}")
+    try:
+        out = getattr(self, name)(**arguments)
+    except TypeError as e:
+        raise ToolError(f"bad arguments for {name}: {e}") from None
+    return json.dumps(out, ensure_ascii=False, sort_keys=True)
 
 # %% ../../nbs/release/10_tools.ipynb #e43288fa
 VERL_TOOL_CLASSES = {

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
+from fastcore.basics import patch
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 from transformers import Dinov2Config, Dinov2Model
@@ -323,7 +324,7 @@ def _decode_job(path, T, start, end):
     except UserError as e:
         return None, None, e.msg, str(e.path) if e.path is not None else None
 
-# %% ../../nbs/video/02_features.ipynb #4c5f668c
+# %% ../../nbs/video/02_features.ipynb #09efae59
 class FeatureCache:
     "On-disk features keyed by clip sha256 + encoder identity + sampling."
 
@@ -350,166 +351,184 @@ class FeatureCache:
         self._memo = read_json(self._memo_path) if self._memo_path.is_file() else {}
         self.encoded = 0
 
-    @property
-    def key(self) -> dict:
-        return {"encoder": self.identity["key"], "sampling": self.sampling.key()}
-
-    def clip_sha(self, path) -> str:
-        p = Path(path)
-        st = p.stat()
-        k = str(p.resolve())
-        stamp = [st.st_size, st.st_mtime_ns]
-        hit = self._memo.get(k)
-        if hit and hit[:2] == stamp:
-            return hit[2]
-        sha = sha256_file(p)
-        self._memo[k] = stamp + [sha]
-        return sha
-
     @staticmethod
     def segment_key(c, sha: str) -> str:
         "The file's sha256 for a whole-file clip; for a segment, the sha256 of (file sha, start, end)."
         return sha if c.start is None else sha256_json([sha, c.start, c.end])
 
-    def path_for(self, sha: str) -> Path:
-        return self.dir / sha[:2] / f"{sha}.npy"
+# %% ../../nbs/video/02_features.ipynb #77a49f77
+@patch(as_prop=True)
+def key(self: FeatureCache) -> dict:
+    return {"encoder": self.identity["key"], "sampling": self.sampling.key()}
 
-    def features_for(
-        self,
-        clips: list,  # list[Clip]
-        skip_bad: bool = False,  # skip clips that are missing or undecodable (reported)
-        progress: bool = True,
-        mirror: bool = False,  # features of the left-right mirrored frames (their own keys)
-    ) -> tuple[dict, dict]:
-        "({clip id: (T, P, D) float32 array}, report), encoding only what is not cached."
-        out, todo, report = {}, [], {"cached": 0, "encoded": 0, "short_clips": [], "skipped": []}
-        for c in clips:
-            try:
-                if not Path(c.video).is_file():
-                    raise UserError("clip file not found", c.video)
-                sha = self.segment_key(c, self.clip_sha(c.video))
-                if mirror:
-                    sha = sha256_json([sha, "mirror"])
-            except UserError as e:
-                if not skip_bad:
-                    raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-                report["skipped"].append({"id": c.id, "path": c.video, "reason": e.msg})
-                continue
-            if not self._take_cached(c, sha, out, report):
-                todo.append((c, sha))
-        with self.filling(bool(todo)):
-            todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]  # filled meanwhile
-            self._encode(todo, out, report, skip_bad, progress, mirror)
-        return out, report
 
-    def _take_cached(self, c, sha, out: dict, report: dict) -> bool:
-        p = self.path_for(sha)
-        if not p.is_file():
-            return False
-        out[c.id] = np.load(p, allow_pickle=False)
-        report["cached"] += 1
-        meta = p.with_suffix(".json")
-        if meta.is_file() and read_json(meta).get("repeated"):
-            report["short_clips"].append(c.id)
-        return True
+@patch
+def clip_sha(self: FeatureCache, path) -> str:
+    p = Path(path)
+    st = p.stat()
+    k = str(p.resolve())
+    stamp = [st.st_size, st.st_mtime_ns]
+    hit = self._memo.get(k)
+    if hit and hit[:2] == stamp:
+        return hit[2]
+    sha = sha256_file(p)
+    self._memo[k] = stamp + [sha]
+    return sha
 
-    @contextlib.contextmanager
-    def filling(self, needed: bool = True):
-        "Hold the cache folder's fill lock while encoding (one filler at a time); say so when waiting for another."
-        if not needed:
-            yield
-            return
-        lock = FileLock(str(self.dir / ".fill.lock"))
+
+@patch
+def path_for(self: FeatureCache, sha: str) -> Path:
+    return self.dir / sha[:2] / f"{sha}.npy"
+
+
+@patch
+def _take_cached(self: FeatureCache, c, sha, out: dict, report: dict) -> bool:
+    p = self.path_for(sha)
+    if not p.is_file():
+        return False
+    out[c.id] = np.load(p, allow_pickle=False)
+    report["cached"] += 1
+    meta = p.with_suffix(".json")
+    if meta.is_file() and read_json(meta).get("repeated"):
+        report["short_clips"].append(c.id)
+    return True
+
+# %% ../../nbs/video/02_features.ipynb #7b7ffc65
+@patch
+def features_for(
+    self: FeatureCache,
+    clips: list,  # list[Clip]
+    skip_bad: bool = False,  # skip clips that are missing or undecodable (reported)
+    progress: bool = True,
+    mirror: bool = False,  # features of the left-right mirrored frames (their own keys)
+) -> tuple[dict, dict]:
+    "({clip id: (T, P, D) float32 array}, report), encoding only what is not cached."
+    out, todo, report = {}, [], {"cached": 0, "encoded": 0, "short_clips": [], "skipped": []}
+    for c in clips:
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            tqdm.write(f"waiting for another process that is filling the feature cache {self.dir} …")
-            lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
-
-    def _decoded(self, todo: list):
-        "`(clip, key, frames, info, error)` in order; with `workers`, decoded that many clips ahead in other processes."
-        T = self.sampling.frames
-        if not self.workers:
-            for c, sha in todo:
-                t0 = time.perf_counter()
-                try:
-                    fr, info = decode_clip(c.video, T, c.start, c.end)
-                    err = None
-                except UserError as e:
-                    fr, info, err = None, None, e
-                self.timing["decode_wait"] += time.perf_counter() - t0
-                yield c, sha, fr, info, err
-            return
-        ctx = mp.get_context(
-            "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        )  # fork: no re-import per worker
-        with ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
-            it, window = iter(todo), collections.deque()
-
-            def submit():
-                nxt = next(it, None)
-                if nxt is not None:
-                    window.append((*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end)))
-
-            for _ in range(max(2 * self.batch_size, 4 * self.workers)):
-                submit()  # bounded: memory of a few batches
-            while window:
-                c, sha, fut = window.popleft()
-                submit()
-                t0 = time.perf_counter()
-                fr, info, msg, path = fut.result()
-                self.timing["decode_wait"] += time.perf_counter() - t0
-                yield c, sha, fr, info, (UserError(msg, path) if msg is not None else None)
-
-    def _encode(self, todo: list, out: dict, report: dict, skip_bad: bool, progress: bool, mirror: bool = False):
-        batch, pbar = (
-            [],
-            tqdm(
-                total=len(todo),
-                desc="encode mirrored clips" if mirror else "encode clips",
-                disable=not progress or not todo,
-                leave=False,
-            ),
-        )
-
-        def flush():
-            if not batch:
-                return
-            t0 = time.perf_counter()
-            feats = encode_frames(self.model, np.stack([b[2] for b in batch]), self.sampling).numpy()
-            self.timing["encode"] += time.perf_counter() - t0
-            for (c, sha, _, info), f in zip(batch, feats):
-                buf = io.BytesIO()
-                np.save(buf, f.astype(np.float32))
-                atomic_write(self.path_for(sha), buf.getvalue())
-                write_json(self.path_for(sha).with_suffix(".json"), {"clip": c.video, "id": c.id, **info})
-                out[c.id] = f.astype(np.float32)
-            self.encoded += len(batch)
-            report["encoded"] += len(batch)
-            pbar.update(len(batch))
-            batch.clear()
-
-        for c, sha, frames, info, err in self._decoded(todo):
-            if err is not None:
-                if not skip_bad:
-                    raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-                report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
-                continue
-            if info["repeated"]:
-                report["short_clips"].append(c.id)
+            if not Path(c.video).is_file():
+                raise UserError("clip file not found", c.video)
+            sha = self.segment_key(c, self.clip_sha(c.video))
             if mirror:
-                frames, info = (
-                    np.ascontiguousarray(frames[:, :, ::-1]),
-                    {**info, "mirrored": True},
-                )  # (T, H, W, 3): W flipped
-            batch.append((c, sha, frames, info))
-            if len(batch) >= self.batch_size:
-                flush()
-        flush()
-        pbar.close()
-        if todo:
-            write_json(self._memo_path, self._memo)
+                sha = sha256_json([sha, "mirror"])
+        except UserError as e:
+            if not skip_bad:
+                raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+            report["skipped"].append({"id": c.id, "path": c.video, "reason": e.msg})
+            continue
+        if not self._take_cached(c, sha, out, report):
+            todo.append((c, sha))
+    with self.filling(bool(todo)):
+        todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]  # filled meanwhile
+        self._encode(todo, out, report, skip_bad, progress, mirror)
+    return out, report
+
+# %% ../../nbs/video/02_features.ipynb #5188f1e0
+@patch
+@contextlib.contextmanager
+def filling(self: FeatureCache, needed: bool = True):
+    "Hold the cache folder's fill lock while encoding (one filler at a time); say so when waiting for another."
+    if not needed:
+        yield
+        return
+    lock = FileLock(str(self.dir / ".fill.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        tqdm.write(f"waiting for another process that is filling the feature cache {self.dir} …")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+# %% ../../nbs/video/02_features.ipynb #31278987
+@patch
+def _decoded(self: FeatureCache, todo: list):
+    "`(clip, key, frames, info, error)` in order; with `workers`, decoded that many clips ahead in other processes."
+    T = self.sampling.frames
+    if not self.workers:
+        for c, sha in todo:
+            t0 = time.perf_counter()
+            try:
+                fr, info = decode_clip(c.video, T, c.start, c.end)
+                err = None
+            except UserError as e:
+                fr, info, err = None, None, e
+            self.timing["decode_wait"] += time.perf_counter() - t0
+            yield c, sha, fr, info, err
+        return
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")  # fork: no re-import per worker
+    with ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
+        it, window = iter(todo), collections.deque()
+
+        def submit():
+            nxt = next(it, None)
+            if nxt is not None:
+                window.append((*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end)))
+
+        for _ in range(max(2 * self.batch_size, 4 * self.workers)):
+            submit()  # bounded: memory of a few batches
+        while window:
+            c, sha, fut = window.popleft()
+            submit()
+            t0 = time.perf_counter()
+            fr, info, msg, path = fut.result()
+            self.timing["decode_wait"] += time.perf_counter() - t0
+            yield c, sha, fr, info, (UserError(msg, path) if msg is not None else None)
+
+# %% ../../nbs/video/02_features.ipynb #b9a4ae9f
+@patch
+def _flush(self: FeatureCache, batch: list, out: dict, report: dict, pbar):
+    "Encode one batch of decoded clips and write their features; empties `batch`."
+    if not batch:
+        return
+    t0 = time.perf_counter()
+    feats = encode_frames(self.model, np.stack([b[2] for b in batch]), self.sampling).numpy()
+    self.timing["encode"] += time.perf_counter() - t0
+    for (c, sha, _, info), f in zip(batch, feats):
+        buf = io.BytesIO()
+        np.save(buf, f.astype(np.float32))
+        atomic_write(self.path_for(sha), buf.getvalue())
+        write_json(self.path_for(sha).with_suffix(".json"), {"clip": c.video, "id": c.id, **info})
+        out[c.id] = f.astype(np.float32)
+    self.encoded += len(batch)
+    report["encoded"] += len(batch)
+    pbar.update(len(batch))
+    batch.clear()
+
+# %% ../../nbs/video/02_features.ipynb #066f8baf
+@patch
+def _encode(
+    self: FeatureCache, todo: list, out: dict, report: dict, skip_bad: bool, progress: bool, mirror: bool = False
+):
+    batch, pbar = (
+        [],
+        tqdm(
+            total=len(todo),
+            desc="encode mirrored clips" if mirror else "encode clips",
+            disable=not progress or not todo,
+            leave=False,
+        ),
+    )
+
+    for c, sha, frames, info, err in self._decoded(todo):
+        if err is not None:
+            if not skip_bad:
+                raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+            report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
+            continue
+        if info["repeated"]:
+            report["short_clips"].append(c.id)
+        if mirror:
+            frames, info = (
+                np.ascontiguousarray(frames[:, :, ::-1]),
+                {**info, "mirrored": True},
+            )  # (T, H, W, 3): W flipped
+        batch.append((c, sha, frames, info))
+        if len(batch) >= self.batch_size:
+            self._flush(batch, out, report, pbar)
+    self._flush(batch, out, report, pbar)
+    pbar.close()
+    if todo:
+        write_json(self._memo_path, self._memo)
