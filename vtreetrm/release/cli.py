@@ -48,108 +48,35 @@ CLI_COMMANDS = {
 def chain_commands(syn: str | Path, run: str | Path, records: int = 400, conflicts: int = 0) -> dict:
     "`{step: vtreetrm release arguments}` for the chain on make-synthetic's folder `syn`, writing under `run`."
     s, r, d = Path(syn), Path(run), FORMAL_DATASET
-    can, sft, src, rl = (
-        r / f"canonical/{d}/all.json",
-        r / f"releases/sft-legacy/{d}",
-        r / f"releases/rl/source/{d}",
-        r / f"releases/rl/{d}",
-    )
+    can, sft, src, rl = r / f"canonical/{d}/all.json", r / f"releases/sft-legacy/{d}", r / f"releases/rl/source/{d}", r / f"releases/rl/{d}"  # fmt: skip
     tools = ["--registry", s / f"ASSETS/registries/{d}.registry.json", "--corpus", s / f"ASSETS/corpora/{d}.corpus.json",
              "--task-config", s / f"CFG/{d}.task.json"]  # fmt: skip
     prompt = [*tools, "--metadata-fields", *NATIVE_PROMPT_FIELDS]
     assets = [*prompt, "--grading-config", s / f"STANDARDS/{d}.grading.json"]
-    manifest = ["--grading-manifest", r / "grading-manifest.json"]
-    traj = r / f"releases/sft-trajectory/{d}"
+    manifest, traj = ["--grading-manifest", r / "grading-manifest.json"], r / f"releases/sft-trajectory/{d}"
+    std = lambda n: f"{d}={s}/STANDARDS/{d}.{n}.json"  # noqa: E731
+    # fmt: off
     return {
         "make-synthetic": ["make-synthetic", "--out", s, "--records", records, "--conflicts", conflicts],
-        "preprocess": [
-            "preprocess",
-            "--input",
-            s / f"RAW/{d}.xlsx",
-            "--mapping",
-            s / f"ASSETS/mappings/{d}.mapping.json",
-            "--output",
-            r / f"processed/{d}/all.json",
-            "--dataset",
-            d,
-        ],  # fmt: skip
-        "canonical": [
-            "canonical",
-            "--processed-dir",
-            r / "processed",
-            "--canonical-dir",
-            r / "canonical",
-            "--config-file",
-            s / "CFG/datasets.json",
-            "--registry-dir",
-            s / "ASSETS/registries",
-            "--corpus-dir",
-            s / "ASSETS/corpora",
-            "--dataset",
-            d,
-        ],  # fmt: skip
+        "preprocess": ["preprocess", "--input", s / f"RAW/{d}.xlsx", "--mapping", s / f"ASSETS/mappings/{d}.mapping.json",
+                       "--output", r / f"processed/{d}/all.json", "--dataset", d],
+        "canonical": ["canonical", "--processed-dir", r / "processed", "--canonical-dir", r / "canonical",
+                      "--config-file", s / "CFG/datasets.json", "--registry-dir", s / "ASSETS/registries",
+                      "--corpus-dir", s / "ASSETS/corpora", "--dataset", d],
         "split": ["split", "--canonical-dir", r / "canonical", "--dataset", d, "--split-type", "random", "--seed", 42],
-        "audit": [
-            "audit",
-            "--bundle",
-            "--canonical",
-            f"{d}={can}",
-            "--classification-standard",
-            f"{d}={s}/STANDARDS/{d}.classification.json",
-            "--grading-standard",
-            f"{d}={s}/STANDARDS/{d}.grading.json",
-            "--split",
-            "train",
-            "--level-field",
-            "data_level",
-            "--report",
-            r / f"audits/{d}.prompt.json",
-        ],  # fmt: skip
+        "audit": ["audit", "--bundle", "--canonical", f"{d}={can}", "--classification-standard", std("classification"),
+                  "--grading-standard", std("grading"), "--split", "train", "--level-field", "data_level",
+                  "--report", r / f"audits/{d}.prompt.json"],
         "sft-export": ["sft-export", "--canonical", can, "--output-dir", sft, *assets],
         "sft-validate": ["sft-validate", "--dataset-dir", sft, *assets, "--report", sft / "validation.json"],
         "rl-export": ["rl-export", "--canonical", can, "--output-dir", src, "--dataset", d, *assets],
-        "mixture-sft": [
-            "mixture",
-            "--family",
-            "sft",
-            "--input",
-            f"{d}={sft}",
-            *manifest,
-            *prompt,
-            "--output-dir",
-            r / "releases/sft-legacy/standardized",
-        ],  # fmt: skip
-        "mixture-rl": [
-            "mixture",
-            "--family",
-            "rl-cascade",
-            "--input",
-            f"{d}={src}",
-            *manifest,
-            *prompt,
-            "--output-dir",
-            rl,
-        ],
-        "rl-validate-cascade": [
-            "rl-validate-cascade",
-            "--dataset-dir",
-            rl,
-            *tools,
-            *manifest,
-            "--report",
-            rl / "validation.json",
-        ],
-        "trajectory-export": [
-            "trajectory-export",
-            "--dataset",
-            d,
-            "--canonical",
-            can,
-            *assets,
-            "--think-source",
-            "mock",
-            "--output-dir",
-            traj,
-        ],  # fmt: skip
+        "mixture-sft": ["mixture", "--family", "sft", "--input", f"{d}={sft}", *manifest, *prompt,
+                        "--output-dir", r / "releases/sft-legacy/standardized"],
+        "mixture-rl": ["mixture", "--family", "rl-cascade", "--input", f"{d}={src}", *manifest, *prompt, "--output-dir", rl],
+        "rl-validate-cascade": ["rl-validate-cascade", "--dataset-dir", rl, *tools, *manifest,
+                                "--report", rl / "validation.json"],
+        "trajectory-export": ["trajectory-export", "--dataset", d, "--canonical", can, *assets,
+                              "--think-source", "mock", "--output-dir", traj],
         "trajectory-validate": ["trajectory-validate", "--dataset-dir", traj, *assets],
     }
+    # fmt: on
