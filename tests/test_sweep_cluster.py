@@ -28,8 +28,9 @@ BODY = (
 )
 
 
-def _notebook(path: Path) -> Path:
-    nb = new_notebook(cells=[new_code_cell("x = 1\nsleep_s = 0.0\nrun_dir = '.'"), new_code_cell(BODY)])
+def _notebook(path: Path, params: str = "x = 1\nsleep_s = 0.0\nrun_dir = '.'", body: str = BODY) -> Path:
+    "A parameterized notebook: a `parameters` cell and a body."
+    nb = new_notebook(cells=[new_code_cell(params), new_code_cell(body)])
     nb.cells[0].metadata["tags"] = ["parameters"]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "python3", "language": "python"}
     nbformat.write(nb, path)
@@ -130,10 +131,7 @@ COUNTER = (
 @pytest.mark.slow  # about 3 minutes: SLURM holds a requeued job for a while before it starts it again
 def test_preempted_point_is_requeued_and_resumes(slurm, tmp_path, cli):
     "SIGUSR2 (what SLURM sends before a preemption or the time limit): submitit checkpoints, requeues, and the run goes on."
-    nb = new_notebook(cells=[new_code_cell("steps = 8\nrun_dir = '.'"), new_code_cell(COUNTER)])
-    nb.cells[0].metadata["tags"] = ["parameters"]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "python3", "language": "python"}
-    nbformat.write(nb, tmp_path / "count.ipynb")
+    _notebook(tmp_path / "count.ipynb", "steps = 8\nrun_dir = '.'", COUNTER)
     (tmp_path / "one.yaml").write_text(f"notebook: {tmp_path / 'count.ipynb'}\nexecutor: slurm\n")
     d = tmp_path / "sweep"
     cli("sweep", tmp_path / "one.yaml", "--runs-dir", d, "--time", 10, check=0)

@@ -30,8 +30,8 @@ from ..utils import UserError, load_yaml, now_iso, provenance, read_json, write_
 __all__ = ['SWEEP_KEYS', 'EXECUTORS', 'SLURM_WAITING', 'SLURM_RUNNING', 'TOP1_KEYS', 'SWEEP_COMMANDS', 'load_sweep',
            'expand_sweep', 'ExecutorOptions', 'executor_options', 'sweep_folder', 'read_manifest', 'check_sweep_folder',
            'point_run', 'SweepPoint', 'check_slurm', 'connect_ray', 'submit_points', 'with_gpus', 'start_sweep',
-           'run_sweep', 'slurm_states', 'sweep_status', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd',
-           'resume_cmd']
+           'run_sweep', 'slurm_states', 'sweep_status', 'saved_options', 'resume_sweep', 'wait_for', 'sweep_cmd',
+           'status_cmd', 'resume_cmd']
 
 # %% ../../nbs/runs/02_sweep.ipynb #cf1563ac
 SWEEP_KEYS = {"notebook", "name", "params", "grid", "runs", "jobs", "runs_dir", "executor"}
@@ -162,6 +162,8 @@ def read_manifest(d: Path) -> dict:
             raise UserError(f"point {name!r:.80} is not a run name this tool writes", d / "sweep.json", field="points")
     if not isinstance(man.get("jobs", {}), dict):
         raise UserError("must be a mapping", d / "sweep.json", field="jobs")
+    if not isinstance(man.get("executor", {}), (dict, str)):
+        raise UserError("must be a name or a mapping", d / "sweep.json", field="executor")
     return man
 
 
@@ -393,8 +395,8 @@ def with_gpus(params: dict, opts: ExecutorOptions, declared: dict) -> dict:
     return params
 
 # %% ../../nbs/runs/02_sweep.ipynb #2dd2aee3
-def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOptions = None) -> tuple[Path, dict, dict]:
-    "Read the sweep, check every point against the notebook and the folder against the sweep; (folder, manifest, points)."
+def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOptions = None, jobs: int = None) -> tuple:
+    "Read the sweep, check every point and the folder; `(folder, manifest, executor options, local processes)`."
     spec = load_sweep(path)
     nb = resolve_notebook(spec["notebook"])
     declared = notebook_parameters(nb)
@@ -409,14 +411,13 @@ def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOpt
     man = {"sweep": name, "sweep_file": str(Path(path).resolve()), "notebook": str(nb), "points": points,
            "jobs": old.get("jobs", {}), "created": old.get("created", now_iso()),
            "provenance": provenance({"sweep": str(path)}, [path, nb])}  # fmt: skip
-    return d, man, opts
+    return d, man, opts, max(1, int(jobs or spec.get("jobs") or 1))
 
 
 def run_sweep(path: str | Path, jobs: int = None, force: bool = False, runs_dir: str | Path = None,
               progress: bool = True, opts: ExecutorOptions = None) -> dict:  # fmt: skip
     "Run (local, ray) or submit (slurm) every point of a sweep; returns {name: status}. Bad input is refused first."
-    d, man, opts = start_sweep(path, runs_dir, opts)
-    jobs = max(1, int(jobs or load_sweep(path).get("jobs") or 1))
+    d, man, opts, jobs = start_sweep(path, runs_dir, opts, jobs)
     return submit_points(d, man, man["points"], opts, force, jobs, progress)
 
 # %% ../../nbs/runs/02_sweep.ipynb #45218059
@@ -531,13 +532,16 @@ def sweep_status(d: str | Path) -> list[dict]:
     return rows
 
 # %% ../../nbs/runs/02_sweep.ipynb #a817ebe1
+def saved_options(d: Path, man: dict, flags: ExecutorOptions = None) -> ExecutorOptions:
+    "The executor options a sweep was submitted with (its sweep.json), under the flags given now."
+    return executor_options(flags, {"executor": man.get("executor") or {}, "_path": str(Path(d) / "sweep.json")})
+
+
 def resume_sweep(d: str | Path, opts: ExecutorOptions = None, jobs: int = 1, progress: bool = True) -> dict:
     "Run or resubmit the points of the sweep in `d` that failed or never ran, with its executor unless `opts` says other."
     d = Path(d)
     man = read_manifest(d)
-    saved = ExecutorOptions(**{k: v for k, v in (man.get("executor") or {}).items() if k in
-                               {f.name for f in dataclasses.fields(ExecutorOptions)}})  # fmt: skip
-    opts = executor_options(opts, {"executor": dataclasses.asdict(saved), "_path": str(d / "sweep.json")})
+    opts = saved_options(d, man, opts)
     todo = {r["name"]: man["points"][r["name"]] for r in sweep_status(d) if r["state"] in ("failed", "not run")}
     nb = resolve_notebook(man["notebook"])
     declared = notebook_parameters(nb)
@@ -593,9 +597,8 @@ def sweep_cmd(
     ex: ExecutorOptions = None,
 ):
     "Run a sweep's points here (local), on SLURM (a job array, via submitit) or on Ray; exit 1 if any failed."
-    d, _, opts = start_sweep(sweep, runs_dir, ex)
-    res = run_sweep(sweep, jobs, force, runs_dir, opts=ex)
-    return _finish_cmd(d, res, opts, wait)
+    d, man, opts, jobs = start_sweep(sweep, runs_dir, ex, jobs)
+    return _finish_cmd(d, submit_points(d, man, man["points"], opts, force, jobs), opts, wait)
 
 # %% ../../nbs/runs/02_sweep.ipynb #3b690c09
 def status_cmd(sweep_dir: Param("a sweep folder (it holds sweep.json)")):
@@ -612,10 +615,8 @@ def resume_cmd(
 ):
     "Run again, with the sweep's executor, only the points that failed or never ran."
     d = Path(sweep_dir)
-    man = read_manifest(d)
     res = resume_sweep(d, ex, jobs)
-    opts = executor_options(ex, {"executor": man.get("executor") or {}})
-    return _finish_cmd(d, res, opts, wait)
+    return _finish_cmd(d, res, saved_options(d, read_manifest(d), ex), wait)
 
 
 SWEEP_COMMANDS = {"status": status_cmd, "resume": resume_cmd}
