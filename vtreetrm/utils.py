@@ -28,9 +28,9 @@ from typing import Any
 # %% auto #0
 __all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
            'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'publish_dir',
-           'atomic_dir', 'path_component', 'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml',
-           'sha256_file', 'sha256_json', 'stable_uniform', 'package_versions', 'git_info', 'now_iso', 'provenance',
-           'run_sync']
+           'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock', 'path_component',
+           'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
+           'stable_uniform', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -233,6 +233,57 @@ def atomic_dir(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+# %% ../nbs/00_utils.ipynb #21f7b033
+def make_own_dir(
+    path: str | Path,  # a folder that must not exist yet
+) -> Path:
+    "Create a working folder this tool owns: marked from its first instant, so a later run may reuse or remove it."
+    path = Path(os.path.abspath(path))
+    make_parent(path)
+    path.mkdir()
+    (path / PUBLISHED_MARKER).write_text("")
+    return path
+
+
+def reuse_own_dir(
+    path: str | Path,  # a working folder a previous run may have left
+) -> bool:
+    "True when `path` is a folder this tool made (reusable); False when it is absent; a `UserError` otherwise."
+    path = Path(os.path.abspath(path))
+    if not path.exists() and not path.is_symlink():
+        return False
+    check_replaceable(path)
+    return True
+
+
+def remove_own_dir(
+    path: str | Path,  # a folder to remove, if this tool made it
+):
+    "Remove a folder this tool made (it holds the marker, or is empty); refuse a link, a file or a user's folder."
+    if reuse_own_dir(path):
+        shutil.rmtree(path)
+
+# %% ../nbs/00_utils.ipynb #cd8d297c
+@contextlib.contextmanager
+def folder_lock(
+    dest: str | Path,  # the output folder the work writes
+    busy: str = "is being written by another process; wait for it or choose another output",  # the refusal's text
+):
+    "Hold `.NAME.lock` beside `dest` while the block runs; refuse at once when another process holds it."
+    from filelock import FileLock, Timeout
+
+    dest = Path(os.path.abspath(dest))
+    make_parent(dest)
+    lock = FileLock(str(dest.parent / f".{dest.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UserError(busy, dest) from None
+    try:
+        yield dest
+    finally:
+        lock.release()
 
 # %% ../nbs/00_utils.ipynb #5a1c0e78
 def path_component(name, what: str = "name", path: str | Path = None, line: int = None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..utils import UserError, now_iso, provenance, read_json, write_json
+from ..utils import UserError, make_own_dir, now_iso, provenance, read_json, reuse_own_dir, write_json
 
 # %% auto #0
 __all__ = ['STATES', 'FINAL', 'read_run', 'RunFolder']
@@ -53,7 +53,8 @@ class RunFolder:
         self.run = {"status": status, "started": old.get("started", now_iso()), "resumed": resumed,
                     **fields, **provenance(self.params, self.inputs)}  # fmt: skip
         if self.main:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            if not reuse_own_dir(self.dir):  # a link or a user's folder in its place is refused
+                make_own_dir(self.dir)
             write_json(self.dir / "params.json", self.params)
             write_json(self.dir / "run.json", self.run)
         return self.run

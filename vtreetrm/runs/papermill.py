@@ -9,7 +9,6 @@ import ast
 import contextlib
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -21,11 +20,14 @@ from vtreetrm.utils import (
     PACKAGE_DIR,
     UserError,
     check_replaceable,
+    folder_lock,
     load_yaml,
-    make_parent,
+    make_own_dir,
     publish_dir,
     read_json,
     recover_publication,
+    remove_own_dir,
+    reuse_own_dir,
     write_json,
 )
 
@@ -217,33 +219,20 @@ def run_notebook(
 @contextlib.contextmanager
 def _run_lock(dest: Path):
     "One process per run name at a time (the lock goes with the process, so a killed run's name is free again)."
-    from filelock import FileLock, Timeout
-
-    make_parent(Path(os.path.abspath(dest)))  # the runs folder
-    lock = FileLock(str(dest.parent / f".{dest.name}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise UserError(
-            f"run {dest.name!r} is being executed by another process; wait for it or choose another --name",
-            dest.parent / f"{dest.name}.running",
-        ) from None
-    try:
+    busy = f"run {dest.name!r} is being executed by another process; wait for it or choose another --name"
+    with folder_lock(dest, busy):
         yield
-    finally:
-        lock.release()
 
 # %% ../../nbs/runs/00_papermill.ipynb #ef074567
 def _running_dir(dest: Path, full: dict) -> tuple[Path, bool]:
     "NAME.running beside NAME: kept, with its files (checkpoints), when an interrupted run had the same parameters."
     work = dest.parent / f"{dest.name}.running"
-    if work.is_dir():
+    if reuse_own_dir(work):  # a link or a user's folder at NAME.running is refused, never written through
         old = read_json(work / "params.json") if (work / "params.json").is_file() else None
         if old == full:  # a run that had started goes on; one a scheduler queued starts here
             return work, (read_run(work) or {}).get("status") != "queued"
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    return work, False
+        remove_own_dir(work)
+    return make_own_dir(work), False
 
 # %% ../../nbs/runs/00_papermill.ipynb #39d7662a
 def _execute(
