@@ -57,9 +57,9 @@ v verl-merge --checkpoint "$CK" --out "$W/merged" | tee "$W/merge.out"
 set +e; v rollout-gate --model "$W/merged" --release "$R/rl" "${A[@]}" --n 16 --report "$W/gate.json"; echo "rollout-gate exit $?"; set -e
 python - "$W" <<'PY'
 import json, sys; from pathlib import Path
-from vtreetrm.release.rollout import weights_identity
+from vtreetrm.utils import model_identity
 w = Path(sys.argv[1]); gate = json.loads((w/'gate.json').read_text()); merge = json.loads((w/'merged/merge_report.json').read_text())
-sha = weights_identity(w/'merged')
+sha = model_identity(w/'merged')['sha256']
 assert gate['model']['sha256'] == sha == merge['sha256'], 'the gate did not score the merged model'
 print(json.dumps({'sft_steps': 10, 'merged_sha256': sha, 'gate_status': gate['status'], 'nonzero_reward_rate': gate['nonzero_reward_rate'],
                   'merged_parameters': merge['parameters'], 'merged_world_size': merge['world_size']}, indent=1))

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
-           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'publish_dir',
-           'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock', 'path_component',
-           'loads_json', 'read_json', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
-           'stable_uniform', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
+__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FILES', 'MODEL_IDENTITY_GLOBS', 'MODEL_WEIGHT_SUFFIXES',
+           'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent', 'atomic_write', 'dumps_json',
+           'write_json', 'recover_publication', 'check_replaceable', 'publish_dir', 'atomic_dir', 'make_own_dir',
+           'reuse_own_dir', 'remove_own_dir', 'folder_lock', 'path_component', 'loads_json', 'read_json', 'iter_jsonl',
+           'write_jsonl', 'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity',
+           'changed_files', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -467,6 +468,50 @@ def stable_uniform(*parts) -> float:
     "A number in [0, 1) that is a function of `parts` only: the first 8 bytes of the sha256 of their text, over 2**64."
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
+
+# %% ../nbs/00_utils.ipynb #ef851d80
+MODEL_IDENTITY_FILES = (
+    "config.json",  # architecture (required)
+    "generation_config.json",  # end-of-sequence ids and sampling defaults
+    "tokenizer.json",
+    "tokenizer_config.json",  # also the chat template and the EOS token, when stored there
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+)
+MODEL_IDENTITY_GLOBS = ("*.safetensors", "*.bin", "*.pt", "*.index.json", "additional_chat_templates/*.jinja")
+MODEL_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+def model_identity(folder: str | Path) -> dict:
+    "Path, sha256 of each file deciding what a model folder generates (config, weights, tokenizer, chat template, generation config) and one sha256 over them."
+    m = Path(folder)
+    if not m.is_dir():
+        raise UserError("no such model folder", m)
+    if not (m / "config.json").is_file():
+        raise UserError("the model folder has no config.json", m, field="config.json")
+    globbed = sorted({f.relative_to(m).as_posix() for g in MODEL_IDENTITY_GLOBS for f in m.glob(g) if f.is_file()})
+    if not any(n.endswith(MODEL_WEIGHT_SUFFIXES) for n in globbed):
+        raise UserError("the model folder has no weight files (*.safetensors, *.bin, *.pt)", m)
+    names = [n for n in MODEL_IDENTITY_FILES if (m / n).is_file()] + globbed
+    file_sha256 = {n: sha256_file(m / n) for n in names}
+    h = hashlib.sha256()
+    for n, s in file_sha256.items():
+        h.update(n.encode() + b"\0" + bytes.fromhex(s))
+    return {"path": str(m.resolve()), "files": names, "file_sha256": file_sha256, "sha256": h.hexdigest()}
+
+
+def changed_files(before: dict, after: dict) -> list:
+    "Names of the files two `model_identity` records disagree on (changed, added or removed), in order."
+    a, b = before.get("file_sha256") or {}, after.get("file_sha256") or {}
+    return sorted(n for n in {*a, *b} if a.get(n) != b.get(n))
 
 # %% ../nbs/00_utils.ipynb #a4cb20be
 PACKAGE_DIR = (

@@ -15,10 +15,19 @@ from pathlib import Path
 
 from .assets import SPLITS, ToolAssets, flat_params, make_report, release_report, requires
 from .parquet import open_parquet
-from .rollout import weights_identity
+from .rollout import check_gate_report
 from .tools import write_tool_config
 from .trajectory import release_think_source
-from ..utils import UserError, atomic_dir, atomic_write, read_json, sha256_file, write_json
+from vtreetrm.utils import (
+    UserError,
+    atomic_dir,
+    atomic_write,
+    changed_files,
+    model_identity,
+    read_json,
+    sha256_file,
+    write_json,
+)
 
 # %% auto #0
 __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config',
@@ -382,7 +391,7 @@ def verl_merge(
     with atomic_dir(dest) as tmp:
         _run_merger(cmd, tmp, checkpoint)
         n = check_merged(tmp)
-        ident = weights_identity(tmp)
+        ident = model_identity(tmp)
         params = dict(checkpoint=checkpoint, out=out, overwrite=overwrite)
         rep = _merge_report(params, info, n, ident["sha256"], [*cmd, str(dest.resolve())])
         write_json(tmp / "merge_report.json", rep)
@@ -414,20 +423,16 @@ def release_canonical(release, depth: int = 0) -> dict:
     return out
 
 # %% ../../nbs/release/13_launch.ipynb #07cbfcf9
-def _check_rollout_gate(rollout_gate, sha256: str) -> dict:
-    "The rollout gate report, refused unless it passed for the model with this `sha256`."
-    g = read_json(rollout_gate)
-    if not isinstance(g, dict) or g.get("passed") is not True:
+def _check_rollout_gate(rollout_gate, ident: dict) -> dict:
+    "The rollout gate report, refused unless its own figures pass and it names the model `ident` (`model_identity`)."
+    g = check_gate_report(read_json(rollout_gate), rollout_gate)
+    gm = g.get("model") if isinstance(g.get("model"), dict) else {}
+    if gm.get("sha256") != ident["sha256"]:
+        changed = changed_files(gm, ident) if gm.get("file_sha256") else []
+        what = f"files changed: {', '.join(changed)}" if changed else f"sha256 {gm.get('sha256')}"
         raise UserError(
-            f"the rollout gate did not pass (status {g.get('status') if isinstance(g, dict) else None!r}): RLOO starts only from a "
-            "model whose nonzero-reward rate is 5-30%",
-            rollout_gate,
-            field="passed",
-        )
-    gsha = (g.get("model") or {}).get("sha256")
-    if gsha != sha256:
-        raise UserError(
-            f"the rollout gate was run on another model (sha256 {gsha}, --sft-model has {sha256})",
+            f"the rollout gate was run on another model ({what}; --sft-model has sha256 {ident['sha256']}): "
+            "rerun rollout-gate on --sft-model",
             rollout_gate,
             field="model.sha256",
         )
@@ -466,8 +471,8 @@ def _check_audit(audit, release) -> dict:
 @requires("sft_model", "rollout_gate", "audit", "reference")
 def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
     "Check the rollout gate, the audit and the reference for a formal RLOO launch; returns what the launch report records."
-    ident = weights_identity(sft_model)
-    g = _check_rollout_gate(rollout_gate, ident["sha256"])
+    ident = model_identity(sft_model)
+    g = _check_rollout_gate(rollout_gate, ident)
     canon = _check_audit(audit, release)
     if not Path(reference).is_dir():
         raise UserError("no such reference model folder", reference)
@@ -484,7 +489,7 @@ def rl_gates(release, sft_model, rollout_gate, audit, reference) -> dict:
             "conflict_keys": 0,
             "canonical": sorted(canon),
         },
-        "reference": weights_identity(reference),
+        "reference": model_identity(reference),
     }
 
 # %% ../../nbs/release/13_launch.ipynb #d8f697c1

@@ -5,8 +5,8 @@
 # %% ../../nbs/release/14_rollout.ipynb #04df4509
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 import re
 from pathlib import Path
 
@@ -16,11 +16,11 @@ from .assets import ToolAssets, make_report, required, requires
 from .parquet import iter_parquet
 from .reward import compute_score, parse_final_answer
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
-from ..utils import UserError, iter_jsonl, sha256_file, write_json
+from ..utils import UserError, iter_jsonl, model_identity, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['GATE_RANGE', 'PARSER', 'parse_tool_calls', 'weights_identity', 'model_identity', 'diagnose', 'summarize',
-           'rollout_episode', 'rollout_gate']
+__all__ = ['GATE_RANGE', 'PARSER', 'EPISODES_KEPT', 'parse_tool_calls', 'gate_identity', 'diagnose', 'summarize',
+           'check_gate_report', 'rollout_episode', 'rollout_gate']
 
 # %% ../../nbs/release/14_rollout.ipynb #271169a9
 GATE_RANGE = (0.05, 0.30)
@@ -44,30 +44,11 @@ def parse_tool_calls(text: str) -> list:
     return out
 
 # %% ../../nbs/release/14_rollout.ipynb #0528eafd
-def weights_identity(model) -> dict:
-    "Path and sha256 of a model folder's config.json and weight files (the model's identity in gate and launch reports)."
-    if model is None:
-        return None
-    m = Path(model)
-    if not m.is_dir():
-        raise UserError("no such model folder", m)
-    files = sorted([*m.glob("*.safetensors"), *m.glob("*.bin"), *m.glob("*.pt")])
-    if not files:
-        raise UserError("the model folder has no weight files (*.safetensors, *.bin, *.pt)", m)
-    if not (m / "config.json").is_file():
-        raise UserError("the model folder has no config.json", m, field="config.json")
-    h = hashlib.sha256()
-    for f in [m / "config.json", *files]:
-        h.update(f.name.encode())
-        h.update(bytes.fromhex(sha256_file(f)))
-    return {"path": str(m.resolve()), "files": ["config.json", *(f.name for f in files)], "sha256": h.hexdigest()}
-
-
-def model_identity(model: str = None, model_sha256: str = None) -> dict | None:
-    "The identity a gate report records: the folder's (`weights_identity`) or a given sha256; both must agree."
+def gate_identity(model: str = None, model_sha256: str = None) -> dict | None:
+    "The identity a gate report records: the folder's `model_identity` or a given sha256; both must agree."
     if model_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(model_sha256)):
         raise UserError(f"--model-sha256 must be 64 hex digits, got {str(model_sha256)[:80]!r}")
-    ident = weights_identity(model)
+    ident = model_identity(model) if model is not None else None
     if model_sha256 is None:
         return ident
     if ident and ident["sha256"] != model_sha256.lower():
@@ -107,6 +88,73 @@ def summarize(episodes: list) -> dict:
         "tool_call_rate": round(sum(e["tool_calls"] > 0 for e in episodes) / n, 6),
         "likely_cause": None if rate > 0.01 else diagnose(episodes),
     }
+
+# %% ../../nbs/release/14_rollout.ipynb #94a5888b
+EPISODES_KEPT = 200  # episodes a gate report lists (the first ones)
+
+
+def _gate_episodes(eps, n: int, nz: int, path):
+    "Refuse a report's episode list that is not its first `min(n, EPISODES_KEPT)` episodes, each once, fitting `nz`."
+    want = min(n, EPISODES_KEPT)
+    if not isinstance(eps, list) or len(eps) != want:
+        got = len(eps) if isinstance(eps, list) else "no"
+        raise UserError(
+            f"the rollout gate report lists {got} episodes, not the first {want} of {n}", path, field="episodes"
+        )
+    if not all(isinstance(e, dict) and type(e.get("reward")) in (int, float) for e in eps):
+        raise UserError("the rollout gate report has an episode without a numeric reward", path, field="episodes")
+    ids = [json.dumps(e.get("sample_id")) for e in eps]
+    if len(set(ids)) < len(ids):
+        rep = next(i for i in ids if ids.count(i) > 1)
+        raise UserError(f"the rollout gate report counts sample_id {rep} more than once", path, field="episodes")
+    listed = sum(e["reward"] > 0 for e in eps)
+    if not listed <= nz <= listed + n - want:
+        raise UserError(
+            f"the rollout gate report's episodes have {listed} nonzero rewards: not {nz}/{n}", path, field="episodes"
+        )
+
+
+def _gate_figures(g: dict, path) -> tuple[int, int]:
+    "(denominator, nonzero numerator) of a gate report, checked against its rate, its band and its episodes."
+    n, nz, rate = g.get("denominator"), g.get("nonzero_reward_numerator"), g.get("nonzero_reward_rate")
+    if type(n) is not int or n < 1:
+        raise UserError(
+            f"the rollout gate report's denominator is {n!r}, not a positive integer", path, field="denominator"
+        )
+    if type(nz) is not int or not 0 <= nz <= n:
+        raise UserError(
+            f"the rollout gate report's nonzero_reward_numerator is {nz!r}, not an integer in 0..{n}",
+            path,
+            field="nonzero_reward_numerator",
+        )
+    if type(rate) not in (int, float) or not math.isclose(rate, nz / n, abs_tol=1e-6):
+        raise UserError(
+            f"the rollout gate report's nonzero_reward_rate {rate!r} is not {nz}/{n}", path, field="nonzero_reward_rate"
+        )
+    if g.get("gate_range") != list(GATE_RANGE):
+        raise UserError(
+            f"the rollout gate report's gate_range {g.get('gate_range')!r} is not the project's {list(GATE_RANGE)}",
+            path,
+            field="gate_range",
+        )
+    _gate_episodes(g.get("episodes"), n, nz, path)
+    return n, nz
+
+
+def check_gate_report(g, path) -> dict:
+    "A rollout gate report whose verdict, re-derived from its own figures with `GATE_RANGE`, is a pass; else a `UserError`."
+    if not isinstance(g, dict):
+        raise UserError("a rollout gate report must be a JSON object", path)
+    n, nz = _gate_figures(g, path)
+    figures = f"{nz}/{n} nonzero = {100 * nz / n:.2f}% (need {100 * GATE_RANGE[0]:.0f}%-{100 * GATE_RANGE[1]:.0f}%)"
+    says = f"status {g.get('status')!r}, passed {g.get('passed')!r}"
+    if not GATE_RANGE[0] <= nz / n <= GATE_RANGE[1]:
+        raise UserError(
+            f"the rollout gate did not pass: {figures}; the report says {says}", path, field="nonzero_reward_rate"
+        )
+    if g.get("passed") is not True or g.get("status") != "passed":
+        raise UserError(f"the rollout gate report says {says}, against its figures {figures}", path, field="status")
+    return g
 
 # %% ../../nbs/release/14_rollout.ipynb #407f283e
 def _generate(model, tok, msgs: list, max_new_tokens: int, temperature: float) -> str:
@@ -274,7 +322,7 @@ def rollout_gate(
     split: str = "val",  # release split to draw from
     assets: ToolAssets = None,  # --registry, --corpus, --task-config (for the tools)
     from_dump: str = None,  # score this rollout dump JSONL instead (lines with response and ground_truth)
-    model_sha256: str = None,  # with --from-dump and no --model: the identity of the model that produced the dump (`weights_identity`: config.json + weights)
+    model_sha256: str = None,  # with --from-dump and no --model: the identity of the model that produced the dump (`utils.model_identity`: config, weights, tokenizer, chat template)
     reference: str = None,  # reference model folder, recorded by identity
     report: str = None,  # gate report JSON to write
     max_turns: int = 6,  # assistant turns per episode
@@ -288,7 +336,7 @@ def rollout_gate(
         raise UserError(
             "--from-dump needs the identity of the model that produced the dump: --model HF_DIR or --model-sha256 HEX"
         )
-    ident = model_identity(model, model_sha256)  # checked before any rollout
+    ident = gate_identity(model, model_sha256)  # checked before any rollout
     params = dict(
         model=model,
         model_sha256=model_sha256,
@@ -320,11 +368,11 @@ def rollout_gate(
         None,
         **body,
         model=ident,
-        reference=weights_identity(reference),
+        reference=model_identity(reference) if reference else None,
         release=rel,
         parser=PARSER,
         agent_loop=loop,
-        episodes=episodes[:200],
+        episodes=episodes[:EPISODES_KEPT],
     )
     write_json(report, rep)
     print(_verdict(body))
