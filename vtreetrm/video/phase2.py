@@ -50,6 +50,9 @@ from ..eval.parse import parse_actions
 from ..utils import UserError, atomic_dir, read_json, sha256_file, sha256_json, write_json, write_jsonl
 from vtreetrm.video.checkpoints import (
     TrainingRun,
+    base_llm_source,
+    base_model_identity,
+    check_base_llm,
     check_run_folder,
     load_resume_state,
     load_tensors,
@@ -924,12 +927,13 @@ def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
 
 # %% ../../nbs/video/04_phase2.ipynb #e3ae2ded
 def base_identity(cfg: Phase2Config, llm, dtype, tiny: bool) -> dict:
-    "What checkpoint.json records of the base LLM."
+    "What checkpoint.json records of the base LLM: where it is, its config's sha256, its identity (`base_model_identity`)."
     path = llm.name_or_path if tiny else cfg.llm
     return {
         "source": cfg.llm,
         "path": str(path),
         "config_sha256": model_config_sha256(path),
+        "identity": base_model_identity(path),
         "dtype": str(dtype).replace("torch.", ""),
     }
 
@@ -1176,7 +1180,8 @@ def _check_start(cfg: Phase2Config, out: Path, resume: bool, phase1) -> tuple:
     state = (
         (load_resume_state(out / "last"), last) if resume else None
     )  # refused (never unpickled) before anything is written
-    if resume:
+    if resume:  # the adapter in last/ goes on training on the base it was trained on, or not at all
+        check_base_llm(last["llm"], base_llm_source(last, out / "last"), out / "last")
         cfg = Phase2Config(
             **{**last["config"], "epochs": cfg.epochs, "max_steps": cfg.max_steps, "report_to": cfg.report_to}
         )
