@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vtreetrm.cli import main
-from vtreetrm.utils import sha256_file
+from vtreetrm.utils import folder_lock, sha256_file
 from vtreetrm.video.synthetic import LOTE_MOTION, SyntheticConfig, make_synthetic, render_frames, write_mp4
 
 torch.set_num_threads(1)
@@ -162,6 +162,32 @@ def test_nan_adapter_weights_are_refused(trained, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- one training per run folder
+
+
+@pytest.mark.parametrize("kind", ["phase1", "phase2"])
+def test_second_training_on_one_run_folder_is_refused(trained, tmp_path, cli, kind):
+    "While another process trains into --out (it holds the folder's lock), a second training refuses at once."
+    out = tmp_path / "run"
+    with folder_lock(out):
+        r = cli("video", kind, trained / "syn" / "lote", "--out", out, "--cache", tmp_path / "cache", "--epochs", 1)
+    _one_line(r, out, "another process")
+    assert not out.exists() and not (tmp_path / "cache").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("kind", ["link", "user folder"])
+def test_training_folder_must_be_ours(trained, tmp_path, capsys, kind):
+    "A link, or a folder with a run.json this tool did not make, is refused before any feature is encoded."
+    out, target = tmp_path / "run", tmp_path / "elsewhere"
+    target.mkdir()
+    if kind == "link":
+        out.symlink_to(target)
+    else:
+        out.mkdir()
+        (out / "run.json").write_text("{}")
+        (out / "notes.txt").write_text("mine")
+    rc = run("video", "phase1", trained / "syn" / "lote", "--out", out, "--cache", tmp_path / "cache", "--epochs", 1)
+    refused(capsys, rc, out)
+    assert not (tmp_path / "cache").exists() and not any(target.iterdir())
 
 
 # ---------------------------------------------------------------- import

@@ -5,6 +5,7 @@
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e004
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -21,7 +22,9 @@ from vtreetrm.utils import (
     UserError,
     atomic_dir,
     check_parent,
+    folder_lock,
     read_json,
+    reuse_own_dir,
     sha256_file,
     sha256_json,
     write_json,
@@ -31,7 +34,8 @@ from vtreetrm.utils import (
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'BASE_MODEL_FILES', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint',
            'load_tensors', 'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'model_folder',
-           'base_model_identity', 'base_llm_source', 'check_base_llm', 'check_run_folder', 'TrainingRun']
+           'base_model_identity', 'base_llm_source', 'check_base_llm', 'check_run_folder', 'training_lock',
+           'TrainingRun']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #8deacc16
 CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
@@ -320,6 +324,7 @@ def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
             "choose another --out",
             out,
         )
+    reuse_own_dir(out)  # a link or a folder this tool did not make is refused
     if any((out / n).exists() for n in ("best.pt", "last.pt")):
         raise UserError(
             "this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
@@ -334,6 +339,21 @@ def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
         if not (out / "last").exists():
             raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
         return read_checkpoint(out / "last", kind)
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #53304a1d
+@contextlib.contextmanager
+def training_lock(
+    out: str | Path,  # the run folder
+    main: bool = True,  # False on the other ranks of a multi-process run: the main one holds the lock
+):
+    "Hold the run folder's lock while a training writes it; a second training into the same folder refuses at once."
+    if not main:
+        yield
+        return
+    with folder_lock(
+        out, "another process is training into this run folder; wait for it to end or choose another --out"
+    ):
+        yield
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e016
 class TrainingRun(RunFolder):

@@ -61,6 +61,7 @@ from vtreetrm.video.checkpoints import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    training_lock,
 )
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, Dataset, load_dataset, mirror_labels
 from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
@@ -1311,23 +1312,27 @@ def train_phase2(
     cfg, out = cfg or Phase2Config(), Path(out)
     _seed_process(cfg.seed, threads)
     dtype = resolve_dtype(cfg.dtype)
-    cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)  # every check that needs no features comes first
     acc = make_accelerator(dtype, cfg.report_to, out)
-    ds = load_dataset(dataset, skip_bad=skip_bad)
-    _check_flip_map(cfg, ds, dataset)
-    cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
-    x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
-    _check_batches(cfg, len(x.train), acc.num_processes)
-    sampling = (vision, frames, grid)
-    params = _phase2_params(cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc)
-    inputs = _input_files(dataset, phase1)
-    rf = TrainingRun(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
-    try:
-        _save_base_llm(rf, x, acc)
-        return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
-    except BaseException as e:
-        rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
-        raise
+    with training_lock(out, acc.is_main_process):  # one training per run folder
+        # every check that needs no features comes first
+        cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)
+        ds = load_dataset(dataset, skip_bad=skip_bad)
+        _check_flip_map(cfg, ds, dataset)
+        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
+        x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
+        _check_batches(cfg, len(x.train), acc.num_processes)
+        sampling = (vision, frames, grid)
+        params = _phase2_params(
+            cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc
+        )
+        inputs = _input_files(dataset, phase1)
+        rf = TrainingRun(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
+        try:
+            _save_base_llm(rf, x, acc)
+            return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
+        except BaseException as e:
+            rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
+            raise
 
 # %% ../../nbs/video/04_phase2.ipynb #416735fc
 def _build_model(cfg: Phase2Config, rf: TrainingRun, x: _Inputs, llm, blip, state) -> tuple:
