@@ -5,9 +5,11 @@
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e004
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +22,20 @@ from vtreetrm.utils import (
     UserError,
     atomic_dir,
     check_parent,
+    folder_lock,
     read_json,
+    reuse_own_dir,
     sha256_file,
+    sha256_json,
     write_json,
     write_jsonl,
 )
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
-           'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'check_run_folder', 'TrainingRun']
+__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'BASE_MODEL_FILES', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint',
+           'load_tensors', 'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'model_folder',
+           'base_model_identity', 'base_llm_source', 'check_base_llm', 'check_run_folder', 'training_lock',
+           'TrainingRun']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #8deacc16
 CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
@@ -151,12 +158,16 @@ def read_checkpoint(path: str | Path, kind: str, verify: bool = True) -> dict:
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #5fb238f0
 def load_tensors(path: str | Path, name: str = "model.safetensors") -> dict:
-    "The tensors of a checkpoint folder's safetensors file."
+    "The tensors of a checkpoint folder's safetensors file, every one of them finite."
     f = Path(path) / name
     try:
-        return load_file(str(f))
+        tensors = load_file(str(f))
     except (SafetensorError, OSError, ValueError) as e:
         raise UserError(f"cannot read safetensors: {e}", f) from None
+    for k, v in tensors.items():
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise UserError(f"tensor {k!r} holds values that are not finite (NaN or inf): the weights are damaged", f)
+    return tensors
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e010
 def rng_state() -> dict:
@@ -204,6 +215,99 @@ def model_config_sha256(model: str | Path) -> str | None:
     except Exception:
         return None
 
+# %% ../../nbs/video/02a_checkpoints.ipynb #555414cc
+BASE_MODEL_FILES = (  # what decides what a base LLM computes from a prompt (glob patterns in its folder)
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "*.bin",
+    "*.bin.index.json",
+    "tokenizer*",
+    "vocab*",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template*",
+    "*.model",
+    "*.tiktoken",
+)
+
+
+def model_folder(model: str | Path) -> Path | None:
+    "The local folder of a model folder or of a cached hub id (None when there is none)."
+    p = Path(model)
+    if (p / "config.json").is_file():
+        return p
+    try:
+        from transformers.utils import cached_file
+
+        f = cached_file(str(model), "config.json", local_files_only=True)
+        return Path(f).parent if f else None
+    except Exception:
+        return None
+
+
+def base_model_identity(model: str | Path) -> dict | None:
+    "`{files: {name: sha256}, sha256}` of the files that make a base LLM what it is (None when it cannot be found)."
+    d = model_folder(model)
+    if d is None:
+        return None
+    names = sorted({f.name for pat in BASE_MODEL_FILES for f in d.glob(pat) if f.is_file()})
+    files = {n: sha256_file(d / n) for n in names}
+    return {"files": files, "sha256": sha256_json(files)}
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #aabfa72b
+def base_llm_source(meta: dict, ckpt: Path) -> str | None:
+    "Where the base LLM of a Phase-2 checkpoint is: the run's own copy for the tiny LLM, else the recorded path."
+    src = (meta.get("llm") or {}).get("path")
+    if meta.get("tiny_llm") and (Path(ckpt).parent / "base_llm" / "config.json").is_file():
+        src = str(Path(ckpt).parent / "base_llm")
+    return src
+
+
+def _changed_file(want: dict, have: dict) -> str:
+    "The first file of a base model identity that differs, in words."
+    changed = sorted(set(want) ^ set(have) | {n for n in want if n in have and want[n] != have[n]})
+    n = changed[0]
+    more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+    if n not in have:
+        return f"{n} is missing{more}"
+    if n not in want:
+        return f"{n} was not there when it was trained{more}"
+    return f"{n} has sha256 {have[n][:12]}…, checkpoint.json records {str(want[n])[:12]}…{more}"
+
+
+def check_base_llm(llm: dict, src: str | None, ckpt: Path):
+    "Refuse a base LLM other than the one checkpoint.json's `llm` record was trained on (config, weights, tokenizer)."
+    have = model_config_sha256(src) if src else None
+    if have is None:
+        raise UserError(
+            f"the base LLM {src!r} this checkpoint was trained on cannot be found",
+            ckpt / "checkpoint.json",
+            field="llm",
+        )
+    if have != llm.get("config_sha256"):
+        raise UserError(
+            f"the LoRA adapter belongs to another base LLM: {src}/config.json has sha256 {have[:12]}…, "
+            f"checkpoint.json records {str(llm.get('config_sha256'))[:12]}…",
+            ckpt,
+        )
+    want = llm.get("identity")
+    if not (isinstance(want, dict) and isinstance(want.get("files"), dict)):
+        print(
+            f"warning: {ckpt}: checkpoint.json records only the base LLM's config.json (an older checkpoint): "
+            f"the weights and tokenizer are not verified against {src}",
+            file=sys.stderr,
+        )
+        return
+    ident = base_model_identity(src)
+    if ident["sha256"] != want.get("sha256"):
+        raise UserError(
+            f"the LoRA adapter belongs to another base LLM: {_changed_file(want['files'], ident['files'])}",
+            model_folder(src),
+        )
+
 # %% ../../nbs/video/02a_checkpoints.ipynb #62936805
 RUN_FILES = ("run.json", "params.json")  # a folder holding either is a run folder: it may be started again or resumed
 
@@ -220,6 +324,7 @@ def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
             "choose another --out",
             out,
         )
+    reuse_own_dir(out)  # a link or a folder this tool did not make is refused
     if any((out / n).exists() for n in ("best.pt", "last.pt")):
         raise UserError(
             "this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
@@ -234,6 +339,21 @@ def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
         if not (out / "last").exists():
             raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
         return read_checkpoint(out / "last", kind)
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #53304a1d
+@contextlib.contextmanager
+def training_lock(
+    out: str | Path,  # the run folder
+    main: bool = True,  # False on the other ranks of a multi-process run: the main one holds the lock
+):
+    "Hold the run folder's lock while a training writes it; a second training into the same folder refuses at once."
+    if not main:
+        yield
+        return
+    with folder_lock(
+        out, "another process is training into this run folder; wait for it to end or choose another --out"
+    ):
+        yield
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e016
 class TrainingRun(RunFolder):

@@ -26,6 +26,7 @@ from vtreetrm.video.checkpoints import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    training_lock,
 )
 from .features import FeatureCache, Sampling, load_vision_encoder
 from .labels import Dataset, load_dataset
@@ -427,20 +428,22 @@ def train_phase1(
     image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
 ) -> dict:
     "Train Phase-1 on the train splits of `datasets`; returns the run summary (also in metrics.json)."
-    train_cfg = train_cfg or Phase1TrainConfig()
-    check_run_folder(out, resume, "phase1")  # before any feature is encoded
-    _seed_everything(train_cfg.seed)
-    cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
-    dss, clips, feats, reports = _load_all_features(datasets, cache, skip_bad, progress)
-    cfg = _fitted_config(model_cfg, feats, clips)
-    params = _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, cache.key)
-    state = load_resume_state(Path(out) / "last") if resume else None  # refused before writing (resume: last/ checked)
-    rf = TrainingRun(out, params, resume, kind="phase1", checked=True)  # checked at the start
-    try:
-        summary = _fit_phase1(rf, cfg, train_cfg, (dss, clips, feats, reports, cache), state, progress)
-        write_json(rf.dir / "metrics.json", summary)
-        rf.finish("done")
-        return summary
-    except BaseException as e:
-        rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
-        raise
+    with training_lock(out):  # one training per run folder
+        train_cfg = train_cfg or Phase1TrainConfig()
+        check_run_folder(out, resume, "phase1")  # before any feature is encoded
+        _seed_everything(train_cfg.seed)
+        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
+        dss, clips, feats, reports = _load_all_features(datasets, cache, skip_bad, progress)
+        cfg = _fitted_config(model_cfg, feats, clips)
+        params = _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, cache.key)
+        # refused before writing (resume: last/ checked)
+        state = load_resume_state(Path(out) / "last") if resume else None
+        rf = TrainingRun(out, params, resume, kind="phase1", checked=True)  # checked at the start
+        try:
+            summary = _fit_phase1(rf, cfg, train_cfg, (dss, clips, feats, reports, cache), state, progress)
+            write_json(rf.dir / "metrics.json", summary)
+            rf.finish("done")
+            return summary
+        except BaseException as e:
+            rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
+            raise

@@ -50,6 +50,9 @@ from ..eval.parse import parse_actions
 from ..utils import UserError, atomic_dir, read_json, sha256_file, sha256_json, write_json, write_jsonl
 from vtreetrm.video.checkpoints import (
     TrainingRun,
+    base_llm_source,
+    base_model_identity,
+    check_base_llm,
     check_run_folder,
     load_resume_state,
     load_tensors,
@@ -58,6 +61,7 @@ from vtreetrm.video.checkpoints import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    training_lock,
 )
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, Dataset, load_dataset, mirror_labels
 from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
@@ -924,12 +928,13 @@ def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
 
 # %% ../../nbs/video/04_phase2.ipynb #e3ae2ded
 def base_identity(cfg: Phase2Config, llm, dtype, tiny: bool) -> dict:
-    "What checkpoint.json records of the base LLM."
+    "What checkpoint.json records of the base LLM: where it is, its config's sha256, its identity (`base_model_identity`)."
     path = llm.name_or_path if tiny else cfg.llm
     return {
         "source": cfg.llm,
         "path": str(path),
         "config_sha256": model_config_sha256(path),
+        "identity": base_model_identity(path),
         "dtype": str(dtype).replace("torch.", ""),
     }
 
@@ -1176,7 +1181,8 @@ def _check_start(cfg: Phase2Config, out: Path, resume: bool, phase1) -> tuple:
     state = (
         (load_resume_state(out / "last"), last) if resume else None
     )  # refused (never unpickled) before anything is written
-    if resume:
+    if resume:  # the adapter in last/ goes on training on the base it was trained on, or not at all
+        check_base_llm(last["llm"], base_llm_source(last, out / "last"), out / "last")
         cfg = Phase2Config(
             **{**last["config"], "epochs": cfg.epochs, "max_steps": cfg.max_steps, "report_to": cfg.report_to}
         )
@@ -1306,23 +1312,27 @@ def train_phase2(
     cfg, out = cfg or Phase2Config(), Path(out)
     _seed_process(cfg.seed, threads)
     dtype = resolve_dtype(cfg.dtype)
-    cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)  # every check that needs no features comes first
     acc = make_accelerator(dtype, cfg.report_to, out)
-    ds = load_dataset(dataset, skip_bad=skip_bad)
-    _check_flip_map(cfg, ds, dataset)
-    cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
-    x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
-    _check_batches(cfg, len(x.train), acc.num_processes)
-    sampling = (vision, frames, grid)
-    params = _phase2_params(cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc)
-    inputs = _input_files(dataset, phase1)
-    rf = TrainingRun(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
-    try:
-        _save_base_llm(rf, x, acc)
-        return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
-    except BaseException as e:
-        rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
-        raise
+    with training_lock(out, acc.is_main_process):  # one training per run folder
+        # every check that needs no features comes first
+        cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)
+        ds = load_dataset(dataset, skip_bad=skip_bad)
+        _check_flip_map(cfg, ds, dataset)
+        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
+        x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
+        _check_batches(cfg, len(x.train), acc.num_processes)
+        sampling = (vision, frames, grid)
+        params = _phase2_params(
+            cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc
+        )
+        inputs = _input_files(dataset, phase1)
+        rf = TrainingRun(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
+        try:
+            _save_base_llm(rf, x, acc)
+            return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
+        except BaseException as e:
+            rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
+            raise
 
 # %% ../../nbs/video/04_phase2.ipynb #416735fc
 def _build_model(cfg: Phase2Config, rf: TrainingRun, x: _Inputs, llm, blip, state) -> tuple:

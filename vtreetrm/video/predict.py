@@ -12,7 +12,7 @@ import torch
 
 from ..eval.metrics import score_file
 from ..utils import UserError, atomic_dir, check_replaceable, provenance, sha256_file, write_json, write_jsonl
-from .checkpoints import load_tensors, model_config_sha256, read_checkpoint
+from .checkpoints import base_llm_source, check_base_llm, load_tensors, read_checkpoint
 from .labels import SPLITS, load_dataset
 from .phase1 import dataset_features, load_phase1, open_cache
 from vtreetrm.video.phase2 import (
@@ -39,23 +39,9 @@ def read_phase2(path: str | Path) -> tuple[dict, str]:
     for f in ("adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
         if f not in meta["files"]:
             raise UserError(f"the checkpoint has no LoRA adapter ({f})", path)
-    llm = meta.get("llm") or {}
-    src = llm.get("path")
-    if meta.get("tiny_llm") and (path.parent / "base_llm" / "config.json").is_file():
-        src = str(path.parent / "base_llm")  # the run's own copy
-    have = model_config_sha256(src) if src else None
-    if have is None:
-        raise UserError(
-            f"the base LLM {src!r} this checkpoint was trained on cannot be found",
-            path / "checkpoint.json",
-            field="llm",
-        )
-    if have != llm.get("config_sha256"):
-        raise UserError(
-            f"the LoRA adapter belongs to another base LLM: {src}/config.json has sha256 {have[:12]}…, "
-            f"checkpoint.json records {str(llm.get('config_sha256'))[:12]}…",
-            path,
-        )
+    load_tensors(path / "adapter", "adapter_model.safetensors")  # a LoRA tensor that is not finite is refused here
+    src = base_llm_source(meta, path)
+    check_base_llm(meta["llm"], src, path)
     return meta, src
 
 # %% ../../nbs/video/05_predict.ipynb #6956629c

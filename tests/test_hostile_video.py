@@ -1,0 +1,222 @@
+"""Hostile inputs to the video commands: a base LLM swapped under a Phase-2 checkpoint, two trainings on one run
+folder, video links out of --videos, one file in two splits, duplicate JSON keys and CSV columns, containers that
+overstate their duration, damaged cached features and NaN weights. Each is refused in one line (exit 2) or left out
+under --skip-bad, never used."""
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vtreetrm.cli import main
+from vtreetrm.utils import folder_lock, sha256_file
+from vtreetrm.video.synthetic import LOTE_MOTION, SyntheticConfig, make_synthetic, render_frames, write_mp4
+
+torch.set_num_threads(1)
+
+
+def run(*args):
+    return main([str(a) for a in args])
+
+
+def refused(capsys, rc, *needles):
+    "Exit 2 and one `error:` line holding every needle; returns the line."
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert rc == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for n in needles:
+        assert str(n) in lines[0], (n, err)
+    return lines[0]
+
+
+def _one_line(r, *needles):
+    "A console-script run refused in one line."
+    err = r.stderr
+    assert r.returncode == 2 and "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1 and all(str(n) in lines[0] for n in needles), err
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    "A tiny synthetic dataset, its feature cache and a one-step Phase-2 run (its own random tiny LLM in base_llm/)."
+    d = tmp_path_factory.mktemp("hv")
+    make_synthetic(
+        d / "syn",
+        SyntheticConfig(head_count=6, min_count=4, mammalnet_count=2, multi_label=1, n_short=0),
+        datasets=("lote",),
+        progress=False,
+    )
+    flags = ["--epochs", 1, "--max-steps", 1, "--num-queries", 4, "--max-new-tokens", 4, "--llm-pretrain-steps", 0]
+    rc = run("video", "phase2", d / "syn" / "lote", "--out", d / "p2", "--cache", d / "cache", "--threads", 1, *flags)
+    assert rc == 0
+    return d
+
+
+def _predict(trained, ckpt, out):
+    return run(
+        "video", "predict", ckpt, "--dataset", trained / "syn" / "lote", "--out", out, "--cache", trained / "cache"
+    )
+
+
+# ---------------------------------------------------------------- the base LLM under a Phase-2 checkpoint
+
+
+def _change_base(base: Path, how: str):
+    if how == "noised weights":
+        w = load_file(str(base / "model.safetensors"))
+        g = torch.Generator().manual_seed(0)
+        save_file(
+            {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in w.items()}, str(base / "model.safetensors")
+        )
+    elif how == "replaced weights":
+        w = load_file(str(base / "model.safetensors"))
+        save_file({k: torch.zeros_like(v) for k, v in w.items()}, str(base / "model.safetensors"))
+    elif how == "tokenizer":
+        t = json.loads((base / "tokenizer.json").read_text())
+        vocab = t["model"]["vocab"]
+        a, b = list(vocab)[10:12]
+        vocab[a], vocab[b] = vocab[b], vocab[a]  # two tokens swap their ids
+        (base / "tokenizer.json").write_text(json.dumps(t))
+    elif how == "chat template":
+        f = base / "chat_template.jinja"
+        if f.is_file():
+            f.write_text(f.read_text().replace("assistant", "helper"))
+        else:
+            c = json.loads((base / "tokenizer_config.json").read_text())
+            c["chat_template"] = c["chat_template"].replace("assistant", "helper")
+            (base / "tokenizer_config.json").write_text(json.dumps(c))
+
+
+@pytest.mark.parametrize("how", ["noised weights", "replaced weights", "tokenizer", "chat template"])
+def test_phase2_checkpoint_refuses_another_base_llm(trained, tmp_path, capsys, how):
+    "The config.json is the same; the weights, the tokenizer or the chat template are not: predict refuses."
+    r = tmp_path / "run"
+    shutil.copytree(trained / "p2", r)
+    _change_base(r / "base_llm", how)
+    out = tmp_path / "out"
+    refused(capsys, _predict(trained, r / "best", out), "another base LLM", r / "base_llm")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["export", "ladder"])
+def test_export_and_ladder_refuse_another_base_llm(trained, tmp_path, capsys, command):
+    r = tmp_path / "run"
+    shutil.copytree(trained / "p2", r)
+    _change_base(r / "base_llm", "noised weights")
+    out = tmp_path / "out"
+    if command == "export":
+        rc = run("video", "export", r / "best", "--out", out)
+    else:
+        rc = run("video", "ladder", trained / "syn" / "lote", "--phase2", r, "--cache", trained / "cache", "--out", out)
+    refused(capsys, rc, "another base LLM")
+    assert not out.exists()
+
+
+def test_checkpoint_without_base_identity_warns(trained, tmp_path, capsys):
+    "A checkpoint written before the base LLM's identity was recorded still predicts, with a warning saying so."
+    r = tmp_path / "run"
+    shutil.copytree(trained / "p2", r)
+    meta = json.loads((r / "best" / "checkpoint.json").read_text())
+    assert len(meta["llm"]["identity"]["sha256"]) == 64 and "model.safetensors" in meta["llm"]["identity"]["files"]
+    del meta["llm"]["identity"]
+    (r / "best" / "checkpoint.json").write_text(json.dumps(meta))
+    assert _predict(trained, r / "best", tmp_path / "out") == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "weights and tokenizer are not verified" in err, err
+
+
+def test_nan_weights_are_refused(trained, tmp_path, capsys):
+    "NaN in model.safetensors (its sha256 updated in checkpoint.json) is refused on load, naming the tensor."
+    r = tmp_path / "run"
+    shutil.copytree(trained / "p2", r)
+    f = r / "best" / "model.safetensors"
+    w = load_file(str(f))
+    name = sorted(w)[0]
+    w[name] = w[name].clone()
+    w[name].view(-1)[0] = float("nan")
+    save_file(w, str(f))
+    meta = json.loads((r / "best" / "checkpoint.json").read_text())
+    meta["files"]["model.safetensors"] = sha256_file(f)
+    (r / "best" / "checkpoint.json").write_text(json.dumps(meta))
+    refused(capsys, _predict(trained, r / "best", tmp_path / "out"), "not finite", name, f)
+
+
+def test_nan_adapter_weights_are_refused(trained, tmp_path, capsys):
+    r = tmp_path / "run"
+    shutil.copytree(trained / "p2", r)
+    f = r / "best" / "adapter" / "adapter_model.safetensors"
+    w = load_file(str(f))
+    name = sorted(w)[0]
+    w[name] = torch.full_like(w[name], float("inf"))
+    save_file(w, str(f))
+    meta = json.loads((r / "best" / "checkpoint.json").read_text())
+    meta["files"]["adapter/adapter_model.safetensors"] = sha256_file(f)
+    (r / "best" / "checkpoint.json").write_text(json.dumps(meta))
+    refused(capsys, run("video", "export", r / "best", "--out", tmp_path / "out"), "not finite", name)
+
+
+# ---------------------------------------------------------------- one training per run folder
+
+
+@pytest.mark.parametrize("kind", ["phase1", "phase2"])
+def test_second_training_on_one_run_folder_is_refused(trained, tmp_path, cli, kind):
+    "While another process trains into --out (it holds the folder's lock), a second training refuses at once."
+    out = tmp_path / "run"
+    with folder_lock(out):
+        r = cli("video", kind, trained / "syn" / "lote", "--out", out, "--cache", tmp_path / "cache", "--epochs", 1)
+    _one_line(r, out, "another process")
+    assert not out.exists() and not (tmp_path / "cache").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("kind", ["link", "user folder"])
+def test_training_folder_must_be_ours(trained, tmp_path, capsys, kind):
+    "A link, or a folder with a run.json this tool did not make, is refused before any feature is encoded."
+    out, target = tmp_path / "run", tmp_path / "elsewhere"
+    target.mkdir()
+    if kind == "link":
+        out.symlink_to(target)
+    else:
+        out.mkdir()
+        (out / "run.json").write_text("{}")
+        (out / "notes.txt").write_text("mine")
+    rc = run("video", "phase1", trained / "syn" / "lote", "--out", out, "--cache", tmp_path / "cache", "--epochs", 1)
+    refused(capsys, rc, out)
+    assert not (tmp_path / "cache").exists() and not any(target.iterdir())
+
+
+# ---------------------------------------------------------------- import
+
+
+def _video(path: Path, seconds: int = 2, fps: int = 8):
+    frames = render_frames([("circle", (240, 240, 240), LOTE_MOTION["Walking"])], "forest", seconds * fps, 32)
+    write_mp4(path, frames, fps=fps)
+    return path
+
+
+def _csv(path: Path, rows: list, header: str = "video,start,end,label,split") -> Path:
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def _import(ann, videos, out, *flags, fmt="csv"):
+    return run("video", "import", ann, "--format", fmt, "--videos", videos, "--out", out, *flags)
+
+
+# ---------------------------------------------------------------- durations and cached features
+
+
+def _overstated_mkv(path: Path, seconds: float = 1e9) -> Path:
+    "A 5-second mkv whose header claims `seconds` (its Segment Duration element rewritten)."
+    _video(path, seconds=5)
+    b = bytearray(path.read_bytes())
+    i = b.find(b"\x44\x89\x88")  # Duration, an 8-byte float in milliseconds (TimecodeScale 1 ms)
+    assert i > 0
+    b[i + 3 : i + 11] = struct.pack(">d", seconds * 1000)
+    path.write_bytes(bytes(b))
+    return path
