@@ -132,3 +132,48 @@ def test_raw_h264_stream_without_duration(tmp_path, capsys):
     assert tree["duration"] == pytest.approx(5.0) and tree["source"]["frames_sampled"] == 10
     rc = build("--videos", v.parent, "--out", tmp_path / "t2", "--captioner", "simulated", *SMALL, "--max-frames", "3")
     assert rc == 0 and json.loads((tmp_path / "t2/raw.json").read_text())["source"]["frames_sampled"] == 3
+
+
+@pytest.fixture(scope="module")
+def syn(tmp_path_factory):
+    from vtreetrm.harness.synthetic import make_synthetic
+
+    d = tmp_path_factory.mktemp("hh") / "syn"
+    make_synthetic(d, n_train_videos=4, n_test_videos=4, per_task=4, test_ar=4, test_other=1)
+    return d
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _infer_openai(syn, ws, url, *sets):
+    from conftest import harness_infer
+
+    flags = ["--run-id", "r", "--backend", "openai", "--base-url", url, "--model", "stub", "--n-samples", "6"]
+    return harness_infer(syn / "store", ws, *flags, sets=("embed.backend=hashing", "request_timeout=5", *sets))
+
+
+def test_infer_against_a_dead_backend_fails(syn, tmp_path, capsys, monkeypatch):
+    "Connection refused: one line naming the URL, exit 2, no answer recorded as if the model had answered."
+    from vtreetrm.harness.stub import StubServer
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    rc = _infer_openai(syn, tmp_path / "ws", url, "max_retries=0")
+    cap = capsys.readouterr()
+    _one_line(cap.err, rc, url, "cannot reach")
+    assert "accuracy" not in cap.out
+    with StubServer(fail_500_every=1) as s:  # reachable, but every request fails
+        rc = _infer_openai(syn, tmp_path / "ws2", s.url, "max_retries=0")
+    _one_line(capsys.readouterr().err, rc, s.url, "all 6 infer answers failed")
+    with StubServer(fail_500_every=9) as s:  # some requests fail: counted and reported, the run finishes
+        rc = _infer_openai(syn, tmp_path / "ws3", s.url, "max_retries=0")
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert rc == 0 and 0 < out["backend_failures"] < 6 and out["unanswered"] >= out["backend_failures"]
+    assert f"warning: {out['backend_failures']} of 6 infer answers failed at {s.url}" in cap.err
