@@ -94,14 +94,15 @@ def test_openai_run_matches_simulated_and_records_failures(syn, monkeypatch, cap
     oa = dict(con.execute("SELECT question_id, answer FROM answers WHERE run_id='infer_oa'").fetchall())
     sim = dict(con.execute("SELECT question_id, answer FROM answers WHERE run_id='infer_sim'").fetchall())
     assert oa == sim and len(oa) == 48 and n_req > 48 * 3
-    # a server that always fails: every episode is recorded with its error and the run still finishes
+    # a server that always fails: every episode is recorded with its error, and the run fails naming the server
+    capsys.readouterr()
     with StubServer(fail_500_every=1, api_key="sk-local") as s:
-        assert _infer(syn, s.url, "down", extra=["n_samples=5", "max_retries=1"]) == 0
+        assert _infer(syn, s.url, "down", extra=["n_samples=5", "max_retries=1"]) == 2
     rows = con.execute("SELECT answer, correct, error FROM answers WHERE run_id='infer_down'").fetchall()
+    status = con.execute("SELECT status FROM runs WHERE run_id='infer_down'").fetchone()[0]
     con.close()
-    assert len(rows) == 5 and all(a is None and c == 0 and "HTTP 500" in e for a, c, e in rows)
-    out = capsys.readouterr().out
-    assert '"unanswered": 5' in out
+    assert len(rows) == 5 and all(a is None and c == 0 and "HTTP 500" in e for a, c, e in rows) and status == "failed"
+    assert f"all 5 infer answers failed at {s.url}" in capsys.readouterr().err
 
 
 def test_episodes_in_flight_never_exceed_concurrency(syn, monkeypatch, tmp_path):

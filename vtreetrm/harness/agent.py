@@ -18,7 +18,7 @@ from .questions import GeneratedQuestion
 from ..utils import UserError
 
 # %% auto #0
-__all__ = ['TOOLS', 'TOOL_NAMES', 'CaptionTree', 'parse_skills', 'render_skills', 'select_skills', 'parse_answer',
+__all__ = ['TOOLS', 'TOOL_NAMES', 'TREE_SCHEMA', 'CaptionTree', 'parse_skills', 'render_skills', 'select_skills', 'parse_answer',
            'render_question', 'Episode', 'run_episode']
 
 # %% ../../nbs/harness/06_agent.ipynb #1c053cc3
@@ -54,6 +54,11 @@ class CaptionTree:
         self.segments = {s["id"]: (c["id"], s) for c in data["clips"] for s in c["segments"]}
         self.captions = [(sid, cap) for sid, (_, s) in self.segments.items() for cap in s["captions"]]
         self._emb = None
+
+# %% ../../nbs/harness/06_agent.ipynb #d9e45345
+TREE_SCHEMA = (
+    "vtreetrm.caption_tree/1"  # the `schema` field of every tree this tool writes (trees from elsewhere need none)
+)
 
 # %% ../../nbs/harness/06_agent.ipynb #32b5eacd
 @patch(cls_method=True)

@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 from fastcore.basics import patch
@@ -193,6 +194,23 @@ async def chat(self: OpenAIBackend, messages: list, tools: list = None) -> ChatR
             await asyncio.sleep(wait)
     self.stats["failures"] += 1
     raise BackendError(f"{self.url}: {last} (after {attempt + 1} attempts)")
+
+# %% ../../nbs/harness/05_backends.ipynb #11ab539b
+@patch
+async def check_reachable(self: OpenAIBackend, timeout: float = 10.0):
+    "Refuse, in one line naming the URL, an endpoint nothing answers on (connection refused, unknown host, no route)."
+    u = urlsplit(self.url)
+    try:
+        port = u.port or (443 if u.scheme == "https" else 80)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(u.hostname, port), min(timeout, self.timeout))
+    except (OSError, ValueError, asyncio.TimeoutError) as e:
+        raise UserError(
+            f"cannot reach the backend at {self.url} ({e.__class__.__name__}: {e}); start the server or fix base_url",
+            None,
+            None,
+            "base_url",
+        ) from None
+    writer.close()
 
 # %% ../../nbs/harness/05_backends.ipynb #1bf42c62
 _TOOL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)

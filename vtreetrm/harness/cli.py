@@ -156,8 +156,8 @@ def build_trees(
     max_retries: int = 4,  # openai: retries on timeouts, 429, 5xx and non-JSON replies (exponential backoff)
     device: str = "cpu",  # transformers captioner: torch device
     cache_dir: str = None,  # features and captions cache (default: <out>/../.cache)
-    overwrite: bool = False,  # build every tree again, even one built from the same inputs
-    report: str = None,  # build report JSON (default: <out>/../trees_build_report.json)
+    overwrite: bool = False,  # build every tree again, even one from the same inputs (never a file this tool did not write)
+    report: str = None,  # build report JSON (default: <out>/trees_build_report.json)
     quiet: bool = False,  # no progress bar
 ):
     "Build caption trees (clips, segments, keyframe captions, clip summaries) from video files."

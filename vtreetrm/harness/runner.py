@@ -403,6 +403,8 @@ async def arun(self: Runner) -> dict:
             self._log.close()
         raise
     try:
+        if hasattr(self.backend, "check_reachable"):  # a server that is not running stops the run before any question
+            await self.backend.check_reachable()
         res = await (self._infer() if self.c.mode == "infer" else self._train())
         self.store.finish_run(self.run_id, "done", res.get("skills_version"), res.get("prompts_version"))
         return res
@@ -415,6 +417,32 @@ async def arun(self: Runner) -> dict:
         self.store.close()
         self._log.close()
 
+# %% ../../nbs/harness/09_runner.ipynb #3eada44f
+def _backend_failed(row: dict) -> bool:
+    "True when the answer's episode ended on a backend error (after its retries)."
+    return (row.get("error") or "").startswith("backend: ")
+
+
+@patch
+def _check_answers(self: Runner, rows: list, what: str) -> int:
+    "How many of `rows` failed at the backend: all of them is an error naming the backend, some a warning."
+    failed = [r for r in rows if _backend_failed(r)]
+    where = getattr(self.backend, "url", None) or f"the {self.c.backend} backend"
+    first = failed[0]["error"][:300] if failed else ""
+    if rows and len(failed) == len(rows):
+        raise UserError(
+            f"all {len(rows)} {what} answers failed at {where} (first: {first}); fix the backend, then rerun with --fresh",
+            None,
+            None,
+            "backend",
+        )
+    if failed:
+        print(
+            f"warning: {len(failed)} of {len(rows)} {what} answers failed at {where} (first: {first}); they count as wrong",
+            file=sys.stderr,
+        )
+    return len(failed)
+
 # %% ../../nbs/harness/09_runner.ipynb #74218df1
 @patch
 async def _infer(self: Runner) -> dict:
@@ -426,6 +454,7 @@ async def _infer(self: Runner) -> dict:
         "n": len(rows),
         "per_task_type": per_task(rows),
         "unanswered": sum(r["answer"] is None for r in rows),
+        "backend_failures": self._check_answers(rows, "infer"),
         "skills_version": self.S0.name,
         "prompts_version": self.P0.name,
         "resumed": self.resumed,
@@ -510,6 +539,7 @@ async def _baseline(self: Runner) -> tuple[dict, str]:
             )
         return corr, c.baseline_run_id
     rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "baseline"}, "baseline")
+    self._check_answers(rows, "baseline")
     return {r["question_id"]: bool(r["correct"]) for r in rows}, f"{self.run_id}/baseline"
 
 # %% ../../nbs/harness/09_runner.ipynb #cb65818d

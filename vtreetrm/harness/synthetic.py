@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from .agent import TREE_SCHEMA
 from .config import RunConfig
 from .questions import load_benchmark
 from ..utils import UserError, atomic_dir, check_replaceable, provenance, write_json
@@ -166,7 +167,7 @@ def _video(rng: random.Random, vid: str) -> tuple[dict, list]:
                 "segments": segs,
             }
         )
-    return {"video_id": vid, "duration": 180, "clips": clips}, scenes
+    return {"schema": TREE_SCHEMA, "video_id": vid, "duration": 180, "clips": clips}, scenes
 
 # %% ../../nbs/harness/08_synthetic.ipynb #2f294383
 def _question(rng, qid, vid, tree, scene, task) -> dict:

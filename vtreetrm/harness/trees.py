@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
 import sys
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .agent import TREE_SCHEMA
 from .backends import BackendError, OpenAIBackend, load_api_key
 from vtreetrm.utils import (
     UserError,
@@ -35,10 +37,11 @@ from vtreetrm.utils import (
 from ..video.features import Sampling, encoder_identity, load_vision_encoder, pixel_values, video_duration
 
 # %% auto #0
-__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'VIDEOS_IN_FLIGHT', 'list_videos', 'sample_frames',
-           'FrameFeatures', 'contiguous_clusters', 'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
-           'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
-           'build_tree', 'make_captioner', 'build_trees']
+__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'REPORT_NAME', 'REPORT_SCHEMA', 'VIDEOS_IN_FLIGHT',
+           'list_videos', 'video_seconds', 'sample_times', 'sample_frames', 'FrameFeatures', 'contiguous_clusters',
+           'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url', 'OpenAICaptioner',
+           'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan', 'build_tree',
+           'make_captioner', 'build_trees']
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -73,6 +76,66 @@ def list_videos(src: str | Path) -> list[tuple[str, Path]]:
         seen[vid] = line
     return [(vid, p) for vid, p, _ in rows]
 
+# %% ../../nbs/harness/11_trees.ipynb #5d700d08
+@contextlib.contextmanager
+def _video_stream(path: Path):
+    "`(container, first video stream)` of `path`; every decoding failure in the block is one line naming the file."
+    if not path.is_file():
+        raise UserError("video file not found", path)
+    try:
+        with av.open(str(path)) as c:
+            if not c.streams.video:
+                raise UserError("no video stream in the file", path)
+            yield c, c.streams.video[0]
+    except UserError:
+        raise
+    except (av.error.FFmpegError, ValueError, OSError) as e:
+        raise UserError(f"cannot decode the video ({e.__class__.__name__}: {e})", path) from None
+
+
+def _frame_rate(s) -> float | None:
+    "The frames per second stream `s` declares (or FFmpeg guesses), None when neither."
+    r = s.guessed_rate or s.average_rate
+    return float(r) if r else None
+
+
+def _stream_seconds(c, s) -> float:
+    "Seconds the packets of stream `s` cover (demuxed, not decoded): the end of the last, or their count over the frame rate."
+    tb, rate = s.time_base, _frame_rate(s)
+    start, end, count = float((s.start_time or 0) * tb), None, 0
+    for pk in c.demux(s):
+        if not pk.size:  # the demuxer's empty closing packet
+            continue
+        count += 1
+        if pk.pts is not None:
+            step = float(pk.duration * tb) if pk.duration else 1 / rate if rate else 0.0
+            end = max(end or 0.0, float(pk.pts * tb) + step - start)
+    if end is None:  # a raw stream without timestamps
+        return count / rate if rate else 0.0
+    return end
+
+
+def video_seconds(path: str | Path) -> float:
+    "Seconds of video in the file, from its packets; a header claiming a duration they do not cover gets a warning."
+    path = Path(path)
+    with _video_stream(path) as (c, s):
+        claim = video_duration(c, s)
+        real = _stream_seconds(c, s)
+    if claim and abs(claim - real) > max(1.0, 0.05 * real):
+        print(
+            f"warning: {path}: the file says it lasts {claim:g} s but its frames end at {round(real, 3):g} s; "
+            "sampling those",
+            file=sys.stderr,
+        )
+    return real
+
+
+def sample_times(duration: float, fps: float = 1.0, max_frames: int = 512) -> list:
+    "The middle of every 1/fps s step of `duration` s, at most `max_frames` of them, evenly spread."
+    rate = min(fps, max_frames / duration) if duration > 0 else fps
+    n = max(1, min(max_frames, int(duration * rate)))
+    return [(k + 0.5) / rate for k in range(n)]
+
 # %% ../../nbs/harness/11_trees.ipynb #205c7577
 def _scaled(w: int, h: int, short: int) -> tuple[int, int]:
     "(width, height) with the short side `short` (never upscaled), both even."
@@ -80,28 +143,35 @@ def _scaled(w: int, h: int, short: int) -> tuple[int, int]:
     return max(2, int(round(w * f / 2)) * 2), max(2, int(round(h * f / 2)) * 2)
 
 # %% ../../nbs/harness/11_trees.ipynb #190c2542
-def _frames_at(c, s, times: list, dur: float | None, short_side: int, seek_gap: float):
+def _frames_at(c, s, times: list, short_side: int, seek_gap: float):
     "Yield `(t, frame)` for each of the sorted `times` from stream `s` of open container `c`; returns how many."
-    j, prev, prev_t, got = 0, None, None, 0
+    rate = _frame_rate(s)
+    j, got, n, prev, prev_t, timed, sought = 0, 0, 0, None, None, None, -1
     frames = c.decode(s)
     while j < len(times):
-        if prev is not None and times[j] - prev_t > seek_gap:  # far ahead: seek instead of decoding the gap
+        if timed and prev is not None and sought < j and times[j] - prev_t > seek_gap:
+            # far ahead: seek to the keyframe before it, once per wanted time (bounded even when a seek lands behind)
             c.seek(int(times[j] / s.time_base), stream=s, backward=True, any_frame=False)
-            frames, prev = c.decode(s), None
+            frames, prev, sought = c.decode(s), None, j
         f = next(frames, None)
         if f is None:
             break
-        if f.time is None:
+        timed = f.time is not None if timed is None else timed  # the first frame tells: timestamps, or a raw stream
+        if not timed and not rate:
+            raise UserError("the video has neither timestamps nor a frame rate", Path(c.name))
+        if timed and f.time is None:
             continue
-        while j < len(times) and times[j] < f.time and prev is not None:  # times[j] falls before this frame
+        t, n = (f.time if timed else n / rate), n + 1
+        while j < len(times) and times[j] < t and prev is not None:  # times[j] falls before this frame
             yield times[j], prev
             j += 1
             got += 1
         if j == len(times):
             break
         w, h = _scaled(f.width, f.height, short_side)
-        prev, prev_t = f.to_ndarray(width=w, height=h, format="rgb24"), f.time
-    while prev is not None and j < len(times) and (dur is None or times[j] < dur + 1e-6):  # the stream ended
+        prev, prev_t = f.to_ndarray(width=w, height=h, format="rgb24"), t
+    end = prev_t + (1 / rate if rate else 0.0) + 1e-6 if prev is not None else 0.0  # the last frame's time on screen
+    while j < len(times) and times[j] < end:  # the stream ended
         yield times[j], prev
         j += 1
         got += 1
@@ -116,28 +186,19 @@ def sample_frames(
     times: list = None,
     seek_gap: float = 2.0,
 ):
-    "Yield `(t, frame (h, w, 3) uint8)` every 1/fps s (at most `max_frames`), or at the given `times`, decoding forward once."
+    "Yield `(t, frame (h, w, 3) uint8)` every 1/fps s (at most `max_frames`), or at the given `times`, decoding forward."
     path = Path(path)
-    if not path.is_file():
-        raise UserError("video file not found", path)
-    try:
-        with av.open(str(path)) as c:
-            if not c.streams.video:
-                raise UserError("no video stream in the file", path)
-            s = c.streams.video[0]
-            s.thread_type = "AUTO"
-            dur = video_duration(c, s)
-            if times is None:
-                rate = fps if not dur else min(fps, max_frames / dur)
-                n = max_frames if not dur else max(1, min(max_frames, int(dur * rate)))
-                times = [(k + 0.5) / rate for k in range(n)]
-            got = yield from _frames_at(c, s, sorted(times), dur, short_side, seek_gap)
-    except UserError:
-        raise
-    except (av.error.FFmpegError, ValueError, OSError) as e:
-        raise UserError(f"cannot decode the video ({e.__class__.__name__}: {e})", path) from None
+    times = sorted(times if times is not None else sample_times(video_seconds(path), fps, max_frames))
+    with _video_stream(path) as (c, s):
+        s.thread_type = "AUTO"
+        got = yield from _frames_at(c, s, times, short_side, seek_gap)
     if not got:
         raise UserError("the video has no decodable frame", path)
+    if got < len(times):
+        print(
+            f"warning: {path}: no frame after {times[got - 1]:g} s; {got} of {len(times)} frames sampled",
+            file=sys.stderr,
+        )
 
 # %% ../../nbs/harness/11_trees.ipynb #c13883fe
 class FrameFeatures:
@@ -179,7 +240,9 @@ class FrameFeatures:
                 self.stats["cached"] += 1
                 return z["times"], z["features"], float(z["duration"])
         t0, times, feats, batch = time.perf_counter(), [], [], []
-        for t, fr in sample_frames(path, self.fps, self.max_frames, short_side=2 * self.sampling.image_size):
+        dur = video_seconds(path)
+        want = sample_times(dur, self.fps, self.max_frames)
+        for t, fr in sample_frames(path, times=want, short_side=2 * self.sampling.image_size):
             times.append(t)
             batch.append(fr)
             if len(batch) == self.batch_size:
@@ -188,11 +251,6 @@ class FrameFeatures:
         if batch:
             feats.append(self._encode(batch))
         times, feats = np.asarray(times, np.float64), np.concatenate(feats).astype(np.float32)
-        with av.open(str(path)) as c:
-            dur = video_duration(c, c.streams.video[0])
-        dur = dur or float(
-            times[-1] + (times[1] - times[0] if len(times) > 1 else 0.5)
-        )  # the file does not say: past the last sample
         buf = io.BytesIO()
         np.savez(buf, times=times, features=feats, duration=dur)
         atomic_write(f, buf.getvalue())
@@ -566,6 +624,7 @@ async def build_tree(
     clips = _tree_clips(t, dur, plan, texts)
     await _summarize_clips(clips, captioner, cache, sem)
     return {
+        "schema": TREE_SCHEMA,
         "video_id": video_id,
         "duration": round(float(dur), 3),
         "clips": clips,
@@ -612,7 +671,28 @@ def make_captioner(
     raise UserError(f"unknown captioner {kind!r}: openai, transformers or simulated", None, None, "captioner")
 
 # %% ../../nbs/harness/11_trees.ipynb #9eabf482
+REPORT_NAME = "trees_build_report.json"  # the build report's default name, inside `out`
+REPORT_SCHEMA = "vtreetrm.trees_build_report/1"  # the `schema` field of every build report
+
+
+def _check_own_file(path: Path, schema: str):
+    "Refuse, in one line, a file at `path` this tool did not write (no `schema` field equal to `schema`); none there passes."
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        data = read_json(path) if path.is_file() and not path.is_symlink() else None
+    except UserError:
+        data = None
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        raise UserError(
+            f'refusing to replace a file this tool did not write (no "schema": "{schema}"); '
+            "move it away or choose another --out",
+            path,
+        )
+
+
 def _same_build(tree_path: Path, sha: str, want: dict) -> bool:
+    "True when the tree at `tree_path` was built from the file with sha256 `sha` and the settings `want`."
     try:
         src = read_json(tree_path).get("source") or {}
     except UserError:
@@ -676,6 +756,7 @@ def _build_report(
 ) -> dict:
     "The build report: every video's row, the counts, the throughput and provenance."
     return {
+        "schema": REPORT_SCHEMA,
         "out": str(out),
         "videos": len(rows),
         "counts": {s: sum(r["status"] == s for r in rows) for s in ("built", "kept", "failed")},
@@ -693,6 +774,15 @@ def _build_report(
         ),
     }
 
+# %% ../../nbs/harness/11_trees.ipynb #9c0aa298
+def _check_outputs(todo: list, out: Path, report: Path):
+    "Before any work: every tree path and the report are free or this tool's own, and no tree would land on the report."
+    for vid, _ in todo:
+        if (out / f"{vid}.json").resolve() == report.resolve():
+            raise UserError(f"video {vid!r}'s tree would replace the build report; pass another --report", report)
+        _check_own_file(out / f"{vid}.json", TREE_SCHEMA)
+    _check_own_file(report, REPORT_SCHEMA)
+
 # %% ../../nbs/harness/11_trees.ipynb #15e287ce
 def build_trees(
     videos: str | Path,
@@ -704,12 +794,14 @@ def build_trees(
     max_frames: int = 512,
     cache_dir: str | Path = None,
     overwrite: bool = False,
-    report: str | Path = None,
+    report: str | Path = None,  # the build report (default: `out`/trees_build_report.json)
     progress: bool = True,
 ) -> dict:
     "Build the caption tree of every video into `out`; returns (and writes) the build report."
     p, out = params or TreeParams(), Path(out)
     todo = list_videos(videos)
+    report = Path(report) if report else out / REPORT_NAME
+    _check_outputs(todo, out, report)
     cache_dir = Path(cache_dir) if cache_dir else out.parent / ".cache"
     feats = FrameFeatures(cache_dir / "frame-features", vision, fps, max_frames)
     cache = CaptionCache(cache_dir / "captions", captioner.identity)
@@ -720,5 +812,5 @@ def build_trees(
     bar.close()
     settings = {"vision": vision, "fps": fps, "max_frames": max_frames}
     rep = _build_report(videos, out, rows, time.perf_counter() - t0, feats, cache, captioner, p, settings)
-    write_json(Path(report) if report else out.parent / "trees_build_report.json", rep)
+    write_json(report, rep)
     return rep
