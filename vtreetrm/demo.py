@@ -187,7 +187,7 @@ def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
 def _run_or_fail(nb, name, params, runs_dir, force):
     from vtreetrm.runs.papermill import run_notebook
 
-    r = run_notebook(nb, name, params, runs_dir, force=force)
+    r = run_notebook(nb, name, params, runs_dir, force=force, flags=("--runs-dir", "--fresh"))  # demo's own options
     if r["status"] == "failed":
         raise RuntimeError(f"{nb} failed: {r.get('error')} (see {Path(runs_dir) / name})")
     return Path(runs_dir) / name

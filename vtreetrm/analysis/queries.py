@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,9 @@ from ..cli import Param
 from ..utils import UserError, atomic_dir, provenance, write_json
 
 # %% auto #0
-__all__ = ['COS_BINS', 'SCALARS', 'CURVES', 'CLI_COMMANDS', 'load_query_tokens', 'effective_rank', 'gini', 'pairwise_abs_cos',
-           'query_diversity', 'summarize', 'rank_gini_figure', 'plot_summary', 'analyze_checkpoints', 'queries_cmd']
+__all__ = ['ABS_COS_BLOCK', 'COS_BINS', 'SCALARS', 'CURVES', 'CLI_COMMANDS', 'load_query_tokens', 'effective_rank', 'gini',
+           'pairwise_abs_cos', 'abs_cos_summary', 'query_diversity', 'summarize', 'rank_gini_figure', 'plot_summary',
+           'analyze_checkpoints', 'queries_cmd']
 
 # %% ../../nbs/analysis/00_queries.ipynb #491cd723
 def _checkpoint_file(path: str | Path) -> Path:
@@ -137,15 +139,50 @@ def gini(s: np.ndarray) -> float:
     return float((2 * i - n - 1) @ x / (n * n * x.mean()))  # = Σᵢⱼ|xᵢ−xⱼ| / (2n² mean), O(n log n)
 
 
-def pairwise_abs_cos(q: np.ndarray) -> np.ndarray:
-    "|cos| between every pair of rows i < j (zero rows count as orthogonal to everything)."
+ABS_COS_BLOCK = 1 << 20  # |cos| values computed at once (8 MB of float64): the M x M matrix is never built
+
+
+def pairwise_abs_cos(
+    q: np.ndarray,  # (M, d)
+    block_values: int = ABS_COS_BLOCK,  # at most this many values a block (whole rows of the M x M matrix)
+) -> Iterator[np.ndarray]:
+    "|cos| between every pair of rows i < j in row order, a block of rows at a time (zero rows are orthogonal to all)."
+    M = len(q)
     norms = np.linalg.norm(q, axis=1, keepdims=True)
     qn = np.divide(q, norms, out=np.zeros_like(q), where=norms > 0)
-    c = np.abs(qn @ qn.T)
-    return c[np.triu_indices(len(q), k=1)]
+    rows = max(1, block_values // M)
+    for i0 in range(0, M - 1, rows):
+        i1 = min(i0 + rows, M)
+        c = qn[i0:i1] @ qn.T  # (rows, M)
+        np.abs(c, out=c)
+        yield c[np.arange(i0, i1)[:, None] < np.arange(M)[None, :]]  # j > i, row by row as np.triu_indices orders them
 
 # %% ../../nbs/analysis/00_queries.ipynb #6001359d
 COS_BINS = np.linspace(0, 1, 51)
+
+
+def _bin_counts(v: np.ndarray, edges: np.ndarray = COS_BINS) -> np.ndarray:
+    "`np.histogram(v, edges)[0]` for values >= 0 and equal bins from 0, without its sort: a bin guessed, then set by the edges."
+    n = len(edges) - 1
+    over = v > edges[-1]  # not counted, as np.histogram counts nothing outside its edges
+    if over.any():
+        v = v[~over]
+    i = np.minimum((v * (n / edges[-1])).astype(np.intp), n - 1)  # right, or one off where rounding meets an edge
+    i -= v < edges[i]
+    i += (v >= edges[i + 1]) & (i < n - 1)  # the last bin holds its right edge
+    return np.bincount(i, minlength=n)
+
+
+def abs_cos_summary(q: np.ndarray, block_values: int = ABS_COS_BLOCK) -> tuple[float, list]:
+    "(mean |cos| over the pairs i < j, their density histogram over `COS_BINS`), in bounded memory; (0, []) for one row."
+    total, n, counts = 0.0, 0, np.zeros(len(COS_BINS) - 1, np.intp)
+    for c in pairwise_abs_cos(q, block_values):
+        total += float(c.sum())
+        n += len(c)
+        counts += _bin_counts(c)
+    if n == 0:
+        return 0.0, []
+    return total / n, (counts / np.diff(COS_BINS) / counts.sum()).tolist()  # np.histogram's density, term by term
 
 
 def query_diversity(q: np.ndarray) -> dict:
@@ -158,7 +195,7 @@ def query_diversity(q: np.ndarray) -> dict:
     s = np.linalg.svd(q, compute_uv=False)
     energy = np.cumsum(s**2) / np.sum(s**2) if s.sum() > 0 else np.zeros_like(s)
     k90 = int(np.searchsorted(energy, 0.90 - 1e-12) + 1) if s.sum() > 0 else len(s)
-    cos = pairwise_abs_cos(q) if M > 1 else np.zeros(0)
+    mean_cos, cos_hist = abs_cos_summary(q)
     er = effective_rank(s)
     return {
         "M": M,
@@ -169,11 +206,11 @@ def query_diversity(q: np.ndarray) -> dict:
         "rank_bound": min(M, d),
         "rank_bound_ratio": min(M, d) / M,  # M queries of width d span at most min(M, d) dimensions
         "energy90_fraction": k90 / M,
-        "mean_abs_cos": float(cos.mean()) if len(cos) else 0.0,
+        "mean_abs_cos": mean_cos,
         "singular_values": (s * scale if scale > 0 else s).tolist(),
         "normalized_spectrum": (s / s[0] if s[0] > 0 else s).tolist(),
         "cumulative_energy": energy.tolist(),
-        "abs_cos_hist": np.histogram(cos, bins=COS_BINS, density=True)[0].tolist() if len(cos) else [],
+        "abs_cos_hist": cos_hist,
         "abs_cos_bins": COS_BINS.tolist(),
     }
 

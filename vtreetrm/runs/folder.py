@@ -5,13 +5,14 @@
 # %% ../../nbs/runs/00a_folder.ipynb #faab8324
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 from ..utils import UserError, make_own_dir, now_iso, provenance, read_json, reuse_own_dir, write_json
 
 # %% auto #0
-__all__ = ['STATES', 'FINAL', 'read_run', 'RunFolder']
+__all__ = ['STATES', 'FINAL', 'read_run', 'check_number', 'RunFolder']
 
 # %% ../../nbs/runs/00a_folder.ipynb #1cb133f2
 STATES = ("queued", "running", "done", "failed")
@@ -29,6 +30,25 @@ def read_run(folder: str | Path) -> dict | None:
     if not isinstance(run, dict):
         return None
     return {**run, "status": _OLD_NAMES.get(run.get("status"), run.get("status"))}
+
+# %% ../../nbs/runs/00a_folder.ipynb #9b14d2e6
+def check_number(
+    v,  # the value read from a run's file
+    path,  # the file it was read from
+    field: str,  # its field, named in the refusal
+    integer: bool = False,  # a whole number (digits in text are read as one)
+    unit: bool = False,  # a fraction from 0 to 1 (an accuracy)
+):
+    "`v` as a finite number (None stays None); anything else is a `UserError` naming the file and field."
+    if v is None:
+        return None
+    if integer and isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or not math.isfinite(v) or (unit and not 0 <= v <= 1):
+        want = "a whole number" if integer else "a number between 0 and 1" if unit else "a finite number"
+        raise UserError(f"must be {want}, got {v!r:.60}", path, None, field)
+    return v
 
 # %% ../../nbs/runs/00a_folder.ipynb #3e64b974
 class RunFolder:

@@ -32,8 +32,8 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['REPORT_CSP', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters', 'parse_param_pairs',
-           'gather_params', 'check_params', 'render_html', 'run_notebook', 'run_cmd']
+__all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters',
+           'parse_param_pairs', 'gather_params', 'check_params', 'render_html', 'run_notebook', 'run_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #168b054c
 def project_root() -> Path:
@@ -154,6 +154,7 @@ def _default_value(src: str):
 
 # %% ../../nbs/runs/00_papermill.ipynb #7bfbfc06
 REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:"
+HTML_GENERATOR = '<meta name="generator" content="vtreetrm">'  # in every page this tool writes: only those are replaced
 
 
 def render_html(nb_path: Path, html_path: Path, no_input: bool = True, title: str = None) -> Path:
@@ -168,7 +169,8 @@ def render_html(nb_path: Path, html_path: Path, no_input: bool = True, title: st
     # the page must open offline: drop the template's CDN scripts (require.js, MathJax); figures are embedded
     body = re.sub(r'<script[^>]*\bsrc="https?://[^"]*"[^>]*>\s*</script>', "", body)
     # no script runs in a report, whatever a value from data holds: figures are data: URIs, styles inline
-    body = body.replace("<head>", f'<head>\n<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">', 1)
+    csp = f'<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">'
+    body = body.replace("<head>", f"<head>\n{csp}\n{HTML_GENERATOR}", 1)
     Path(html_path).write_text(body, encoding="utf-8")
     return Path(html_path)
 
@@ -191,6 +193,7 @@ def run_notebook(
     kernel: str = "python3",  # Jupyter kernel that executes it
     log_output: bool = False,  # stream the cells' outputs to stderr as they run (papermill --log-output)
     run_fields: dict = None,  # more fields for run.json (a sweep point's executor, job id and node)
+    flags: tuple = ("--name", "--force"),  # the caller's options for another run name and for a re-run, in refusals
 ) -> dict:
     "Execute a notebook into `runs_dir/name/`; returns its run.json (status `done`, `failed` or `skipped`)."
     nb = resolve_notebook(notebook)
@@ -203,12 +206,14 @@ def run_notebook(
         old = read_json(dest / "params.json") if (dest / "params.json").is_file() else None
         if old == full:
             return {**prev, "status": "skipped", "run_dir": str(dest)}
-        raise UserError(f"run {name!r} exists with other parameters; choose another --name or pass --force", dest)
+        raise UserError(
+            f"run {name!r} exists with other parameters; choose another {flags[0]} or pass {flags[1]}", dest
+        )
 
     inputs = [nb] + [Path(v) for v in full.values() if isinstance(v, str) and len(v) < 4096 and Path(v).is_file()]
     check_replaceable(Path(os.path.abspath(dest)))  # a folder this tool did not write is refused before running
     try:
-        with _run_lock(dest):
+        with _run_lock(dest, flags[0]):
             return _execute(
                 nb, name, dest, full, declared, inputs, prev, html, progress, kernel, log_output, run_fields
             )
@@ -217,9 +222,9 @@ def run_notebook(
 
 # %% ../../nbs/runs/00_papermill.ipynb #d390c4e9
 @contextlib.contextmanager
-def _run_lock(dest: Path):
+def _run_lock(dest: Path, name_flag: str = "--name"):
     "One process per run name at a time (the lock goes with the process, so a killed run's name is free again)."
-    busy = f"run {dest.name!r} is being executed by another process; wait for it or choose another --name"
+    busy = f"run {dest.name!r} is being executed by another process; wait for it or choose another {name_flag}"
     with folder_lock(dest, busy):
         yield
 

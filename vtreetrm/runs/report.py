@@ -16,14 +16,15 @@ import numpy as np
 import pandas as pd
 
 from ..cli import Param
+from .folder import check_number
 from ..utils import UserError, atomic_write, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'VARIANT_TITLES', 'NO_ANSWER', 'CLI_COMMANDS',
-           'parse_legacy_name', 'run_conditions', 'collect_runs', 'simplification_tables', 'reference_m',
-           'comparison_tables', 'escape_frame', 'frame_html', 'table_html', 'query_figures', 'rankreg_table',
-           'collect_ladders', 'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1', 'confusion',
-           'training_curves', 'build_report', 'build_cmd']
+__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'VARIANT_TITLES', 'NO_ANSWER', 'REPORT_FIELDS',
+           'CLI_COMMANDS', 'parse_legacy_name', 'run_conditions', 'collect_runs', 'simplification_tables',
+           'reference_m', 'comparison_tables', 'escape_frame', 'frame_html', 'table_html', 'query_figures',
+           'rankreg_table', 'collect_ladders', 'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1',
+           'confusion', 'training_curves', 'check_report_replaceable', 'build_report', 'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {"qwen25_7b": "Qwen2.5-7B", "qwen2.5-7b": "Qwen2.5-7B", "qwen3_8b": "Qwen3-8B", "qwen3-8b": "Qwen3-8B"}
@@ -85,19 +86,6 @@ def _first(p: dict, *keys):
             return p[k]
 
 
-def _num(v, path, field: str, integer: bool = False, unit: bool = False):
-    "`v` as a finite number (None stays None); anything else is a `UserError` naming the file and field."
-    if v is None:
-        return None
-    if integer and isinstance(v, str) and v.strip().isdigit():
-        v = int(v)
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or not math.isfinite(v) or (unit and not 0 <= v <= 1):
-        want = "a whole number" if integer else "a number between 0 and 1" if unit else "a finite number"
-        raise UserError(f"must be {want}, got {v!r:.60}", path, None, field)
-    return v
-
-
 def _p1_own(p: dict) -> bool:
     "Phase-1 was trained on the run's own dataset only (`phase1_datasets`: a list, or the notebook's comma-separated text)."
     p1 = p.get("phase1_datasets")
@@ -125,11 +113,11 @@ def run_conditions(params: dict, path=None) -> dict:
             variant = "cls"
         elif _p1_own(p):
             variant = "p1-own"
-        elif (_num(p.get("qformer_dropout"), path, "qformer_dropout") or 0) > 0:
+        elif (check_number(p.get("qformer_dropout"), path, "qformer_dropout") or 0) > 0:
             variant = "e2-drop10"
         elif str(p.get("sampler", "")).lower() == "flip-balanced":
             variant = "flip-balanced"
-        elif (_num(p.get("rank_reg"), path, "rank_reg") or 0) > 0:
+        elif (check_number(p.get("rank_reg"), path, "rank_reg") or 0) > 0:
             variant = "rankreg"
         else:
             variant = "baseline"
@@ -143,7 +131,7 @@ def run_conditions(params: dict, path=None) -> dict:
         "synthetic": synthetic,
         "dataset": ds,
         "train_dataset": _pretty(_first(p, "train_dataset"), PRETTY_DATASETS) or ds,
-        "M": _num(M, path, "num_queries", integer=True),
+        "M": check_number(M, path, "num_queries", integer=True),
         "answer_order": _first(p, "answer_order") or "actions_first",
         "label_mode": _first(p, "label_mode") or "official",
         "variant": variant,
@@ -196,12 +184,12 @@ def _run_row(mf: Path, m: dict) -> dict:
         "run": str(d),
         "legacy_name": params is None,
         "label_map": _label_map_of(params or {}, d),
-        "top1": _num(m.get("top1_accuracy_single_label"), mf, "top1_accuracy_single_label", unit=True),
-        "macro_f1": _num(m.get("macro_f1"), mf, "macro_f1", unit=True),
-        "num_samples": _num(m.get("num_samples"), mf, "num_samples", integer=True),
-        "num_unparseable": _num(m.get("num_unparseable"), mf, "num_unparseable", integer=True),
-        "chance_top1": _num(m.get("chance_top1"), mf, "chance_top1", unit=True),
-        "majority_top1": _num(m.get("majority_top1"), mf, "majority_top1", unit=True),
+        "top1": check_number(m.get("top1_accuracy_single_label"), mf, "top1_accuracy_single_label", unit=True),
+        "macro_f1": check_number(m.get("macro_f1"), mf, "macro_f1", unit=True),
+        "num_samples": check_number(m.get("num_samples"), mf, "num_samples", integer=True),
+        "num_unparseable": check_number(m.get("num_unparseable"), mf, "num_unparseable", integer=True),
+        "chance_top1": check_number(m.get("chance_top1"), mf, "chance_top1", unit=True),
+        "majority_top1": check_number(m.get("majority_top1"), mf, "majority_top1", unit=True),
     }
 
 # %% ../../nbs/runs/01_report.ipynb #b438e695
@@ -532,7 +520,7 @@ def query_figures(run: str | Path) -> dict:
         rows = [r for _, r in iter_jsonl(sf)]
         epoch = rows[-1].get("epoch") if rows else None
         last = [
-            _num(r["query_rank_entropy"], sf, "query_rank_entropy", unit=True)
+            check_number(r["query_rank_entropy"], sf, "query_rank_entropy", unit=True)
             for r in rows
             if r.get("epoch") == epoch and r.get("query_rank_entropy") is not None
         ]
@@ -591,13 +579,13 @@ def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
                 rows.append(
                     {
                         "stage": str(r.get("stage", "?")),
-                        "Top1": _num(r.get("top1"), f, f"rungs[{i}].top1", unit=True),
-                        "Macro-F1": _num(r.get("macro_f1"), f, f"rungs[{i}].macro_f1", unit=True),
+                        "Top1": check_number(r.get("top1"), f, f"rungs[{i}].top1", unit=True),
+                        "Macro-F1": check_number(r.get("macro_f1"), f, f"rungs[{i}].macro_f1", unit=True),
                         "note": r.get("note"),
                     }
                 )
             for k, name in (("chance_top1", "chance"), ("majority_top1", "majority class")):
-                rows.append({"stage": name, "Top1": _num(lad.get(k), f, k, unit=True), "Macro-F1": None})
+                rows.append({"stage": name, "Top1": check_number(lad.get(k), f, k, unit=True), "Macro-F1": None})
             t = pd.DataFrame(rows)
             if t["note"].isna().all():
                 t = t.drop(columns=["note"])
@@ -682,8 +670,8 @@ def per_class_f1(run: str | Path) -> pd.DataFrame:
     rows = [
         {
             "label": str(k),
-            "F1": 100 * _num(v.get("f1"), mf, f"per_class.{k}.f1", unit=True),
-            "support": _num(v.get("support"), mf, f"per_class.{k}.support", integer=True),
+            "F1": 100 * check_number(v.get("f1"), mf, f"per_class.{k}.f1", unit=True),
+            "support": check_number(v.get("support"), mf, f"per_class.{k}.support", integer=True),
         }
         for k, v in pc.items()
         if isinstance(v, dict)
@@ -729,17 +717,47 @@ def training_curves(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                     {
                         "run": r.run,
                         "dataset": r.train_dataset,
-                        "epoch": _num(e.get("epoch"), h, "epoch", integer=True),
-                        "train_loss": _num(e.get("train_loss"), h, "train_loss"),
+                        "epoch": check_number(e.get("epoch"), h, "epoch", integer=True),
+                        "train_loss": check_number(e.get("train_loss"), h, "train_loss"),
                         "val_top1": None
                         if e.get("val_top1") is None
-                        else 100 * _num(e["val_top1"], h, "val_top1", unit=True),
+                        else 100 * check_number(e["val_top1"], h, "val_top1", unit=True),
                     }
                 )
         except UserError as e:
             rows = [x for x in rows if x["run"] != r.run]
             problems.append(str(e))
     return pd.DataFrame(rows, columns=["run", "dataset", "epoch", "train_loss", "val_top1"]), problems
+
+# %% ../../nbs/runs/01_report.ipynb #5d2f9a04
+REPORT_FIELDS = {"report", "num_runs", "left_out"}  # in the .json `build_report` writes beside every report
+
+
+def _report_file_ours(f: Path) -> bool:
+    "Whether `f`, a report's HTML or its companion .json, was written by this tool."
+    from vtreetrm.runs.papermill import HTML_GENERATOR, REPORT_CSP
+
+    if f.suffix.lower() == ".json":
+        try:
+            m = read_json(f)
+        except UserError:
+            return False
+        return isinstance(m, dict) and REPORT_FIELDS <= m.keys()
+    with open(f, "rb") as fh:
+        head = fh.read(1 << 16)  # the tags sit in <head>
+    # reports written before the generator tag carry this tool's exact Content-Security-Policy
+    return any(tag.encode() in head for tag in (HTML_GENERATOR, f'content="{REPORT_CSP}"'))
+
+
+def check_report_replaceable(out: Path):
+    "Refuse, before anything runs, to replace an .html file or its companion .json that this tool did not write."
+    for f in (Path(out), Path(out).with_suffix(".json")):
+        if f.is_symlink() or (f.exists() and not (f.is_file() and _report_file_ours(f))):
+            raise UserError(
+                "refusing to replace a file this tool did not write (a report's page has a generator tag, its .json "
+                "the report's fields); move it away or choose another --out",
+                f,
+            )
 
 # %% ../../nbs/runs/01_report.ipynb #3d0f120a
 def _check_report_args(inputs: list, out, analysis, notebook) -> tuple[Path, Path]:
@@ -759,6 +777,7 @@ def _check_report_args(inputs: list, out, analysis, notebook) -> tuple[Path, Pat
     out = Path(out)
     if out.suffix.lower() != ".html":
         raise UserError("the report must be an .html file", out)
+    check_report_replaceable(out)
     return nb, out
 
 

@@ -9,6 +9,7 @@ import concurrent.futures as cf
 import contextlib
 import dataclasses
 import itertools
+import math
 import multiprocessing as mp
 import os
 import re
@@ -22,19 +23,20 @@ from pathlib import Path
 from typing import Literal
 
 from ..cli import Param
-from .folder import FINAL, RunFolder, read_run
+from .folder import FINAL, RunFolder, check_number, read_run
 from .papermill import _safe_name, check_params, notebook_parameters, resolve_notebook, run_notebook
-from ..utils import UserError, load_yaml, now_iso, provenance, read_json, write_json
+from ..utils import UserError, load_yaml, now_iso, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['SWEEP_KEYS', 'EXECUTORS', 'SLURM_WAITING', 'SLURM_RUNNING', 'TOP1_KEYS', 'SWEEP_COMMANDS', 'load_sweep',
-           'expand_sweep', 'ExecutorOptions', 'executor_options', 'sweep_folder', 'read_manifest', 'check_sweep_folder',
-           'point_run', 'SweepPoint', 'check_slurm', 'connect_ray', 'submit_points', 'with_gpus', 'start_sweep',
-           'run_sweep', 'slurm_states', 'sweep_status', 'saved_options', 'resume_sweep', 'wait_for', 'sweep_cmd',
-           'status_cmd', 'resume_cmd']
+__all__ = ['SWEEP_KEYS', 'MAX_SWEEP_POINTS', 'EXECUTORS', 'SLURM_WAITING', 'SLURM_RUNNING', 'TOP1_KEYS', 'SWEEP_COMMANDS',
+           'load_sweep', 'expand_sweep', 'ExecutorOptions', 'executor_options', 'sweep_folder', 'read_manifest',
+           'check_sweep_folder', 'check_notebook_sha', 'manifest_notebook', 'point_run', 'SweepPoint', 'check_slurm',
+           'connect_ray', 'submit_points', 'with_gpus', 'start_sweep', 'run_sweep', 'slurm_states', 'sweep_status',
+           'saved_options', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd', 'resume_cmd']
 
 # %% ../../nbs/runs/02_sweep.ipynb #cf1563ac
 SWEEP_KEYS = {"notebook", "name", "params", "grid", "runs", "jobs", "runs_dir", "executor"}
+MAX_SWEEP_POINTS = 10_000  # points one sweep may hold: counted from the axis sizes before the grid is expanded
 
 
 def load_sweep(path: str | Path) -> dict:
@@ -67,6 +69,11 @@ def load_sweep(path: str | Path) -> dict:
     for i, r in enumerate(spec.get("runs") or []):
         if not isinstance(r, dict):
             raise UserError("each explicit run must be a mapping", path, field=f"runs[{i}]")
+    grid = spec.get("grid") or {}
+    n = (math.prod(len(v) for v in grid.values()) if grid else 0) + len(spec.get("runs") or [])
+    if n > MAX_SWEEP_POINTS:
+        raise UserError(f"the sweep expands to {n:,} points; a sweep holds at most {MAX_SWEEP_POINTS:,} "
+                        "(split it into several sweeps)", path, field="grid")  # fmt: skip
     spec["_path"] = str(path)
     return spec
 
@@ -167,13 +174,26 @@ def read_manifest(d: Path) -> dict:
     return man
 
 
-def check_sweep_folder(d: Path, sweep: str, notebook: Path):
-    "Refuse a folder that belongs to another sweep, or that holds files and is no sweep's, before anything is written."
+def check_sweep_folder(
+    d: Path,  # the sweep folder
+    sweep: str,  # the sweep's name (its YAML file's)
+    notebook: Path,  # the notebook its points run
+    points: dict = None,  # {name: params} of the sweep to run now
+    force: bool = False,  # let this sweep replace another version of it recorded in the folder
+):
+    "Before anything is written, refuse a folder of another sweep (or of another version of this one) or of no sweep."
     if (d / "sweep.json").is_file():
         man = read_manifest(d)
         if (man.get("sweep"), man.get("notebook")) != (sweep, str(notebook)):
             raise UserError(f"this folder belongs to the sweep {man.get('sweep')!r} of {man.get('notebook')}; "
                             "choose another --runs-dir", d)  # fmt: skip
+        # a sweep may grow (new points are added); a recorded point never silently vanishes or changes its parameters
+        lost = [n for n, p in man["points"].items() if points is not None and points.get(n) != p]
+        if lost and not force:
+            raise UserError(f"this folder holds another version of the sweep {sweep!r}: {len(lost)} of its "
+                            f"{len(man['points'])} points ({lost[0]!r}{', …' if len(lost) > 1 else ''}) are not in "
+                            "this one or have other parameters; pass --force to replace it (every point runs again) "
+                            "or choose another --runs-dir", d / "sweep.json")  # fmt: skip
     elif d.is_dir() and any(not p.name.startswith(".") for p in d.iterdir()):
         raise UserError(
             "this folder holds files but no sweep.json, so it is not a sweep's; choose another --runs-dir", d
@@ -181,10 +201,40 @@ def check_sweep_folder(d: Path, sweep: str, notebook: Path):
     elif d.exists() and not d.is_dir():
         raise UserError("the sweep folder must be a folder (this path is a file)", d)
 
+
+def check_notebook_sha(nb: str | Path, sha256: str):
+    "Refuse to run notebook `nb` unless its sha256 is the one recorded when the sweep was submitted."
+    if not Path(nb).is_file():
+        raise UserError("the sweep's notebook is gone", nb)
+    if sha256_file(nb) != sha256:
+        raise UserError("its sha256 changed since the sweep was submitted; run the sweep YAML again "
+                        "(`vtreetrm sweep SWEEP.yaml`) to record and run this version", nb)  # fmt: skip
+
+
+def manifest_notebook(d: Path, man: dict) -> tuple[Path, str]:
+    "(the notebook a sweep.json names, its sha256 recorded at submission), once the file still has that sha256."
+    nb = man.get("notebook")
+    inputs = (man.get("provenance") or {}).get("inputs") if isinstance(man.get("provenance"), dict) else None
+    if not isinstance(nb, str) or not isinstance(inputs, dict) or not isinstance(inputs.get(nb), str):
+        raise UserError(f"{nb!r:.200} is not the notebook the sweep was submitted with (no sha256 of it is recorded); "
+                        "run the sweep YAML again", Path(d) / "sweep.json", field="notebook")  # fmt: skip
+    check_notebook_sha(nb, inputs[nb])
+    return Path(nb), inputs[nb]
+
 # %% ../../nbs/runs/02_sweep.ipynb #01800133
 def point_run(d: Path, name: str) -> dict | None:
     "A point's run.json: its running folder's while it is queued or runs, else its published run's; None if never run."
-    return read_run(Path(d) / f"{name}.running") or read_run(Path(d) / name)
+    work, pub = read_run(Path(d) / f"{name}.running"), read_run(Path(d) / name)
+    run, folder = (work, f"{name}.running") if work is not None else (pub, name)
+    ended = folder == name  # a run ends by being published: NAME.running never holds an ended run, NAME a live one
+    if run is not None and (run.get("status") in FINAL) != ended:
+        why = "has ended but was never published" if not ended else "is published but never ended"
+        return {
+            **run,
+            "status": "failed",
+            "error": f"{folder} says {run.get('status')!r}: it {why}; resume runs it again",
+        }
+    return run
 
 
 def _job_env(executor: str) -> dict:
@@ -223,15 +273,18 @@ def _job_output(work: Path, redirect: bool):
 class SweepPoint:
     "One point of a sweep as every executor runs it: the notebook run in the sweep folder, the job's output beside it."
 
-    def __init__(self, notebook: str, sweep_dir: str, executor: str, force: bool = False):
+    def __init__(self, notebook: str, sweep_dir: str, executor: str, force: bool = False, sha256: str = None):
         self.notebook, self.sweep_dir, self.executor, self.force = str(notebook), str(sweep_dir), executor, force
+        self.sha256 = sha256  # the notebook's, recorded at submission: a job that starts later runs only that version
 
     def __call__(self, name: str, params: dict) -> str:
         work = Path(self.sweep_dir) / f"{name}.running"
         with _job_output(work, redirect=self.executor != "local"):
             try:
+                if self.sha256:
+                    check_notebook_sha(self.notebook, self.sha256)
                 r = run_notebook(self.notebook, name, params, self.sweep_dir, force=self.force, progress=False,
-                                 run_fields=_job_env(self.executor))  # fmt: skip
+                                 run_fields=_job_env(self.executor), flags=("--runs-dir", "--force"))  # fmt: skip
             except UserError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return "failed"
@@ -366,12 +419,13 @@ def _prepare(d: Path, points: dict, opts: ExecutorOptions, force: bool) -> tuple
 
 def submit_points(d: Path, man: dict, points: dict, opts: ExecutorOptions, force=False, jobs=1, progress=True) -> dict:
     "Run or submit `points` of the sweep in `d` with `opts.executor`; returns {name: status} (`queued` once submitted)."
+    nb, sha = manifest_notebook(d, man)  # only the notebook the sweep recorded runs
     todo, out = _prepare(d, points, opts, force)  # nothing is written before the executor answers
     d.mkdir(parents=True, exist_ok=True)
     man = _write_manifest(
         d, man, executor=dataclasses.asdict(opts), driver={"pid": os.getpid(), "node": socket.gethostname()}
     )
-    point = SweepPoint(man["notebook"], d, opts.executor, force)
+    point = SweepPoint(nb, d, opts.executor, force, sha)
     if not todo:
         return out
     queued = _queue(d, todo, opts.executor)
@@ -395,7 +449,8 @@ def with_gpus(params: dict, opts: ExecutorOptions, declared: dict) -> dict:
     return params
 
 # %% ../../nbs/runs/02_sweep.ipynb #2dd2aee3
-def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOptions = None, jobs: int = None) -> tuple:
+def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOptions = None, jobs: int = None,
+                force: bool = False) -> tuple:  # fmt: skip
     "Read the sweep, check every point and the folder; `(folder, manifest, executor options, local processes)`."
     spec = load_sweep(path)
     nb = resolve_notebook(spec["notebook"])
@@ -406,7 +461,7 @@ def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOpt
     points = {n: check_params(nb, with_gpus(p, opts, declared), declared) for n, p in expand_sweep(spec)}
     d = sweep_folder(spec, runs_dir)
     name = Path(path).stem
-    check_sweep_folder(d, name, nb)
+    check_sweep_folder(d, name, nb, points, force)
     old = read_manifest(d) if (d / "sweep.json").is_file() else {}
     man = {"sweep": name, "sweep_file": str(Path(path).resolve()), "notebook": str(nb), "points": points,
            "jobs": old.get("jobs", {}), "created": old.get("created", now_iso()),
@@ -417,7 +472,7 @@ def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOpt
 def run_sweep(path: str | Path, jobs: int = None, force: bool = False, runs_dir: str | Path = None,
               progress: bool = True, opts: ExecutorOptions = None) -> dict:  # fmt: skip
     "Run (local, ray) or submit (slurm) every point of a sweep; returns {name: status}. Bad input is refused first."
-    d, man, opts, jobs = start_sweep(path, runs_dir, opts, jobs)
+    d, man, opts, jobs = start_sweep(path, runs_dir, opts, jobs, force)
     return submit_points(d, man, man["points"], opts, force, jobs, progress)
 
 # %% ../../nbs/runs/02_sweep.ipynb #45218059
@@ -492,13 +547,15 @@ def _refine(run: dict | None, job: dict, sched: dict, driver_alive: bool) -> tup
 TOP1_KEYS = ("top1", "top1_accuracy_single_label", "mean_top1")
 
 
-def _top1(run_dir: Path):
-    "The Top-1 a point's metrics.json reports, if it is scored."
+def _top1(run_dir: Path) -> tuple:
+    "(the Top-1 a point's metrics.json reports, or None; why a value there is not shown, or '')."
+    f = run_dir / "metrics.json"
     try:
-        m = read_json(run_dir / "metrics.json") if (run_dir / "metrics.json").is_file() else {}
-    except UserError:
-        return None
-    return next((m[k] for k in TOP1_KEYS if isinstance(m, dict) and isinstance(m.get(k), (int, float))), None)
+        m = read_json(f) if f.is_file() else {}
+        k = next((k for k in TOP1_KEYS if isinstance(m, dict) and m.get(k) is not None), None)
+        return (check_number(m[k], f, k, unit=True) if k else None), ""
+    except UserError as e:  # a bool, text, NaN or 7 is no accuracy: no number shown, the reason in the note
+        return None, str(e)
 
 
 def _elapsed(run: dict | None):
@@ -527,8 +584,10 @@ def sweep_status(d: str | Path) -> list[dict]:
     for name in man["points"]:
         run, job = point_run(d, name), jobs.get(name, {})
         state, note = _refine(run, job if (run or {}).get("executor") == "slurm" else {}, sched, driver_alive)
+        top1, why = _top1(d / name)
         rows.append({"name": name, "state": state, "job_id": (run or {}).get("job_id") or job.get("job_id"),
-                     "node": (run or {}).get("node"), "elapsed_s": _elapsed(run), "top1": _top1(d / name), "note": note})  # fmt: skip
+                     "node": (run or {}).get("node"), "elapsed_s": _elapsed(run), "top1": top1,
+                     "note": "; ".join(x for x in (note, why) if x)})  # fmt: skip
     return rows
 
 # %% ../../nbs/runs/02_sweep.ipynb #a817ebe1
@@ -543,7 +602,7 @@ def resume_sweep(d: str | Path, opts: ExecutorOptions = None, jobs: int = 1, pro
     man = read_manifest(d)
     opts = saved_options(d, man, opts)
     todo = {r["name"]: man["points"][r["name"]] for r in sweep_status(d) if r["state"] in ("failed", "not run")}
-    nb = resolve_notebook(man["notebook"])
+    nb, _ = manifest_notebook(d, man)  # before anything runs: the notebook the sweep was submitted with
     declared = notebook_parameters(nb)
     for p in todo.values():
         check_params(nb, p, declared)
@@ -589,15 +648,15 @@ def _finish_cmd(d: Path, res: dict, opts: ExecutorOptions, wait: bool) -> int:
 
 # %% ../../nbs/runs/02_sweep.ipynb #e221e549
 def sweep_cmd(
-    sweep: Param("sweep YAML (notebook, params, grid, runs, name, executor)"),
+    sweep: Param(f"sweep YAML (notebook, params, grid, runs, name, executor); at most {MAX_SWEEP_POINTS:,} points"),
     jobs: int = None,  # local executor: points run at once (processes); default from the YAML or 1
-    force: bool = False,  # re-run points that are done with the same parameters
+    force: bool = False,  # re-run points that are done; let a changed sweep replace the one in its folder
     runs_dir: str = None,  # the sweep folder (default: the YAML's runs_dir, else papermill_runs/SWEEP)
     wait: bool = False,  # slurm: wait for every point to end and print the table (local and ray always wait)
     ex: ExecutorOptions = None,
 ):
     "Run a sweep's points here (local), on SLURM (a job array, via submitit) or on Ray; exit 1 if any failed."
-    d, man, opts, jobs = start_sweep(sweep, runs_dir, ex, jobs)
+    d, man, opts, jobs = start_sweep(sweep, runs_dir, ex, jobs, force)
     return _finish_cmd(d, submit_points(d, man, man["points"], opts, force, jobs), opts, wait)
 
 # %% ../../nbs/runs/02_sweep.ipynb #3b690c09
