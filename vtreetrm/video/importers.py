@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import av
 
 from ..utils import UserError, atomic_dir, path_component, provenance, read_json, write_json
-from .features import video_duration
+from .features import frames_end, video_duration
 from vtreetrm.video.labels import (
     LABEL_MAPS,
     SPLITS,
@@ -173,17 +174,28 @@ def find_video(videos: Path, video_id: str, where) -> Path:
     path_component(video_id, "video", *where[:2])
     for cand in [videos / video_id, *(videos / (video_id + e) for e in VIDEO_EXTS)]:
         if cand.is_file():
+            real = cand.resolve()
+            if videos.resolve() not in real.parents:
+                raise UserError(
+                    f"video {video_id!r}: {cand} links to {real}, outside the videos folder {videos}",
+                    *where[:2],
+                    "video",
+                )
             return cand
     raise UserError(f"video {video_id!r}: no file {video_id}[{'|'.join(VIDEO_EXTS)}] in {videos}", *where[:2], "video")
 
 
 def probe_duration(path: Path, video_id: str, where) -> float:
-    "The video's duration in seconds, read with PyAV; an unreadable file is an error naming the video."
+    "The video's duration in seconds: the stated one, or where its frames end if sooner; an unreadable file is an error naming the video."
     try:
         with av.open(str(path)) as c:
             if not c.streams.video:
                 raise UserError(f"video {video_id!r}: no video stream in {path}", *where[:2], "video")
             d = video_duration(c, c.streams.video[0])
+            end = frames_end(c, c.streams.video[0], d) if d else None
+            if d and end is None:
+                raise UserError(f"video {video_id!r}: no decodable frame in {path}", *where[:2], "video")
+            d = min(d, end) if d else d
     except UserError:
         raise
     except (av.error.FFmpegError, ValueError, OSError) as e:
@@ -280,11 +292,20 @@ def _label_mapping(label_map, fmt: str, segs: list) -> dict:
 
 def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
     "Check one grouped row against its video (found and probed once per video) and the ids so far; fills in its id."
-    files, durations, ids = seen
+    files, durations, ids, file_splits = seen
     if vid not in files:
         f = find_video(videos, vid, s.where)
         durations[vid] = probe_duration(f, vid, s.where)
         files[vid] = f
+    real = os.path.realpath(files[vid])
+    first_split, first_vid = file_splits.setdefault(real, (r["split"], vid))
+    if first_split != r["split"]:
+        raise UserError(
+            f"video {vid!r} is the file {real} of video {first_vid!r}: one video in two splits "
+            f"({first_split} and {r['split']})",
+            *s.where[:2],
+            "split",
+        )
     if r["end"] > durations[vid] + 1e-3:
         raise UserError(
             f"video {vid!r}: segment [{r['start']:g}, {r['end']:g}] ends after the video ({durations[vid]:.3f} s)",
@@ -301,7 +322,7 @@ def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
 # %% ../../nbs/video/00a_import.ipynb #908df0e5
 def _manifest(rows: list, videos: Path, skip_bad: bool, skipped: list) -> list:
     "manifest.jsonl rows of the grouped rows; a bad row fails the import or, with --skip-bad, is listed in `skipped`."
-    seen, manifest = ({}, {}, {}), []
+    seen, manifest = ({}, {}, {}, {}), []
     for r in rows:
         s = r.pop("where")
         try:
