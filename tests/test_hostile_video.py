@@ -4,6 +4,7 @@ overstate their duration, damaged cached features and NaN weights. Each is refus
 under --skip-bad, never used."""
 
 import json
+import os
 import re
 import shutil
 import struct
@@ -244,6 +245,50 @@ def test_one_file_in_two_splits(tmp_path, capsys, alias):
     assert rep["rows"] == 2 and rep["splits"]["test"] == 0 and "two splits" in rep["skipped"][0]["reason"]
 
 
+def test_duplicate_json_keys_are_refused(tmp_path, capsys):
+    "A second `cam0` entry would silently replace the first one's annotations."
+    v = tmp_path / "videos"
+    _video(v / "cam0.mp4")
+
+    def entry(label):
+        return json.dumps({"subset": "training", "annotations": [{"segment": [0, 1], "label": label}]})
+
+    ann = tmp_path / "a.json"
+    ann.write_text(f'{{"database": {{"cam0": {entry("Walking")}, "cam0": {entry("Resting")}}}}}')
+    refused(capsys, _import(ann, v, tmp_path / "ds", fmt="activitynet"), ann, "duplicate key", "cam0")
+    lm = tmp_path / "map.json"
+    lm.write_text('{"Walking": "walking", "Walking": "strolling"}')
+    ann.write_text(f'{{"database": {{"cam0": {entry("Walking")}}}}}')
+    refused(capsys, _import(ann, v, tmp_path / "ds", "--label-map", lm, fmt="activitynet"), lm, "Walking")
+
+
+def test_duplicate_csv_column_is_refused(tmp_path, capsys):
+    v = tmp_path / "videos"
+    _video(v / "a.mp4")
+    ann = _csv(tmp_path / "a.csv", ["a,0,1,Walking,train,Resting"], header="video,start,end,label,split,label")
+    refused(capsys, _import(ann, v, tmp_path / "ds"), ann, "label", "twice")
+
+
+def test_header_only_csv_says_it_has_no_rows(tmp_path, capsys):
+    v = tmp_path / "videos"
+    _video(v / "a.mp4")
+    ann = _csv(tmp_path / "a.csv", [])
+    line = refused(capsys, _import(ann, v, tmp_path / "ds"), ann, "no rows")
+    assert "missing" not in line
+
+
+def test_labels_differing_only_in_case_are_refused(tmp_path, capsys):
+    "`Feeding` and `feeding` are one label to the scorer: refused where the label map is read, not after training."
+    v = tmp_path / "videos"
+    _video(v / "a.mp4")
+    lm = tmp_path / "map.json"
+    lm.write_text(json.dumps({"Feeding": "eating", "feeding": "grazing"}))
+    ann = _csv(tmp_path / "a.csv", ["a,0,1,Feeding,train", "a,1,2,feeding,train"])
+    refused(capsys, _import(ann, v, tmp_path / "ds", "--label-map", lm), lm, "feeding", "Feeding")
+    assert _import(ann, v, tmp_path / "ds", "--label-map", lm, "--skip-bad") == 2  # no rows are at fault
+    capsys.readouterr()
+
+
 # ---------------------------------------------------------------- durations and cached features
 
 
@@ -311,3 +356,14 @@ def test_damaged_cached_features_are_encoded_again(trained, tmp_path, damage):
     r = json.loads(rep.read_text())["datasets"][str(trained / "syn" / "lote")]
     assert r["encoded"] == 1 and r["cached"] == len(files) - 1
     np.testing.assert_allclose(np.load(files[0]), good, rtol=1e-5, atol=1e-5)
+
+
+def test_label_map_with_case_duplicates_is_refused_on_load(tmp_path):
+    "A hand-edited label_map.json of a dataset folder is checked the same way when the dataset is read."
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "label_map.json").write_text(json.dumps({"Feeding": "eating", "feeding": "grazing"}))
+    (ds / "manifest.jsonl").write_text("")
+    with pytest.raises(UserError, match="Feeding"):
+        load_dataset(ds, check_files=False)
+    assert os.path.exists(ds / "label_map.json")

@@ -122,31 +122,46 @@ def read_activitynet(path: Path) -> list:
 CSV_REQUIRED = ("video", "start", "end", "label")
 
 
-def read_csv(path: Path) -> list:
-    "Segments of a CSV file with columns video,start,end,label[,species,environment,split,id]."
+def _csv_rows(path: Path) -> tuple[list, list]:
+    "(header, [(line, {column: value})]) of a CSV file: a column named twice, or a row longer than the header, is refused."
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
-            cols = rows[0].keys() if rows else []
+            reader = csv.reader(f)
+            header = next(reader, [])
+            rows = [(reader.line_num, r) for r in reader if r]
     except UnicodeDecodeError as e:
         raise UserError(f"not UTF-8 text: {e.reason}", path) from None
     except csv.Error as e:
         raise UserError(f"invalid CSV: {e}", path) from None
+    dup = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if dup is not None:
+        raise UserError("column named twice (the second would silently replace the first)", path, 1, dup)
+    for line, r in rows:
+        if len(r) > len(header):
+            raise UserError(f"{len(r)} values, but the header names {len(header)} columns", path, line)
+    return header, [(line, dict(zip(header, r))) for line, r in rows]
+
+
+def read_csv(path: Path) -> list:
+    "Segments of a CSV file with columns video,start,end,label[,species,environment,split,id]."
+    cols, rows = _csv_rows(path)
     missing = [c for c in CSV_REQUIRED if c not in cols]
     if missing:
         raise UserError(f"missing column(s) {', '.join(missing)} (need {', '.join(CSV_REQUIRED)})", path, 1, missing[0])
+    if not rows:
+        raise UserError("the CSV file has a header but no rows (one row per annotated segment)", path, 1)
     out = []
-    for i, r in enumerate(rows, 2):
+    for i, r in rows:
         w = (path, i)
         sp = _text(r.get("split"), w, "split")
         if sp is not None and sp.lower() not in SUBSETS:
             raise UserError(f"unknown split {sp!r} (train, val, test)", path, i, "split")
         out.append(
             Segment(
-                _text(r["video"], w, "video", True),
-                _seconds(r["start"], w, "start"),
-                _seconds(r["end"], w, "end"),
-                _text(r["label"], w, "label", True),
+                _text(r.get("video"), w, "video", True),
+                _seconds(r.get("start"), w, "start"),
+                _seconds(r.get("end"), w, "end"),
+                _text(r.get("label"), w, "label", True),
                 _text(r.get("species"), w, "species"),
                 _text(r.get("environment"), w, "environment"),
                 SUBSETS[sp.lower()] if sp else None,
