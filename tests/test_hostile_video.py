@@ -4,16 +4,21 @@ overstate their duration, damaged cached features and NaN weights. Each is refus
 under --skip-bad, never used."""
 
 import json
+import os
+import re
 import shutil
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from vtreetrm.cli import main
-from vtreetrm.utils import folder_lock, sha256_file
+from vtreetrm.utils import UserError, folder_lock, sha256_file
+from vtreetrm.video.features import decode_clip
+from vtreetrm.video.labels import load_dataset
 from vtreetrm.video.synthetic import LOTE_MOTION, SyntheticConfig, make_synthetic, render_frames, write_mp4
 
 torch.set_num_threads(1)
@@ -26,7 +31,7 @@ def run(*args):
 def refused(capsys, rc, *needles):
     "Exit 2 and one `error:` line holding every needle; returns the line."
     err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = re.findall(r"(?:error|warning): [^\r\n]*", err)  # (a progress bar may precede it on its line)
     assert rc == 2 and "Traceback" not in err, err
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     for n in needles:
@@ -208,6 +213,82 @@ def _import(ann, videos, out, *flags, fmt="csv"):
     return run("video", "import", ann, "--format", fmt, "--videos", videos, "--out", out, *flags)
 
 
+def test_video_link_out_of_the_videos_folder(tmp_path, capsys):
+    "videos/b.mp4 links to a file outside --videos: refused, naming the file; --skip-bad leaves it out and says why."
+    v = tmp_path / "videos"
+    _video(v / "a.mp4")
+    _video(tmp_path / "secret" / "s.mp4")
+    (v / "b.mp4").symlink_to(tmp_path / "secret" / "s.mp4")
+    ann = _csv(tmp_path / "a.csv", ["a,0,1,Walking,train", "b,0,1,Walking,test"])
+    refused(capsys, _import(ann, v, tmp_path / "ds"), "outside", v / "b.mp4")
+    assert not (tmp_path / "ds").exists()
+    assert _import(ann, v, tmp_path / "ds", "--skip-bad") == 0
+    rep = json.loads((tmp_path / "ds" / "import_report.json").read_text())
+    assert rep["rows"] == 1 and len(rep["skipped"]) == 1 and "outside" in rep["skipped"][0]["reason"]
+    assert all("secret" not in c.video for c in load_dataset(tmp_path / "ds").clips)
+
+
+@pytest.mark.parametrize("alias", ["extension", "link"])
+def test_one_file_in_two_splits(tmp_path, capsys, alias):
+    "`v1` and `v1.mp4` (or a link to v1.mp4) are one file: it may not be in train and in test."
+    v = tmp_path / "videos"
+    _video(v / "v1.mp4")
+    _video(v / "v2.mp4")
+    other = "v1.mp4"
+    if alias == "link":
+        (v / "copy.mp4").symlink_to(v / "v1.mp4")
+        other = "copy"
+    ann = _csv(tmp_path / "a.csv", ["v1,0,1,Walking,train", "v2,0,1,Walking,train", f"{other},1,2,Walking,test"])
+    refused(capsys, _import(ann, v, tmp_path / "ds"), "two splits", "v1.mp4")
+    assert _import(ann, v, tmp_path / "ds", "--skip-bad") == 0
+    rep = json.loads((tmp_path / "ds" / "import_report.json").read_text())
+    assert rep["rows"] == 2 and rep["splits"]["test"] == 0 and "two splits" in rep["skipped"][0]["reason"]
+
+
+def test_duplicate_json_keys_are_refused(tmp_path, capsys):
+    "A second `cam0` entry would silently replace the first one's annotations."
+    v = tmp_path / "videos"
+    _video(v / "cam0.mp4")
+
+    def entry(label):
+        return json.dumps({"subset": "training", "annotations": [{"segment": [0, 1], "label": label}]})
+
+    ann = tmp_path / "a.json"
+    ann.write_text(f'{{"database": {{"cam0": {entry("Walking")}, "cam0": {entry("Resting")}}}}}')
+    refused(capsys, _import(ann, v, tmp_path / "ds", fmt="activitynet"), ann, "duplicate key", "cam0")
+    lm = tmp_path / "map.json"
+    lm.write_text('{"Walking": "walking", "Walking": "strolling"}')
+    ann.write_text(f'{{"database": {{"cam0": {entry("Walking")}}}}}')
+    refused(capsys, _import(ann, v, tmp_path / "ds", "--label-map", lm, fmt="activitynet"), lm, "Walking")
+
+
+def test_duplicate_csv_column_is_refused(tmp_path, capsys):
+    v = tmp_path / "videos"
+    _video(v / "a.mp4")
+    ann = _csv(tmp_path / "a.csv", ["a,0,1,Walking,train,Resting"], header="video,start,end,label,split,label")
+    refused(capsys, _import(ann, v, tmp_path / "ds"), ann, "label", "twice")
+
+
+def test_header_only_csv_says_it_has_no_rows(tmp_path, capsys):
+    v = tmp_path / "videos"
+    _video(v / "a.mp4")
+    ann = _csv(tmp_path / "a.csv", [])
+    line = refused(capsys, _import(ann, v, tmp_path / "ds"), ann, "no rows")
+    assert "missing" not in line
+
+
+def test_labels_differing_only_in_case_are_refused(tmp_path, capsys):
+    "`Feeding` and `feeding` are one label to the scorer: refused where the label map is read, not after training."
+    v = tmp_path / "videos"
+    _video(v / "a.mp4")
+    lm = tmp_path / "map.json"
+    lm.write_text(json.dumps({"Feeding": "eating", "feeding": "grazing"}))
+    ann = _csv(tmp_path / "a.csv", ["a,0,1,Feeding,train", "a,1,2,feeding,train"])
+    refused(capsys, _import(ann, v, tmp_path / "ds", "--label-map", lm), lm, "feeding", "Feeding")
+    assert _import(ann, v, tmp_path / "ds", "--label-map", lm, "--skip-bad") == 2  # no rows are at fault
+    capsys.readouterr()
+
+
 # ---------------------------------------------------------------- durations and cached features
 
 
@@ -220,3 +301,69 @@ def _overstated_mkv(path: Path, seconds: float = 1e9) -> Path:
     b[i + 3 : i + 11] = struct.pack(">d", seconds * 1000)
     path.write_bytes(bytes(b))
     return path
+
+
+def test_overstated_duration_is_not_trusted_at_import(tmp_path, capsys):
+    v = tmp_path / "videos"
+    _overstated_mkv(v / "liar.mkv")
+    _video(v / "ok.mp4")
+    ann = _csv(tmp_path / "a.csv", ["liar,100,5000,Walking,train", "ok,0,1,Walking,train"])
+    refused(capsys, _import(ann, v, tmp_path / "ds"), "liar", "ends after the video (5.000 s)")
+    assert _import(ann, v, tmp_path / "ds", "--skip-bad") == 0
+    assert json.loads((tmp_path / "ds" / "import_report.json").read_text())["rows"] == 1
+
+
+def test_segment_past_the_last_frame_is_never_encoded(tmp_path, capsys):
+    "A manifest segment [100, 200] of a 5-second file that claims 1e9 s: refused naming the video and the time."
+    f = _overstated_mkv(tmp_path / "liar.mkv")
+    with pytest.raises(UserError, match=r"no frame at 112\.500 s .* last frame ends at 5\.000 s") as e:
+        decode_clip(f, 4, 100.0, 200.0)
+    assert "liar.mkv" in str(e.value)
+    frames, info = decode_clip(f, 4, 1.0, 4.0)  # a segment inside the video is fine
+    assert frames.shape[0] == 4
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "label_map.json").write_text(json.dumps({"Walking": "walking"}))
+    rows = [
+        {"id": "bad", "video": str(f), "start": 100.0, "end": 200.0, "labels": ["Walking"], "split": "train"},
+        {"id": "good", "video": str(f), "start": 0.0, "end": 4.0, "labels": ["Walking"], "split": "train"},
+    ]
+    (ds / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    refused(capsys, run("video", "features", ds, "--cache", tmp_path / "cache"), "bad", "last frame")
+    rep = tmp_path / "rep.json"
+    assert run("video", "features", ds, "--cache", tmp_path / "cache", "--skip-bad", "--report", rep) == 0
+    r = json.loads(rep.read_text())["datasets"][str(ds)]
+    assert r["encoded"] == 1 and [s["id"] for s in r["skipped"]] == ["bad"]
+
+
+@pytest.mark.parametrize("damage", ["shape", "dtype", "nan", "not npy"])
+def test_damaged_cached_features_are_encoded_again(trained, tmp_path, damage):
+    "A cached .npy of the wrong shape or dtype, with NaN, or unreadable is never used: the clip is encoded again."
+    cache = tmp_path / "cache"
+    shutil.copytree(trained / "cache", cache)
+    files = sorted(cache.rglob("*.npy"))
+    good = np.load(files[0])
+    if damage == "shape":
+        np.save(files[0], good[:, :3])
+    elif damage == "dtype":
+        np.save(files[0], good.astype(np.float64))
+    elif damage == "nan":
+        np.save(files[0], np.full_like(good, np.nan))
+    else:
+        files[0].write_bytes(b"not an array")
+    rep = tmp_path / "rep.json"
+    assert run("video", "features", trained / "syn" / "lote", "--cache", cache, "--report", rep) == 0
+    r = json.loads(rep.read_text())["datasets"][str(trained / "syn" / "lote")]
+    assert r["encoded"] == 1 and r["cached"] == len(files) - 1
+    np.testing.assert_allclose(np.load(files[0]), good, rtol=1e-5, atol=1e-5)
+
+
+def test_label_map_with_case_duplicates_is_refused_on_load(tmp_path):
+    "A hand-edited label_map.json of a dataset folder is checked the same way when the dataset is read."
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "label_map.json").write_text(json.dumps({"Feeding": "eating", "feeding": "grazing"}))
+    (ds / "manifest.jsonl").write_text("")
+    with pytest.raises(UserError, match="Feeding"):
+        load_dataset(ds, check_files=False)
+    assert os.path.exists(ds / "label_map.json")

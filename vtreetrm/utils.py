@@ -308,15 +308,25 @@ def path_component(name, what: str = "name", path: str | Path = None, line: int 
         )
     return s
 
+# %% ../nbs/00_utils.ipynb #d0b1e7a5
+def _unique_keys(pairs: list) -> dict:
+    "An object's pairs as a dict; a key named twice is an error (json would keep the last value, silently)."
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        keys = [k for k, _ in pairs]
+        dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+        raise ValueError(f"duplicate key {dup!r} (an object may name each key once; the first value would be lost)")
+    return d
+
 # %% ../nbs/00_utils.ipynb #0b0430fc
 def _no_constant(name):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
 def loads_json(text: str | bytes, path=None, line: int = None) -> Any:
-    "Strict JSON: NaN/Infinity and nesting too deep for the parser are errors naming `path` (and `line`)."
+    "Strict JSON: NaN/Infinity, a key named twice in one object and nesting too deep for the parser are errors naming `path` (and `line`)."
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise UserError(f"invalid JSON: {e.msg} (column {e.colno})", path, line or e.lineno) from None
     except UnicodeDecodeError as e:

@@ -29,8 +29,8 @@ from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json
 
 # %% auto #0
 __all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times', 'video_duration',
-           'decode_clip', 'load_image_processor', 'load_vision_encoder', 'processor_settings', 'encoder_identity',
-           'Sampling', 'pixel_values', 'encode_frames', 'FeatureCache']
+           'shown_until', 'frames_end', 'decode_clip', 'load_image_processor', 'load_vision_encoder',
+           'processor_settings', 'encoder_identity', 'Sampling', 'pixel_values', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #825a8033
 def sample_indices(n: int, T: int) -> list:
@@ -68,8 +68,26 @@ def _by_index(c, s, T: int):
         return None, n  # the container overstated its frame count
     return [keep[i] for i in want], s.frames
 
+
+def shown_until(f, s) -> float:
+    "Seconds at which frame `f` of stream `s` leaves the screen: its time plus its duration (else one frame at the stream's rate)."
+    if f.duration and f.time_base:
+        return f.time + float(f.duration * f.time_base)
+    rate = s.average_rate or s.guessed_rate
+    return f.time + (float(1 / rate) if rate else 0.0)
+
+
+def frames_end(c, s, near: float) -> float | None:
+    "When the last frame of the stream leaves the screen, decoding from the keyframe before `near` s (None: no frame there)."
+    c.seek(int(min(max(near, 0.0) / s.time_base, 2**62)), stream=s, backward=True, any_frame=False)
+    end = None
+    for f in c.decode(s):
+        if f.time is not None:
+            end = shown_until(f, s)
+    return end
+
 # %% ../../nbs/video/02_features.ipynb #a0871f2b
-def _by_time(c, s, T: int, start: float, end: float):
+def _by_time(c, s, T: int, start: float, end: float, path=None):
     "(frame on screen at each of `segment_times(start, end, T)`, distinct frames): seek to the keyframe before `start`, stop after the last."
     times = segment_times(start, end, T)
     if start > 0:
@@ -98,6 +116,12 @@ def _by_time(c, s, T: int, start: float, end: float):
             prev, arr = f, None
     if prev is None:
         return None, 0
+    if j < T and times[j] > shown_until(prev, s) + 1e-6:  # the stream ended before the segment: its duration lied
+        raise UserError(
+            f"no frame at {times[j]:.3f} s of the segment [{start:g}, {end:g}) s: the video's last frame ends at "
+            f"{shown_until(prev, s):.3f} s (the file states a longer duration)",
+            path,
+        )
     while j < T:
         out[j] = take()
         j += 1  # the stream ended
@@ -134,7 +158,7 @@ def decode_clip(
                 allf = [f.to_ndarray(format="rgb24") for f in c.decode(s)]
                 frames, n = ([allf[i] for i in sample_indices(len(allf), T)] if allf else None), len(allf)
             elif frames is None:
-                frames, n = _by_time(c, s, T, *((start, end) if start is not None else (0.0, dur)))
+                frames, n = _by_time(c, s, T, *((start, end) if start is not None else (0.0, dur)), path=path)
     except UserError:
         raise
     except (av.error.FFmpegError, ValueError, OSError) as e:
@@ -376,6 +400,12 @@ def clip_sha(self: FeatureCache, path) -> str:
     return sha
 
 
+@patch(as_prop=True)
+def feature_shape(self: FeatureCache) -> tuple:
+    "(T, 1 + grid*grid, D): the shape of every feature array of this cache."
+    return (self.sampling.frames, 1 + self.sampling.grid**2, self.identity["hidden_size"])
+
+
 @patch
 def path_for(self: FeatureCache, sha: str) -> Path:
     return self.dir / sha[:2] / f"{sha}.npy"
@@ -386,7 +416,13 @@ def _take_cached(self: FeatureCache, c, sha, out: dict, report: dict) -> bool:
     p = self.path_for(sha)
     if not p.is_file():
         return False
-    out[c.id] = np.load(p, allow_pickle=False)
+    try:
+        f = np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return False  # not an array: encoded again
+    if f.dtype != np.float32 or f.shape != self.feature_shape or not np.isfinite(f).all():
+        return False  # not what this cache writes: encoded again
+    out[c.id] = f
     report["cached"] += 1
     meta = p.with_suffix(".json")
     if meta.is_file() and read_json(meta).get("repeated"):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import av
 
 from ..utils import UserError, atomic_dir, path_component, provenance, read_json, write_json
-from .features import video_duration
+from .features import frames_end, video_duration
 from vtreetrm.video.labels import (
     LABEL_MAPS,
     SPLITS,
@@ -121,31 +122,46 @@ def read_activitynet(path: Path) -> list:
 CSV_REQUIRED = ("video", "start", "end", "label")
 
 
-def read_csv(path: Path) -> list:
-    "Segments of a CSV file with columns video,start,end,label[,species,environment,split,id]."
+def _csv_rows(path: Path) -> tuple[list, list]:
+    "(header, [(line, {column: value})]) of a CSV file: a column named twice, or a row longer than the header, is refused."
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
-            cols = rows[0].keys() if rows else []
+            reader = csv.reader(f)
+            header = next(reader, [])
+            rows = [(reader.line_num, r) for r in reader if r]
     except UnicodeDecodeError as e:
         raise UserError(f"not UTF-8 text: {e.reason}", path) from None
     except csv.Error as e:
         raise UserError(f"invalid CSV: {e}", path) from None
+    dup = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if dup is not None:
+        raise UserError("column named twice (the second would silently replace the first)", path, 1, dup)
+    for line, r in rows:
+        if len(r) > len(header):
+            raise UserError(f"{len(r)} values, but the header names {len(header)} columns", path, line)
+    return header, [(line, dict(zip(header, r))) for line, r in rows]
+
+
+def read_csv(path: Path) -> list:
+    "Segments of a CSV file with columns video,start,end,label[,species,environment,split,id]."
+    cols, rows = _csv_rows(path)
     missing = [c for c in CSV_REQUIRED if c not in cols]
     if missing:
         raise UserError(f"missing column(s) {', '.join(missing)} (need {', '.join(CSV_REQUIRED)})", path, 1, missing[0])
+    if not rows:
+        raise UserError("the CSV file has a header but no rows (one row per annotated segment)", path, 1)
     out = []
-    for i, r in enumerate(rows, 2):
+    for i, r in rows:
         w = (path, i)
         sp = _text(r.get("split"), w, "split")
         if sp is not None and sp.lower() not in SUBSETS:
             raise UserError(f"unknown split {sp!r} (train, val, test)", path, i, "split")
         out.append(
             Segment(
-                _text(r["video"], w, "video", True),
-                _seconds(r["start"], w, "start"),
-                _seconds(r["end"], w, "end"),
-                _text(r["label"], w, "label", True),
+                _text(r.get("video"), w, "video", True),
+                _seconds(r.get("start"), w, "start"),
+                _seconds(r.get("end"), w, "end"),
+                _text(r.get("label"), w, "label", True),
                 _text(r.get("species"), w, "species"),
                 _text(r.get("environment"), w, "environment"),
                 SUBSETS[sp.lower()] if sp else None,
@@ -173,17 +189,28 @@ def find_video(videos: Path, video_id: str, where) -> Path:
     path_component(video_id, "video", *where[:2])
     for cand in [videos / video_id, *(videos / (video_id + e) for e in VIDEO_EXTS)]:
         if cand.is_file():
+            real = cand.resolve()
+            if videos.resolve() not in real.parents:
+                raise UserError(
+                    f"video {video_id!r}: {cand} links to {real}, outside the videos folder {videos}",
+                    *where[:2],
+                    "video",
+                )
             return cand
     raise UserError(f"video {video_id!r}: no file {video_id}[{'|'.join(VIDEO_EXTS)}] in {videos}", *where[:2], "video")
 
 
 def probe_duration(path: Path, video_id: str, where) -> float:
-    "The video's duration in seconds, read with PyAV; an unreadable file is an error naming the video."
+    "The video's duration in seconds: the stated one, or where its frames end if sooner; an unreadable file is an error naming the video."
     try:
         with av.open(str(path)) as c:
             if not c.streams.video:
                 raise UserError(f"video {video_id!r}: no video stream in {path}", *where[:2], "video")
             d = video_duration(c, c.streams.video[0])
+            end = frames_end(c, c.streams.video[0], d) if d else None
+            if d and end is None:
+                raise UserError(f"video {video_id!r}: no decodable frame in {path}", *where[:2], "video")
+            d = min(d, end) if d else d
     except UserError:
         raise
     except (av.error.FFmpegError, ValueError, OSError) as e:
@@ -280,11 +307,20 @@ def _label_mapping(label_map, fmt: str, segs: list) -> dict:
 
 def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
     "Check one grouped row against its video (found and probed once per video) and the ids so far; fills in its id."
-    files, durations, ids = seen
+    files, durations, ids, file_splits = seen
     if vid not in files:
         f = find_video(videos, vid, s.where)
         durations[vid] = probe_duration(f, vid, s.where)
         files[vid] = f
+    real = os.path.realpath(files[vid])
+    first_split, first_vid = file_splits.setdefault(real, (r["split"], vid))
+    if first_split != r["split"]:
+        raise UserError(
+            f"video {vid!r} is the file {real} of video {first_vid!r}: one video in two splits "
+            f"({first_split} and {r['split']})",
+            *s.where[:2],
+            "split",
+        )
     if r["end"] > durations[vid] + 1e-3:
         raise UserError(
             f"video {vid!r}: segment [{r['start']:g}, {r['end']:g}] ends after the video ({durations[vid]:.3f} s)",
@@ -301,7 +337,7 @@ def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
 # %% ../../nbs/video/00a_import.ipynb #908df0e5
 def _manifest(rows: list, videos: Path, skip_bad: bool, skipped: list) -> list:
     "manifest.jsonl rows of the grouped rows; a bad row fails the import or, with --skip-bad, is listed in `skipped`."
-    seen, manifest = ({}, {}, {}), []
+    seen, manifest = ({}, {}, {}, {}), []
     for r in rows:
         s = r.pop("where")
         try:

@@ -70,7 +70,7 @@ def check_label_mapping(mapping, path=None) -> dict:
     "Validate an `{official: simplified}` dict; returns it."
     if not isinstance(mapping, dict) or not mapping:
         raise UserError("a label mapping must be a non-empty JSON object {official: simplified}", path)
-    seen = {}
+    seen, official = {}, {}
     for k, v in mapping.items():
         if not isinstance(k, str) or not k.strip():
             raise UserError("empty official label", path, field=repr(k))
@@ -78,6 +78,14 @@ def check_label_mapping(mapping, path=None) -> dict:
             raise UserError(f"label {k!r} maps to {v!r}; expected a non-empty string", path, field=k)
         if "," in k or "," in v:
             raise UserError("labels may not contain ',' (it separates predicted actions)", path, field=k)
+        if norm_label(k) in official:
+            raise UserError(
+                f"official labels {official[norm_label(k)]!r} and {k!r} differ only in case or spacing, "
+                "and the scorer reads them as one label; keep one",
+                path,
+                field=k,
+            )
+        official[norm_label(k)] = k
         if norm_label(v) in seen:
             raise UserError(
                 f"simplified label {v!r} comes from both {seen[norm_label(v)]!r} and {k!r}; make it unique",
