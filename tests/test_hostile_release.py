@@ -222,3 +222,62 @@ def test_every_accepted_label_parses_back_to_itself_and_scores_one(tmp_path):
     for fast in (True, False):
         pr = read_predictions(p, fast=fast)
         assert (pr.pred_cols.tolist(), pr.pred_rows.tolist()) == (pr.gold_cols.tolist(), pr.gold_rows.tolist())
+
+
+def test_rollout_gate_refuses_a_repeated_episode(tmp_path, capsys):
+    "One right episode written 19 times would lift a 0% model into the band: a repeated sample_id is refused."
+    m = make_model(tmp_path / "model")
+    d = dump(tmp_path / "d.jsonl", 3, 20, ids=["s0"] * 3 + [f"s{i}" for i in range(3, 20)])
+    rc, _, err = run(capsys, "release", "rollout-gate", "--from-dump", d, "--model", m, "--report", tmp_path / "g.json")
+    one_line(rc, err, "d.jsonl:2", "sample_id", "'s0'", "line 1")
+    assert not (tmp_path / "g.json").exists()
+
+
+def test_live_rollout_gate_refuses_a_repeated_episode(tmp_path):
+    "The live gate draws its episodes from a release split: a split repeating a sample_id is refused before rollout."
+    from vtreetrm.release.rollout import _first_rows
+    from vtreetrm.utils import UserError
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rows = [{"extra_info": {"sample_id": s}, "x": i} for i, s in enumerate(["a", "b", "a"])]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "val.parquet")
+    with pytest.raises(UserError, match=r"val.parquet:3: field 'extra_info.sample_id': sample_id 'a' repeats row 1"):
+        _first_rows(tmp_path / "val.parquet", 3, "val")
+
+
+@pytest.mark.parametrize(
+    "gt, says",
+    [
+        ("{}", "empty"),
+        ({}, "empty"),
+        ('["K12345678", "L2"]', "list"),
+        (["K12345678"], "list"),
+        ('{"choice": "K12345678"}', "'choice'"),
+        ('{"choice_id": "K12345678", "level": "L2"}', "'level'"),
+        ('{"choice_id": ""}', "choice_id"),
+        ('{"choice_id": null, "data_level": "L2"}', "choice_id"),
+        ("not json", "JSON"),
+        (None, "NoneType"),
+    ],
+)
+def test_reward_refuses_a_malformed_ground_truth(gt, says):
+    "An empty or malformed ground truth is an error, never a full reward for any answer."
+    from vtreetrm.release.reward import compute_score
+
+    with pytest.raises(ValueError, match="ground truth") as e:
+        compute_score("shougang", GT, gt)
+    assert says in str(e.value)
+    assert compute_score("shougang", GT, GT) == 1.0 and compute_score("shougang", GT, {"choice_id": "K12345678"}) == 1.0
+
+
+def test_rollout_gate_names_the_line_of_a_malformed_ground_truth(tmp_path, capsys):
+    "In a dump, such a ground truth is refused in one line naming the line, before any rate is computed."
+    m = make_model(tmp_path / "model")
+    d = dump(tmp_path / "d.jsonl", 2, 10)
+    lines = d.read_text().splitlines()
+    lines[4] = json.dumps({"sample_id": "x", "ground_truth": "{}", "response": "anything"})
+    d.write_text("\n".join(lines) + "\n")
+    rc, _, err = run(capsys, "release", "rollout-gate", "--from-dump", d, "--model", m, "--report", tmp_path / "g.json")
+    one_line(rc, err, "d.jsonl:5", "ground_truth", "empty")
