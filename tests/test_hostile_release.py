@@ -2,6 +2,7 @@
 model, labels the answer parser would rewrite, repeated episodes, malformed ground truths, a byte-order mark, and a
 spreadsheet with one huge cell. Each is refused in one line (or read as the user meant), never scored silently."""
 
+import csv as csv_module
 import json
 from pathlib import Path
 
@@ -138,3 +139,145 @@ def test_model_identity_covers_what_generation_reads(tmp_path):
     assert model_identity(m)["sha256"] == a["sha256"]
     (m / "special_tokens_map.json").write_text("{}")
     assert model_identity(m)["sha256"] != a["sha256"]
+
+
+# labels the answer parser would rewrite: separators, list markers, edge punctuation (case and spacing do not count)
+REWRITTEN = ["eat; drink", "eat, drink", "run | jump", "eat，drink", "eat；drink", "eat、drink", "eat\ndrink",
+             "walk.", "walk。", "A. walk", "1. walk", "2) walk", "'walk'", "*walk*", "- walk", "• walk"]  # fmt: skip
+
+
+def predictions(path: Path, gold, output_label, candidates=None) -> Path:
+    "A one-line predictions.jsonl whose output names `output_label` exactly."
+    line = {"id": "a", "gold": gold, "output": f"<predicted_actions>{output_label}</predicted_actions>"}
+    if candidates is not None:
+        line["candidates"] = candidates
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(line, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("label", REWRITTEN)
+def test_every_label_check_refuses_a_label_the_parser_rewrites(tmp_path, capsys, label):
+    "An exact prediction of such a label would score 0.5 or 0: label maps, gold, candidates and imports refuse it."
+    shown = repr(label)[1:-1]
+    p = predictions(tmp_path / "gold/predictions.jsonl", [label], label)
+    one_line(*run(capsys, "eval", "metrics", p)[::2], "predictions.jsonl:1", shown, "answer parser")
+    p = predictions(tmp_path / "cand/predictions.jsonl", ["walking"], "walking", ["walking", label])
+    one_line(*run(capsys, "eval", "metrics", p)[::2], "predictions.jsonl:1", "candidates", shown)
+    lm = tmp_path / "map.json"
+    for mapping in ({label: "walking"}, {"walking": label}):
+        lm.write_text(json.dumps(mapping, ensure_ascii=False), encoding="utf-8")
+        p = predictions(tmp_path / "map/predictions.jsonl", ["walking"], "walking")
+        one_line(*run(capsys, "eval", "metrics", p, "--label-map", lm)[::2], "map.json", shown)
+    (tmp_path / "videos").mkdir()
+    csv = tmp_path / "a.csv"
+    with open(csv, "w", newline="", encoding="utf-8") as f:
+        csv_module.writer(f).writerows([["video", "start", "end", "label"], ["v1", "0", "1", label]])
+    one_line(*run(capsys, "video", "import", csv, "--format", "csv", "--videos", tmp_path / "videos",
+                  "--out", tmp_path / "ds")[::2], "a.csv", shown)  # fmt: skip
+    one_line(*run(capsys, "video", "import", csv, "--format", "csv", "--videos", tmp_path / "videos",
+                  "--out", tmp_path / "ds", "--label-map", lm)[::2], "map.json", shown)  # fmt: skip
+
+
+def test_compute_metrics_refuses_a_label_the_parser_rewrites():
+    "The Python entry point of the metrics checks its label space by the same rule."
+    from vtreetrm.eval.metrics import compute_metrics
+    from vtreetrm.utils import UserError
+
+    with pytest.raises(UserError, match="answer parser"):
+        compute_metrics([["walk."]], [["walk"]])
+    with pytest.raises(UserError, match="answer parser"):
+        compute_metrics([["walk"]], [["walk"]], [["walk", "A. run"]])
+
+
+def test_every_accepted_label_parses_back_to_itself_and_scores_one(tmp_path):
+    "Property: for random labels over a hostile alphabet, a label the check accepts is read back as itself (snapped"
+    " to the candidates as the scorer does) and its exact prediction is its gold label in both readers."
+    import random
+
+    from vtreetrm.eval.parse import check_label, label_survives_parsing, norm_label, parse_actions, read_predictions
+    from vtreetrm.utils import UserError
+
+    rng = random.Random(0)
+    alphabet = list("aZ9 .,;|()-*'\"`•。，；、\n\t\u00a0\u3000Aé<>/") + ["1. ", "A. ", "a) ", "walk", "eat"]
+    accepted = 0
+    for _ in range(3000):
+        label = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))
+        read = parse_actions(f"<predicted_actions>{label}</predicted_actions>", [label])  # snapped, as scored
+        if label_survives_parsing(label):
+            accepted += 1
+            assert read == [label] and check_label(label) == label, label
+        else:
+            assert read != [label], label
+            with pytest.raises(UserError, match="answer parser"):
+                check_label(label)
+    assert accepted > 100
+    labels = sorted({"".join(rng.choice(alphabet) for _ in range(4)) for _ in range(400)})
+    labels = list({norm_label(x): x for x in labels if label_survives_parsing(x)}.values())  # one spelling each
+    lines = [
+        {"id": i, "gold": [x], "output": f"<predicted_actions>{x}</predicted_actions>"} for i, x in enumerate(labels)
+    ]
+    p = tmp_path / "predictions.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    for fast in (True, False):
+        pr = read_predictions(p, fast=fast)
+        assert (pr.pred_cols.tolist(), pr.pred_rows.tolist()) == (pr.gold_cols.tolist(), pr.gold_rows.tolist())
+
+
+def test_rollout_gate_refuses_a_repeated_episode(tmp_path, capsys):
+    "One right episode written 19 times would lift a 0% model into the band: a repeated sample_id is refused."
+    m = make_model(tmp_path / "model")
+    d = dump(tmp_path / "d.jsonl", 3, 20, ids=["s0"] * 3 + [f"s{i}" for i in range(3, 20)])
+    rc, _, err = run(capsys, "release", "rollout-gate", "--from-dump", d, "--model", m, "--report", tmp_path / "g.json")
+    one_line(rc, err, "d.jsonl:2", "sample_id", "'s0'", "line 1")
+    assert not (tmp_path / "g.json").exists()
+
+
+def test_live_rollout_gate_refuses_a_repeated_episode(tmp_path):
+    "The live gate draws its episodes from a release split: a split repeating a sample_id is refused before rollout."
+    from vtreetrm.release.rollout import _first_rows
+    from vtreetrm.utils import UserError
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rows = [{"extra_info": {"sample_id": s}, "x": i} for i, s in enumerate(["a", "b", "a"])]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "val.parquet")
+    with pytest.raises(UserError, match=r"val.parquet:3: field 'extra_info.sample_id': sample_id 'a' repeats row 1"):
+        _first_rows(tmp_path / "val.parquet", 3, "val")
+
+
+@pytest.mark.parametrize(
+    "gt, says",
+    [
+        ("{}", "empty"),
+        ({}, "empty"),
+        ('["K12345678", "L2"]', "list"),
+        (["K12345678"], "list"),
+        ('{"choice": "K12345678"}', "'choice'"),
+        ('{"choice_id": "K12345678", "level": "L2"}', "'level'"),
+        ('{"choice_id": ""}', "choice_id"),
+        ('{"choice_id": null, "data_level": "L2"}', "choice_id"),
+        ("not json", "JSON"),
+        (None, "NoneType"),
+    ],
+)
+def test_reward_refuses_a_malformed_ground_truth(gt, says):
+    "An empty or malformed ground truth is an error, never a full reward for any answer."
+    from vtreetrm.release.reward import compute_score
+
+    with pytest.raises(ValueError, match="ground truth") as e:
+        compute_score("shougang", GT, gt)
+    assert says in str(e.value)
+    assert compute_score("shougang", GT, GT) == 1.0 and compute_score("shougang", GT, {"choice_id": "K12345678"}) == 1.0
+
+
+def test_rollout_gate_names_the_line_of_a_malformed_ground_truth(tmp_path, capsys):
+    "In a dump, such a ground truth is refused in one line naming the line, before any rate is computed."
+    m = make_model(tmp_path / "model")
+    d = dump(tmp_path / "d.jsonl", 2, 10)
+    lines = d.read_text().splitlines()
+    lines[4] = json.dumps({"sample_id": "x", "ground_truth": "{}", "response": "anything"})
+    d.write_text("\n".join(lines) + "\n")
+    rc, _, err = run(capsys, "release", "rollout-gate", "--from-dump", d, "--model", m, "--report", tmp_path / "g.json")
+    one_line(rc, err, "d.jsonl:5", "ground_truth", "empty")

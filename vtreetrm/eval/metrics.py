@@ -12,7 +12,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..cli import Param
-from .parse import LabelMap, _dedup_pairs, load_label_map, parse_fields, read_predictions
+from vtreetrm.eval.parse import (
+    LabelMap,
+    _dedup_pairs,
+    check_label,
+    load_label_map,
+    parse_fields,
+    read_predictions,
+)
 from ..utils import UserError, package_versions, provenance, sha256_file, write_json
 
 # %% auto #0
@@ -132,6 +139,8 @@ def compute_metrics(
     n = len(gold)
     if len(pred) != n:
         raise ValueError(f"{len(pred)} predictions for {n} gold rows")
+    for label in {x for labels in [*gold, *(candidates or ())] for x in labels or ()}:
+        check_label(label)  # a label the parser rewrites could never be predicted exactly
     index = {}
     if n and all(len(g) == 1 for g in gold) and all(p is not None and len(p) <= 1 for p in pred):
         # single gold label and at most one prediction per sample: encode without per-pair loops

@@ -22,8 +22,8 @@ except ImportError:
     from json import loads as _loads
 
 # %% auto #0
-__all__ = ['WHITESPACE', 'FIELDS', 'norm_label', 'parse_actions', 'LabelMap', 'load_label_map', 'Predictions', 'parse_fields',
-           'read_predictions']
+__all__ = ['WHITESPACE', 'FIELDS', 'norm_label', 'parse_actions', 'label_survives_parsing', 'check_label', 'LabelMap',
+           'load_label_map', 'Predictions', 'parse_fields', 'read_predictions']
 
 # %% ../../nbs/eval/00_parse.ipynb #2094da62
 # Whitespace is every character Python's str.isspace() accepts (NBSP, ideographic space, ...), spelled out because
@@ -93,6 +93,32 @@ def parse_actions(
         out.append(label)
     return out
 
+# %% ../../nbs/eval/00_parse.ipynb #e1b9c8a1
+def label_survives_parsing(label) -> bool:
+    "Whether the answer parser, given `label` as a candidate, reads it written alone as the answer back as itself."
+    return type(label) is str and parse_actions(f"<predicted_actions>{label}</predicted_actions>", [label]) == [label]
+
+
+def check_label(
+    label,  # a label as a user wrote it
+    path=None,  # the file it came from
+    line: int = None,  # its line there
+    field: str = None,  # its field there
+) -> str:
+    "`label` if the answer parser reads it back unchanged (`label_survives_parsing`); else a `UserError` saying how it reads."
+    if label_survives_parsing(label):
+        return label
+    if type(label) is not str:
+        raise UserError(f"a label must be a string, got {type(label).__name__}", path, line, field)
+    read = parse_actions(f"<predicted_actions>{label}</predicted_actions>")
+    raise UserError(
+        f"label {label!r} is read back by the answer parser as {read!r} (it splits on , ; | ， ； 、 and newlines, "
+        "drops list markers like 'A. ' and '1. ' and trims quotes and . 。 * - at the ends): rename it",
+        path,
+        line,
+        field,
+    )
+
 # %% ../../nbs/eval/00_parse.ipynb #7568b61d
 @dataclass
 class LabelMap:
@@ -105,6 +131,9 @@ class LabelMap:
     def __post_init__(self):
         if self.direction not in ("to_simple", "to_official"):
             raise UserError(f"unknown label-map direction {self.direction!r}; use to_simple or to_official")
+        for k, v in self.mapping.items():
+            check_label(k, self.path, field=k)
+            check_label(v, self.path, field=k)
         pairs = self.mapping.items() if self.direction == "to_simple" else ((v, k) for k, v in self.mapping.items())
         self._fwd = {norm_label(a): b for a, b in pairs}
         self._targets = {
@@ -369,12 +398,13 @@ def _add_candidates(c, cands: set, path: Path, i: int, name: str):
 
 
 def _check_candidates(cands: set, lines: list, f: _Fields, path: Path):
-    "Refuse a candidate that is not a non-empty string, naming the first line that has one (a second pass, rare)."
-    if all(type(c) is str and c and not c.isspace() for c in cands):
+    "Refuse a candidate that is not a label the parser reads back, naming the first line that has one (a second pass, rare)."
+    if all(type(c) is str and c and not c.isspace() and label_survives_parsing(c) for c in cands):
         return
     for i, line in enumerate(lines, 1):
         c = _optional(f.get["candidates"], _loads(line))
-        _as_labels(c or [], path, i, f.names["candidates"], allow_empty=True)
+        for x in _as_labels(c or [], path, i, f.names["candidates"], allow_empty=True):
+            check_label(x, path, i, f.names["candidates"])
 
 
 def _scan_lines(lines: list, f: _Fields, path: Path) -> tuple:
@@ -396,6 +426,8 @@ def _scan_lines(lines: list, f: _Fields, path: Path) -> tuple:
 # %% ../../nbs/eval/00_parse.ipynb #23c9d2c7
 def _gold_label(g: str, k: int, label_map, spelling: dict, gold_spelled: dict, line_of, path: Path) -> str:
     "The final spelling of raw gold label `g` (raw index `k`): mapped, then in the candidates' spelling; clashes refused."
+    if not label_survives_parsing(g):  # the line is looked up only to refuse
+        check_label(g, path, line_of(k), "gold")
     lab = label_map(g) if label_map is not None else g
     if lab is None:
         raise UserError(f"label {g!r} is not in the label mapping {label_map.path}", path, line_of(k), "gold")

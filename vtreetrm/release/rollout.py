@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from .assets import ToolAssets, make_report, required, requires
 from .parquet import iter_parquet
-from .reward import compute_score, parse_final_answer
+from .reward import compute_score, parse_final_answer, parse_ground_truth
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, iter_jsonl, model_identity, sha256_file, write_json
 
@@ -212,17 +212,32 @@ def rollout_episode(
     return msgs, "\n".join(text_all)
 
 # %% ../../nbs/release/14_rollout.ipynb #a62ddec8
+def _count_once(first: dict, sample_id, path, line: int, field: str, unit: str = "line"):
+    "Record `sample_id` at `line` in `first`; one seen before is a `UserError` naming both places."
+    key = json.dumps(sample_id, sort_keys=True)
+    if key in first:
+        raise UserError(
+            f"sample_id {sample_id!r} repeats {unit} {first[key]}: an episode counts once", path, line, field
+        )
+    first[key] = line
+
+
 def _dump_episodes(from_dump) -> list:
-    "Score every line of a rollout dump (`response` text and `ground_truth`)."
-    episodes = []
+    "Score every line of a rollout dump (`response` text and `ground_truth`), each `sample_id` once."
+    episodes, first = [], {}
     for line, d in iter_jsonl(from_dump):
         if "ground_truth" not in d or not isinstance(d.get("response"), str):
             raise UserError("dump lines need 'response' (text) and 'ground_truth'", from_dump, line, "response")
-        r = compute_score(d.get("data_source"), d["response"], d["ground_truth"], d.get("extra_info"))
+        if "sample_id" in d:
+            _count_once(first, d["sample_id"], from_dump, line, "sample_id")
+        try:
+            gt = parse_ground_truth(d["ground_truth"])
+        except ValueError as e:
+            raise UserError(str(e), from_dump, line, "ground_truth") from None
         episodes.append(
             {
                 "sample_id": d.get("sample_id", line),
-                "reward": r,
+                "reward": compute_score(d.get("data_source"), d["response"], gt, d.get("extra_info")),
                 "answer_parsed": parse_final_answer(d["response"]) is not None,
                 "tool_calls": int(d.get("tool_calls", len(parse_tool_calls(d["response"])))),
                 "bad_tool_calls": 0,
@@ -234,9 +249,10 @@ def _dump_episodes(from_dump) -> list:
 
 # %% ../../nbs/release/14_rollout.ipynb #21b3bfbb
 def _first_rows(path: Path, n: int, split: str) -> list:
-    "The first `n` rows of a release split."
-    rows = []
-    for _i, row in iter_parquet(path):
+    "The first `n` rows of a release split, each `sample_id` once."
+    rows, first = [], {}
+    for i, row in iter_parquet(path):
+        _count_once(first, row["extra_info"]["sample_id"], path, i, "extra_info.sample_id", "row")
         rows.append(row)
         if len(rows) >= n:
             break

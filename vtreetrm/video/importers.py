@@ -13,6 +13,7 @@ from pathlib import Path
 
 import av
 
+from ..eval.parse import check_label
 from ..utils import UserError, atomic_dir, path_component, provenance, read_json, write_json
 from .features import frames_end, video_duration
 from vtreetrm.video.labels import (
@@ -297,12 +298,18 @@ def _group(segs: list, mapping: dict, splits: dict, bad) -> list:
 
 # %% ../../nbs/video/00a_import.ipynb #08d624ff
 def _label_mapping(label_map, fmt: str, segs: list) -> dict:
-    "--label-map if given, else the seed's table of `fmt`, else every label as itself."
+    "--label-map if given, else the seed's table of `fmt`, else every label as itself (each checked where it first appears)."
     if label_map:
         return load_label_mapping(label_map)
     if fmt in LABEL_MAPS:
         return LABEL_MAPS[fmt]
-    return {l: l for l in dict.fromkeys(s.label for s in segs)}
+    first = {}
+    for s in segs:
+        first.setdefault(s.label, s)
+    for label, s in first.items():
+        path, line, fld = (*s.where, None, None, None)[:3]  # (file, line, field), empty for a segment made in code
+        check_label(label, path, line, fld or "label")
+    return {l: l for l in first}
 
 
 def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..eval.parse import norm_label
+from ..eval.parse import check_label, norm_label
 from ..utils import UserError, iter_jsonl, read_json, write_json
 
 # %% auto #0
@@ -76,8 +76,8 @@ def check_label_mapping(mapping, path=None) -> dict:
             raise UserError("empty official label", path, field=repr(k))
         if not isinstance(v, str) or not v.strip():
             raise UserError(f"label {k!r} maps to {v!r}; expected a non-empty string", path, field=k)
-        if "," in k or "," in v:
-            raise UserError("labels may not contain ',' (it separates predicted actions)", path, field=k)
+        check_label(k, path, field=k)  # the answer parser must read each label back as itself
+        check_label(v, path, field=k)
         if norm_label(k) in official:
             raise UserError(
                 f"official labels {official[norm_label(k)]!r} and {k!r} differ only in case or spacing, "
