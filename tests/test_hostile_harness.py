@@ -222,3 +222,16 @@ def test_reading_a_store_never_changes_its_schema(tmp_path, capsys):
     rc = main(["harness", "init-seed", "s", "--store-dir", str(store), "--from-db", str(db), "--run-id", "r1"])
     _one_line(capsys.readouterr().err, rc, "harness.db", "answers")
     assert "answers" not in _tables(db) and not (store / "seeds" / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--fps", "-1"), ("--fps", "0"), ("--max-frames", "0"), ("--max-frames", "-3"), ("--jobs", "0"),
+     ("--request-timeout", "0"), ("--request-timeout", "-5"), ("--max-retries", "-1")],
+)  # fmt: skip
+def test_build_trees_refuses_nonsense_numbers(vids, tmp_path, capsys, flag, value):
+    "Each numeric flag out of range: one line naming it, before anything is decoded or written."
+    args = ["--videos", vids, "--out", tmp_path / "trees", "--captioner", "openai", "--model", "m"]
+    rc = build(*args, "--base-url", "http://127.0.0.1:9/v1", "--quiet", flag, value)
+    _one_line(capsys.readouterr().err, rc, flag.lstrip("-").replace("-", "_"), value)
+    assert not (tmp_path / "trees").exists() and not (tmp_path / ".cache").exists()
