@@ -177,3 +177,61 @@ def test_infer_against_a_dead_backend_fails(syn, tmp_path, capsys, monkeypatch):
     out = json.loads(cap.out)
     assert rc == 0 and 0 < out["backend_failures"] < 6 and out["unanswered"] >= out["backend_failures"]
     assert f"warning: {out['backend_failures']} of 6 infer answers failed at {s.url}" in cap.err
+
+
+def _store_without_answers(ws):
+    "A harness.db with one run and one answer, whose answers table a user then dropped."
+    import sqlite3
+
+    from vtreetrm.harness.store import HarnessStore
+
+    st = HarnessStore(ws / "harness.db")
+    st.start_run("r1", "infer", {}, "v1", "v1")
+    st.put_answer(run_id="r1", question_id="q", skills_sha="s", prompts_sha="p", answer="A", gold="A", correct=1)
+    st.close()
+    con = sqlite3.connect(ws / "harness.db")
+    con.execute("DROP TABLE answers")
+    con.commit()
+    con.close()
+    return ws / "harness.db"
+
+
+def _tables(db):
+    import sqlite3
+
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        con.close()
+
+
+def test_reading_a_store_never_changes_its_schema(tmp_path, capsys):
+    "show and extract-run-db on a store missing a table: refused in one line, the table not recreated."
+    db = _store_without_answers(tmp_path / "ws")
+    rc = main(["harness", "show", str(tmp_path / "ws")])
+    _one_line(capsys.readouterr().err, rc, "harness.db", "answers")
+    assert "answers" not in _tables(db)
+    rc = main(["harness", "extract-run-db", str(db), str(tmp_path / "x.db"), "r1"])
+    _one_line(capsys.readouterr().err, rc, "harness.db", "answers")
+    assert "answers" not in _tables(db) and not (tmp_path / "x.db").exists()
+    store = tmp_path / "store"
+    for k in ("skills", "prompts"):
+        (store / k / "v1").mkdir(parents=True)
+        (store / k / "v1" / "a.md").write_text("x")
+    rc = main(["harness", "init-seed", "s", "--store-dir", str(store), "--from-db", str(db), "--run-id", "r1"])
+    _one_line(capsys.readouterr().err, rc, "harness.db", "answers")
+    assert "answers" not in _tables(db) and not (store / "seeds" / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--fps", "-1"), ("--fps", "0"), ("--max-frames", "0"), ("--max-frames", "-3"), ("--jobs", "0"),
+     ("--request-timeout", "0"), ("--request-timeout", "-5"), ("--max-retries", "-1")],
+)  # fmt: skip
+def test_build_trees_refuses_nonsense_numbers(vids, tmp_path, capsys, flag, value):
+    "Each numeric flag out of range: one line naming it, before anything is decoded or written."
+    args = ["--videos", vids, "--out", tmp_path / "trees", "--captioner", "openai", "--model", "m"]
+    rc = build(*args, "--base-url", "http://127.0.0.1:9/v1", "--quiet", flag, value)
+    _one_line(capsys.readouterr().err, rc, flag.lstrip("-").replace("-", "_"), value)
+    assert not (tmp_path / "trees").exists() and not (tmp_path / ".cache").exists()

@@ -123,6 +123,10 @@ class OpenAIBackend:
                 None,
                 "base_url",
             )
+        if not timeout > 0:
+            raise UserError(f"request_timeout must be > 0 seconds, got {timeout}", None, None, "request_timeout")
+        if max_retries < 0:
+            raise UserError(f"max_retries must be >= 0, got {max_retries}", None, None, "max_retries")
         self.url, self.model, self.key = (base_url or OPENAI_URL).rstrip("/") + "/chat/completions", model, api_key
         self.timeout, self.max_retries, self.backoff, self.max_backoff, self.temperature = (
             timeout,

@@ -193,9 +193,7 @@ def show(
 ):
     "Summarise the runs in a workspace: status, dual_metric, gate decisions."
     db = Path(workspace_dir) / "harness.db"
-    if not db.is_file():
-        raise UserError("no harness.db here", db)
-    st = HarnessStore(db)
+    st = HarnessStore(db, readonly=True)  # a read: nothing created or migrated, the schema checked
     try:
         for rid in [run_id] if run_id else st.run_ids():
             r = st.run(rid)

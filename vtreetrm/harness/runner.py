@@ -525,7 +525,7 @@ async def _baseline(self: Runner) -> tuple[dict, str]:
     "Baseline correctness: the seed's db, `baseline_run_id`, or a baseline pass with the starting versions."
     c = self.c
     if self.seed and self.seed.get("baseline_db") and self.seed.get("baseline_run_id"):
-        st = HarnessStore(self.seed["baseline_db"])
+        st = HarnessStore(self.seed["baseline_db"], readonly=True)
         try:
             corr = st.correctness(self.seed["baseline_run_id"])
         finally:

@@ -16,7 +16,8 @@ from fastcore.basics import patch
 from ..utils import UserError, atomic_dir, make_parent, now_iso, path_component, provenance, write_json
 
 # %% auto #0
-__all__ = ['SCHEMA', 'RUN_TABLES', 'holders', 'connect', 'HarnessStore', 'extract_run_db', 'init_seed', 'load_seed']
+__all__ = ['SCHEMA', 'RUN_TABLES', 'holders', 'connect', 'connect_readonly', 'HarnessStore', 'extract_run_db', 'init_seed',
+           'load_seed']
 
 # %% ../../nbs/harness/04_store.ipynb #86ff4d1d
 SCHEMA = """
@@ -106,13 +107,49 @@ def connect(path: str | Path, timeout: float = 30) -> sqlite3.Connection:
     con.executescript(SCHEMA)
     return con
 
+# %% ../../nbs/harness/04_store.ipynb #e5ace369
+def _schema_columns() -> dict:
+    "`{table: {column, ...}}` of the harness schema."
+    mem = sqlite3.connect(":memory:")
+    try:
+        mem.executescript(SCHEMA)
+        return {t: {r[1] for r in mem.execute(f"PRAGMA table_info({t})")} for t in RUN_TABLES}
+    finally:
+        mem.close()
+
+
+def connect_readonly(path: str | Path, timeout: float = 30) -> sqlite3.Connection:
+    "Open an existing harness db read-only (SQLite `mode=ro`: nothing created or migrated) and check its schema."
+    path = Path(path)
+    if not path.is_file():
+        raise UserError("no such harness db", path)
+    try:
+        con = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout, isolation_level=None, factory=_Connection
+        )
+    except sqlite3.DatabaseError as e:
+        raise _db_error(path, e, timeout) from None
+    con.db_path, con.busy_timeout = path, timeout
+    con.row_factory = sqlite3.Row
+    for table, want in _schema_columns().items():
+        have = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+        if want - have:
+            con.close()
+            what = f"table {table!r}" if not have else f"columns {', '.join(sorted(want - have))} of table {table!r}"
+            raise UserError(f"not a complete harness db: it has no {what}; was it changed by hand?", path)
+    return con
+
 # %% ../../nbs/harness/04_store.ipynb #4e146989
 class HarnessStore:
     "Typed access to one harness.db."
 
-    def __init__(self, path: str | Path):
+    def __init__(
+        self,
+        path: str | Path,  # the db file
+        readonly: bool = False,  # only read it: nothing created or migrated, its schema checked
+    ):
         self.path = Path(path)
-        self.con = connect(self.path)
+        self.con = connect_readonly(self.path) if readonly else connect(self.path)
 
 # %% ../../nbs/harness/04_store.ipynb #89c381db
 @patch
@@ -331,7 +368,7 @@ def extract_run_db(
         raise UserError("no such harness db", src_db)
     if dst_db.exists():
         raise UserError("destination exists; choose a new file", dst_db)
-    src = HarnessStore(src_db)
+    src = HarnessStore(src_db, readonly=True)
     try:
         if not src.run(run_id):
             raise UserError(
@@ -361,7 +398,7 @@ def _check_version_dir(d: Path, what: str):
 
 def _baseline_answers(baseline_db: str | Path, baseline_run_id: str) -> int:
     "How many answers `baseline_run_id` has in `baseline_db`; fails naming the runs there when it is not one of them."
-    st = HarnessStore(baseline_db)
+    st = HarnessStore(baseline_db, readonly=True)
     try:
         if baseline_run_id is None or not st.run(baseline_run_id):
             raise UserError(

@@ -38,10 +38,10 @@ from ..video.features import Sampling, encoder_identity, load_vision_encoder, pi
 
 # %% auto #0
 __all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'REPORT_NAME', 'REPORT_SCHEMA', 'VIDEOS_IN_FLIGHT',
-           'list_videos', 'video_seconds', 'sample_times', 'sample_frames', 'FrameFeatures', 'contiguous_clusters',
-           'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url', 'OpenAICaptioner',
-           'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan', 'build_tree',
-           'make_captioner', 'build_trees']
+           'list_videos', 'video_seconds', 'check_sampling', 'sample_times', 'sample_frames', 'FrameFeatures',
+           'contiguous_clusters', 'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
+           'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
+           'build_tree', 'make_captioner', 'build_trees']
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -130,8 +130,17 @@ def video_seconds(path: str | Path) -> float:
     return real
 
 
+def check_sampling(fps: float, max_frames: int):
+    "Refuse, in one line naming the setting, a sampling rate or a frame cap that would sample nothing."
+    if not fps > 0:
+        raise UserError(f"fps must be > 0 frames per second, got {fps}", None, None, "fps")
+    if max_frames < 1:
+        raise UserError(f"max_frames must be >= 1, got {max_frames}", None, None, "max_frames")
+
+
 def sample_times(duration: float, fps: float = 1.0, max_frames: int = 512) -> list:
     "The middle of every 1/fps s step of `duration` s, at most `max_frames` of them, evenly spread."
+    check_sampling(fps, max_frames)
     rate = min(fps, max_frames / duration) if duration > 0 else fps
     n = max(1, min(max_frames, int(duration * rate)))
     return [(k + 0.5) / rate for k in range(n)]
@@ -207,6 +216,7 @@ class FrameFeatures:
     def __init__(
         self, cache_dir: str | Path, vision: str = "tiny", fps: float = 1.0, max_frames: int = 512, batch_size: int = 32
     ):
+        check_sampling(fps, max_frames)  # before the encoder loads: a bad flag costs nothing
         self.model = load_vision_encoder(vision)
         self.sampling = Sampling(frames=1, grid=1).resolved(self.model)
         self.fps, self.max_frames, self.batch_size = fps, max_frames, batch_size
