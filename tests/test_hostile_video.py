@@ -245,6 +245,20 @@ def test_one_file_in_two_splits(tmp_path, capsys, alias):
     assert rep["rows"] == 2 and rep["splits"]["test"] == 0 and "two splits" in rep["skipped"][0]["reason"]
 
 
+def test_hand_written_manifest_with_one_file_in_two_splits(tmp_path, capsys):
+    "A manifest written by hand is held to the import's rule when training reads it: a link is the file it names."
+    d = tmp_path / "ds"
+    _video(d / "v1.mp4")
+    (d / "alias.mp4").symlink_to(d / "v1.mp4")
+    (d / "label_map.json").write_text(json.dumps({"Walking": "walking"}))
+    row = dict(id="c1", video="v1.mp4", labels=["Walking"], split="train")
+    rows = [row, {**row, "id": "c2", "video": "alias.mp4", "split": "test"}]
+    (d / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc = run("video", "phase1", d, "--out", tmp_path / "p1", "--cache", tmp_path / "cache", "--epochs", 1)
+    refused(capsys, rc, "manifest.jsonl:2", "field 'split'", "two splits")
+    assert not (tmp_path / "p1").exists()
+
+
 def test_duplicate_json_keys_are_refused(tmp_path, capsys):
     "A second `cam0` entry would silently replace the first one's annotations."
     v = tmp_path / "videos"

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from ..utils import UserError, iter_jsonl, read_json, write_json
 # %% auto #0
 __all__ = ['LOTE_SIMPLE', 'MAMMALNET_SIMPLE', 'LABEL_MAPS', 'LABEL_MODES', 'SPLITS', 'MANIFEST_FIELDS', 'check_label_mapping',
            'load_label_mapping', 'LabelSpace', 'check_flip_map', 'mirror_labels', 'Clip', 'Dataset',
-           'write_dataset_files', 'load_dataset']
+           'write_dataset_files', 'check_one_split', 'load_dataset']
 
 # %% ../../nbs/video/00_labels.ipynb #56aec2bc
 LOTE_SIMPLE = {
@@ -250,6 +251,25 @@ def write_dataset_files(
     write_json(root / "dataset.json", {"name": name, "labels": list(mapping)})
     write_jsonl(root / "manifest.jsonl", rows)
 
+# %% ../../nbs/video/00_labels.ipynb #4dafffd3
+def check_one_split(
+    clips: list,  # the manifest's clips
+    lines: dict,  # {clip id: manifest line}
+    path: Path,  # the manifest, for the message
+):
+    "Refuse a video file (links resolved) whose clips lie in two splits."
+    first = {}
+    for c in clips:
+        real = os.path.realpath(c.video)
+        split, cid = first.setdefault(real, (c.split, c.id))
+        if split != c.split:
+            raise UserError(
+                f"clip {c.id!r} is the file {real} of clip {cid!r}: one video in two splits ({split} and {c.split})",
+                path,
+                lines[c.id],
+                "split",
+            )
+
 # %% ../../nbs/video/00_labels.ipynb #f345b919
 def load_dataset(
     root: str | Path,  # folder with manifest.jsonl and label_map.json
@@ -283,6 +303,7 @@ def load_dataset(
             ds.skipped.append({"path": c.video, "line": line, "reason": "missing file"})
             continue
         ds.clips.append(c)
+    check_one_split(ds.clips, ids, root / "manifest.jsonl")
     if not ds.clips:
         raise UserError("the manifest lists no usable clips", root / "manifest.jsonl")
     return ds
