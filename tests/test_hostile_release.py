@@ -281,3 +281,37 @@ def test_rollout_gate_names_the_line_of_a_malformed_ground_truth(tmp_path, capsy
     d.write_text("\n".join(lines) + "\n")
     rc, _, err = run(capsys, "release", "rollout-gate", "--from-dump", d, "--model", m, "--report", tmp_path / "g.json")
     one_line(rc, err, "d.jsonl:5", "ground_truth", "empty")
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_byte_order_mark_at_the_start_is_read_by_every_jsonl_reader(tmp_path, capsys):
+    "Editors on Windows write a BOM: `eval metrics` (its fast reader) scores the file as without it, like iter_jsonl."
+    from vtreetrm.utils import iter_jsonl
+
+    rows = [
+        {"id": i, "gold": ["walking"], "output": "<predicted_actions>walking</predicted_actions>"} for i in range(3)
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    for name, data in (("plain", text), ("bom", BOM + text)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "predictions.jsonl").write_bytes(data)
+        rc, _, err = run(capsys, "eval", "metrics", tmp_path / name, "--quiet")
+        assert rc == 0, err
+        assert [o for _, o in iter_jsonl(tmp_path / name / "predictions.jsonl")] == rows
+    plain, bom = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("plain", "bom"))
+    assert bom["top1_accuracy_single_label"] == plain["top1_accuracy_single_label"] == 1.0
+
+
+def test_a_byte_order_mark_inside_the_file_is_refused_alike(tmp_path, capsys):
+    "A BOM on a later line means files were joined: both readers refuse it in the same words, naming the line."
+    from vtreetrm.utils import UserError, iter_jsonl
+
+    line = json.dumps({"id": 0, "gold": ["walking"], "output": "<predicted_actions>walking</predicted_actions>"})
+    p = tmp_path / "predictions.jsonl"
+    p.write_bytes(line.encode() + b"\n" + BOM + line.encode() + b"\n")
+    rc, _, err = run(capsys, "eval", "metrics", p)
+    one_line(rc, err, "predictions.jsonl:2", "byte-order mark inside the file")
+    with pytest.raises(UserError, match="predictions.jsonl:2: a UTF-8 byte-order mark inside the file"):
+        list(iter_jsonl(p))

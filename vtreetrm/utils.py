@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['PUBLISHED_MARKER', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FILES', 'MODEL_IDENTITY_GLOBS', 'MODEL_WEIGHT_SUFFIXES',
-           'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent', 'atomic_write', 'dumps_json',
-           'write_json', 'recover_publication', 'check_replaceable', 'publish_dir', 'atomic_dir', 'make_own_dir',
-           'reuse_own_dir', 'remove_own_dir', 'folder_lock', 'path_component', 'loads_json', 'read_json', 'iter_jsonl',
-           'write_jsonl', 'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity',
-           'changed_files', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
+__all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FILES', 'MODEL_IDENTITY_GLOBS',
+           'MODEL_WEIGHT_SUFFIXES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
+           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'publish_dir',
+           'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock', 'path_component',
+           'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file',
+           'sha256_json', 'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'git_info',
+           'now_iso', 'provenance', 'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -344,6 +345,22 @@ def read_json(path: str | Path) -> Any:
         raise UserError("no such file", path)
     return loads_json(path.read_bytes(), path)
 
+# %% ../nbs/00_utils.ipynb #b941f723
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def strip_bom(
+    raw: bytes,  # one line of a JSON Lines file, as bytes
+    path=None,  # the file, for the message
+    line: int = 1,  # its line number
+) -> bytes:
+    "`raw` without the UTF-8 byte-order mark a file may start with; one on a later line is a `UserError`."
+    if not raw.startswith(UTF8_BOM):
+        return raw
+    if line > 1:
+        raise UserError("a UTF-8 byte-order mark inside the file (files joined together?)", path, line)
+    return raw[len(UTF8_BOM) :]
+
 # %% ../nbs/00_utils.ipynb #1172a4de
 def iter_jsonl(
     path: str | Path,  # a JSON Lines file
@@ -355,6 +372,7 @@ def iter_jsonl(
         raise UserError("no such file", path)
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
+            raw = strip_bom(raw, path, i)
             if not raw.strip():
                 if skip_blank:
                     continue

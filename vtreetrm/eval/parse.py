@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..utils import UserError, read_json
+from ..utils import UserError, read_json, strip_bom
 
 try:
     from orjson import JSONDecodeError as _JSONError
@@ -326,10 +326,10 @@ class _Fields:
 
 
 def _read_lines(path: Path) -> list[bytes]:
-    "The lines of a predictions file, without the empty string after its final newline."
+    "The lines of a predictions file (a byte-order mark at its start skipped), without the empty string after its final newline."
     if not path.is_file():
         raise UserError("no such file", path)
-    lines = path.read_bytes().split(b"\n")
+    lines = strip_bom(path.read_bytes(), path).split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
     return lines
@@ -340,6 +340,7 @@ def _load_line(line: bytes, path: Path, i: int) -> dict:
     try:
         o = _loads(line)
     except (_JSONError, UnicodeDecodeError, ValueError):
+        strip_bom(line, path, i)  # a byte-order mark past line 1: named as such
         raise UserError("empty line" if not line.strip() else "invalid JSON; truncated line?", path, i) from None
     if type(o) is not dict:
         raise UserError(f"expected a JSON object, got {type(o).__name__}", path, i)
