@@ -18,6 +18,7 @@ requirements = [r for r in core if r] + ['torch>=2.4', 'transformers>=5.10']   #
 extras = {
     'dev': ['nbdev==2.4.14', 'execnb==0.1.18', 'ghapi==1.0.16', 'fastcore>=1.14,<1.15',
             'pytest>=8', 'pytest-xdist>=3.5', 'jupyterlab>=4.2', 'httpx>=0.27',
+            'ipywidgets>=8',  # tqdm's notebook progress bars: without it every import in JupyterLab warns "IProgress not found"
             'tensorboard>=2.14',  # --report-to tensorboard, and the test that reads its event files back
             'ruff==0.17.6'],      # pinned: another release formats differently, and `make lint` would fail on unchanged code
     'verl': ['verl==0.9.1', 'transformers>=5.10,<5.11', 'uvicorn', 'fastapi'],  # verl 0.9.1 needs transformers<5.11; its SFT trainer imports uvicorn/fastapi

@@ -472,6 +472,11 @@ def load_yaml(
     _check_yaml_nodes(root, path, max_values)
     try:
         data = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as e:  # a tag safe_load does not build (`!!python/object/apply:...`): refused, never run
+        mark = getattr(e, "problem_mark", None)
+        raise UserError(
+            f"YAML that is not plain data: {getattr(e, 'problem', None) or e}", path, mark.line + 1 if mark else None
+        ) from None
     finally:
         loader.dispose()
     _check_plain(data, path)

@@ -20,7 +20,7 @@ from vtreetrm.eval.parse import (
     parse_fields,
     read_predictions,
 )
-from ..utils import UserError, package_versions, provenance, sha256_file, write_json
+from ..utils import UserError, package_versions, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
 __all__ = ['CLI_COMMANDS', 'first_predictions', 'metrics_from_pairs', 'compute_metrics', 'find_predictions', 'write_metrics',
@@ -175,9 +175,21 @@ def find_predictions(paths) -> list[Path]:
     return list(dict.fromkeys(found))
 
 # %% ../../nbs/eval/01_metrics.ipynb #d03894d8
-def write_metrics(folder: Path, m: dict, label_map: LabelMap = None, command: list = None):
-    "Write `metrics.json` and, beside it, `metrics.provenance.json` (paths, time, command, host)."
+def _kept_fields(f: Path) -> dict:
+    "The metrics.json at `f` when it is a JSON object (its fields the scorer does not compute are kept), else {}."
+    try:
+        old = read_json(f) if f.is_file() else {}
+    except UserError:  # unreadable: scoring replaces it whole
+        return {}
+    return old if isinstance(old, dict) else {}
+
+
+def write_metrics(folder: Path, m: dict, label_map: LabelMap = None, command: list = None) -> dict:
+    "Write `metrics.json` (keeping the fields of one already there that `m` does not recompute, such as a prediction run's baselines) and, beside it, `metrics.provenance.json`; returns what was written."
     folder = Path(folder)
+    old = _kept_fields(folder / "metrics.json")
+    prov = {**old["provenance"], **(m.get("provenance") or {})} if isinstance(old.get("provenance"), dict) else None
+    m = {**old, **m, **({"provenance": prov} if prov is not None else {})}
     write_json(folder / "metrics.json", m)
     write_json(
         folder / "metrics.provenance.json",
@@ -187,6 +199,7 @@ def write_metrics(folder: Path, m: dict, label_map: LabelMap = None, command: li
             command=command,
         ),
     )
+    return m
 
 # %% ../../nbs/eval/01_metrics.ipynb #00d0a16f
 def score_file(
@@ -209,7 +222,7 @@ def score_file(
         "versions": package_versions(("vtreetrm", "numpy")),
     }
     if write:
-        write_metrics(path.parent, m, label_map)
+        m = write_metrics(path.parent, m, label_map)
     return m
 
 # %% ../../nbs/eval/01_metrics.ipynb #32bfe680

@@ -31,8 +31,8 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config',
-           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'rl_gates',
-           'verl_rl']
+           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'check_audit_report',
+           'rl_gates', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #1c7d6501
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
@@ -447,10 +447,33 @@ def _audited_canonical(a: dict) -> set:
     return {ains.get(str(Path(str(s).partition("=")[2]))) for s in specs} - {None}
 
 
+def check_audit_report(
+    a,  # an audit report's contents (`release audit --report`)
+    path,  # the file, named in refusals
+) -> dict:
+    "`a` once the fields a launch reads back are of the kinds `release audit` writes; else a `UserError`."
+    if not isinstance(a, dict):
+        raise UserError(f"expected a JSON object, got {type(a).__name__}", path)
+    prov = a.get("provenance") or {}
+    if not isinstance(prov, dict):
+        raise UserError(f"must be a mapping, got {prov!r:.60}", path, field="provenance")
+    for k in ("inputs", "params"):
+        if prov.get(k) is not None and not isinstance(prov[k], dict):
+            raise UserError(f"must be a mapping, got {prov[k]!r:.60}", path, field=f"provenance.{k}")
+    if not all(isinstance(v, str) for v in (prov.get("inputs") or {}).values()):
+        raise UserError("must map each file to its sha256 (text)", path, field="provenance.inputs")
+    canonical = (prov.get("params") or {}).get("canonical") or []
+    if not isinstance(canonical, list) or not all(isinstance(s, str) for s in canonical):
+        raise UserError(
+            f"must be a list of NAME=FILE, got {canonical!r:.60}", path, field="provenance.params.canonical"
+        )
+    return a
+
+
 def _check_audit(audit, release) -> dict:
     "Refuse an audit that did not pass with 0 conflict keys or read other canonical data; returns the release's canonical."
-    a = read_json(audit)
-    if not isinstance(a, dict) or a.get("status") != "passed" or a.get("conflict_keys") != 0:
+    a = check_audit_report(read_json(audit), audit)
+    if a.get("status") != "passed" or a.get("conflict_keys") != 0:
         raise UserError(
             f"the audit did not pass with 0 conflict keys (status {a.get('status')!r}, conflict_keys {a.get('conflict_keys')!r})",
             audit,

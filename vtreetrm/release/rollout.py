@@ -141,11 +141,25 @@ def _gate_figures(g: dict, path) -> tuple[int, int]:
     return n, nz
 
 
+def _gate_model(m, path):
+    "The `model` a gate report names, when it names one: a `model_identity` (a sha256, each file's sha256)."
+    if m is None:
+        return
+    if not isinstance(m, dict):
+        raise UserError(f"must be a model identity (a mapping), got {m!r:.60}", path, field="model")
+    if not isinstance(m.get("sha256"), str):
+        raise UserError(f"must be text, got {m.get('sha256')!r:.60}", path, field="model.sha256")
+    files = m.get("file_sha256") or {}
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise UserError(f"must map file names to sha256 text, got {files!r:.60}", path, field="model.file_sha256")
+
+
 def check_gate_report(g, path) -> dict:
     "A rollout gate report whose verdict, re-derived from its own figures with `GATE_RANGE`, is a pass; else a `UserError`."
     if not isinstance(g, dict):
         raise UserError("a rollout gate report must be a JSON object", path)
     n, nz = _gate_figures(g, path)
+    _gate_model(g.get("model"), path)
     figures = f"{nz}/{n} nonzero = {100 * nz / n:.2f}% (need {100 * GATE_RANGE[0]:.0f}%-{100 * GATE_RANGE[1]:.0f}%)"
     says = f"status {g.get('status')!r}, passed {g.get('passed')!r}"
     if not GATE_RANGE[0] <= nz / n <= GATE_RANGE[1]:
@@ -228,6 +242,9 @@ def _dump_episodes(from_dump) -> list:
     for line, d in iter_jsonl(from_dump):
         if "ground_truth" not in d or not isinstance(d.get("response"), str):
             raise UserError("dump lines need 'response' (text) and 'ground_truth'", from_dump, line, "response")
+        tc = d.get("tool_calls")
+        if tc is not None and (type(tc) is not int or tc < 0):
+            raise UserError(f"must be the number of tool calls, got {tc!r:.60}", from_dump, line, "tool_calls")
         if "sample_id" in d:
             _count_once(first, d["sample_id"], from_dump, line, "sample_id")
         try:

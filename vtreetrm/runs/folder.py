@@ -12,7 +12,7 @@ from pathlib import Path
 from ..utils import UserError, make_own_dir, now_iso, provenance, read_json, reuse_own_dir, write_json
 
 # %% auto #0
-__all__ = ['STATES', 'FINAL', 'read_run', 'check_number', 'RunFolder']
+__all__ = ['STATES', 'FINAL', 'RUN_FIELDS', 'read_run', 'check_number', 'check_run', 'RunFolder']
 
 # %% ../../nbs/runs/00a_folder.ipynb #1cb133f2
 STATES = ("queued", "running", "done", "failed")
@@ -29,7 +29,8 @@ def read_run(folder: str | Path) -> dict | None:
         return None
     if not isinstance(run, dict):
         return None
-    return {**run, "status": _OLD_NAMES.get(run.get("status"), run.get("status"))}
+    check_run(run, p)
+    return {**run, "status": _OLD_NAMES.get(run["status"], run["status"])}
 
 # %% ../../nbs/runs/00a_folder.ipynb #9b14d2e6
 def check_number(
@@ -49,6 +50,46 @@ def check_number(
         want = "a whole number" if integer else "a number between 0 and 1" if unit else "a finite number"
         raise UserError(f"must be {want}, got {v!r:.60}", path, None, field)
     return v
+
+# %% ../../nbs/runs/00a_folder.ipynb #2d32de6a
+RUN_FIELDS = {  # run.json's fields that commands read back, and their kinds (any other field is kept as it is)
+    **dict.fromkeys(("started", "ended"), "time"),
+    **dict.fromkeys(("name", "notebook", "executor", "node", "error", "run_dir", "running_dir", "html"), "text"),
+    **dict.fromkeys(("pid", "failed_cell"), "whole"),
+    "job_id": "id",
+    "seconds": "number",
+    "resumed": "bool",
+}
+
+
+def check_run(
+    run: dict,  # a run.json's contents
+    path,  # the file, named in refusals
+) -> dict:
+    "`run` once its state is one of `STATES` and each field of `RUN_FIELDS` it has is of its kind; else a `UserError`."
+    import datetime as dt
+
+    status = run.get("status")
+    if not isinstance(status, str) or _OLD_NAMES.get(status, status) not in STATES:
+        raise UserError(f"must be one of {', '.join(STATES)}, got {status!r:.60}", path, None, "status")
+    for k, kind in RUN_FIELDS.items():
+        v = run.get(k)
+        if v is None:
+            continue
+        if kind in ("number", "whole"):
+            check_number(v, path, k, integer=kind == "whole")
+        elif kind == "bool" and not isinstance(v, bool):
+            raise UserError(f"must be true or false, got {v!r:.60}", path, None, k)
+        elif kind in ("text", "time") and not isinstance(v, str):
+            raise UserError(f"must be text, got {v!r:.60}", path, None, k)
+        elif kind == "id" and (not isinstance(v, (str, int)) or isinstance(v, bool)):
+            raise UserError(f"must be a job id (text), got {v!r:.60}", path, None, k)
+        if kind == "time":
+            try:
+                dt.datetime.fromisoformat(v)
+            except ValueError:
+                raise UserError(f"must be an ISO date and time, got {v!r:.60}", path, None, k) from None
+    return run
 
 # %% ../../nbs/runs/00a_folder.ipynb #3e64b974
 class RunFolder:

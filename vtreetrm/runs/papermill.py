@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import math
 import os
 import re
 import sys
@@ -33,7 +34,8 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters',
-           'parse_param_pairs', 'gather_params', 'check_params', 'render_html', 'run_notebook', 'run_cmd']
+           'parse_param_pairs', 'gather_params', 'check_params', 'render_html', 'run_notebook', 'kernel_config',
+           'run_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #168b054c
 def project_root() -> Path:
@@ -115,6 +117,8 @@ def gather_params(
             out.update(parse_param_pairs(group))
         elif len(group) == 2:
             out[group[0]] = _resolve_type(group[1])
+            if isinstance(out[group[0]], float) and not math.isfinite(out[group[0]]):  # nan, inf: no JSON number
+                raise UserError(f"{group[1]!r:.40} is not a finite number", "-p", field=group[0])
         else:
             raise UserError(f"-p takes NAME VALUE (one parameter per -p) or KEY=VALUE ..., got {' '.join(group)!r}")
     for key, value in r or []:
@@ -239,6 +243,13 @@ def _running_dir(dest: Path, full: dict) -> tuple[Path, bool]:
         remove_own_dir(work)
     return make_own_dir(work), False
 
+# %% ../../nbs/runs/00_papermill.ipynb #54093dce
+def kernel_config():
+    "The traitlets config papermill's kernels start with: encrypted sockets (CurveZMQ) where the kernel supports them."
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
+
 # %% ../../nbs/runs/00_papermill.ipynb #39d7662a
 def _execute(
     nb, name, dest, full, declared, inputs, prev, html, progress, kernel="python3", log_output=False, run_fields=None
@@ -263,6 +274,7 @@ def _execute(
             kernel_name=kernel,
             cwd=str(Path.cwd()),
             log_output=log_output,
+            config=kernel_config(),
         )
         ended = dict(status="done")
     except pm.PapermillExecutionError as e:

@@ -20,11 +20,12 @@ from .folder import check_number
 from ..utils import UserError, atomic_write, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'VARIANT_TITLES', 'NO_ANSWER', 'REPORT_FIELDS',
-           'CLI_COMMANDS', 'parse_legacy_name', 'run_conditions', 'collect_runs', 'simplification_tables',
-           'reference_m', 'comparison_tables', 'escape_frame', 'frame_html', 'table_html', 'query_figures',
-           'rankreg_table', 'collect_ladders', 'sample_counts', 'bootstrap_ci', 'best_runs', 'per_class_f1',
-           'confusion', 'training_curves', 'check_report_replaceable', 'build_report', 'build_cmd']
+__all__ = ['PRETTY_MODELS', 'PRETTY_DATASETS', 'GLOSSARY', 'LABEL_MODE', 'VARIANT_TITLES', 'SUMMARY_FIELDS', 'NO_ANSWER',
+           'REPORT_FIELDS', 'CLI_COMMANDS', 'parse_legacy_name', 'run_conditions', 'collect_runs',
+           'simplification_tables', 'reference_m', 'comparison_tables', 'escape_frame', 'frame_html', 'table_html',
+           'query_figures', 'rankreg_table', 'check_ladder', 'collect_ladders', 'read_summary', 'sample_counts',
+           'bootstrap_ci', 'best_runs', 'per_class_f1', 'confusion', 'training_curves', 'check_report_replaceable',
+           'build_report', 'build_cmd']
 
 # %% ../../nbs/runs/01_report.ipynb #82441576
 PRETTY_MODELS = {"qwen25_7b": "Qwen2.5-7B", "qwen2.5-7b": "Qwen2.5-7B", "qwen3_8b": "Qwen3-8B", "qwen3-8b": "Qwen3-8B"}
@@ -564,28 +565,50 @@ def rankreg_table(runs: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 # %% ../../nbs/runs/01_report.ipynb #2cf90808
-def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
+def check_ladder(
+    lad,  # a ladder.json's contents
+    f: Path,  # the file, named in refusals
+) -> dict:
+    "`lad` once it is what `video ladder` writes (rungs of a stage, a Top1, a Macro-F1 and a note); else a `UserError`."
+    if not isinstance(lad, dict):
+        raise UserError(f"expected a JSON object, got {type(lad).__name__}", f)
+    if not isinstance(lad.get("rungs"), list):
+        raise UserError(f"must be a list of rungs, got {lad.get('rungs')!r:.60}", f, field="rungs")
+    for k in ("dataset", "split"):
+        if not isinstance(lad.get(k, ""), str):
+            raise UserError(f"must be text, got {lad[k]!r:.60}", f, field=k)
+    for k in ("chance_top1", "majority_top1"):
+        check_number(lad.get(k), f, k, unit=True)
+    for i, r in enumerate(lad["rungs"]):
+        if not isinstance(r, dict):
+            raise UserError("a rung must be an object", f, field=f"rungs[{i}]")
+        for k in ("top1", "macro_f1"):
+            check_number(r.get(k), f, f"rungs[{i}].{k}", unit=True)
+        for k in ("stage", "note"):
+            if r.get(k) is not None and not isinstance(r[k], str):
+                raise UserError(f"must be text, got {r[k]!r:.60}", f, field=f"rungs[{i}].{k}")
+    return lad
+
+
+def collect_ladders(
+    paths,  # run folders to search
+    left_out: list = None,  # when given, a ladder.json that cannot be read is skipped and its refusal appended here
+) -> list[tuple[str, pd.DataFrame]]:
     "[(title, table)] for every ladder.json under `paths`: one row per rung (and why a rung is empty), then chance and the majority class (percent)."
     out = []
     for root in map(Path, paths):
         for f in sorted(root.rglob("ladder.json")):
-            lad = read_json(f)
-            if not isinstance(lad, dict) or not isinstance(lad.get("rungs"), list):
-                raise UserError("not a ladder file (no 'rungs' list)", f)
-            rows = []
-            for i, r in enumerate(lad["rungs"]):
-                if not isinstance(r, dict):
-                    raise UserError("a rung must be an object", f, field=f"rungs[{i}]")
-                rows.append(
-                    {
-                        "stage": str(r.get("stage", "?")),
-                        "Top1": check_number(r.get("top1"), f, f"rungs[{i}].top1", unit=True),
-                        "Macro-F1": check_number(r.get("macro_f1"), f, f"rungs[{i}].macro_f1", unit=True),
-                        "note": r.get("note"),
-                    }
-                )
+            try:
+                lad = check_ladder(read_json(f), f)
+            except UserError as e:
+                if left_out is None:
+                    raise
+                left_out.append(str(e))
+                continue
+            rows = [{"stage": r.get("stage") or "?", "Top1": r.get("top1"), "Macro-F1": r.get("macro_f1"),
+                     "note": r.get("note")} for r in lad["rungs"]]  # fmt: skip
             for k, name in (("chance_top1", "chance"), ("majority_top1", "majority class")):
-                rows.append({"stage": name, "Top1": check_number(lad.get(k), f, k, unit=True), "Macro-F1": None})
+                rows.append({"stage": name, "Top1": lad.get(k), "Macro-F1": None})
             t = pd.DataFrame(rows)
             if t["note"].isna().all():
                 t = t.drop(columns=["note"])
@@ -595,6 +618,39 @@ def collect_ladders(paths) -> list[tuple[str, pd.DataFrame]]:
                 (f"{_pretty(lad.get('dataset'), PRETTY_DATASETS) or '?'} {lad.get('split', 'test')} — {name}", t)
             )
     return out
+
+# %% ../../nbs/runs/01_report.ipynb #b356d29f
+SUMMARY_FIELDS = {  # summary.json's fields of each M that the report shows, and whether each must be there
+    "num_checkpoints": True,
+    "effective_rank_ratio": True,
+    "gini": True,
+    "energy90_fraction": True,
+    "mean_abs_cos": True,
+    "rank_bound": False,
+    "rank_bound_ratio": False,
+}
+
+
+def read_summary(
+    folder: str | Path,  # a query-diversity folder (`vtreetrm analysis queries --out`)
+) -> dict:
+    "The folder's summary.json once each M's fields the report shows are numbers; else a `UserError` naming the field."
+    f = Path(folder) / "summary.json"
+    s = read_json(f)
+    if not isinstance(s, dict) or not isinstance(s.get("by_M"), dict):
+        raise UserError("must be a mapping of M to its averages", f, field="by_M")
+    for m, b in s["by_M"].items():
+        if not str(m).isdigit():
+            raise UserError(f"M must be a whole number, got {m!r:.60}", f, field="by_M")
+        if not isinstance(b, dict):
+            raise UserError(f"must be a mapping, got {b!r:.60}", f, field=f"by_M.{m}")
+        for k, required in SUMMARY_FIELDS.items():
+            if required and b.get(k) is None:
+                raise UserError("missing", f, field=f"by_M.{m}.{k}")
+            check_number(b.get(k), f, f"by_M.{m}.{k}", integer=k in ("num_checkpoints", "rank_bound"))
+        if not isinstance(b.get("paths", []), list):
+            raise UserError(f"must be a list, got {b['paths']!r:.60}", f, field=f"by_M.{m}.paths")
+    return s
 
 # %% ../../nbs/runs/01_report.ipynb #f3ede848
 def sample_counts(run: str | Path) -> dict:
@@ -785,12 +841,19 @@ def _render_report(nb: Path, params: dict, out: Path, title: str):
     "Execute the report notebook with `params` and write its code-free HTML to `out`, atomically."
     import papermill as pm
 
-    from vtreetrm.runs.papermill import render_html
+    from vtreetrm.runs.papermill import kernel_config, render_html
 
     with tempfile.TemporaryDirectory() as td:
         executed = Path(td) / "report.ipynb"
         try:
-            pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False, kernel_name="python3")
+            pm.execute_notebook(
+                str(nb),
+                str(executed),
+                parameters=params,
+                progress_bar=False,
+                kernel_name="python3",
+                config=kernel_config(),
+            )
         except pm.PapermillExecutionError as e:
             raise RuntimeError(f"report notebook failed: {e.ename}: {e.evalue}") from None
         render_html(executed, Path(td) / "report.html", title=title)

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import string
 import subprocess
 import sys
 import time
@@ -30,9 +31,9 @@ from ..utils import UserError, load_yaml, now_iso, provenance, read_json, sha256
 # %% auto #0
 __all__ = ['SWEEP_KEYS', 'MAX_SWEEP_POINTS', 'EXECUTORS', 'SLURM_WAITING', 'SLURM_RUNNING', 'TOP1_KEYS', 'SWEEP_COMMANDS',
            'load_sweep', 'expand_sweep', 'ExecutorOptions', 'executor_options', 'sweep_folder', 'read_manifest',
-           'check_sweep_folder', 'check_notebook_sha', 'manifest_notebook', 'point_run', 'SweepPoint', 'check_slurm',
-           'connect_ray', 'submit_points', 'with_gpus', 'start_sweep', 'run_sweep', 'slurm_states', 'sweep_status',
-           'saved_options', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd', 'resume_cmd']
+           'check_manifest', 'check_sweep_folder', 'check_notebook_sha', 'manifest_notebook', 'point_run', 'SweepPoint',
+           'check_slurm', 'connect_ray', 'submit_points', 'with_gpus', 'start_sweep', 'run_sweep', 'slurm_states',
+           'sweep_status', 'saved_options', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd', 'resume_cmd']
 
 # %% ../../nbs/runs/02_sweep.ipynb #cf1563ac
 SWEEP_KEYS = {"notebook", "name", "params", "grid", "runs", "jobs", "runs_dir", "executor"}
@@ -78,14 +79,28 @@ def load_sweep(path: str | Path) -> dict:
     return spec
 
 # %% ../../nbs/runs/02_sweep.ipynb #0c43896c
+class _FieldsOnly(string.Formatter):
+    "str.format that fills plain field names only: `{x.attr}`, `{x[0]}` and long widths are refused, not evaluated."
+
+    def get_field(self, field_name, args, kwargs):
+        if not re.fullmatch(r"\w+", field_name):
+            raise ValueError(f"{{{field_name}}} reads into a value; use plain parameter names like {{lr}}")
+        return super().get_field(field_name, args, kwargs)
+
+    def format_field(self, value, format_spec):
+        if not re.fullmatch(r"[^{}]?[<>=^]?[+\- ]?#?0?\d{0,2}(\.\d{1,2})?[a-zA-Z%]?", format_spec):
+            raise ValueError(f"format {format_spec!r} is not allowed (at most 2 digits of width and precision)")
+        return super().format_field(value, format_spec)
+
+
 def _point_name(spec: dict, p: dict, varying: list) -> str:
     "A point's run name: the YAML's `name` template filled from its parameters, else the sweep's name + what varies."
     sweep = Path(spec.get("_path", "sweep")).stem
     if not spec.get("name"):
         return _safe_name("-".join([sweep] + [f"{k}={p[k]}" for k in varying if k in p]) if varying else sweep)
     try:
-        return _safe_name(str(spec["name"]).format(**p))
-    except (KeyError, IndexError, ValueError) as e:
+        return _safe_name(_FieldsOnly().vformat(str(spec["name"]), (), p))
+    except (KeyError, IndexError, ValueError, TypeError) as e:
         raise UserError(f"run-name template {spec['name']!r}: {e!r}", spec.get("_path"), field="name") from None
 
 
@@ -143,6 +158,9 @@ def executor_options(flags: ExecutorOptions | None, spec: dict) -> ExecutorOptio
     if opts.executor not in EXECUTORS:
         raise UserError(f"unknown executor {opts.executor!r}; choose from: {', '.join(EXECUTORS)}", where,
                         field="executor")  # fmt: skip
+    for k in ("slurm_partition", "mem", "ray_address"):
+        if getattr(opts, k) is not None and not isinstance(getattr(opts, k), str):
+            raise UserError(f"must be text, got {getattr(opts, k)!r:.60}", where, field=f"executor.{k}")
     for k in ("gpus_per_task", "cpus_per_task", "time", "array_parallelism"):
         v = getattr(opts, k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "gpus_per_task" else 1)):
@@ -167,10 +185,34 @@ def read_manifest(d: Path) -> dict:
     for name, params in man["points"].items():  # names become folder names: each one path component of ours
         if name != _safe_name(name) or name.startswith(".") or not isinstance(params, dict):
             raise UserError(f"point {name!r:.80} is not a run name this tool writes", d / "sweep.json", field="points")
-    if not isinstance(man.get("jobs", {}), dict):
-        raise UserError("must be a mapping", d / "sweep.json", field="jobs")
-    if not isinstance(man.get("executor", {}), (dict, str)):
-        raise UserError("must be a name or a mapping", d / "sweep.json", field="executor")
+    return check_manifest(man, d / "sweep.json")
+
+
+def check_manifest(
+    man: dict,  # a sweep.json's contents, its points already checked
+    path: Path,  # the file, named in refusals
+) -> dict:
+    "`man` once each field the commands read back is of the kind `vtreetrm sweep` writes; else a `UserError`."
+    for k in ("sweep", "notebook"):
+        if not isinstance(man.get(k), str):
+            raise UserError(f"must be text, got {man.get(k)!r:.60}", path, field=k)
+    for k in ("jobs", "driver", "provenance"):
+        if not isinstance(man.get(k, {}), dict):
+            raise UserError(f"must be a mapping, got {man.get(k)!r:.60}", path, field=k)
+    for name, job in man.get("jobs", {}).items():
+        if not isinstance(job, dict):
+            raise UserError(f"must be a mapping, got {job!r:.60}", path, field=f"jobs.{name}")
+        v = job.get("job_id")
+        if v is not None and (not isinstance(v, (str, int)) or isinstance(v, bool)):
+            raise UserError(f"must be a job id (text), got {v!r:.60}", path, field=f"jobs.{name}.job_id")
+    driver = man.get("driver", {})
+    check_number(driver.get("pid"), path, "driver.pid", integer=True)
+    if not isinstance(driver.get("node", ""), str):
+        raise UserError(f"must be text, got {driver['node']!r:.60}", path, field="driver.node")
+    ex = man.get("executor") or {}
+    if not isinstance(ex, (dict, str)):
+        raise UserError("must be a name or a mapping", path, field="executor")
+    executor_options(None, {"executor": ex, "_path": str(path)})
     return man
 
 
@@ -573,11 +615,7 @@ def sweep_status(d: str | Path) -> list[dict]:
     d = Path(d)
     man = read_manifest(d)
     jobs = man.get("jobs") or {}
-    slurm = (
-        [j["job_id"] for j in jobs.values() if j.get("job_id")]
-        if (man.get("executor") or {}).get("executor") == "slurm"
-        else []
-    )
+    slurm = [j["job_id"] for j in jobs.values() if j.get("job_id")] if saved_options(d, man).executor == "slurm" else []
     sched = slurm_states(slurm) if slurm and shutil.which("scontrol") else {}
     driver_alive = _alive({**(man.get("driver") or {}), "status": "running"})
     rows = []
