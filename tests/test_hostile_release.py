@@ -400,6 +400,19 @@ def test_preprocess_refuses_a_cell_over_the_spreadsheet_limit(tmp_path, capsys):
     assert not (tmp_path / "out/all.json").exists()
 
 
+def test_preprocess_refuses_a_part_that_unpacks_past_the_bound(tmp_path, capsys, monkeypatch):
+    "A sheet part that unpacks past the bound (a 300 MB cell packs into 400 KB) is refused before any XML is parsed."
+    from vtreetrm.release import preprocess
+
+    x = _workbook(tmp_path / "w.xlsx", "z" * 2_000_000)
+    monkeypatch.setattr(preprocess, "MAX_PART_BYTES", 1_000_000)  # the real bound is 256 MiB: same rule, smaller file
+    monkeypatch.setattr(preprocess.openpyxl, "load_workbook", None)  # parsing would fail loudly
+    rc, _, err = run(capsys, "release", "preprocess", "--input", x, "--mapping", tmp_path / "mapping.json",
+                     "--output", tmp_path / "out/all.json", "--no-progress")  # fmt: skip
+    one_line(rc, err, "w.xlsx", "unpacks to", "1,000,000")
+    assert not (tmp_path / "out/all.json").exists()
+
+
 def test_preprocess_keeps_a_cell_at_the_limit(tmp_path, capsys):
     "A cell of exactly 32,767 characters (the spreadsheet limit) is read whole."
     from vtreetrm.release.assets import iter_records

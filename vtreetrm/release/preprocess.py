@@ -32,7 +32,7 @@ from vtreetrm.release.assets import (
 from ..utils import UserError, write_json
 
 # %% auto #0
-__all__ = ['XML_CHUNK', 'MAX_XML_TAG', 'MAX_ROWS', 'MAX_COLS', 'MAX_CELL_CHARS', 'xml_pieces', 'merged_ranges',
+__all__ = ['XML_CHUNK', 'MAX_XML_TAG', 'MAX_ROWS', 'MAX_COLS', 'MAX_CELL_CHARS', 'MAX_PART_BYTES', 'xml_pieces', 'merged_ranges',
            'formula_refs_without_value', 'formula_cells_without_value', 'check_merges_below_header', 'MergedFill',
            'iter_workbook_records', 'preprocess']
 
@@ -144,6 +144,7 @@ class MergedFill:
 # %% ../../nbs/release/02_preprocess.ipynb #9538488d
 MAX_ROWS, MAX_COLS = 1048576, 128  # the xlsx row limit; columns read per row
 MAX_CELL_CHARS = 32767  # the most characters a spreadsheet cell holds (Excel's limit); a longer one is refused
+MAX_PART_BYTES = 256 << 20  # the most a workbook's shared strings or a sheet may unpack to: checked before parsing
 
 
 def _check_cell_sizes(vals, idx: dict, r: int, where: str):
@@ -160,11 +161,24 @@ def _check_cell_sizes(vals, idx: dict, r: int, where: str):
     )
 
 
+def _check_part_sizes(input: Path):
+    "Refuse a workbook whose shared strings or sheets unpack past `MAX_PART_BYTES` (the reader would hold them whole)."
+    with zipfile.ZipFile(input) as z:
+        for m in z.infolist():
+            if m.filename.startswith("xl/") and m.filename.endswith(".xml") and m.file_size > MAX_PART_BYTES:
+                raise UserError(
+                    f"{m.filename} unpacks to {m.file_size:,} bytes ({m.compress_size:,} packed), more than the "
+                    f"{MAX_PART_BYTES:,} a workbook part may hold here",
+                    input,
+                )
+
+
 def _open_workbook(input: Path):
     "The workbook opened for streaming, or a `UserError` saying why it cannot be read."
     if not input.is_file():
         raise UserError("no such file", input)
     try:
+        _check_part_sizes(input)
         return openpyxl.load_workbook(input, read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
         raise UserError(f"not a readable xlsx workbook ({e})", input) from None
