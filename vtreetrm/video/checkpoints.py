@@ -21,21 +21,21 @@ from ..runs.folder import RunFolder
 from vtreetrm.utils import (
     UserError,
     atomic_dir,
+    changed_files,
     check_parent,
     folder_lock,
+    model_identity,
     read_json,
     reuse_own_dir,
     sha256_file,
-    sha256_json,
     write_json,
     write_jsonl,
 )
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'BASE_MODEL_FILES', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint',
-           'load_tensors', 'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'model_folder',
-           'base_model_identity', 'base_llm_source', 'check_base_llm', 'check_run_folder', 'training_lock',
-           'TrainingRun']
+__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint', 'load_tensors',
+           'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'model_folder', 'base_llm_source',
+           'check_base_llm', 'check_run_folder', 'training_lock', 'TrainingRun']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #8deacc16
 CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
@@ -216,24 +216,6 @@ def model_config_sha256(model: str | Path) -> str | None:
         return None
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #555414cc
-BASE_MODEL_FILES = (  # what decides what a base LLM computes from a prompt (glob patterns in its folder)
-    "config.json",
-    "generation_config.json",
-    "*.safetensors",
-    "*.safetensors.index.json",
-    "*.bin",
-    "*.bin.index.json",
-    "tokenizer*",
-    "vocab*",
-    "merges.txt",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template*",
-    "*.model",
-    "*.tiktoken",
-)
-
-
 def model_folder(model: str | Path) -> Path | None:
     "The local folder of a model folder or of a cached hub id (None when there is none)."
     p = Path(model)
@@ -247,16 +229,6 @@ def model_folder(model: str | Path) -> Path | None:
     except Exception:
         return None
 
-
-def base_model_identity(model: str | Path) -> dict | None:
-    "`{files: {name: sha256}, sha256}` of the files that make a base LLM what it is (None when it cannot be found)."
-    d = model_folder(model)
-    if d is None:
-        return None
-    names = sorted({f.name for pat in BASE_MODEL_FILES for f in d.glob(pat) if f.is_file()})
-    files = {n: sha256_file(d / n) for n in names}
-    return {"files": files, "sha256": sha256_json(files)}
-
 # %% ../../nbs/video/02a_checkpoints.ipynb #aabfa72b
 def base_llm_source(meta: dict, ckpt: Path) -> str | None:
     "Where the base LLM of a Phase-2 checkpoint is: the run's own copy for the tiny LLM, else the recorded path."
@@ -266,16 +238,17 @@ def base_llm_source(meta: dict, ckpt: Path) -> str | None:
     return src
 
 
-def _changed_file(want: dict, have: dict) -> str:
-    "The first file of a base model identity that differs, in words."
-    changed = sorted(set(want) ^ set(have) | {n for n in want if n in have and want[n] != have[n]})
+def _identity_change(want: dict, have: dict) -> str:
+    "The first file two `model_identity` records disagree on, in words."
+    changed = changed_files(want, have)
+    a, b = want["file_sha256"], have["file_sha256"]
     n = changed[0]
     more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-    if n not in have:
+    if n not in b:
         return f"{n} is missing{more}"
-    if n not in want:
-        return f"{n} was not there when it was trained{more}"
-    return f"{n} has sha256 {have[n][:12]}…, checkpoint.json records {str(want[n])[:12]}…{more}"
+    if n not in a:
+        return f"{n} was not there{more} when it was trained"
+    return f"{n} has sha256 {b[n][:12]}…, checkpoint.json records {str(a[n])[:12]}…{more}"
 
 
 def check_base_llm(llm: dict, src: str | None, ckpt: Path):
@@ -293,20 +266,21 @@ def check_base_llm(llm: dict, src: str | None, ckpt: Path):
             f"checkpoint.json records {str(llm.get('config_sha256'))[:12]}…",
             ckpt,
         )
-    want = llm.get("identity")
-    if not (isinstance(want, dict) and isinstance(want.get("files"), dict)):
+    want, folder = llm.get("identity"), model_folder(src)
+    if isinstance(want, dict) and isinstance(want.get("files"), dict):  # the first format: {files: {name: sha256}}
+        want = {"file_sha256": want["files"]}
+        ident = {"file_sha256": {n: sha256_file(folder / n) for n in want["file_sha256"] if (folder / n).is_file()}}
+    elif isinstance(want, dict) and isinstance(want.get("file_sha256"), dict):
+        ident = model_identity(folder)
+    else:
         print(
             f"warning: {ckpt}: checkpoint.json records only the base LLM's config.json (an older checkpoint): "
             f"the weights and tokenizer are not verified against {src}",
             file=sys.stderr,
         )
         return
-    ident = base_model_identity(src)
-    if ident["sha256"] != want.get("sha256"):
-        raise UserError(
-            f"the LoRA adapter belongs to another base LLM: {_changed_file(want['files'], ident['files'])}",
-            model_folder(src),
-        )
+    if changed_files(want, ident):
+        raise UserError(f"the LoRA adapter belongs to another base LLM: {_identity_change(want, ident)}", folder)
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #62936805
 RUN_FILES = ("run.json", "params.json")  # a folder holding either is a run folder: it may be started again or resumed

@@ -47,16 +47,25 @@ from transformers import (
 from ..cli import check_config
 from ..eval.metrics import compute_metrics, score_file
 from ..eval.parse import parse_actions
-from ..utils import UserError, atomic_dir, read_json, sha256_file, sha256_json, write_json, write_jsonl
+from vtreetrm.utils import (
+    UserError,
+    atomic_dir,
+    model_identity,
+    read_json,
+    sha256_file,
+    sha256_json,
+    write_json,
+    write_jsonl,
+)
 from vtreetrm.video.checkpoints import (
     TrainingRun,
     base_llm_source,
-    base_model_identity,
     check_base_llm,
     check_run_folder,
     load_resume_state,
     load_tensors,
     model_config_sha256,
+    model_folder,
     read_checkpoint,
     rng_state,
     save_checkpoint,
@@ -928,13 +937,14 @@ def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
 
 # %% ../../nbs/video/04_phase2.ipynb #e3ae2ded
 def base_identity(cfg: Phase2Config, llm, dtype, tiny: bool) -> dict:
-    "What checkpoint.json records of the base LLM: where it is, its config's sha256, its identity (`base_model_identity`)."
+    "What checkpoint.json records of the base LLM: where it is, its config's sha256, its identity (`utils.model_identity`)."
     path = llm.name_or_path if tiny else cfg.llm
+    folder = model_folder(path)
     return {
         "source": cfg.llm,
         "path": str(path),
         "config_sha256": model_config_sha256(path),
-        "identity": base_model_identity(path),
+        "identity": model_identity(folder) if folder else None,
         "dtype": str(dtype).replace("torch.", ""),
     }
 
