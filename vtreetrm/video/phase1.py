@@ -244,7 +244,7 @@ def load_phase1(path: str | Path, feature_shape: tuple = None) -> Phase1Encoder:
     meta = read_checkpoint(path, "phase1")
     try:
         cfg = Phase1Config(**meta["config"])
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, UserError) as e:  # (a value out of range: Phase1Config's own check)
         raise UserError(f"bad Phase-1 config ({e})", path / "checkpoint.json", field="config") from None
     if feature_shape is not None and tuple(feature_shape) != (cfg.frames, cfg.tokens_per_frame, cfg.feature_dim):
         raise UserError(
