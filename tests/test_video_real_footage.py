@@ -3,6 +3,7 @@ entry points, B-frames in AVI (decode-order timestamps), rotation and flips in t
 rate, yuv444p and mixed frame sizes in one encoder batch. Each segment `decode_clip` samples must equal the frame on
 screen at that time in a decode from the start of the same file (with the display matrix applied), or be refused."""
 
+import json
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -220,3 +221,74 @@ def test_mixed_sizes_through_the_commands(tmp_path, capsys):
     assert run("video", "import", ann, "--format", "csv", "--videos", tmp_path / "videos", "--out", ds) == 0
     assert run("video", "features", ds, "--cache", tmp_path / "cache", "--batch-size", 4) == 0
     assert "4 encoded" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2; --skip-bad counts
+
+
+def _manifest(ds: Path, videos: list) -> Path:
+    ds.mkdir(parents=True, exist_ok=True)
+    (ds / "label_map.json").write_text(json.dumps({"Walking": "walking"}))
+    rows = [
+        {"id": f"c{i}", "video": str(v), "start": 0.0, "end": 1.0, "labels": ["Walking"], "split": "train"}
+        for i, v in enumerate(videos)
+    ]
+    (ds / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return ds
+
+
+def _no_video_stream(path: Path) -> Path:
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("aac", rate=8000)
+        for i in range(20):
+            f = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            f.sample_rate, f.pts = 8000, i * 1024
+            for p in s.encode(f):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+@pytest.mark.parametrize("bad", ["empty", "truncated", "no video stream"])
+def test_bad_video_files(tmp_path, capsys, bad):
+    good = write(tmp_path / "good.mp4", n=50)
+    f = tmp_path / "bad.mp4"
+    if bad == "empty":
+        f.write_bytes(b"")
+    elif bad == "truncated":
+        f.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
+    else:
+        _no_video_stream(f)
+    ds = _manifest(tmp_path / "ds", [good, f])
+    refused(capsys, run("video", "features", ds, "--cache", tmp_path / "cache"), "bad.mp4")
+    assert run("video", "features", ds, "--cache", tmp_path / "cache", "--skip-bad") == 0
+    assert "1 encoded, 0 cached, 0 sampled with repetition, 1 skipped" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- a tampered feature cache
+
+
+@pytest.mark.parametrize("tamper", ["clip hashes a list", "clip hashes text", "npy text"])
+def test_tampered_feature_cache(tmp_path, capsys, tamper):
+    ds = _manifest(tmp_path / "ds", [write(tmp_path / "a.mp4", n=50)])
+    cache = tmp_path / "cache"
+    assert run("video", "features", ds, "--cache", cache) == 0
+    if tamper == "clip hashes a list":
+        (cache / "clip_hashes.json").write_text("[]")
+    elif tamper == "clip hashes text":
+        (cache / "clip_hashes.json").write_text("not json")
+    else:
+        for p in cache.rglob("*.npy"):
+            p.write_text("not an array")
+    rc = run("video", "features", ds, "--cache", cache)
+    if tamper == "npy text":
+        assert rc == 0  # encoded again
+    else:
+        refused(capsys, rc, "clip_hashes.json")
+
+
+@pytest.mark.parametrize("size", [-5, 0])
+def test_image_size_out_of_range(tmp_path, capsys, size):
+    ds = _manifest(tmp_path / "ds", [write(tmp_path / "a.mp4", n=50)])
+    refused(capsys, run("video", "features", ds, "--cache", tmp_path / "cache", "--image-size", size), "image")

@@ -381,6 +381,8 @@ class Sampling:
             raise UserError(f"frames must be >= 1, got {self.frames}")
         if self.grid < 1:
             raise UserError(f"grid must be >= 1, got {self.grid}")
+        if self.image_size is not None and self.image_size < 1:
+            raise UserError(f"--image-size must be >= 1, got {self.image_size}")
 
 # %% ../../nbs/video/02_features.ipynb #1259d19c
 def pixel_values(model, frames: np.ndarray, s: Sampling) -> torch.Tensor:
@@ -444,6 +446,13 @@ class FeatureCache:
             write_json(self.dir / "sampling.json", self.sampling.key())
         self._memo_path = self.root / "clip_hashes.json"
         self._memo = read_json(self._memo_path) if self._memo_path.is_file() else {}
+        if not isinstance(self._memo, dict) or not all(
+            isinstance(v, list) and len(v) == 3 and isinstance(v[2], str) for v in self._memo.values()
+        ):
+            raise UserError(
+                "not a feature cache's clip hashes ({path: [size, mtime, sha256]}); delete the file to rebuild it",
+                self._memo_path,
+            )
         self.encoded = 0
 
     @staticmethod
