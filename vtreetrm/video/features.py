@@ -33,7 +33,7 @@ from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json
 __all__ = ['SEEK_BACK', 'TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times',
            'display_transform', 'rgb', 'presented', 'video_duration', 'shown_until', 'frames_end', 'decode_clip',
            'load_image_processor', 'load_vision_encoder', 'processor_settings', 'encoder_identity', 'Sampling',
-           'pixel_values', 'encode_frames', 'FeatureCache']
+           'pixel_values', 'encode_pixels', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #825a8033
 def sample_indices(n: int, T: int) -> list:
@@ -399,19 +399,23 @@ def pixel_values(model, frames: np.ndarray, s: Sampling) -> torch.Tensor:
 
 
 @torch.no_grad()
-def encode_frames(model: Dinov2Model, frames, sampling: Sampling) -> torch.Tensor:
-    "Features (B, T, 1 + grid*grid, D) of B clips of T frames: (B, T, H, W, 3) uint8, or a list of (T, H, W, 3) of any sizes."
+def encode_pixels(model: Dinov2Model, x: torch.Tensor, B: int, sampling: Sampling) -> torch.Tensor:
+    "Features (B, T, 1 + grid*grid, D) of encoder input (B*T, 3, S, S), B clips of T frames."
     s = sampling.resolved(model)
-    B, T = len(frames), frames[0].shape[0]
-    dev = next(model.parameters()).device
-    x = torch.cat([pixel_values(model, clip, s) for clip in frames])  # each clip to the encoder's input size
-    h = model(pixel_values=x.to(dev, model.dtype)).last_hidden_state.float()
+    h = model(pixel_values=x.to(next(model.parameters()).device, model.dtype)).last_hidden_state.float()
     cls, patches = h[:, :1], h[:, 1:]
     side = int(round(patches.shape[1] ** 0.5))
     if side * side == patches.shape[1] and side != s.grid:
         grid = patches.transpose(1, 2).reshape(-1, h.shape[-1], side, side)
         patches = F.adaptive_avg_pool2d(grid, s.grid).flatten(2).transpose(1, 2)  # (B*T, grid*grid, D)
-    return torch.cat([cls, patches], 1).reshape(B, T, -1, h.shape[-1]).cpu()
+    return torch.cat([cls, patches], 1).reshape(B, x.shape[0] // B, -1, h.shape[-1]).cpu()
+
+
+def encode_frames(model: Dinov2Model, frames, sampling: Sampling) -> torch.Tensor:
+    "Features (B, T, 1 + grid*grid, D) of B clips of T frames: (B, T, H, W, 3) uint8, or a list of (T, H, W, 3) of any sizes."
+    s = sampling.resolved(model)
+    x = torch.cat([pixel_values(model, clip, s) for clip in frames])  # each clip to the encoder's input size
+    return encode_pixels(model, x, len(frames), s)
 
 # %% ../../nbs/video/02_features.ipynb #df86910b
 def _decode_job(path, T, start, end):
@@ -596,11 +600,11 @@ def _decoded(self: FeatureCache, todo: list):
 # %% ../../nbs/video/02_features.ipynb #b9a4ae9f
 @patch
 def _flush(self: FeatureCache, batch: list, out: dict, report: dict, pbar):
-    "Encode one batch of decoded clips and write their features; empties `batch`."
+    "Encode one batch of clips (their encoder input) and write their features; empties `batch`."
     if not batch:
         return
     t0 = time.perf_counter()
-    feats = encode_frames(self.model, [b[2] for b in batch], self.sampling).numpy()
+    feats = encode_pixels(self.model, torch.cat([b[2] for b in batch]), len(batch), self.sampling).numpy()
     self.timing["encode"] += time.perf_counter() - t0
     for (c, sha, _, info), f in zip(batch, feats):
         buf = io.BytesIO()
@@ -641,7 +645,10 @@ def _encode(
                 np.ascontiguousarray(frames[:, :, ::-1]),
                 {**info, "mirrored": True},
             )  # (T, H, W, 3): W flipped
-        batch.append((c, sha, frames, info))
+        t0 = time.perf_counter()
+        x = pixel_values(self.model, frames, self.sampling)  # the batch holds encoder input, not full-size frames
+        self.timing["encode"] += time.perf_counter() - t0
+        batch.append((c, sha, x, info))
         if len(batch) >= self.batch_size:
             self._flush(batch, out, report, pbar)
     self._flush(batch, out, report, pbar)
