@@ -104,13 +104,14 @@ def ladder(
     phase2: str | Path = None,
     split: str = "test",
     progress: bool = True,
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
 ) -> dict:
     "The rungs of the ladder for one dataset's `split` (see above)."
     if phase2:  # a damaged or tampered checkpoint is refused before any feature is encoded
         read_phase2(_checkpoint_dir(phase2))
     ds = load_dataset(dataset)
     clips, feats, _ = dataset_features(
-        ds, open_cache(cache_dir, vision, frames, grid, image_size=image_size), progress=progress
+        ds, open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers), progress=progress
     )
     tr = [i for i, c in enumerate(clips) if c.split == "train"]
     ev = [i for i, c in enumerate(clips) if c.split == split]

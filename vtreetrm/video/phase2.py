@@ -1320,6 +1320,7 @@ def train_phase2(
     progress: bool = True,
     threads: int = None,
     image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
 ) -> dict:
     "Train Phase-2 on one dataset, in this process or in each of several (torchrun / accelerate launch); returns the test metrics."
     cfg, out = cfg or Phase2Config(), Path(out)
@@ -1331,7 +1332,7 @@ def train_phase2(
         cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)
         ds = load_dataset(dataset, skip_bad=skip_bad)
         _check_flip_map(cfg, ds, dataset)
-        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
+        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers)
         x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
         _check_batches(cfg, len(x.train), acc.num_processes)
         sampling = (vision, frames, grid)
