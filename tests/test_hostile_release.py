@@ -4,6 +4,7 @@ spreadsheet with one huge cell. Each is refused in one line (or read as the user
 
 import csv as csv_module
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,110 @@ def test_a_byte_order_mark_inside_the_file_is_refused_alike(tmp_path, capsys):
     one_line(rc, err, "predictions.jsonl:2", "byte-order mark inside the file")
     with pytest.raises(UserError, match="predictions.jsonl:2: a UTF-8 byte-order mark inside the file"):
         list(iter_jsonl(p))
+
+
+# ---------------------------------------------------------------- a spreadsheet with one huge cell
+_CELL_REF = re.compile(rb"<(?:\w+:)?c\b((?:[^>/]|/(?!>))*)>(.*?)</(?:\w+:)?c>", re.S)
+
+
+def _formula_refs_reference(xml: bytes) -> set:
+    "The whole-file reading of which cells hold a formula without a stored value (one pass over the complete XML)."
+    out = set()
+    for m in _CELL_REF.finditer(xml):
+        if re.search(rb"<(?:\w+:)?f\b", m.group(2)) and not re.search(rb"<(?:\w+:)?v>[^<]", m.group(2)):
+            out.add(re.search(rb'\br="([A-Z]+[0-9]+)"', m.group(1)).group(1).decode())
+    return out
+
+
+def _sheet_xml(big: int) -> bytes:
+    "A sheet's XML with formulas with and without cached values around an inline cell of `big` characters."
+    cells = [
+        b'<c r="A1"><f>1+1</f><v>2</v></c>',
+        b'<c r="B1"><f>1+1</f></c>',
+        b'<x:c r="C1" t="str"><x:f>A1</x:f><x:v></x:v></x:c>',
+        b'<c r="D1" t="inlineStr"><is><t>' + b"y" * big + b"</t></is></c>",
+        b'<c r="E1"><f t="shared" si="0"/><v>3</v></c>',
+        b'<c r="F1"><f t="shared" si="0"/></c>',
+        b'<c r="G1"/>',
+        b'<c r="H1" s="1"><v>5</v></c>',
+        b'<c r="I1"><f>SUM(A1:B1)</f><v/></c>',
+    ]
+    return b'<worksheet><sheetData><row r="1">' + b"".join(cells) + b"</row></sheetData></worksheet>"
+
+
+def test_formula_scan_reads_a_huge_cell_in_one_pass_with_the_whole_file_result():
+    "Cut anywhere into pieces, the sheet XML gives the same formula cells as one pass over the whole file."
+    import io
+
+    from vtreetrm.release.preprocess import formula_refs_without_value, xml_pieces
+
+    small = _sheet_xml(30)
+    want = _formula_refs_reference(small)
+    assert want == {"B1", "C1", "F1", "I1"}
+    for chunk in (1, 2, 3, 5, 7, 11, 64, 1 << 20):
+        assert formula_refs_without_value(xml_pieces(io.BytesIO(small), chunk)) == want, chunk
+    big = _sheet_xml(8_000_000)  # 8 MB in one cell: eight 1 MiB pieces, each read once
+    assert formula_refs_without_value(xml_pieces(io.BytesIO(big))) == _formula_refs_reference(big) == want
+
+
+def _workbook(path: Path, description: str) -> Path:
+    "A one-sheet workbook whose second record's field_description is `description` (written as an inline string)."
+    import zipfile
+
+    import openpyxl
+
+    from vtreetrm.release.assets import LABEL_FIELDS, NATIVE_PROMPT_FIELDS
+
+    fields = [*NATIVE_PROMPT_FIELDS, *LABEL_FIELDS]
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "S"
+    ws.append(fields)
+    ws.append(["f1", "t1", "small", "td", "K1", "L1"])
+    ws.append(["f2", "t2", "BIGCELL", "td", "K1", "L1"])
+    wb.save(path.with_suffix(".tmp"))
+    with zipfile.ZipFile(path.with_suffix(".tmp")) as zin, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename.startswith("xl/worksheets/"):
+                assert b"<t>BIGCELL</t>" in data
+                data = data.replace(b"<t>BIGCELL</t>", b"<t>" + description.encode() + b"</t>")
+            zout.writestr(item, data)
+    mapping = path.parent / "mapping.json"
+    mapping.write_text(json.dumps({"dataset": "shougang", "sheets": ["S"], "header_row": 1,
+                                   "columns": {f: f for f in fields}}))  # fmt: skip
+    return path
+
+
+def test_preprocess_refuses_a_cell_over_the_spreadsheet_limit(tmp_path, capsys):
+    "An 8 MB cell (no spreadsheet program writes one) is refused in one line naming sheet, row and column."
+    x = _workbook(tmp_path / "w.xlsx", "z" * 8_000_000)
+    rc, _, err = run(capsys, "release", "preprocess", "--input", x, "--mapping", tmp_path / "mapping.json",
+                     "--output", tmp_path / "out/all.json", "--no-progress")  # fmt: skip
+    one_line(rc, err, "w.xlsx[S]:3", "field 'field_description'", "cell C3", "8,000,000 characters", "32,767")
+    assert not (tmp_path / "out/all.json").exists()
+
+
+def test_preprocess_refuses_a_part_that_unpacks_past_the_bound(tmp_path, capsys, monkeypatch):
+    "A sheet part that unpacks past the bound (a 300 MB cell packs into 400 KB) is refused before any XML is parsed."
+    from vtreetrm.release import preprocess
+
+    x = _workbook(tmp_path / "w.xlsx", "z" * 2_000_000)
+    monkeypatch.setattr(preprocess, "MAX_PART_BYTES", 1_000_000)  # the real bound is 256 MiB: same rule, smaller file
+    monkeypatch.setattr(preprocess.openpyxl, "load_workbook", None)  # parsing would fail loudly
+    rc, _, err = run(capsys, "release", "preprocess", "--input", x, "--mapping", tmp_path / "mapping.json",
+                     "--output", tmp_path / "out/all.json", "--no-progress")  # fmt: skip
+    one_line(rc, err, "w.xlsx", "unpacks to", "1,000,000")
+    assert not (tmp_path / "out/all.json").exists()
+
+
+def test_preprocess_keeps_a_cell_at_the_limit(tmp_path, capsys):
+    "A cell of exactly 32,767 characters (the spreadsheet limit) is read whole."
+    from vtreetrm.release.assets import iter_records
+
+    x = _workbook(tmp_path / "w.xlsx", "z" * 32_767)
+    rc, _, err = run(capsys, "release", "preprocess", "--input", x, "--mapping", tmp_path / "mapping.json",
+                     "--output", tmp_path / "out/all.json", "--no-progress")  # fmt: skip
+    assert rc == 0, err
+    recs = [r for _, r in iter_records(tmp_path / "out/all.json")]
+    assert [len(r["metadata"]["field_description"]) for r in recs] == [5, 32_767]

@@ -30,9 +30,9 @@ __all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FI
            'MODEL_WEIGHT_SUFFIXES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
            'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'publish_dir',
            'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock', 'path_component',
-           'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'load_yaml', 'sha256_file',
-           'sha256_json', 'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'git_info',
-           'now_iso', 'provenance', 'run_sync']
+           'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl', 'load_yaml',
+           'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files', 'package_versions',
+           'git_info', 'now_iso', 'provenance', 'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -391,6 +391,33 @@ def iter_jsonl(
 def write_jsonl(path: str | Path, rows) -> Path:
     "Write an iterable of dicts as JSON Lines, atomically."
     return atomic_write(path, "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in rows))
+
+# %% ../nbs/00_utils.ipynb #bc674e85
+def read_appended_jsonl(
+    path: str | Path,  # a JSON Lines log written by appending rows
+    check=None,  # called as check(line_number, row) for each row: raises UserError for one of the wrong shape
+    note: bool = True,  # print a note when a cut last line is dropped (False when the caller already did)
+) -> list:
+    "The rows of an appended JSON Lines log; a last line cut short by a kill is dropped with a note, any other bad line refused."
+    path = Path(path)
+    raw = path.read_bytes()
+    cut = None if raw.endswith(b"\n") or not raw.strip() else raw.count(b"\n") + 1  # a last line without its newline
+    rows = []
+    try:
+        for i, row in iter_jsonl(path):
+            rows.append((i, row))
+    except UserError as e:
+        if e.line is None or e.line != cut:
+            raise
+        if note:
+            print(
+                f"note: {path}:{cut}: dropped the last line, cut short (a process stopped while writing it)",
+                file=sys.stderr,
+            )
+    for i, row in rows:
+        if check is not None:
+            check(i, row)
+    return [row for _, row in rows]
 
 # %% ../nbs/00_utils.ipynb #0cac69a4
 YAML_MAX_VALUES = 100_000  # far above any config or sweep; a nested-alias bomb passes it within a few levels

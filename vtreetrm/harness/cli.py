@@ -158,6 +158,7 @@ def build_trees(
     cache_dir: str = None,  # features and captions cache (default: <out>/../.cache)
     overwrite: bool = False,  # build every tree again, even one from the same inputs (never a file this tool did not write)
     report: str = None,  # build report JSON (default: <out>/trees_build_report.json)
+    questions: str = None,  # the benchmark (folder or file): name each tree by its video_id, matched by videoID/youtube_id/video_path/url
     quiet: bool = False,  # no progress bar
 ):
     "Build caption trees (clips, segments, keyframe captions, clip summaries) from video files."
@@ -183,7 +184,20 @@ def build_trees(
         timeout=request_timeout,
         max_retries=max_retries,
     )
-    rep = _build(videos, out, cap, p, vision, fps, max_frames, cache_dir, overwrite, report, progress=not quiet)
+    rep = _build(
+        videos,
+        out,
+        cap,
+        p,
+        vision,
+        fps,
+        max_frames,
+        cache_dir,
+        overwrite,
+        report,
+        progress=not quiet,
+        questions=questions,
+    )
     return _print_build(rep)
 
 # %% ../../nbs/harness/10_cli.ipynb #11db2712

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..utils import UserError, path_component
 
 # %% auto #0
-__all__ = ['TASK_TYPES', 'GeneratedQuestion', 'normalize_question', 'load_benchmark']
+__all__ = ['TASK_TYPES', 'GeneratedQuestion', 'normalize_question', 'load_benchmark', 'video_file_ids']
 
 # %% ../../nbs/harness/00_questions.ipynb #a7cbce5e
 TASK_TYPES = (
@@ -252,3 +252,41 @@ def load_benchmark(
         allowed = set(task_types)
         out = [q for q in out if q.task_type in allowed]
     return out
+
+# %% ../../nbs/harness/00_questions.ipynb #ee027263
+_FILE_FIELDS = (
+    "videoID",
+    "youtube_id",
+    "video_path",
+    "url",
+)  # question fields naming the video's file, first found wins
+
+
+def _file_stem(v) -> str:
+    "The file stem a `_FILE_FIELDS` value names: a YouTube url's `v=` id, else the last path part without suffix."
+    v = str(v).strip()
+    m = re.search(r"[?&]v=([^&#]+)", v)
+    if m:
+        return m.group(1)
+    return Path(v.rstrip("/").rsplit("/", 1)[-1]).stem
+
+
+def video_file_ids(
+    path: str | Path,  # the benchmark: a folder of *.json / *.parquet files, or one such file
+) -> tuple[dict, list]:
+    "({file stem: video_id} from the questions' file fields, every video_id the questions name, in order)."
+    path = Path(path)
+    vids = list(dict.fromkeys(q.video_id for q in load_benchmark(path, allow_duplicates=True)))
+    files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".parquet")) if path.is_dir() else [path]
+    stems = {}
+    for f in files:
+        for raw, line, video in _records_from_parquet(f) if f.suffix == ".parquet" else _records_from_json(f):
+            merged = {**(video or {}), **raw}
+            vid = str(merged.get("video_id", merged.get("videoID")))
+            field = next((k for k in _FILE_FIELDS if str(merged.get(k) or "").strip()), None)
+            if field is None:
+                continue
+            stem = _file_stem(merged[field])
+            if stems.setdefault(stem, vid) != vid:
+                raise UserError(f"file {stem!r} is named by two videos, {stems[stem]!r} and {vid!r}", f, line, field)
+    return stems, vids

@@ -279,6 +279,14 @@ def prepare_trees(self: Runner, video_ids):
     import numpy as np
 
     new = [v for v in dict.fromkeys(video_ids) if v not in self.trees]
+    tdir = self.c.store_dir / "trees"
+    missing = [v for v in new if not (tdir / f"{v}.json").is_file()]
+    if missing:
+        raise UserError(
+            f"{len(missing)} of the {len(new)} videos the questions name have no caption tree, first {missing[0]!r} "
+            "(build them with `vtreetrm harness build-trees --questions BENCHMARK`)",
+            tdir / f"{missing[0]}.json",
+        )
     for v in new:
         self.trees[v] = CaptionTree.load(self.c.store_dir / "trees" / f"{v}.json", self.embedder)
     eid = sha256_json(

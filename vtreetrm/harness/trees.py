@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from .agent import TREE_SCHEMA
 from .backends import BackendError, OpenAIBackend, load_api_key
+from .questions import _FILE_FIELDS, video_file_ids
 from vtreetrm.utils import (
     UserError,
     atomic_write,
@@ -793,6 +794,25 @@ def _check_outputs(todo: list, out: Path, report: Path):
         _check_own_file(out / f"{vid}.json", TREE_SCHEMA)
     _check_own_file(report, REPORT_SCHEMA)
 
+# %% ../../nbs/harness/11_trees.ipynb #8eff9d2c
+def _named_by_questions(todo: list, questions, out: Path) -> list:
+    "`todo` with each video named as the benchmark `questions` name it; refuses when a benchmark video would have no tree."
+    stems, vids = video_file_ids(questions)
+    todo = [(stems.get(vid, vid), p) for vid, p in todo]
+    seen = {}
+    for vid, p in todo:
+        if vid in seen:
+            raise UserError(f"video id {vid!r} names two files, {seen[vid]} and {p}", questions, None, "video_id")
+        seen[vid] = p
+    missing = [v for v in vids if v not in seen and not (out / f"{v}.json").is_file()]
+    if missing:
+        raise UserError(
+            f"{len(missing)} of the {len(vids)} videos the questions name have no video file or tree, "
+            f"first {missing[0]!r} (the files are matched by the questions' {', '.join(_FILE_FIELDS)})",
+            questions,
+        )
+    return todo
+
 # %% ../../nbs/harness/11_trees.ipynb #15e287ce
 def build_trees(
     videos: str | Path,
@@ -806,10 +826,12 @@ def build_trees(
     overwrite: bool = False,
     report: str | Path = None,  # the build report (default: `out`/trees_build_report.json)
     progress: bool = True,
+    questions: str | Path = None,  # the benchmark: trees named by its video_id (see `video_file_ids`)
 ) -> dict:
     "Build the caption tree of every video into `out`; returns (and writes) the build report."
     p, out = params or TreeParams(), Path(out)
     todo = list_videos(videos)
+    todo = _named_by_questions(todo, questions, out) if questions else todo
     report = Path(report) if report else out / REPORT_NAME
     _check_outputs(todo, out, report)
     cache_dir = Path(cache_dir) if cache_dir else out.parent / ".cache"

@@ -9,6 +9,7 @@ import hashlib
 import re
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
@@ -31,41 +32,78 @@ from vtreetrm.release.assets import (
 from ..utils import UserError, write_json
 
 # %% auto #0
-__all__ = ['MAX_ROWS', 'MAX_COLS', 'merged_ranges', 'formula_cells_without_value', 'check_merges_below_header', 'MergedFill',
+__all__ = ['XML_CHUNK', 'MAX_XML_TAG', 'MAX_ROWS', 'MAX_COLS', 'MAX_CELL_CHARS', 'MAX_PART_BYTES', 'xml_pieces', 'merged_ranges',
+           'formula_refs_without_value', 'formula_cells_without_value', 'check_merges_below_header', 'MergedFill',
            'iter_workbook_records', 'preprocess']
 
 # %% ../../nbs/release/02_preprocess.ipynb #f64ee78f
+XML_CHUNK, MAX_XML_TAG = 1 << 20, 1 << 16  # bytes read at a time; the longest tag a scan carries between pieces
+
+
+def xml_pieces(
+    f,  # a binary file of XML
+    chunk: int = XML_CHUNK,  # bytes read at a time
+) -> Iterator[bytes]:
+    "The bytes of `f` in pieces of about `chunk` bytes, each ending between tags (an unfinished tag moves on), each byte read once."
+    tail = b""
+    while data := f.read(chunk):
+        buf = tail + data
+        cut = buf.rfind(b"<")
+        tail = buf[cut:] if cut >= 0 and b">" not in buf[cut:] else b""
+        if len(tail) > MAX_XML_TAG:
+            raise UserError(
+                f"the sheet's XML has a tag longer than {MAX_XML_TAG:,} bytes: not a spreadsheet program's file"
+            )
+        if len(buf) > len(tail):
+            yield buf[: len(buf) - len(tail)]
+    if tail:
+        yield tail
+
+
 _MERGE = re.compile(rb'<(?:\w+:)?mergeCell ref="([A-Z]+[0-9]+:[A-Z]+[0-9]+)"')
 
 
 def merged_ranges(ws) -> list[tuple[int, int, int, int]]:
     "`(min_col, min_row, max_col, max_row)` of every merged range of a read-only sheet."
-    out, tail = [], b""
+    out = []
     with ws.parent._archive.open(ws._worksheet_path) as f:
-        while chunk := f.read(1 << 20):
-            buf = tail + chunk
+        for buf in xml_pieces(f):
             out += [range_boundaries(m.decode()) for m in _MERGE.findall(buf)]
-            cut = buf.rfind(b"<")
-            tail = buf[cut:] if cut >= 0 and b">" not in buf[cut:] else b""
     return sorted(set(out), key=lambda r: (r[0], r[1]))
 
 
-_CELL = re.compile(rb"<(?:\w+:)?c\b((?:[^>/]|/(?!>))*)>(.*?)</(?:\w+:)?c>", re.S)  # a non-empty <c ...>...</c>
-_REF, _VALUE = re.compile(rb'\br="([A-Z]+[0-9]+)"'), re.compile(rb"<(?:\w+:)?v>[^<]")
+_TAG = re.compile(rb"<(/?)(?:\w+:)?([cfv])\b((?:[^>/]|/(?!>))*)(/?)>")  # <c ...>, </c>, <f .../>, <v>, ...
+_REF = re.compile(rb'\br="([A-Z]+[0-9]+)"')
+
+
+def formula_refs_without_value(pieces) -> set:
+    "References of the cells holding a formula but no stored value, from a sheet's XML in pieces ending between tags."
+    out, ref, has_f, has_v, v_end, base = set(), None, False, False, None, 0
+    for buf in pieces:
+        for m in _TAG.finditer(buf):
+            if v_end is not None:  # the tag after <v>: text between them is the stored value
+                has_v = has_v or base + m.start() > v_end
+                v_end = None
+            close, name, attrs, empty = m.groups()
+            if name == b"c" and close:
+                if ref and has_f and not has_v:
+                    out.add(ref)
+                ref = None
+            elif name == b"c" and not empty:
+                r = _REF.search(attrs)
+                ref, has_f, has_v = (r.group(1).decode() if r else None), False, False
+            elif ref and not close and name == b"f":
+                has_f = True
+            elif ref and not close and not empty:  # an opening <v>
+                v_end = base + m.end()
+        base += len(buf)
+    return out
 
 
 def formula_cells_without_value(ws) -> set:
     "References of the cells of a read-only sheet that hold a formula but no stored (cached) value."
-    out, tail = set(), b""
     with ws.parent._archive.open(ws._worksheet_path) as f:
-        while chunk := f.read(1 << 20):
-            buf, end = tail + chunk, 0
-            for m in _CELL.finditer(buf):
-                if b"<f" in m.group(2) and not _VALUE.search(m.group(2)) and (r := _REF.search(m.group(1))):
-                    out.add(r.group(1).decode())
-                end = m.end()
-            tail = buf[end:]
-    return out
+        return formula_refs_without_value(xml_pieces(f))
 
 # %% ../../nbs/release/02_preprocess.ipynb #7dfe7a77
 def check_merges_below_header(ranges, idx: dict, header_row: int, where: str):
@@ -105,6 +143,34 @@ class MergedFill:
 
 # %% ../../nbs/release/02_preprocess.ipynb #9538488d
 MAX_ROWS, MAX_COLS = 1048576, 128  # the xlsx row limit; columns read per row
+MAX_CELL_CHARS = 32767  # the most characters a spreadsheet cell holds (Excel's limit); a longer one is refused
+MAX_PART_BYTES = 256 << 20  # the most a workbook's shared strings or a sheet may unpack to: checked before parsing
+
+
+def _check_cell_sizes(vals, idx: dict, r: int, where: str):
+    "Refuse a cell of row `r` longer than `MAX_CELL_CHARS`, naming its column and field (`idx`: field -> column)."
+    if not any(type(v) is str and len(v) > MAX_CELL_CHARS for v in vals):
+        return
+    i, v = next((i, v) for i, v in enumerate(vals) if type(v) is str and len(v) > MAX_CELL_CHARS)
+    col = get_column_letter(i + 1)
+    raise UserError(
+        f"cell {col}{r} holds {len(v):,} characters, more than the {MAX_CELL_CHARS:,} a spreadsheet cell can hold",
+        where,
+        r,
+        next((f for f, j in idx.items() if j == i), col),
+    )
+
+
+def _check_part_sizes(input: Path):
+    "Refuse a workbook whose shared strings or sheets unpack past `MAX_PART_BYTES` (the reader would hold them whole)."
+    with zipfile.ZipFile(input) as z:
+        for m in z.infolist():
+            if m.filename.startswith("xl/") and m.filename.endswith(".xml") and m.file_size > MAX_PART_BYTES:
+                raise UserError(
+                    f"{m.filename} unpacks to {m.file_size:,} bytes ({m.compress_size:,} packed), more than the "
+                    f"{MAX_PART_BYTES:,} a workbook part may hold here",
+                    input,
+                )
 
 
 def _open_workbook(input: Path):
@@ -112,6 +178,7 @@ def _open_workbook(input: Path):
     if not input.is_file():
         raise UserError("no such file", input)
     try:
+        _check_part_sizes(input)
         return openpyxl.load_workbook(input, read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
         raise UserError(f"not a readable xlsx workbook ({e})", input) from None
@@ -131,6 +198,7 @@ def _sheet_header(wb, sheet: str, mapping: Mapping, input: Path) -> tuple:
 
 
 def _header_index(header, mapping: Mapping, where: str, row: int):
+    _check_cell_sizes(header, {}, row, where)
     names = [normalize_cell(h) for h in header]
     idx = {}
     for col, fld in mapping.columns.items():
@@ -205,6 +273,7 @@ def _iter_sheet(wb, sheet_index: int, mapping: Mapping, input: Path, dataset: st
     no_value = formula_cells_without_value(ws)
     n = 0
     for r, vals in enumerate(tqdm(rows, desc=sheet, disable=not progress, mininterval=1), mapping.header_row + 1):
+        _check_cell_sizes(vals, idx, r, where)
         cells = [normalize_cell(v) for v in vals]
         if not any(cells):
             stats["blank_rows"] += 1

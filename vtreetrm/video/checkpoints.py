@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -21,21 +22,24 @@ from ..runs.folder import RunFolder
 from vtreetrm.utils import (
     UserError,
     atomic_dir,
+    changed_files,
     check_parent,
     folder_lock,
+    model_identity,
+    read_appended_jsonl,
     read_json,
     reuse_own_dir,
     sha256_file,
-    sha256_json,
     write_json,
     write_jsonl,
 )
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'BASE_MODEL_FILES', 'RUN_FILES', 'save_checkpoint', 'read_checkpoint',
-           'load_tensors', 'rng_state', 'set_rng_state', 'load_resume_state', 'model_config_sha256', 'model_folder',
-           'base_model_identity', 'base_llm_source', 'check_base_llm', 'check_run_folder', 'training_lock',
-           'TrainingRun']
+__all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_FIELDS', 'ADAPTER_UNCHECKED', 'LORA_WEIGHT', 'LOG_KEYS', 'RUN_FILES',
+           'save_checkpoint', 'read_checkpoint', 'load_tensors', 'rng_state', 'set_rng_state', 'load_resume_state',
+           'model_config_sha256', 'model_folder', 'base_llm_source', 'check_base_llm', 'check_adapter_config',
+           'check_adapter_tensors', 'check_adapter', 'phase1_reference', 'read_training_log', 'check_run_folder',
+           'training_lock', 'TrainingRun']
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #8deacc16
 CHECKPOINT_FORMAT = "vtreetrm-checkpoint/1"
@@ -216,24 +220,6 @@ def model_config_sha256(model: str | Path) -> str | None:
         return None
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #555414cc
-BASE_MODEL_FILES = (  # what decides what a base LLM computes from a prompt (glob patterns in its folder)
-    "config.json",
-    "generation_config.json",
-    "*.safetensors",
-    "*.safetensors.index.json",
-    "*.bin",
-    "*.bin.index.json",
-    "tokenizer*",
-    "vocab*",
-    "merges.txt",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template*",
-    "*.model",
-    "*.tiktoken",
-)
-
-
 def model_folder(model: str | Path) -> Path | None:
     "The local folder of a model folder or of a cached hub id (None when there is none)."
     p = Path(model)
@@ -247,16 +233,6 @@ def model_folder(model: str | Path) -> Path | None:
     except Exception:
         return None
 
-
-def base_model_identity(model: str | Path) -> dict | None:
-    "`{files: {name: sha256}, sha256}` of the files that make a base LLM what it is (None when it cannot be found)."
-    d = model_folder(model)
-    if d is None:
-        return None
-    names = sorted({f.name for pat in BASE_MODEL_FILES for f in d.glob(pat) if f.is_file()})
-    files = {n: sha256_file(d / n) for n in names}
-    return {"files": files, "sha256": sha256_json(files)}
-
 # %% ../../nbs/video/02a_checkpoints.ipynb #aabfa72b
 def base_llm_source(meta: dict, ckpt: Path) -> str | None:
     "Where the base LLM of a Phase-2 checkpoint is: the run's own copy for the tiny LLM, else the recorded path."
@@ -266,16 +242,17 @@ def base_llm_source(meta: dict, ckpt: Path) -> str | None:
     return src
 
 
-def _changed_file(want: dict, have: dict) -> str:
-    "The first file of a base model identity that differs, in words."
-    changed = sorted(set(want) ^ set(have) | {n for n in want if n in have and want[n] != have[n]})
+def _identity_change(want: dict, have: dict) -> str:
+    "The first file two `model_identity` records disagree on, in words."
+    changed = changed_files(want, have)
+    a, b = want["file_sha256"], have["file_sha256"]
     n = changed[0]
     more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-    if n not in have:
+    if n not in b:
         return f"{n} is missing{more}"
-    if n not in want:
-        return f"{n} was not there when it was trained{more}"
-    return f"{n} has sha256 {have[n][:12]}…, checkpoint.json records {str(want[n])[:12]}…{more}"
+    if n not in a:
+        return f"{n} was not there{more} when it was trained"
+    return f"{n} has sha256 {b[n][:12]}…, checkpoint.json records {str(a[n])[:12]}…{more}"
 
 
 def check_base_llm(llm: dict, src: str | None, ckpt: Path):
@@ -293,20 +270,164 @@ def check_base_llm(llm: dict, src: str | None, ckpt: Path):
             f"checkpoint.json records {str(llm.get('config_sha256'))[:12]}…",
             ckpt,
         )
-    want = llm.get("identity")
-    if not (isinstance(want, dict) and isinstance(want.get("files"), dict)):
+    want, folder = llm.get("identity"), model_folder(src)
+    if isinstance(want, dict) and isinstance(want.get("files"), dict):  # the first format: {files: {name: sha256}}
+        want = {"file_sha256": want["files"]}
+        ident = {"file_sha256": {n: sha256_file(folder / n) for n in want["file_sha256"] if (folder / n).is_file()}}
+    elif isinstance(want, dict) and isinstance(want.get("file_sha256"), dict):
+        ident = model_identity(folder)
+    else:
         print(
             f"warning: {ckpt}: checkpoint.json records only the base LLM's config.json (an older checkpoint): "
             f"the weights and tokenizer are not verified against {src}",
             file=sys.stderr,
         )
         return
-    ident = base_model_identity(src)
-    if ident["sha256"] != want.get("sha256"):
+    if changed_files(want, ident):
+        raise UserError(f"the LoRA adapter belongs to another base LLM: {_identity_change(want, ident)}", folder)
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #c08f7cf3
+ADAPTER_UNCHECKED = (  # fields of adapter_config.json that do not change what the adapter computes
+    "base_model_name_or_path",  # where the base is (an export rewrites it)
+    "revision",
+    "inference_mode",
+    "peft_version",
+    "auto_mapping",
+)
+
+
+def _canonical(v) -> str:
+    "A field's value as comparable JSON: a list of module names in any order (peft keeps them as a set)."
+    if isinstance(v, (list, set, tuple)):
+        v = sorted(v, key=lambda x: json.dumps(x, default=str))
+    return json.dumps(v, sort_keys=True, default=lambda o: sorted(o) if isinstance(o, set) else str(o))
+
+
+def check_adapter_config(
+    folder: str | Path,  # a peft adapter folder (RUN/best/adapter)
+    expected,  # the peft `LoraConfig` the checkpoint's own config makes
+) -> dict:
+    "adapter_config.json of `folder`, refused unless every field that decides what the adapter computes is `expected`'s."
+    f = Path(folder) / "adapter_config.json"
+    cfg = read_json(f)
+    if not isinstance(cfg, dict):
+        raise UserError(f"expected a JSON object (a peft adapter config), got {type(cfg).__name__}", f)
+    want = json.loads(_canonical(expected.to_dict()))
+    default = json.loads(_canonical(type(expected)().to_dict()))
+    if cfg.get("peft_type") != want["peft_type"]:
         raise UserError(
-            f"the LoRA adapter belongs to another base LLM: {_changed_file(want['files'], ident['files'])}",
-            model_folder(src),
+            f"expected {want['peft_type']!r}, got {json.dumps(cfg.get('peft_type'))[:40]}", f, field="peft_type"
         )
+    for k, v in want.items():
+        if k in ADAPTER_UNCHECKED:
+            continue
+        have = cfg.get(k, default.get(k))
+        if _canonical(have) != _canonical(v):
+            raise UserError(
+                f"expected {_canonical(v)[:200]} as the checkpoint's config says, got {_canonical(have)[:200]}",
+                f,
+                field=k,
+            )
+    return cfg
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #4615245c
+LORA_WEIGHT = re.compile(r"base_model\.model\.(.+)\.lora_([AB])\.weight")  # peft's name of a saved LoRA weight
+
+
+def check_adapter_tensors(
+    folder: str | Path,  # a peft adapter folder whose adapter_config.json passed `check_adapter_config`
+    cfg: dict,  # that adapter_config.json
+    llm=None,  # the base LLM (or the peft model around it): also check each module's in/out sizes
+) -> dict:
+    "The adapter's tensors, refused unless each is the lora_A (r, in) or lora_B (out, r) weight of a targeted module."
+    f = Path(folder) / "adapter_model.safetensors"
+    tensors = load_tensors(folder, "adapter_model.safetensors")
+    r, targets, pairs = cfg["r"], set(cfg["target_modules"]), {}
+    for k, v in sorted(tensors.items()):
+        m = LORA_WEIGHT.fullmatch(k)
+        if m is None or m[1].rsplit(".", 1)[-1] not in targets:
+            raise UserError("not a LoRA weight of a module adapter_config.json targets", f, field=k)
+        a = m[2] == "A"
+        if v.dim() != 2 or v.shape[0 if a else 1] != r:
+            raise UserError(
+                f"shape {list(v.shape)}: a lora_{m[2]} weight of rank {r} is ({'r, in' if a else 'out, r'})", f, field=k
+            )
+        pairs.setdefault(m[1], {})[m[2]] = v
+    for mod, ab in pairs.items():
+        for x in {"A", "B"} - set(ab):
+            raise UserError("missing: its pair is here", f, field=f"base_model.model.{mod}.lora_{x}.weight")
+    if llm is None:
+        return tensors
+    base = llm.get_base_model() if hasattr(llm, "get_base_model") else llm
+    linear = {n: m for n, m in base.named_modules() if n.rsplit(".", 1)[-1] in targets and hasattr(m, "in_features")}
+    for n in sorted(set(linear) - set(pairs)):
+        raise UserError("missing: the LLM has this targeted module", f, field=f"base_model.model.{n}.lora_A.weight")
+    for n, ab in pairs.items():
+        if n not in linear:
+            raise UserError("the LLM has no such module", f, field=f"base_model.model.{n}.lora_A.weight")
+        want = {"A": (r, linear[n].in_features), "B": (linear[n].out_features, r)}
+        for x in ("A", "B"):
+            if tuple(ab[x].shape) != want[x]:
+                raise UserError(
+                    f"shape {list(ab[x].shape)}, the LLM's module needs {list(want[x])}",
+                    f,
+                    field=f"base_model.model.{n}.lora_{x}.weight",
+                )
+    return tensors
+
+
+def check_adapter(folder: str | Path, expected, llm=None) -> dict:
+    "adapter_config.json (`check_adapter_config`) and the tensors (`check_adapter_tensors`) of a peft adapter folder."
+    return check_adapter_tensors(folder, check_adapter_config(folder, expected), llm)
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #81caa3ab
+def phase1_reference(meta: dict, ckpt: str | Path) -> Path | None:
+    "The Phase-1 checkpoint folder a Phase-2 checkpoint's `phase1` record names, checked (None when it has none)."
+    ref, f = meta.get("phase1"), Path(ckpt) / "checkpoint.json"
+    if ref is None:
+        return None
+    if not isinstance(ref, dict):
+        raise UserError(f"expected {{path, sha256}}, got {json.dumps(ref)[:40]}", f, field="phase1")
+    if not isinstance(ref.get("path"), str) or not ref["path"].strip():
+        raise UserError(
+            f"expected the path of a Phase-1 checkpoint folder, got {json.dumps(ref.get('path'))[:40]}",
+            f,
+            field="phase1.path",
+        )
+    sha = ref.get("sha256")
+    if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+        raise UserError(f"expected a sha256 (64 hex digits), got {json.dumps(sha)[:40]}", f, field="phase1.sha256")
+    p = Path(ref["path"])
+    read_checkpoint(p, "phase1")
+    if sha256_file(p / "model.safetensors") != sha:
+        raise UserError(
+            f"the Phase-1 checkpoint {p} changed since this model was trained (sha256)", f, field="phase1.sha256"
+        )
+    return p
+
+# %% ../../nbs/video/02a_checkpoints.ipynb #0d745ed8
+LOG_KEYS = {
+    "history.jsonl": {"phase1": ("epoch", "val_loss"), "phase2": ("epoch",)},
+    "steps.jsonl": ("step",),
+}  # required
+
+
+def read_training_log(out: str | Path, name: str, kind: str, note: bool = True) -> list:
+    "The checked rows of log `name` (history.jsonl, steps.jsonl) of run folder `out` ([] when there is none)."
+    f = Path(out) / name
+    keys = LOG_KEYS[name] if name == "steps.jsonl" else LOG_KEYS[name].get(kind, ("epoch",))
+
+    def check(i: int, row: dict):
+        for k in keys:
+            if k not in row:
+                raise UserError("missing", f, i, k)
+        for k, v in row.items():
+            if k in ("epoch", "step") and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise UserError(f"expected a count (an int >= 0), got {json.dumps(v)[:40]}", f, i, k)
+            if not (v is None or isinstance(v, (int, float))):
+                raise UserError(f"expected a number, true/false or null, got {json.dumps(v)[:40]}", f, i, k)
+
+    return read_appended_jsonl(f, check, note) if f.is_file() else []
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #62936805
 RUN_FILES = ("run.json", "params.json")  # a folder holding either is a run folder: it may be started again or resumed
@@ -338,7 +459,10 @@ def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
     if resume:
         if not (out / "last").exists():
             raise UserError("nothing to resume: no last/ checkpoint in the run folder", out)
-        return read_checkpoint(out / "last", kind)
+        last = read_checkpoint(out / "last", kind)
+        for name in LOG_KEYS:  # refused before any work; a cut last line noted once, here
+            read_training_log(out, name, kind)
+        return last
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #53304a1d
 @contextlib.contextmanager
@@ -373,15 +497,13 @@ class TrainingRun(RunFolder):
             check_run_folder(Path(out), resume, kind)
         super().__init__(out, params, inputs, main)
         self.kind = kind
-        hist = self.dir / "history.jsonl"
-        self.history = (
-            [json.loads(l) for l in hist.read_text().splitlines() if l.strip()] if resume and hist.is_file() else []
-        )
+        self.history = read_training_log(self.dir, "history.jsonl", kind, note=False) if resume else []
+        steps = read_training_log(self.dir, "steps.jsonl", kind, note=False) if resume else []  # noted on the check
         self.start(resumed=resume)
         if not main:
             return
         if resume:
-            self._trim_steps(read_checkpoint(self.last, kind, verify=False).get("step", 0))
+            self._trim_steps(steps, read_checkpoint(self.last, kind, verify=False).get("step", 0))
         elif (self.dir / "steps.jsonl").exists():
             os.remove(self.dir / "steps.jsonl")
 
@@ -406,11 +528,10 @@ class TrainingRun(RunFolder):
         with open(self.dir / "steps.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
 
-    def _trim_steps(self, step: int):
-        "On resume, drop the step rows written after the checkpoint being resumed."
-        p = self.dir / "steps.jsonl"
-        if p.is_file():
-            write_jsonl(p, [r for r in map(json.loads, p.read_text().splitlines()) if r.get("step", 0) <= step])
+    def _trim_steps(self, rows: list, step: int):
+        "On resume, keep the step rows (`rows`, read back checked) up to the checkpoint being resumed."
+        if (self.dir / "steps.jsonl").is_file():
+            write_jsonl(self.dir / "steps.jsonl", [r for r in rows if r["step"] <= step])
 
     def best_score(self) -> float | None:
         return (

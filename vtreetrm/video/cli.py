@@ -87,6 +87,7 @@ def phase1_cmd(
     frames: int = 8,  # frames sampled per clip
     grid: int = 4,  # patch tokens pooled to grid x grid
     image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
     epochs: int = 60,  # training epochs
     batch_size: int = 32,  # clips per batch (in-batch contrastive negatives)
     lr: float = 1e-3,  # AdamW learning rate
@@ -108,6 +109,7 @@ def phase1_cmd(
         skip_bad,
         resume,
         image_size=image_size,
+        workers=workers,
     )
     if s["branches_skipped"]:
         print(f"branches without labels, not trained: {', '.join(s['branches_skipped'])}")
@@ -123,6 +125,7 @@ def phase2_cmd(
     frames: int = 8,  # frames sampled per clip
     grid: int = 4,  # patch tokens pooled to grid x grid
     image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
     threads: int = None,  # torch CPU threads
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
     resume: bool = False,  # continue the run in --out from its last/ checkpoint
@@ -130,7 +133,19 @@ def phase2_cmd(
 ):
     "Phase-2 SFT (Q-former + projection + LoRA LLM); keeps best/ by val Top1, predicts and scores the test split."
     m = train_phase2(
-        dataset, out, cfg, cache, vision, frames, grid, phase1, skip_bad, resume, threads=threads, image_size=image_size
+        dataset,
+        out,
+        cfg,
+        cache,
+        vision,
+        frames,
+        grid,
+        phase1,
+        skip_bad,
+        resume,
+        threads=threads,
+        image_size=image_size,
+        workers=workers,
     )
     if not PartialState().is_main_process:
         return  # several processes: the main one reports
@@ -200,11 +215,12 @@ def ladder_cmd(
     frames: int = 8,  # frames sampled per clip
     grid: int = 4,  # patch tokens pooled to grid x grid
     image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop)
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
     split: Literal["val", "test"] = "test",  # the split scored
     out: str = None,  # write the ladder as JSON here
 ):
     "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 cls head and answer."
-    r = ladder(dataset, cache, vision, frames, grid, image_size, phase1, phase2, split)
+    r = ladder(dataset, cache, vision, frames, grid, image_size, phase1, phase2, split, workers=workers)
     print(
         f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%"
     )

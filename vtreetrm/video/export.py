@@ -49,6 +49,19 @@ def _export_report(ckpt: Path, merge: bool, base, meta: dict) -> dict:
         ),
     }
 
+# %% ../../nbs/video/05a_export.ipynb #a3a168b8
+def _portable_base(
+    base: str,  # the base LLM the checkpoint was checked against (`read_phase2`): a folder or a hub id
+    meta: dict,  # the checkpoint's checkpoint.json
+    tmp: Path,  # the export being written
+    out: Path,  # where it will be published
+) -> str:
+    "What the adapter export's `base_model_name_or_path` says: the in-export copy of the tiny LLM, an absolute path or a hub id."
+    if meta.get("tiny_llm"):
+        shutil.copytree(base, tmp / "base_llm")
+        return str(out.resolve() / "base_llm")
+    return str(Path(base).resolve()) if Path(base).is_dir() else base
+
 # %% ../../nbs/video/05a_export.ipynb #fdba1b5d
 def export_checkpoint(
     ckpt: str | Path,  # Phase-2 checkpoint folder (RUN/best)
@@ -68,8 +81,9 @@ def export_checkpoint(
             tok.save_pretrained(tmp / "llm")
         else:
             shutil.copytree(ckpt / "adapter", tmp / "adapter")
+            base = _portable_base(base, meta, tmp, Path(out))
             cfg = read_json(tmp / "adapter" / "adapter_config.json")
-            write_json(tmp / "adapter" / "adapter_config.json", {**cfg, "base_model_name_or_path": str(base)})
+            write_json(tmp / "adapter" / "adapter_config.json", {**cfg, "base_model_name_or_path": base})
         (tmp / "vision").mkdir()
         save_file({k: v.contiguous() for k, v in model.own_state().items()}, str(tmp / "vision" / "model.safetensors"))
         write_json(tmp / "vision" / "config.json", _vision_config(model, meta))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
 import io
 import json
 import multiprocessing as mp
+import struct
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -28,9 +30,10 @@ from transformers import Dinov2Config, Dinov2Model
 from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json, write_json
 
 # %% auto #0
-__all__ = ['TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times', 'video_duration',
-           'shown_until', 'frames_end', 'decode_clip', 'load_image_processor', 'load_vision_encoder',
-           'processor_settings', 'encoder_identity', 'Sampling', 'pixel_values', 'encode_frames', 'FeatureCache']
+__all__ = ['SEEK_BACK', 'TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times',
+           'display_transform', 'rgb', 'presented', 'video_duration', 'shown_until', 'frames_end', 'decode_clip',
+           'load_image_processor', 'load_vision_encoder', 'processor_settings', 'encoder_identity', 'Sampling',
+           'pixel_values', 'encode_pixels', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #825a8033
 def sample_indices(n: int, T: int) -> list:
@@ -47,6 +50,45 @@ def segment_times(start: float, end: float, T: int) -> list:
     step = (end - start) / T
     return [start + (i + 0.5) * step for i in range(T)]
 
+# %% ../../nbs/video/02_features.ipynb #d15p1a02
+def display_transform(f) -> tuple | None:
+    "(transpose, flip rows, flip columns) that show frame `f` as its display matrix says; None: shown as stored."
+    m = next((d for d in f.side_data if d.type.name == "DISPLAYMATRIX"), None)
+    if m is None:
+        return None
+    a, b, _, c, d = (round(v / 65536) for v in struct.unpack("<5i", bytes(m)[:20]))  # 16.16 fixed point
+    if a == d == 0 and abs(b) == abs(c) == 1:  # a quarter turn: x' = c*y, y' = b*x
+        return True, b < 0, c < 0
+    if b == c == 0 and abs(a) == abs(d) == 1:  # x' = a*x, y' = d*y
+        return False, d < 0, a < 0
+    return None  # not a multiple of 90 degrees: shown as stored
+
+
+def rgb(f) -> np.ndarray:
+    "Frame `f` as (H, W, 3) uint8 the way it is shown: its display matrix (90/180/270 degree turns, flips) applied."
+    x = f.to_ndarray(format="rgb24")
+    t = display_transform(f)
+    if t is None or t == (False, False, False):
+        return x
+    if t[0]:
+        x = x.transpose(1, 0, 2)
+    return np.ascontiguousarray(x[:: -1 if t[1] else 1, :: -1 if t[2] else 1])
+
+
+def presented(frames, s):
+    "(seconds, frame) of decoded frames in the order they come (presentation order), their times sorted over a short window: containers such as AVI give B-frames decode-order times."
+    depth = 8 if s.codec_context.has_b_frames else 1
+    heap, window = [], collections.deque()
+    for f in frames:
+        if f.pts is None:
+            continue
+        heapq.heappush(heap, f.pts)
+        window.append(f)
+        if len(window) >= depth:
+            yield float(heapq.heappop(heap) * s.time_base), window.popleft()
+    while window:
+        yield float(heapq.heappop(heap) * s.time_base), window.popleft()
+
 # %% ../../nbs/video/02_features.ipynb #0316ec7a
 def video_duration(container, stream) -> float | None:
     "Seconds of the video stream (or the container) when the file says; None otherwise."
@@ -61,7 +103,9 @@ def _by_index(c, s, T: int):
     last, keep, n = max(want), {}, 0
     for n, f in enumerate(c.decode(s), 1):
         if n - 1 in want:
-            keep[n - 1] = f.to_ndarray(format="rgb24")
+            if f.is_corrupt:
+                return None, n  # a damaged frame: sample by time, which refuses it
+            keep[n - 1] = rgb(f)
         if n - 1 >= last:
             break
     if len(keep) < len(set(want)):
@@ -69,12 +113,13 @@ def _by_index(c, s, T: int):
     return [keep[i] for i in want], s.frames
 
 
-def shown_until(f, s) -> float:
-    "Seconds at which frame `f` of stream `s` leaves the screen: its time plus its duration (else one frame at the stream's rate)."
+def shown_until(f, s, t: float = None) -> float:
+    "Seconds at which frame `f` of stream `s`, shown at `t` s (default: its own time), leaves the screen: plus its duration (else one frame at the stream's rate)."
+    t = f.time if t is None else t
     if f.duration and f.time_base:
-        return f.time + float(f.duration * f.time_base)
+        return t + float(f.duration * f.time_base)
     rate = s.average_rate or s.guessed_rate
-    return f.time + (float(1 / rate) if rate else 0.0)
+    return t + (float(1 / rate) if rate else 0.0)
 
 
 def frames_end(c, s, near: float) -> float | None:
@@ -87,45 +132,72 @@ def frames_end(c, s, near: float) -> float | None:
     return end
 
 # %% ../../nbs/video/02_features.ipynb #a0871f2b
-def _by_time(c, s, T: int, start: float, end: float, path=None):
-    "(frame on screen at each of `segment_times(start, end, T)`, distinct frames): seek to the keyframe before `start`, stop after the last."
-    times = segment_times(start, end, T)
-    if start > 0:
-        c.seek(int(start / s.time_base), stream=s, backward=True, any_frame=False)
-    out, j, prev, arr, distinct = [None] * T, 0, None, None, 0
+SEEK_BACK = (0.0, 1.0, 4.0, 16.0, 64.0)  # seconds before a segment to seek to, in turn, until it decodes cleanly
+
+
+def _sample(c, s, times: list, seek_to: float, segment: tuple, path=None):
+    "(frame on screen at each of `times`, distinct frames) decoding from the keyframe before `seek_to` s; None: not clean there."
+    T, from_start = len(times), seek_to <= 0
+    c.seek(int(max(seek_to, 0.0) / s.time_base), stream=s, backward=True, any_frame=False)
+    out, j, prev, prev_t, arr, distinct, clean = [None] * T, 0, None, None, None, 0, from_start
 
     def take():
         nonlocal arr, distinct
         if arr is None:
-            arr = prev.to_ndarray(format="rgb24")
+            if prev.is_corrupt:
+                return None
+            arr = rgb(prev)
             distinct += 1
         return arr
 
-    for f in c.decode(s):
-        t = f.time
-        if t is None:
-            continue
+    for t, f in presented(c.decode(s), s):
+        if not clean:
+            clean = f.key_frame and not f.is_corrupt  # frames before an intact keyframe may be garbage
+            if not clean:
+                continue
+            if times[0] < t:
+                return None  # the first clean frame comes after the first sampled time: seek further back
         while j < T and times[j] < t:  # times[j] falls before this frame: the previous one is on screen
             if prev is None:
-                prev, arr = f, None  # (a segment that starts before the first frame)
+                prev, prev_t, arr = f, t, None  # (a segment that starts before the first frame)
             out[j] = take()
+            if out[j] is None:
+                return None
             j += 1
         if j == T:
             break
         if prev is not f:
-            prev, arr = f, None
+            prev, prev_t, arr = f, t, None
     if prev is None:
-        return None, 0
-    if j < T and times[j] > shown_until(prev, s) + 1e-6:  # the stream ended before the segment: its duration lied
+        return ([], 0) if clean else None  # no frame, or no clean one: seek further back
+    if j < T and times[j] > shown_until(prev, s, prev_t) + 1e-6:  # the stream ended before the segment
         raise UserError(
-            f"no frame at {times[j]:.3f} s of the segment [{start:g}, {end:g}) s: the video's last frame ends at "
-            f"{shown_until(prev, s):.3f} s (the file states a longer duration)",
+            f"no frame at {times[j]:.3f} s of the segment [{segment[0]:g}, {segment[1]:g}) s: the video's last frame ends "
+            f"at {shown_until(prev, s, prev_t):.3f} s (the file states a longer duration)",
             path,
         )
     while j < T:
-        out[j] = take()
-        j += 1  # the stream ended
+        out[j] = take()  # the stream ended
+        if out[j] is None:
+            return None
+        j += 1
     return out, distinct
+
+
+def _by_time(c, s, T: int, start: float, end: float, path=None):
+    "(frame on screen at each of `segment_times(start, end, T)`, distinct frames) from a clean entry point before `start`."
+    times = segment_times(start, end, T)
+    for back in SEEK_BACK:
+        got = _sample(c, s, times, start - back, (start, end), path)
+        if got is not None:
+            return got
+        if start - back <= 0:
+            break
+    raise UserError(
+        f"cannot decode the frame at {times[0]:.3f} s cleanly (segment [{start:g}, {end:g}) s): no intact keyframe "
+        f"within {min(back, start):g} s before it, or a damaged frame",
+        path,
+    )
 
 # %% ../../nbs/video/02_features.ipynb #50c0fe1b
 def decode_clip(
@@ -155,7 +227,7 @@ def decode_clip(
                 if frames is None:
                     c.seek(0, stream=s)  # count overstated: sample by time instead
             if frames is None and start is None and not dur:  # neither a frame count nor a duration: rare
-                allf = [f.to_ndarray(format="rgb24") for f in c.decode(s)]
+                allf = [rgb(f) for f in c.decode(s)]
                 frames, n = ([allf[i] for i in sample_indices(len(allf), T)] if allf else None), len(allf)
             elif frames is None:
                 frames, n = _by_time(c, s, T, *((start, end) if start is not None else (0.0, dur)), path=path)
@@ -309,6 +381,8 @@ class Sampling:
             raise UserError(f"frames must be >= 1, got {self.frames}")
         if self.grid < 1:
             raise UserError(f"grid must be >= 1, got {self.grid}")
+        if self.image_size is not None and self.image_size < 1:
+            raise UserError(f"--image-size must be >= 1, got {self.image_size}")
 
 # %% ../../nbs/video/02_features.ipynb #1259d19c
 def pixel_values(model, frames: np.ndarray, s: Sampling) -> torch.Tensor:
@@ -325,20 +399,23 @@ def pixel_values(model, frames: np.ndarray, s: Sampling) -> torch.Tensor:
 
 
 @torch.no_grad()
-def encode_frames(model: Dinov2Model, frames: np.ndarray, sampling: Sampling) -> torch.Tensor:
-    "Features (B, T, 1 + grid*grid, D) of frames (B, T, H, W, 3) uint8."
+def encode_pixels(model: Dinov2Model, x: torch.Tensor, B: int, sampling: Sampling) -> torch.Tensor:
+    "Features (B, T, 1 + grid*grid, D) of encoder input (B*T, 3, S, S), B clips of T frames."
     s = sampling.resolved(model)
-    B, T = frames.shape[:2]
-    dev = next(model.parameters()).device
-    h = model(
-        pixel_values=pixel_values(model, frames.reshape(B * T, *frames.shape[2:]), s).to(dev, model.dtype)
-    ).last_hidden_state.float()
+    h = model(pixel_values=x.to(next(model.parameters()).device, model.dtype)).last_hidden_state.float()
     cls, patches = h[:, :1], h[:, 1:]
     side = int(round(patches.shape[1] ** 0.5))
     if side * side == patches.shape[1] and side != s.grid:
         grid = patches.transpose(1, 2).reshape(-1, h.shape[-1], side, side)
         patches = F.adaptive_avg_pool2d(grid, s.grid).flatten(2).transpose(1, 2)  # (B*T, grid*grid, D)
-    return torch.cat([cls, patches], 1).reshape(B, T, -1, h.shape[-1]).cpu()
+    return torch.cat([cls, patches], 1).reshape(B, x.shape[0] // B, -1, h.shape[-1]).cpu()
+
+
+def encode_frames(model: Dinov2Model, frames, sampling: Sampling) -> torch.Tensor:
+    "Features (B, T, 1 + grid*grid, D) of B clips of T frames: (B, T, H, W, 3) uint8, or a list of (T, H, W, 3) of any sizes."
+    s = sampling.resolved(model)
+    x = torch.cat([pixel_values(model, clip, s) for clip in frames])  # each clip to the encoder's input size
+    return encode_pixels(model, x, len(frames), s)
 
 # %% ../../nbs/video/02_features.ipynb #df86910b
 def _decode_job(path, T, start, end):
@@ -373,6 +450,13 @@ class FeatureCache:
             write_json(self.dir / "sampling.json", self.sampling.key())
         self._memo_path = self.root / "clip_hashes.json"
         self._memo = read_json(self._memo_path) if self._memo_path.is_file() else {}
+        if not isinstance(self._memo, dict) or not all(
+            isinstance(v, list) and len(v) == 3 and isinstance(v[2], str) for v in self._memo.values()
+        ):
+            raise UserError(
+                "not a feature cache's clip hashes ({path: [size, mtime, sha256]}); delete the file to rebuild it",
+                self._memo_path,
+            )
         self.encoded = 0
 
     @staticmethod
@@ -516,11 +600,11 @@ def _decoded(self: FeatureCache, todo: list):
 # %% ../../nbs/video/02_features.ipynb #b9a4ae9f
 @patch
 def _flush(self: FeatureCache, batch: list, out: dict, report: dict, pbar):
-    "Encode one batch of decoded clips and write their features; empties `batch`."
+    "Encode one batch of clips (their encoder input) and write their features; empties `batch`."
     if not batch:
         return
     t0 = time.perf_counter()
-    feats = encode_frames(self.model, np.stack([b[2] for b in batch]), self.sampling).numpy()
+    feats = encode_pixels(self.model, torch.cat([b[2] for b in batch]), len(batch), self.sampling).numpy()
     self.timing["encode"] += time.perf_counter() - t0
     for (c, sha, _, info), f in zip(batch, feats):
         buf = io.BytesIO()
@@ -561,7 +645,10 @@ def _encode(
                 np.ascontiguousarray(frames[:, :, ::-1]),
                 {**info, "mirrored": True},
             )  # (T, H, W, 3): W flipped
-        batch.append((c, sha, frames, info))
+        t0 = time.perf_counter()
+        x = pixel_values(self.model, frames, self.sampling)  # the batch holds encoder input, not full-size frames
+        self.timing["encode"] += time.perf_counter() - t0
+        batch.append((c, sha, x, info))
         if len(batch) >= self.batch_size:
             self._flush(batch, out, report, pbar)
     self._flush(batch, out, report, pbar)

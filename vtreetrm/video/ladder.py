@@ -16,7 +16,7 @@ from .checkpoints import load_tensors
 from .labels import load_dataset
 from .phase1 import dataset_features, load_phase1, open_cache
 from .phase2 import Phase2Config, baselines, compute_rows_metrics, make_samples, predict_samples
-from .predict import load_phase2
+from .predict import load_phase2, read_phase2
 
 # %% auto #0
 __all__ = ['linear_probe', 'phase2_rungs', 'ladder']
@@ -104,11 +104,14 @@ def ladder(
     phase2: str | Path = None,
     split: str = "test",
     progress: bool = True,
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
 ) -> dict:
     "The rungs of the ladder for one dataset's `split` (see above)."
+    if phase2:  # a damaged or tampered checkpoint is refused before any feature is encoded
+        read_phase2(_checkpoint_dir(phase2))
     ds = load_dataset(dataset)
     clips, feats, _ = dataset_features(
-        ds, open_cache(cache_dir, vision, frames, grid, image_size=image_size), progress=progress
+        ds, open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers), progress=progress
     )
     tr = [i for i, c in enumerate(clips) if c.split == "train"]
     ev = [i for i, c in enumerate(clips) if c.split == split]

@@ -244,7 +244,7 @@ def load_phase1(path: str | Path, feature_shape: tuple = None) -> Phase1Encoder:
     meta = read_checkpoint(path, "phase1")
     try:
         cfg = Phase1Config(**meta["config"])
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, UserError) as e:  # (a value out of range: Phase1Config's own check)
         raise UserError(f"bad Phase-1 config ({e})", path / "checkpoint.json", field="config") from None
     if feature_shape is not None and tuple(feature_shape) != (cfg.frames, cfg.tokens_per_frame, cfg.feature_dim):
         raise UserError(
@@ -426,13 +426,14 @@ def train_phase1(
     resume: bool = False,
     progress: bool = True,
     image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
 ) -> dict:
     "Train Phase-1 on the train splits of `datasets`; returns the run summary (also in metrics.json)."
     with training_lock(out):  # one training per run folder
         train_cfg = train_cfg or Phase1TrainConfig()
         check_run_folder(out, resume, "phase1")  # before any feature is encoded
         _seed_everything(train_cfg.seed)
-        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
+        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers)
         dss, clips, feats, reports = _load_all_features(datasets, cache, skip_bad, progress)
         cfg = _fitted_config(model_cfg, feats, clips)
         params = _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, cache.key)

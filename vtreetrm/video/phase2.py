@@ -25,7 +25,6 @@ from accelerate.utils import gather_object
 from fastcore.basics import patch
 from filelock import FileLock
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
-from peft.utils import load_peft_weights
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, pre_tokenizers
@@ -47,16 +46,27 @@ from transformers import (
 from ..cli import check_config
 from ..eval.metrics import compute_metrics, score_file
 from ..eval.parse import parse_actions
-from ..utils import UserError, atomic_dir, read_json, sha256_file, sha256_json, write_json, write_jsonl
+from vtreetrm.utils import (
+    UserError,
+    atomic_dir,
+    model_identity,
+    read_json,
+    sha256_file,
+    sha256_json,
+    write_json,
+    write_jsonl,
+)
 from vtreetrm.video.checkpoints import (
     TrainingRun,
     base_llm_source,
-    base_model_identity,
+    check_adapter,
     check_base_llm,
     check_run_folder,
     load_resume_state,
     load_tensors,
     model_config_sha256,
+    model_folder,
+    phase1_reference,
     read_checkpoint,
     rng_state,
     save_checkpoint,
@@ -496,7 +506,8 @@ class VideoQFormerLM(nn.Module):
         self.proj = nn.Linear(qcfg.hidden_size, llm.config.hidden_size)
         self.cls = nn.Linear(qcfg.hidden_size, num_labels) if cfg.cls_head else None
         llm.requires_grad_(False)
-        if adapter is not None:
+        if adapter is not None:  # checked by value before peft's loader reads it
+            check_adapter(adapter, cfg.lora_config(tiny), llm)
             self.llm = PeftModel.from_pretrained(llm, str(adapter), is_trainable=True)
         else:
             self.llm = get_peft_model(llm, cfg.lora_config(tiny))
@@ -928,13 +939,14 @@ def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
 
 # %% ../../nbs/video/04_phase2.ipynb #e3ae2ded
 def base_identity(cfg: Phase2Config, llm, dtype, tiny: bool) -> dict:
-    "What checkpoint.json records of the base LLM: where it is, its config's sha256, its identity (`base_model_identity`)."
+    "What checkpoint.json records of the base LLM: where it is, its config's sha256, its identity (`utils.model_identity`)."
     path = llm.name_or_path if tiny else cfg.llm
+    folder = model_folder(path)
     return {
         "source": cfg.llm,
         "path": str(path),
         "config_sha256": model_config_sha256(path),
-        "identity": base_model_identity(path),
+        "identity": model_identity(folder) if folder else None,
         "dtype": str(dtype).replace("torch.", ""),
     }
 
@@ -1163,7 +1175,7 @@ def _samples(clips, ds, cfg: Phase2Config) -> tuple[list, list]:
 def _load_checkpoint_into(core, path: Path):
     "Our tensors and the LoRA weights of checkpoint folder `path` into `core` (peft's own loader for the adapter)."
     core.load_own_state(load_tensors(path), path / "model.safetensors")
-    set_peft_model_state_dict(core.llm, load_peft_weights(str(path / "adapter")))
+    set_peft_model_state_dict(core.llm, check_adapter(path / "adapter", core.llm.peft_config["default"], core.llm))
 
 # %% ../../nbs/video/04_phase2.ipynb #078f9b1c
 def _seed_process(seed: int, threads: int = None):
@@ -1183,6 +1195,7 @@ def _check_start(cfg: Phase2Config, out: Path, resume: bool, phase1) -> tuple:
     )  # refused (never unpickled) before anything is written
     if resume:  # the adapter in last/ goes on training on the base it was trained on, or not at all
         check_base_llm(last["llm"], base_llm_source(last, out / "last"), out / "last")
+        phase1_reference(last, out / "last")  # the Phase-1 checkpoint it was trained with, checked
         cfg = Phase2Config(
             **{**last["config"], "epochs": cfg.epochs, "max_steps": cfg.max_steps, "report_to": cfg.report_to}
         )
@@ -1307,6 +1320,7 @@ def train_phase2(
     progress: bool = True,
     threads: int = None,
     image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
+    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
 ) -> dict:
     "Train Phase-2 on one dataset, in this process or in each of several (torchrun / accelerate launch); returns the test metrics."
     cfg, out = cfg or Phase2Config(), Path(out)
@@ -1318,7 +1332,7 @@ def train_phase2(
         cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)
         ds = load_dataset(dataset, skip_bad=skip_bad)
         _check_flip_map(cfg, ds, dataset)
-        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size)
+        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers)
         x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
         _check_batches(cfg, len(x.train), acc.num_processes)
         sampling = (vision, frames, grid)

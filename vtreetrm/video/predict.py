@@ -11,8 +11,15 @@ from pathlib import Path
 import torch
 
 from ..eval.metrics import score_file
-from ..utils import UserError, atomic_dir, check_replaceable, provenance, sha256_file, write_json, write_jsonl
-from .checkpoints import base_llm_source, check_base_llm, load_tensors, read_checkpoint
+from ..utils import UserError, atomic_dir, check_replaceable, provenance, write_json, write_jsonl
+from vtreetrm.video.checkpoints import (
+    base_llm_source,
+    check_adapter,
+    check_base_llm,
+    load_tensors,
+    phase1_reference,
+    read_checkpoint,
+)
 from .labels import SPLITS, load_dataset
 from .phase1 import dataset_features, load_phase1, open_cache
 from vtreetrm.video.phase2 import (
@@ -26,20 +33,31 @@ from vtreetrm.video.phase2 import (
 )
 
 # %% auto #0
-__all__ = ['STORED_DTYPES', 'read_phase2', 'load_phase2', 'predict']
+__all__ = ['STORED_DTYPES', 'phase2_config', 'read_phase2', 'load_phase2', 'predict']
 
 # %% ../../nbs/video/05_predict.ipynb #704315da
 STORED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
+def phase2_config(meta: dict, path: Path) -> Phase2Config:
+    "The `Phase2Config` of a Phase-2 checkpoint's checkpoint.json (`meta`), refused in one line when it is not one."
+    try:
+        return Phase2Config(**meta["config"])
+    except (TypeError, ValueError, UserError) as e:
+        raise UserError(f"bad config: {e}", path / "checkpoint.json", field="config") from None
+
+
 def read_phase2(path: str | Path) -> tuple[dict, str]:
-    "(checkpoint.json, base LLM path) of a Phase-2 checkpoint folder, checked."
+    "(checkpoint.json, base LLM path) of a Phase-2 checkpoint folder, checked: its adapter, its Phase-1 reference, its base."
     path = Path(path)
     meta = read_checkpoint(path, "phase2")
     for f in ("adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
         if f not in meta["files"]:
             raise UserError(f"the checkpoint has no LoRA adapter ({f})", path)
-    load_tensors(path / "adapter", "adapter_model.safetensors")  # a LoRA tensor that is not finite is refused here
+    check_adapter(path / "adapter", phase2_config(meta, path).lora_config(meta.get("tiny_llm")))
+    p1 = phase1_reference(meta, path)
+    if p1 is not None:  # its config and weights fit the features the checkpoint was trained on
+        load_phase1(p1, tuple(meta["feature_shape"]))
     src = base_llm_source(meta, path)
     check_base_llm(meta["llm"], src, path)
     return meta, src
@@ -52,18 +70,9 @@ def load_phase2(
     "(model in eval mode on the GPU if any, tokenizer, checkpoint.json) of a Phase-2 checkpoint folder."
     path = Path(path)
     meta, src = checked or read_phase2(path)
-    try:
-        cfg = replace(Phase2Config(**meta["config"]), cls_head=False, gradient_checkpointing=False, qformer_init=None)
-    except TypeError as e:
-        raise UserError(f"bad config: {e}", path / "checkpoint.json", field="config") from None
-    p1 = None
-    if meta.get("phase1"):
-        ref = meta["phase1"]
-        if not (Path(ref["path"]) / "model.safetensors").is_file():
-            raise UserError(f"the Phase-1 checkpoint this model was trained with is missing: {ref['path']}", path)
-        if sha256_file(Path(ref["path"]) / "model.safetensors") != ref["sha256"]:
-            raise UserError(f"the Phase-1 checkpoint {ref['path']} changed since this model was trained (sha256)", path)
-        p1 = load_phase1(ref["path"], tuple(meta["feature_shape"]))
+    cfg = replace(phase2_config(meta, path), cls_head=False, gradient_checkpointing=False, qformer_init=None)
+    p1 = phase1_reference(meta, path)
+    p1 = load_phase1(p1, tuple(meta["feature_shape"])) if p1 is not None else None
     tok, llm = load_llm(src, dtype=resolve_dtype(STORED_DTYPES.get(meta["llm"].get("dtype"), "fp32")))
     model = VideoQFormerLM(
         cfg,
