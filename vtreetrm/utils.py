@@ -272,20 +272,31 @@ def folder_lock(
     dest: str | Path,  # the output folder the work writes
     busy: str = "is being written by another process; wait for it or choose another output",  # the refusal's text
 ):
-    "Hold `.NAME.lock` beside `dest` while the block runs; refuse at once when another process holds it."
-    from filelock import FileLock, Timeout
+    "Hold `.NAME.lock` beside `dest` while the block runs (removed after); refuse at once when another process holds it."
+    import fcntl  # by hand: filelock leaves its file behind and keeps the descriptor needed to remove it safely private
 
     dest = Path(os.path.abspath(dest))
     make_parent(dest)
-    lock = FileLock(str(dest.parent / f".{dest.name}.lock"))
+    path = dest.parent / f".{dest.name}.lock"
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise UserError(busy, dest) from None
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)  # the umask applies
+    except OSError as e:  # a link or a folder in its place, a read-only parent
+        raise UserError(f"cannot open its lock file {path.name}: {e.strerror}", dest) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        same = (
+            os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino
+        )  # not a file its holder just removed
+    except BlockingIOError:
+        same = False
+    if not same:
+        os.close(fd)
+        raise UserError(busy, dest)
     try:
         yield dest
     finally:
-        lock.release()
+        os.unlink(path)  # while still held: a process that opened the old file finds it gone and is refused
+        os.close(fd)
 
 # %% ../nbs/00_utils.ipynb #5a1c0e78
 def path_component(name, what: str = "name", path: str | Path = None, line: int = None) -> str:
@@ -342,7 +353,8 @@ def read_json(path: str | Path) -> Any:
     "Parse a JSON file, naming the file and position on error."
     path = Path(path)
     if not path.is_file():
-        raise UserError("no such file", path)
+        why = "not a file" if path.exists() else "a link to no file" if path.is_symlink() else "no such file"
+        raise UserError(why, path)
     return loads_json(path.read_bytes(), path)
 
 # %% ../nbs/00_utils.ipynb #b941f723

@@ -21,14 +21,13 @@ _OLD_NAMES = {"completed": "done"}  # notebook runs said `completed` before the 
 
 
 def read_run(folder: str | Path) -> dict | None:
-    "The run.json of `folder` with its state in today's names, or None when there is none or it cannot be read."
+    "The run.json of `folder` with its state in today's names; None when there is none, a `UserError` when it cannot be read."
     p = Path(folder) / "run.json"
-    try:
-        run = read_json(p) if p.is_file() else None
-    except UserError:
+    if not p.exists() and not p.is_symlink():
         return None
+    run = read_json(p)  # the project writes it whole (atomically): a damaged one was damaged on purpose or by the disk
     if not isinstance(run, dict):
-        return None
+        raise UserError(f"expected a JSON object, got {type(run).__name__}", p)
     check_run(run, p)
     return {**run, "status": _OLD_NAMES.get(run["status"], run["status"])}
 

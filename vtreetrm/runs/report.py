@@ -161,12 +161,16 @@ def _run_row(mf: Path, m: dict) -> dict:
     d = mf.parent
     params = ppath = None
     for cand in (d / "params.json", d.parent / "params.json"):
-        if cand.is_file():
+        if cand.exists() or cand.is_symlink():  # a folder or a link to nothing in its place is refused by read_json
             params, ppath = read_json(cand), cand
             break
-    if params is None and (d / "provenance.json").is_file():  # a prediction run: conditions of its checkpoint
-        ck = (read_json(d / "provenance.json").get("params") or {}).get("ckpt")
-        if ck and (Path(ck).parent / "params.json").is_file():
+    prov = d / "provenance.json"
+    if params is None and (prov.exists() or prov.is_symlink()):  # a prediction run: conditions of its checkpoint
+        pv = read_json(prov)
+        if not isinstance(pv, dict) or not isinstance(pv.get("params") or {}, dict):
+            raise UserError("expected a JSON object with a `params` object", prov, field="params")
+        ck = (pv.get("params") or {}).get("ckpt")
+        if isinstance(ck, str) and ck and (Path(ck).parent / "params.json").is_file():
             ppath = Path(ck).parent / "params.json"
             params = read_json(ppath)
     if params is not None and not isinstance(params, dict):
@@ -216,15 +220,16 @@ def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
             root.rglob("metrics.json"),
             key=lambda f: (len(f.parts), f),  # shallowest first: the run's own folder
         ):
-            digest = sha256_file(
-                mf
-            )  # a run's copy of an evaluation below it is that evaluation; equal files of two runs are two rows
-            if any(d in mf.parents for d in seen.get(digest, ())):
-                continue
-            seen.setdefault(digest, []).append(mf.parent)
             try:
-                m = read_json(mf)
-                if not isinstance(m, dict) or "macro_f1" not in m:
+                m = read_json(mf)  # also refuses a folder, or a link to nothing, named metrics.json
+                if not isinstance(m, dict):
+                    raise UserError(f"expected a JSON object, got {type(m).__name__}", mf)
+                # a run's copy of an evaluation below it is that evaluation; equal files of two runs are two rows
+                digest = sha256_file(mf)
+                if any(d in mf.parents for d in seen.get(digest, ())):
+                    continue
+                seen.setdefault(digest, []).append(mf.parent)
+                if "macro_f1" not in m:
                     continue  # a notebook's own metrics, not a scored prediction set
                 rows.append(_run_row(mf, m))
             except UserError as e:

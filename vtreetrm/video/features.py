@@ -449,7 +449,10 @@ class FeatureCache:
             write_json(self.dir.parent / "encoder.json", self.identity)
             write_json(self.dir / "sampling.json", self.sampling.key())
         self._memo_path = self.root / "clip_hashes.json"
-        self._memo = read_json(self._memo_path) if self._memo_path.is_file() else {}
+        there = (
+            self._memo_path.exists() or self._memo_path.is_symlink()
+        )  # a folder or a dead link: refused by read_json
+        self._memo = read_json(self._memo_path) if there else {}
         if not isinstance(self._memo, dict) or not all(
             isinstance(v, list) and len(v) == 3 and isinstance(v[2], str) for v in self._memo.values()
         ):
@@ -506,10 +509,16 @@ def _take_cached(self: FeatureCache, c, sha, out: dict, report: dict) -> bool:
         return False  # not an array: encoded again
     if f.dtype != np.float32 or f.shape != self.feature_shape or not np.isfinite(f).all():
         return False  # not what this cache writes: encoded again
+    meta = p.with_suffix(".json")
+    try:
+        info = read_json(meta) if meta.is_file() else {}
+    except UserError:
+        return False  # its record is not what this cache writes: encoded again
+    if not isinstance(info, dict):
+        return False
     out[c.id] = f
     report["cached"] += 1
-    meta = p.with_suffix(".json")
-    if meta.is_file() and read_json(meta).get("repeated"):
+    if info.get("repeated"):
         report["short_clips"].append(c.id)
     return True
 
