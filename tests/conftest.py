@@ -83,3 +83,23 @@ def harness_infer(store, workspace, *flags, sets=("embed.backend=hashing",)) -> 
 
     argv = ["harness", "infer", "--store-dir", store, "--workspace-dir", workspace, *flags, "--quiet", "--set", *sets]
     return main([str(a) for a in argv])
+
+
+# ---------------------------------------------------------------- no silent skips where every part is installed
+
+NO_SKIP = os.environ.get("VTREETRM_NO_SKIP") == "1"  # set by the GitHub workflow, which installs every part
+_skipped: list = []
+
+
+def pytest_runtest_logreport(report):
+    "Remember each skipped test and its reason (under xdist this runs in the controller for every worker's tests)."
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    "With VTREETRM_NO_SKIP=1, a skipped test fails the run: there every skip means a missing part, not an option."
+    if NO_SKIP and _skipped and not hasattr(session.config, "workerinput"):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\n{len(_skipped)} tests skipped where none may be (VTREETRM_NO_SKIP=1):", *_skipped, sep="\n  ")
