@@ -1,20 +1,35 @@
 #!/usr/bin/env python3
-"""README.md is generated from nbs/index.ipynb (the docs' home page) with nbconvert's Markdown exporter.
+"""README.md is generated from nbs/index.ipynb (the docs' home page) with nbconvert's Markdown exporter; the line
+`<!-- demo-summary -->` becomes reports/demo_summary.md, the table a full `make demo` run wrote (never typed by hand).
 
 python .ci/readme.py           # write README.md
 python .ci/readme.py --check   # exit 1 when README.md differs from what nbs/index.ipynb gives"""
 
+import json
 import sys
 from pathlib import Path
 
 root = Path(__file__).resolve().parents[1]
 
 
+MARK = "<!-- demo-summary -->"
+
+
+def demo_table() -> str:
+    "reports/demo_summary.md, once its .json says it is a full run's."
+    s = json.loads((root / "reports" / "demo_summary.json").read_text(encoding="utf-8"))
+    if s.get("quick"):
+        sys.exit("reports/demo_summary.json is a --quick run's: run `make demo` in full, then `make readme`")
+    return (root / "reports" / "demo_summary.md").read_text(encoding="utf-8").rstrip("\n")
+
+
 def render() -> str:
     from nbconvert import MarkdownExporter
 
     body, _ = MarkdownExporter().from_filename(str(root / "nbs" / "index.ipynb"))
-    return body
+    if body.count(MARK) != 1:
+        sys.exit(f"nbs/index.ipynb must hold the line {MARK} once (where the demo's results go)")
+    return body.replace(MARK, demo_table())
 
 
 def main():

@@ -15,7 +15,7 @@ from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
 __all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'synthetic_conditions', 'synthetic_run', 'run_name', 'make_synthetic_eval',
-           'demo_cmd']
+           'demo_summary', 'summary_markdown', 'write_demo_summary', 'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -254,6 +254,54 @@ def _extra_runs(runs_dir: Path, quick: bool, fresh: bool, skip_release: bool, sk
         extra.append(_run_or_fail("harness_train", "demo-harness", {"epochs": 1 if quick else 3}, runs_dir, fresh))
     return extra
 
+# %% ../nbs/90_demo.ipynb #d5b0c280
+def demo_summary(
+    vdir: Path,  # the video demo's folder (its summary.json, runs/<headline>/ladder.json)
+    seconds: float,  # the whole demo's wall time
+    quick: bool,
+) -> dict:
+    "What a demo run measured: each video run's scores, the headline run's ladder, and what produced them."
+    import os
+
+    import torch
+
+    from vtreetrm.utils import provenance, read_json
+
+    v = read_json(vdir / "summary.json")
+    rows = [{k: r.get(k) for k in ("run", "train_dataset", "dataset", "top1", "macro_f1", "majority_top1")}
+            for r in v["rows"]]  # fmt: skip
+    ladders = {f.parent.name: read_json(f)["rungs"] for f in sorted((vdir / "runs").glob("*/ladder.json"))}
+    machine = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    return {"quick": quick, "seconds": round(seconds), "machine": machine, "rows": rows, "ladders": ladders,
+            "provenance": provenance()}  # fmt: skip
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def summary_markdown(s: dict) -> str:
+    "The summary as Markdown: one table of the runs, one per ladder, and the line that says where they come from."
+    out = ["| run | trained on | evaluated on | Top1 | Macro-F1 | majority class |", "|---|---|---|---|---|---|"]
+    out += [f"| {r['run']} | {r['train_dataset']} | {r['dataset']} | {_pct(r['top1'])} | {_pct(r['macro_f1'])} | "
+            f"{_pct(r['majority_top1'])} |" for r in s["rows"]]  # fmt: skip
+    for name, rungs in s["ladders"].items():
+        out += ["", f"Learnability ladder of `{name}` (Top1 at each stage):", "", "| stage | Top1 | Macro-F1 |",
+                "|---|---|---|"]  # fmt: skip
+        out += [f"| {g.get('stage')} | {_pct(g.get('top1'))} | {_pct(g.get('macro_f1'))} |" for g in rungs]
+    m, pv = s["machine"], s["provenance"]
+    out += ["", f"One {'quick ' if s['quick'] else ''}run of `make demo` on {m['cpus']} CPU cores "
+            f"({m['torch_threads']} torch threads), {s['seconds']} s, vtreetrm {pv.get('versions', {}).get('vtreetrm')}"
+            f" at {str(pv.get('git_sha') or 'no git')[:10]}."]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def write_demo_summary(s: dict, folder: Path) -> tuple[Path, Path]:
+    "demo_summary.json and demo_summary.md in `folder`, each replaced whole."
+    from vtreetrm.utils import atomic_write, write_json
+
+    return write_json(folder / "demo_summary.json", s), atomic_write(folder / "demo_summary.md", summary_markdown(s))
+
 # %% ../nbs/90_demo.ipynb #ad3cac3b
 def demo_cmd(
     out: str = "reports/group_meeting.html",  # the group-meeting report to write
@@ -287,6 +335,10 @@ def demo_cmd(
     )
     for d in extra:
         print(f"{d.name}: {(d / (d.name + '.html')).resolve()}")
+    s = demo_summary(vdir, time.time() - t0, quick)
+    _, md = write_demo_summary(s, p.parent)
+    print(summary_markdown(s), end="")
+    print(f"summary: {md.resolve()}")
     print(f"done in {time.time() - t0:.0f} s")
     print(f"report: {p.resolve()}")
     return 0
