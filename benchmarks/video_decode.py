@@ -5,12 +5,24 @@
 Writes a synthetic 1280x720 H.264 video of `--minutes` minutes with PyAV (frames that show their index), then, each
 in a fresh subprocess:
 
-1. **memory**: 10, 100 and 1,000 random segments of 2-4 s (T=8) through `FeatureCache.features_for` with the tiny
-   encoder (batch 32): that process's peak RSS growth over one that only imported everything and opened the file.
-   It should be set by the batch, not by the number of segments;
-2. **speed**: the 1,000-segment run's segments/s against a bare PyAV loop over the same sampled timestamps (seek to
-   the keyframe before each segment, decode forward, convert the frame on screen at each time to RGB), and the
-   encoder's share of the wall time. `--quick` uses a 1-minute video and 10/30/100 segments (a check that it runs).
+1. **memory**: 10, 100 and 1,000 random segments of 2-4 s (T=8) through `FeatureCache.features_for(keep=False)` (how
+   `video features` fills a cache: the features are written, not returned) with the tiny encoder (batch 32): that
+   process's peak RSS growth over one that only imported everything and opened the file. It should be set by the
+   batch, not by the number of segments;
+2. **speed**: the 1,000-segment run's segments/s against a bare PyAV loop over the same sampled timestamps, both in
+   a fresh process set up the same way (everything imported, the tiny encoder loaded, the file opened once), and the
+   encoder's share of the features wall time. What each side does per segment:
+
+   - *features* (`FeatureCache.features_for`, `--workers N`): hash the file (once, memoised), open it, seek to the
+     keyframe before the segment (further back when the frames there are not clean), decode forward in presentation
+     order, convert only the frame on screen at each of the T times to RGB at the encoder's input size (64x64, one
+     libswscale call, display matrix applied), encode the clips in batches of 32 and write each clip's features and
+     decoding info to the cache;
+   - *bare PyAV*: one container open for all segments; seek to the keyframe before the segment, decode forward,
+     convert the frame on screen at each time to RGB at the same 64x64 (`to_ndarray(width=64, height=64)`, what a
+     user feeding a 64-pixel encoder writes); no checks, no encoder, nothing written.
+
+   `--quick` uses a 1-minute video and 10/30/100 segments (a check that it runs).
 """
 
 import argparse
@@ -63,6 +75,7 @@ from vtreetrm.video.features import FeatureCache, Sampling, load_vision_encoder,
 from vtreetrm.video.labels import Clip
 path, segs, mode, workers, root = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
 enc = load_vision_encoder("tiny")
+S = Sampling(frames=8).resolved(enc).image_size  # the encoder's input size: both sides convert frames to it
 with av.open(path) as c: pass
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
@@ -70,7 +83,7 @@ out = {}
 if mode == "features":
     clips = [Clip(f"s{i}", path, ["x"], None, None, "train", "bench", a, b) for i, (a, b) in enumerate(segs)]
     cache = FeatureCache(root, enc, Sampling(frames=8), batch_size=32, workers=workers)
-    _, rep = cache.features_for(clips, progress=False)
+    _, rep = cache.features_for(clips, progress=False, keep=False)  # as `video features` fills a cache
     assert rep["encoded"] == len(clips), rep
     out["encode_s"] = cache.timing["encode"]
 elif mode == "bare":
@@ -83,7 +96,7 @@ elif mode == "bare":
             j, prev = 0, None
             for f in c.decode(s):
                 while j < 8 and times[j] < f.time:
-                    (f if prev is None else prev).to_ndarray(format="rgb24")
+                    (f if prev is None else prev).to_ndarray(width=S, height=S, format="rgb24")
                     j += 1
                 if j == 8:
                     break
