@@ -181,3 +181,25 @@ def test_bad_video_file_in_video_import(tmp_path, capsys, bad):
     assert (
         rep["rows"] == 1 and [s["video"] for s in rep["skipped"]] == ["odd"] and needle in rep["skipped"][0]["reason"]
     )
+
+
+# ---------------------------------------------------------------- phase2 decoding in worker processes
+
+
+def test_phase2_with_workers_caches_the_same_features(tmp_path):
+    "`video phase2 --workers 2` on an empty cache trains, and caches the features a run without workers cached."
+    from vtreetrm.video.synthetic import SyntheticConfig, make_synthetic
+
+    cfg = SyntheticConfig(head_count=6, min_count=4, mammalnet_count=2, multi_label=1, n_short=0)
+    make_synthetic(tmp_path / "syn", cfg, datasets=("lote",), progress=False)
+    ds = tmp_path / "syn" / "lote"
+    assert run("video", "phase1", ds, "--out", tmp_path / "p1", "--epochs", 1, "--cache", tmp_path / "c0") == 0
+    tiny = ["--epochs", 1, "--max-steps", 1, "--num-queries", 4, "--max-new-tokens", 4, "--llm-pretrain-steps", 0]
+    p2 = ["video", "phase2", ds, "--out", tmp_path / "p2", "--phase1", tmp_path / "p1" / "best", "--threads", 1]
+    assert run(*p2, "--cache", tmp_path / "c2", "--workers", 2, *tiny) == 0
+    assert (tmp_path / "p2" / "best").is_dir()
+    base = {str(p.relative_to(tmp_path / "c0")): np.load(p) for p in (tmp_path / "c0").rglob("*.npy")}
+    got = {str(p.relative_to(tmp_path / "c2")): np.load(p) for p in (tmp_path / "c2").rglob("*.npy")}
+    assert base and got.keys() == base.keys()
+    for k, a in base.items():
+        np.testing.assert_allclose(got[k], a, rtol=1e-5, atol=1e-6)

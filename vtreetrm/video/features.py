@@ -685,25 +685,27 @@ def _encode(
         ),
     )
 
-    for c, sha, frames, info, err in self._decoded(todo):
-        if err is not None:
-            if not skip_bad:
-                raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-            report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
-            continue
-        if info["repeated"]:
-            report["short_clips"].append(c.id)
-        if mirror:
-            frames, info = (
-                np.ascontiguousarray(frames[:, :, ::-1]),
-                {**info, "mirrored": True},
-            )  # (T, H, W, 3): W flipped
-        t0 = time.perf_counter()
-        x = pixel_values(self.model, frames, self.sampling)  # the batch holds encoder input, not full-size frames
-        self.timing["encode"] += time.perf_counter() - t0
-        batch.append((c, sha, x, info))
-        if len(batch) >= self.batch_size:
-            self._flush(batch, out, report, pbar)
+    # closed as soon as the loop ends, also by a clip's error: decoding processes stop then, not when collected
+    with contextlib.closing(self._decoded(todo)) as decoded:
+        for c, sha, frames, info, err in decoded:
+            if err is not None:
+                if not skip_bad:
+                    raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+                report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
+                continue
+            if info["repeated"]:
+                report["short_clips"].append(c.id)
+            if mirror:
+                frames, info = (
+                    np.ascontiguousarray(frames[:, :, ::-1]),
+                    {**info, "mirrored": True},
+                )  # (T, H, W, 3): W flipped
+            t0 = time.perf_counter()
+            x = pixel_values(self.model, frames, self.sampling)  # the batch holds encoder input, not full-size frames
+            self.timing["encode"] += time.perf_counter() - t0
+            batch.append((c, sha, x, info))
+            if len(batch) >= self.batch_size:
+                self._flush(batch, out, report, pbar)
     self._flush(batch, out, report, pbar)
     pbar.close()
     if todo:
