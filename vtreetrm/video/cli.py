@@ -62,8 +62,8 @@ def features_cmd(
     c = open_cache(cache, vision, frames, grid, batch_size, image_size, workers)
     out = {}
     for d in datasets:
-        _, f, r = dataset_features(load_dataset(d, skip_bad=skip_bad), c, skip_bad)
-        out[str(d)] = {**r, "shape": list(f.shape)}
+        clips, _, r = dataset_features(load_dataset(d, skip_bad=skip_bad), c, skip_bad, keep=False)
+        out[str(d)] = {**r, "shape": [len(clips), *c.feature_shape]}
         print(
             f"{d}: {r['encoded']} encoded, {r['cached']} cached, {len(r['short_clips'])} sampled with repetition, {len(r['skipped'])} skipped"
         )

@@ -12,6 +12,7 @@ import io
 import json
 import multiprocessing as mp
 import struct
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -22,6 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
+from av.sidedata.sidedata import SideDataContainer
+from av.video.reformatter import VideoReformatter
 from fastcore.basics import patch
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
@@ -30,10 +33,10 @@ from transformers import Dinov2Config, Dinov2Model
 from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json, write_json
 
 # %% auto #0
-__all__ = ['SEEK_BACK', 'TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'sample_indices', 'segment_times',
-           'display_transform', 'rgb', 'presented', 'video_duration', 'shown_until', 'frames_end', 'decode_clip',
-           'load_image_processor', 'load_vision_encoder', 'processor_settings', 'encoder_identity', 'Sampling',
-           'pixel_values', 'encode_pixels', 'encode_frames', 'FeatureCache']
+__all__ = ['SEEK_BACK', 'TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'DECODE_RESIZE', 'sample_indices',
+           'segment_times', 'display_transform', 'rgb', 'presented', 'video_duration', 'shown_until', 'frames_end',
+           'decode_clip', 'load_image_processor', 'load_vision_encoder', 'processor_settings', 'encoder_identity',
+           'Sampling', 'pixel_values', 'encode_pixels', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #825a8033
 def sample_indices(n: int, T: int) -> list:
@@ -53,7 +56,9 @@ def segment_times(start: float, end: float, T: int) -> list:
 # %% ../../nbs/video/02_features.ipynb #d15p1a02
 def display_transform(f) -> tuple | None:
     "(transpose, flip rows, flip columns) that show frame `f` as its display matrix says; None: shown as stored."
-    m = next((d for d in f.side_data if d.type.name == "DISPLAYMATRIX"), None)
+    # a container of our own: `f.side_data` caches one that points back at the frame, a cycle that keeps the frame
+    # (and the decoder's buffers behind it) alive until a full garbage collection
+    m = next((d for d in SideDataContainer(f) if d.type.name == "DISPLAYMATRIX"), None)
     if m is None:
         return None
     a, b, _, c, d = (round(v / 65536) for v in struct.unpack("<5i", bytes(m)[:20]))  # 16.16 fixed point
@@ -64,9 +69,22 @@ def display_transform(f) -> tuple | None:
     return None  # not a multiple of 90 degrees: shown as stored
 
 
-def rgb(f) -> np.ndarray:
+# one libswscale context per thread, reused (building one per frame costs more than using it); single-threaded, so a
+# context a decoding worker inherits through fork has no threads that the fork left behind
+_SWS = threading.local()
+
+
+def rgb(
+    f,  # a decoded `av.VideoFrame`
+    size: int = None,  # resize to size x size in the same libswscale call (bilinear; None: as stored)
+) -> np.ndarray:
     "Frame `f` as (H, W, 3) uint8 the way it is shown: its display matrix (90/180/270 degree turns, flips) applied."
-    x = f.to_ndarray(format="rgb24")
+    if size is None:
+        x = f.to_ndarray(format="rgb24")
+    else:
+        if getattr(_SWS, "reformatter", None) is None:
+            _SWS.reformatter = VideoReformatter()
+        x = _SWS.reformatter.reformat(f, size, size, "rgb24", interpolation="BILINEAR", threads=1).to_ndarray()
     t = display_transform(f)
     if t is None or t == (False, False, False):
         return x
@@ -97,15 +115,15 @@ def video_duration(container, stream) -> float | None:
     return container.duration / 1e6 if container.duration else None
 
 
-def _by_index(c, s, T: int):
-    "Frames at `sample_indices(s.frames, T)`, decoding forward only to the last one (None when the count is wrong)."
+def _by_index(c, s, T: int, size: int = None):
+    "Frames at `sample_indices(s.frames, T)` (resized to `size`), decoding forward only to the last one (None when the count is wrong)."
     want = sample_indices(s.frames, T)
     last, keep, n = max(want), {}, 0
     for n, f in enumerate(c.decode(s), 1):
         if n - 1 in want:
             if f.is_corrupt:
                 return None, n  # a damaged frame: sample by time, which refuses it
-            keep[n - 1] = rgb(f)
+            keep[n - 1] = rgb(f, size)
         if n - 1 >= last:
             break
     if len(keep) < len(set(want)):
@@ -135,8 +153,8 @@ def frames_end(c, s, near: float) -> float | None:
 SEEK_BACK = (0.0, 1.0, 4.0, 16.0, 64.0)  # seconds before a segment to seek to, in turn, until it decodes cleanly
 
 
-def _sample(c, s, times: list, seek_to: float, segment: tuple, path=None):
-    "(frame on screen at each of `times`, distinct frames) decoding from the keyframe before `seek_to` s; None: not clean there."
+def _sample(c, s, times: list, seek_to: float, segment: tuple, path=None, size: int = None, damaged: set = None):
+    "(frame on screen at each of `times` (resized to `size`), distinct frames) decoding from the keyframe before `seek_to` s; None: not clean there (the times of damaged frames it met go in `damaged`)."
     T, from_start = len(times), seek_to <= 0
     c.seek(int(max(seek_to, 0.0) / s.time_base), stream=s, backward=True, any_frame=False)
     out, j, prev, prev_t, arr, distinct, clean = [None] * T, 0, None, None, None, 0, from_start
@@ -145,8 +163,10 @@ def _sample(c, s, times: list, seek_to: float, segment: tuple, path=None):
         nonlocal arr, distinct
         if arr is None:
             if prev.is_corrupt:
+                if damaged is not None:
+                    damaged.add(round(prev_t, 3))
                 return None
-            arr = rgb(prev)
+            arr = rgb(prev, size)
             distinct += 1
         return arr
 
@@ -184,15 +204,21 @@ def _sample(c, s, times: list, seek_to: float, segment: tuple, path=None):
     return out, distinct
 
 
-def _by_time(c, s, T: int, start: float, end: float, path=None):
-    "(frame on screen at each of `segment_times(start, end, T)`, distinct frames) from a clean entry point before `start`."
-    times = segment_times(start, end, T)
+def _by_time(c, s, T: int, start: float, end: float, path=None, size: int = None):
+    "(frame on screen at each of `segment_times(start, end, T)` (resized to `size`), distinct frames) from a clean entry point before `start`."
+    times, damaged = segment_times(start, end, T), set()
     for back in SEEK_BACK:
-        got = _sample(c, s, times, start - back, (start, end), path)
+        got = _sample(c, s, times, start - back, (start, end), path, size, damaged)
         if got is not None:
             return got
         if start - back <= 0:
             break
+    if damaged:
+        raise UserError(
+            f"the frame on screen at {min(damaged):.3f} s of the segment [{start:g}, {end:g}) s is damaged (the decoder "
+            f"reports errors in it, also decoding from {min(back, start):g} s before the segment)",
+            path,
+        )
     raise UserError(
         f"cannot decode the frame at {times[0]:.3f} s cleanly (segment [{start:g}, {end:g}) s): no intact keyframe "
         f"within {min(back, start):g} s before it, or a damaged frame",
@@ -205,6 +231,7 @@ def decode_clip(
     T: int,  # frames to sample
     start: float = None,  # segment start in seconds (None: the whole file)
     end: float = None,  # segment end in seconds
+    size: int = None,  # resize each frame to size x size as it is converted (libswscale bilinear; None: as stored)
 ) -> tuple[np.ndarray, dict]:
     "T frames of a video file or of its segment [start, end), decoding only what they need: ((T, H, W, 3) uint8, info)."
     path = Path(path)
@@ -217,20 +244,24 @@ def decode_clip(
             if not c.streams.video:
                 raise UserError("no video stream in clip", path)
             s = c.streams.video[0]
+            if s.codec_context is None:
+                raise UserError("cannot decode clip: this FFmpeg build has no decoder for its video codec", path)
             s.thread_type = "AUTO"
             dur = video_duration(c, s)
             if start is not None and dur is not None and start >= dur:
                 raise UserError(f"the segment starts at {start:g} s, after the end of the video ({dur:.3f} s)", path)
             frames = None
             if start is None and s.frames > 0:
-                frames, n = _by_index(c, s, T)
+                frames, n = _by_index(c, s, T, size)
                 if frames is None:
                     c.seek(0, stream=s)  # count overstated: sample by time instead
             if frames is None and start is None and not dur:  # neither a frame count nor a duration: rare
-                allf = [rgb(f) for f in c.decode(s)]
+                allf = [rgb(f, size) for f in c.decode(s)]
                 frames, n = ([allf[i] for i in sample_indices(len(allf), T)] if allf else None), len(allf)
             elif frames is None:
-                frames, n = _by_time(c, s, T, *((start, end) if start is not None else (0.0, dur)), path=path)
+                frames, n = _by_time(
+                    c, s, T, *((start, end) if start is not None else (0.0, dur)), path=path, size=size
+                )
     except UserError:
         raise
     except (av.error.FFmpegError, ValueError, OSError) as e:
@@ -355,6 +386,9 @@ def encoder_identity(model: Dinov2Model) -> dict:
     }
 
 # %% ../../nbs/video/02_features.ipynb #fc1307e5
+DECODE_RESIZE = "libswscale bilinear, when decoded"  # how frames reach image_size without a processor (in the key)
+
+
 @dataclass
 class Sampling:
     "How a clip becomes encoder input."
@@ -373,8 +407,17 @@ class Sampling:
         return Sampling(self.frames, self.grid, (ps.get("crop_size") or {}).get("height") or self.image_size, ps)
 
     def key(self) -> dict:
-        "What the cache key hashes (without processor when there is none, so tiny-encoder caches keep their keys)."
-        return {k: v for k, v in asdict(self).items() if not (k == "processor" and v is None)}
+        "What the cache key hashes: with no processor, frames are resized to `image_size` as they are decoded (`DECODE_RESIZE`)."
+        d = asdict(self)
+        if d["processor"] is None:
+            del d["processor"]
+            d["resize"] = DECODE_RESIZE
+        return d
+
+    @property
+    def decode_size(self) -> int | None:
+        "Size frames are decoded at: `image_size` with no processor; None (as stored) for the checkpoint's processor."
+        return self.image_size if self.processor is None else None
 
     def __post_init__(self):
         if self.frames < 1:
@@ -418,10 +461,10 @@ def encode_frames(model: Dinov2Model, frames, sampling: Sampling) -> torch.Tenso
     return encode_pixels(model, x, len(frames), s)
 
 # %% ../../nbs/video/02_features.ipynb #df86910b
-def _decode_job(path, T, start, end):
+def _decode_job(path, T, start, end, size=None):
     "One clip decoded in a worker process: (frames, info, error message, error path)."
     try:
-        return (*decode_clip(path, T, start, end), None, None)
+        return (*decode_clip(path, T, start, end, size), None, None)
     except UserError as e:
         return None, None, e.msg, str(e.path) if e.path is not None else None
 
@@ -523,6 +566,13 @@ def _take_cached(self: FeatureCache, c, sha, out: dict, report: dict) -> bool:
     return True
 
 # %% ../../nbs/video/02_features.ipynb #7b7ffc65
+class _IdsOnly(dict):
+    "A features dict that records which clips have features, not the arrays."
+
+    def __setitem__(self, k, v):
+        super().__setitem__(k, None)
+
+
 @patch
 def features_for(
     self: FeatureCache,
@@ -530,9 +580,10 @@ def features_for(
     skip_bad: bool = False,  # skip clips that are missing or undecodable (reported)
     progress: bool = True,
     mirror: bool = False,  # features of the left-right mirrored frames (their own keys)
+    keep: bool = True,  # return the features (False: {clip id: None}, memory set by the batch, not by the clips)
 ) -> tuple[dict, dict]:
     "({clip id: (T, P, D) float32 array}, report), encoding only what is not cached."
-    out, todo, report = {}, [], {"cached": 0, "encoded": 0, "short_clips": [], "skipped": []}
+    out, todo, report = {} if keep else _IdsOnly(), [], {"cached": 0, "encoded": 0, "short_clips": [], "skipped": []}
     for c in clips:
         try:
             if not Path(c.video).is_file():
@@ -580,7 +631,7 @@ def _decoded(self: FeatureCache, todo: list):
         for c, sha in todo:
             t0 = time.perf_counter()
             try:
-                fr, info = decode_clip(c.video, T, c.start, c.end)
+                fr, info = decode_clip(c.video, T, c.start, c.end, self.sampling.decode_size)
                 err = None
             except UserError as e:
                 fr, info, err = None, None, e
@@ -594,7 +645,9 @@ def _decoded(self: FeatureCache, todo: list):
         def submit():
             nxt = next(it, None)
             if nxt is not None:
-                window.append((*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end)))
+                window.append(
+                    (*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end, self.sampling.decode_size))
+                )
 
         for _ in range(max(2 * self.batch_size, 4 * self.workers)):
             submit()  # bounded: memory of a few batches
@@ -641,25 +694,27 @@ def _encode(
         ),
     )
 
-    for c, sha, frames, info, err in self._decoded(todo):
-        if err is not None:
-            if not skip_bad:
-                raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-            report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
-            continue
-        if info["repeated"]:
-            report["short_clips"].append(c.id)
-        if mirror:
-            frames, info = (
-                np.ascontiguousarray(frames[:, :, ::-1]),
-                {**info, "mirrored": True},
-            )  # (T, H, W, 3): W flipped
-        t0 = time.perf_counter()
-        x = pixel_values(self.model, frames, self.sampling)  # the batch holds encoder input, not full-size frames
-        self.timing["encode"] += time.perf_counter() - t0
-        batch.append((c, sha, x, info))
-        if len(batch) >= self.batch_size:
-            self._flush(batch, out, report, pbar)
+    # closed as soon as the loop ends, also by a clip's error: decoding processes stop then, not when collected
+    with contextlib.closing(self._decoded(todo)) as decoded:
+        for c, sha, frames, info, err in decoded:
+            if err is not None:
+                if not skip_bad:
+                    raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+                report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
+                continue
+            if info["repeated"]:
+                report["short_clips"].append(c.id)
+            if mirror:
+                frames, info = (
+                    np.ascontiguousarray(frames[:, :, ::-1]),
+                    {**info, "mirrored": True},
+                )  # (T, H, W, 3): W flipped
+            t0 = time.perf_counter()
+            x = pixel_values(self.model, frames, self.sampling)  # the batch holds encoder input, not full-size frames
+            self.timing["encode"] += time.perf_counter() - t0
+            batch.append((c, sha, x, info))
+            if len(batch) >= self.batch_size:
+                self._flush(batch, out, report, pbar)
     self._flush(batch, out, report, pbar)
     pbar.close()
     if todo:

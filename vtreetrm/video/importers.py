@@ -207,6 +207,12 @@ def probe_duration(path: Path, video_id: str, where) -> float:
         with av.open(str(path)) as c:
             if not c.streams.video:
                 raise UserError(f"video {video_id!r}: no video stream in {path}", *where[:2], "video")
+            if c.streams.video[0].codec_context is None:
+                raise UserError(
+                    f"video {video_id!r}: this FFmpeg build has no decoder for the video codec of {path}",
+                    *where[:2],
+                    "video",
+                )
             d = video_duration(c, c.streams.video[0])
             end = frames_end(c, c.streams.video[0], d) if d else None
             if d and end is None:

@@ -43,16 +43,17 @@ def dataset_features(
     progress: bool = True,
     clips: list = None,  # these clips of `ds` only (default: all)
     mirror: bool = False,  # features of the mirrored frames
+    keep: bool = True,  # return the features (False: None, only fill the cache)
 ) -> tuple[list, torch.Tensor, dict]:
     "(clips, features (N, T, P, D) float32, report) for every usable clip of `ds`."
     feats, rep = cache.features_for(
-        ds.clips if clips is None else clips, skip_bad=skip_bad, progress=progress, mirror=mirror
+        ds.clips if clips is None else clips, skip_bad=skip_bad, progress=progress, mirror=mirror, keep=keep
     )
     clips = [c for c in (ds.clips if clips is None else clips) if c.id in feats]
     if not clips:
         raise UserError("no clip of the dataset could be used", ds.root)
     rep["skipped"] = ds.skipped + rep["skipped"]
-    return clips, torch.from_numpy(np.stack([feats[c.id] for c in clips])), rep
+    return clips, torch.from_numpy(np.stack([feats[c.id] for c in clips])) if keep else None, rep
 
 
 def open_cache(
