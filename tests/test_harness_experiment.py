@@ -5,6 +5,67 @@ import sqlite3
 
 import pytest
 
+ACCEPTED = ("confirm", "provisional")  # the gate's decisions that make the candidate the incumbent
+
+
+def _rows(db, sql: str, *args) -> list[dict]:
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(sql, args)]
+    finally:
+        con.close()
+
+
+def _check_gate_moves_the_versions(ws, m: dict):
+    """The skills the training ends with are the ones the gate's decisions lead to, replayed from the store; the gate both
+    accepted and rejected edits; the held-out and test scores move only with the versions."""
+    fin = json.loads((ws / "analyses" / "final_test_eval.json").read_text())
+    db, run = ws / "harness.db", fin["run_id"]
+    gates = _rows(db, "SELECT * FROM gate_decisions WHERE run_id=? ORDER BY rowid", run)
+    edits = [g for g in gates if g["kind"] != "watch"]
+    assert {g["decision"] for g in edits} <= {*ACCEPTED, "reject"}, gates
+    assert any(g["decision"] in ACCEPTED for g in edits) and any(g["decision"] == "reject" for g in edits), gates
+    S, at_step = fin["baseline"]["skills_version"], {}  # the incumbent, replayed; the incumbent after each fast step
+    for g in gates:
+        assert g["incumbent_version"] == S, (g, S)  # each round gates a candidate against the current incumbent
+        if g["decision"] in ACCEPTED and g["kind"] != "watch" or g["decision"] == "rollback":
+            S = g["candidate_version"]  # accepted: the candidate; rolled back: the parent
+        if g["kind"] != "slow":
+            at_step[g["step"]] = S
+    assert S == fin["final"]["skills_version"] == m["final_skills_version"]
+    P = fin["baseline"]["prompts_version"]
+    for e in _rows(db, "SELECT detail_json FROM events WHERE run_id=? AND key LIKE 'prompts/%' ORDER BY rowid", run):
+        e = json.loads(e["detail_json"])
+        P = e["candidate"] if e["adopted"] else P
+    assert P == fin["final"]["prompts_version"]
+    # the skills in use at each step are the replayed incumbent; the held-out score is one per version pair
+    S, heldout = fin["baseline"]["skills_version"], {}
+    for r in _rows(db, "SELECT * FROM dual_metric WHERE run_id=? ORDER BY step", run):
+        S = at_step.get(r["step"], S)
+        assert r["skills_version"] == S, (r, S)
+        assert (
+            heldout.setdefault((r["skills_version"], r["prompts_version"]), r["heldout_accuracy"])
+            == r["heldout_accuracy"]
+        )
+    # the test scores are those of the answers the store holds for each side's versions
+    for side in ("baseline", "final"):
+        v = fin[side]
+        rows = _rows(
+            db,
+            "SELECT correct FROM answers WHERE run_id=? AND phase='test' AND skills_version=? AND prompts_version=?",
+            run,
+            v["skills_version"],
+            v["prompts_version"],
+        )
+        assert len(rows) == v["n"] and v["accuracy"] == pytest.approx(sum(r["correct"] for r in rows) / len(rows))
+    same = (fin["final"]["skills_version"], fin["final"]["prompts_version"]) == (
+        fin["baseline"]["skills_version"],
+        fin["baseline"]["prompts_version"],
+    )
+    assert not same  # the accepted edits survived to the end ...
+    assert m["test_accuracy_final"] > m["test_accuracy_baseline"]  # ... and raised the test score, as the gate claimed
+
 
 def test_harness_train_notebook_runs(tmp_path, cli):
     cli(
@@ -27,6 +88,7 @@ def test_harness_train_notebook_runs(tmp_path, cli):
     assert m["epochs_run"] == 2 and len(m["per_epoch_val"]) == 2
     assert m["test_accuracy_final"] >= m["test_accuracy_baseline"]
     assert m["gate_off"]["bad_edits_accepted"] > m["gate"]["bad_edits_accepted"]
+    _check_gate_moves_the_versions(d / "harness" / "syn" / "workspaces" / "train-action-recognition", m)
     nb = json.loads((d / "small.ipynb").read_text())
     outputs = json.dumps([c.get("outputs", []) for c in nb["cells"] if c["cell_type"] == "code"])
     assert (

@@ -3,6 +3,7 @@ did not write is never replaced, and published files get the umask's mode. Each 
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,26 +33,28 @@ def cli(*args, umask=None, prefix=()):
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     d = tmp_path_factory.mktemp("pub")
-    save_file(
-        {"query_tokens": np.random.default_rng(0).normal(size=(1, 8, 16)).astype(np.float32)}, str(d / "q.safetensors")
-    )
-    return d / "q.safetensors"
+    for seed in (0, 1):  # q0 the checkpoint, q1 another one (seed 1 of the commands below)
+        q = np.random.default_rng(seed).normal(size=(1, 8, 16)).astype(np.float32)
+        save_file({"query_tokens": q}, str(d / f"q{seed}.safetensors"))
+    return d / "q0.safetensors"
 
 
-COMMANDS = {  # name -> (args with OUT, a file that proves the output is whole)
-    "analyze queries": (lambda ck, out: ["analyze", "queries", ck, "--out", out, "--no-plots"], "summary.json"),
-    "release make-synthetic": (
-        lambda ck, out: ["release", "make-synthetic", "--out", out, "--records", 40, "--no-progress"],
-        None,
-    ),
-    "harness make-synthetic": (lambda ck, out: ["harness", "make-synthetic", "--out", out], None),
+COMMANDS = {  # name -> its args with OUT, and a seed that changes what it writes
+    "analyze queries": lambda ck, out, seed=0: [
+        *("analyze", "queries", ck.with_name(f"q{seed}.safetensors"), "--out", out, "--no-plots")
+    ],
+    "release make-synthetic": lambda ck, out, seed=0: [
+        *("release", "make-synthetic", "--out", out, "--records", 40, "--no-progress", "--seed", seed)
+    ],
+    "harness make-synthetic": lambda ck, out, seed=0: ["harness", "make-synthetic", "--out", out, "--seed", seed],
 }
+VOLATILE = re.compile(rb'"(created|started|finished)": "[^"]*"')  # when a file was written: not what it says
 
 
-def _whole(out: Path, proof):
+def _tree(out: Path) -> dict:
+    "A published folder as {relative path: contents, timestamps blanked}; refused unless published whole (its marker)."
     assert out.is_dir() and (out / ".vtreetrm-published").is_file(), sorted(os.listdir(out.parent))
-    if proof:
-        json.loads((out / proof).read_text())
+    return {str(p.relative_to(out)): VOLATILE.sub(rb'"\1": ""', p.read_bytes()) for p in out.rglob("*") if p.is_file()}
 
 
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed")
@@ -64,9 +67,10 @@ def _whole(out: Path, proof):
     ],
 )
 def test_kill_at_every_rename_keeps_the_output(ckpt, tmp_path, name):
-    args, proof = COMMANDS[name]
+    args = COMMANDS[name]
     out = tmp_path / "out"
     assert cli(*args(ckpt, out)).returncode == 0
+    old, after = _tree(out), []  # the published output; the output after each kill of a run publishing another
     killed = 0
     for k in range(1, 200):
         trap = [
@@ -80,12 +84,16 @@ def test_kill_at_every_rename_keeps_the_output(ckpt, tmp_path, name):
             "-e",
             f"inject={CALLS}:signal=SIGKILL:when={k}",
         ]
-        r = cli(*args(ckpt, out), prefix=trap)
-        _whole(out, proof)  # the old or the new output, whole, after every kill
+        r = cli(*args(ckpt, out, seed=1), prefix=trap)
+        after.append(_tree(out))
         if r.returncode == 0:
             break
         killed += 1
     assert killed >= 2  # renames were really interrupted
+    new = after.pop()  # what the run that was not killed published
+    assert new != old and set(new) == set(old)  # the two outputs differ in what they say, not in their files
+    states = ["old" if t == old else "new" if t == new else sorted(k for k in t if t[k] != old.get(k)) for t in after]
+    assert set(states) <= {"old", "new"} and states[0] == "old", states  # after every kill: the old or the new, whole
     assert cli(*args(ckpt, out)).returncode == 0  # the next run recovers: no stale temp or old folders remain
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
 
@@ -93,7 +101,7 @@ def test_kill_at_every_rename_keeps_the_output(ckpt, tmp_path, name):
 @pytest.mark.parametrize("name", list(COMMANDS))
 @pytest.mark.parametrize("target", ["user folder", "file", "symlink"])
 def test_outputs_replace_only_what_this_tool_wrote(ckpt, tmp_path, name, target):
-    args, _ = COMMANDS[name]
+    args = COMMANDS[name]
     out = tmp_path / "out"
     if target == "user folder":
         out.mkdir()

@@ -26,15 +26,17 @@ def _payload(field: str) -> str:
 
 
 def _poison(src: Path, dst: Path, fields: list):
-    "Copy the runs with a distinct payload in each (where, field) of params.json / metrics.json."
+    """Copy the runs with a distinct payload in one (where, field) of params.json / metrics.json of each scored run, the
+    fields taken in turn: a run keeps its other values, so none hides another (metrics' evaluated_on wins over params')."""
     shutil.copytree(src, dst)
-    for where, field in fields:
-        for f in sorted(dst.rglob("params.json" if where == "params" else "metrics.json")):
-            obj = json.loads(f.read_text())
-            if where == "metrics" and "macro_f1" not in obj:
-                continue
-            obj[field] = _payload(field)
-            f.write_text(json.dumps(obj))
+    scored = [f.parent for f in sorted(dst.rglob("metrics.json")) if "macro_f1" in json.loads(f.read_text())]
+    assert len(scored) >= len(fields)
+    for i, run in enumerate(scored):
+        where, field = fields[i % len(fields)]
+        f = run / f"{where}.json"
+        obj = json.loads(f.read_text())
+        obj[field] = _payload(field)
+        f.write_text(json.dumps(obj))
 
 
 FIELDS = [("params", f) for f in PARAM_FIELDS] + [("metrics", f) for f in METRIC_FIELDS]
@@ -46,17 +48,18 @@ FIELDS = [("params", f) for f in PARAM_FIELDS] + [("metrics", f) for f in METRIC
     ids=lambda v: "every-field" if len(v) > 1 else v[0][1],
 )
 def test_no_script_from_data_runs(runs, tmp_path, fields):
-    """Every field at once in the fast tier (each payload distinct), each field alone in the slow tier."""
+    """Every field at once in the fast tier (each payload distinct, each in runs of its own), each field alone in the slow
+    tier: each payload reaches the report, and only as text, escaped whole."""
     _poison(runs / "runs", tmp_path / "runs", fields)
     out = tmp_path / "report.html"
     assert main(["report", "build", str(tmp_path / "runs"), "--out", str(out)]) == 0
     page = out.read_text()
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    for where, f in fields:  # pwned-F appears twice in F's payload, and nowhere else but in that payload escaped
+        escaped = page.count(html.escape(_payload(f), quote=False)) + page.count(html.escape(_payload(f)))
+        assert escaped > 0, f"{where}.json field {f!r}: its value never reached the report"
+        assert page.count(f"pwned-{f}") == 2 * escaped, f"{where}.json field {f!r}: shown other than escaped whole"
     assert "<img src=x" not in page and "<script>document.title" not in page
-    shown = [f for _, f in fields if f"pwned-{f}" in page]
-    assert shown, "no poisoned value reached the report"
-    for f in shown:
-        assert html.escape(_payload(f), quote=False) in page, f  # shown whole, as text (quotes in text are inert)
     if CHROMIUM is None:
         pytest.skip("no chromium: the page was checked as text only")
     flags = chromium_cmd(tmp_path / "profile", "--virtual-time-budget=3000")
