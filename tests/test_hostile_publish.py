@@ -92,7 +92,7 @@ def test_kill_at_every_rename_keeps_the_output(ckpt, tmp_path, name):
     assert killed >= 2  # renames were really interrupted
     new = after.pop()  # what the run that was not killed published
     assert new != old and set(new) == set(old)  # the two outputs differ in what they say, not in their files
-    states = ["old" if t == old else "new" if t == new else sorted(k for k in t if t[k] != old.get(k)) for t in after]
+    states = ["old" if t == old else "new" if t == new else f"neither: {sorted(t)}" for t in after]
     assert set(states) <= {"old", "new"} and states[0] == "old", states  # after every kill: the old or the new, whole
     assert cli(*args(ckpt, out)).returncode == 0  # the next run recovers: no stale temp or old folders remain
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
