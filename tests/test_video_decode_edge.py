@@ -9,6 +9,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from test_video_real_footage import _no_video_stream
 
 from vtreetrm.cli import main
 from vtreetrm.utils import UserError
@@ -143,19 +144,6 @@ def test_unknown_codec_in_video_features(tmp_path, capsys, segment):
     assert "1 encoded, 0 cached, 0 sampled with repetition, 1 skipped" in capsys.readouterr().out
 
 
-def _audio_only(path: Path) -> Path:
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("aac", rate=8000)
-        for i in range(20):
-            f = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
-            f.sample_rate, f.pts = 8000, i * 1024
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
-    return path
-
-
 @pytest.mark.parametrize("bad", ["unknown codec", "0 bytes", "audio only"])
 def test_bad_video_file_in_video_import(tmp_path, capsys, bad):
     "`video import`: a video it cannot decode is one line naming it, exit 2; --skip-bad leaves it out and says how many."
@@ -167,7 +155,7 @@ def test_bad_video_file_in_video_import(tmp_path, capsys, bad):
         f, needle = v / "odd.mp4", "cannot open"
         f.write_bytes(b"")
     else:
-        f, needle = _audio_only(v / "odd.m4a"), "no video stream"
+        f, needle = _no_video_stream(v / "odd.m4a"), "no video stream"
         f = f.rename(v / "odd.mp4")
     ann = tmp_path / "a.csv"
     ann.write_text("video,start,end,label,split\nodd,0,1,Walking,train\ngood,0,1,Walking,train\n")
