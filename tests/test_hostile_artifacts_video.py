@@ -316,6 +316,13 @@ print(type(m).__name__, m.peft_config["default"].base_model_name_or_path)
 """
 
 
+def _load_elsewhere(adapter: Path, cwd: Path) -> subprocess.CompletedProcess:
+    "`LOAD` of `adapter` in a fresh Python whose working directory is `cwd`, offline."
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", LOAD, str(adapter)], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=600)  # fmt: skip
+
+
 def test_export_loads_with_peft_from_another_folder(trained, tmp_path, cli):
     "An export without --merge given a relative --out loads with peft's AutoPeftModelForCausalLM from any folder."
     run_dir = _copy(trained, tmp_path)
@@ -323,26 +330,11 @@ def test_export_loads_with_peft_from_another_folder(trained, tmp_path, cli):
     assert r.returncode == 0, r.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    p = subprocess.run(
-        [sys.executable, "-c", LOAD, str(tmp_path / "exported" / "adapter")],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    p = _load_elsewhere(tmp_path / "exported" / "adapter", elsewhere)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("PeftModelForCausalLM"), p.stdout
     base = Path(p.stdout.split()[1])
     assert base.is_absolute() and (tmp_path / "exported") in base.parents, p.stdout  # the export holds its base
     shutil.rmtree(run_dir)  # the export does not need the run folder
-    p = subprocess.run(
-        [sys.executable, "-c", LOAD, str(tmp_path / "exported" / "adapter")],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    p = _load_elsewhere(tmp_path / "exported" / "adapter", elsewhere)
     assert p.returncode == 0, p.stderr

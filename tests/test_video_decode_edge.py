@@ -3,34 +3,17 @@ damaged, a container whose video codec this FFmpeg build cannot decode, and (at 
 audio-only file. Each is one line naming the video, exit 2; `--skip-bad` leaves it out, counts it and caches nothing."""
 
 import json
-import re
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
-from test_video_real_footage import _no_video_stream
+from test_video_real_footage import _no_video_stream, refused, run
 
-from vtreetrm.cli import main
 from vtreetrm.utils import UserError
 from vtreetrm.video.features import decode_clip, segment_times
 
 FPS = 25
-
-
-def run(*args):
-    return main([str(a) for a in args])
-
-
-def refused(capsys, rc, *needles):
-    "Exit 2 and one `error:` line holding every needle; returns the line."
-    err = capsys.readouterr().err
-    lines = re.findall(r"(?:error|warning): [^\r\n]*", err)
-    assert rc == 2 and "Traceback" not in err, err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for n in needles:
-        assert str(n) in lines[0], (n, err)
-    return lines[0]
 
 
 def write(path: Path, n: int = 150, codec: str = "libx264", container_format: str = None) -> Path:
