@@ -15,11 +15,15 @@ test test-suite test-slow demo bench docs docs-serve: export TRANSFORMERS_OFFLIN
 
 .PHONY: env env-rl check-env-rl check-wheel test test-suite test-slow demo lab bench export format lint readme docs docs-serve clean-nbs sysdeps
 
+# a command that reads the package index is tried up to three times: a stalled download (pip's 180 s read timeout)
+# is not retried by pip itself, and it says nothing about the project
+retry = for i in 1 2 3; do $(1) && break; [ $$i = 3 ] && exit 1; echo "retrying ($$i of 2): $(1)"; sleep 15; done
+
 $(STAMP): setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -U pip wheel
-	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	$(call retry,$(BIN)/python -m pip install -q -U pip wheel)
+	$(call retry,$(BIN)/python -m pip install -q $(TORCH_SPEC))
+	$(call retry,$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]')
 	touch $@
 
 env: $(STAMP)

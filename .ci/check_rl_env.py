@@ -5,29 +5,37 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 WANT = {"verl": "0.9.1", "vllm": "0.24.0", "torch": "2.11.0", "transformers": "5.9.0"}
 root = Path(__file__).resolve().parents[1]
 with tempfile.TemporaryDirectory() as td:
-    rep = Path(td) / "report.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--dry-run",
-            "--ignore-installed",
-            "--report",
-            str(rep),
-            "-r",
-            str(root / "requirements" / "verl-rl.txt"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    rep, r = Path(td) / "report.json", None
+    # a stalled download (pip's read timeout) is not retried by pip itself; the index may answer a minute later
+    for attempt in range(3):
+        if attempt:
+            print(f"requirements/verl-rl.txt did not resolve, retrying ({attempt} of 2): {r.stderr.strip()[-300:]}")
+            time.sleep(15)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(rep),
+                "-r",
+                str(root / "requirements" / "verl-rl.txt"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if not r.returncode:
+            break
     if r.returncode:
         sys.exit(f"requirements/verl-rl.txt does not resolve: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     got = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(rep.read_text())["install"]}

@@ -19,7 +19,15 @@ git ls-files -z --cached --others --exclude-standard | tar --null --ignore-faile
 V="$tmp/venv/bin"
 log="$tmp/log"
 trap 'rc=$?; [ $rc = 0 ] || { echo "check_wheel failed (exit $rc); its log:"; tail -n 60 "$log"; }; rm -rf "$tmp"' EXIT
-pip() { "$V/python" -m pip -q --disable-pip-version-check "$@" >>"$log" 2>&1; }
+# a pip command that reads the index is tried up to three times (pip does not retry a stalled download itself)
+pip() {
+  local i
+  for i in 1 2 3; do
+    "$V/python" -m pip -q --disable-pip-version-check "$@" >>"$log" 2>&1 && return 0
+    [ "$i" = 3 ] || { echo "pip $1 failed, retrying ($i of 2)"; sleep 15; }
+  done
+  return 1
+}
 pip install -U pip wheel
 pip wheel --no-deps -w "$tmp/dist" "$tmp/src"
 whl=$(ls "$tmp"/dist/vtreetrm-*.whl)
