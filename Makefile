@@ -67,8 +67,12 @@ test-suite: $(STAMP) lint
 check-wheel:
 	TORCH_SPEC="$(TORCH_SPEC)" .ci/check_wheel.sh $(PYTHON)
 
-test-slow:
-	$(MAKE) test NBDEV_TEST_FLAGS="--flags slow" PYTEST_ARGS=""
+# the slow tier alone (what `make test` leaves out): pytest's slow tests, and the notebooks holding `#| slow` cells run
+# with those cells; `.ci/run` runs `make test` and then this
+test-slow: $(STAMP) sysdeps
+	for nb in $$(grep -rl --include='*.ipynb' '"#| *slow' nbs | grep -v -e '^nbs/experiments/' -e '^nbs/reports/'); do \
+	  $(BIN)/nbdev_test --flags slow --path $$nb || exit 1; done
+	$(BIN)/python -m pytest -q -m slow -n 2 -rs
 
 demo: $(STAMP)
 	$(BIN)/vtreetrm demo

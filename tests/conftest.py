@@ -34,6 +34,21 @@ def cli():
     return vtreetrm
 
 
+def one_line(err: str, rc: int, *needles) -> str:
+    "Refused as a user mistake: exit 2, no traceback, exactly one `error:` line under 1 KiB holding every needle."
+    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert rc == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and len(lines[0].encode()) < 1024, err
+    for n in needles:
+        assert str(n) in lines[0], (n, err)
+    return lines[0]
+
+
+def refused_cli(r: subprocess.CompletedProcess, *needles) -> str:
+    "`one_line` of a console-script run."
+    return one_line(r.stderr, r.returncode, *needles)
+
+
 # headless Chromium for the page tests: the flags that keep it off a closed network (no background, update or sync traffic)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -9,6 +9,7 @@ import threading
 import av
 import numpy as np
 import pytest
+from conftest import one_line
 
 from vtreetrm.cli import main
 
@@ -36,12 +37,6 @@ def build(*argv):
     return main(["harness", "build-trees", *map(str, argv)])
 
 
-def _one_line(err, rc, *needles):
-    assert rc == 2 and "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and all(n in lines[0] for n in needles), err
-
-
 @pytest.fixture(scope="module")
 def vids(tmp_path_factory):
     d = tmp_path_factory.mktemp("vids")
@@ -58,7 +53,7 @@ def test_build_trees_never_replaces_a_users_file(vids, tmp_path, capsys, monkeyp
     (tmp_path / "trees_build_report.json").write_text("the user's own report")
     for extra in ([], ["--overwrite"]):
         rc = build("--videos", vids, "--out", "trees", "--captioner", "simulated", *SMALL, *extra)
-        _one_line(capsys.readouterr().err, rc, "v1.json", "did not write")
+        one_line(capsys.readouterr().err, rc, "v1.json", "did not write")
         assert (out / "v1.json").read_text() == '{"mine": true}'
     (out / "v1.json").rename(tmp_path / "mine.json")
     assert build("--videos", vids, "--out", "trees", "--captioner", "simulated", *SMALL) == 0
@@ -72,7 +67,7 @@ def test_build_trees_never_replaces_a_users_file(vids, tmp_path, capsys, monkeyp
     assert (out / "v1.json").read_text() == first
     (out / "trees_build_report.json").write_text('{"a user": "wrote this"}')
     rc = build("--videos", vids, "--out", "trees", "--captioner", "simulated", *SMALL)
-    _one_line(capsys.readouterr().err, rc, "trees_build_report.json", "did not write")
+    one_line(capsys.readouterr().err, rc, "trees_build_report.json", "did not write")
 
 
 def _lying_mkv(path, seconds_claimed=1e9):
@@ -166,11 +161,11 @@ def test_infer_against_a_dead_backend_fails(syn, tmp_path, capsys, monkeypatch):
     url = f"http://127.0.0.1:{_free_port()}/v1"
     rc = _infer_openai(syn, tmp_path / "ws", url, "max_retries=0")
     cap = capsys.readouterr()
-    _one_line(cap.err, rc, url, "cannot reach")
+    one_line(cap.err, rc, url, "cannot reach")
     assert "accuracy" not in cap.out
     with StubServer(fail_500_every=1) as s:  # reachable, but every request fails
         rc = _infer_openai(syn, tmp_path / "ws2", s.url, "max_retries=0")
-    _one_line(capsys.readouterr().err, rc, s.url, "all 6 infer answers failed")
+    one_line(capsys.readouterr().err, rc, s.url, "all 6 infer answers failed")
     with StubServer(fail_500_every=9) as s:  # some requests fail: counted and reported, the run finishes
         rc = _infer_openai(syn, tmp_path / "ws3", s.url, "max_retries=0")
     cap = capsys.readouterr()
@@ -210,17 +205,17 @@ def test_reading_a_store_never_changes_its_schema(tmp_path, capsys):
     "show and extract-run-db on a store missing a table: refused in one line, the table not recreated."
     db = _store_without_answers(tmp_path / "ws")
     rc = main(["harness", "show", str(tmp_path / "ws")])
-    _one_line(capsys.readouterr().err, rc, "harness.db", "answers")
+    one_line(capsys.readouterr().err, rc, "harness.db", "answers")
     assert "answers" not in _tables(db)
     rc = main(["harness", "extract-run-db", str(db), str(tmp_path / "x.db"), "r1"])
-    _one_line(capsys.readouterr().err, rc, "harness.db", "answers")
+    one_line(capsys.readouterr().err, rc, "harness.db", "answers")
     assert "answers" not in _tables(db) and not (tmp_path / "x.db").exists()
     store = tmp_path / "store"
     for k in ("skills", "prompts"):
         (store / k / "v1").mkdir(parents=True)
         (store / k / "v1" / "a.md").write_text("x")
     rc = main(["harness", "init-seed", "s", "--store-dir", str(store), "--from-db", str(db), "--run-id", "r1"])
-    _one_line(capsys.readouterr().err, rc, "harness.db", "answers")
+    one_line(capsys.readouterr().err, rc, "harness.db", "answers")
     assert "answers" not in _tables(db) and not (store / "seeds" / "s").exists()
 
 
@@ -233,5 +228,5 @@ def test_build_trees_refuses_nonsense_numbers(vids, tmp_path, capsys, flag, valu
     "Each numeric flag out of range: one line naming it, before anything is decoded or written."
     args = ["--videos", vids, "--out", tmp_path / "trees", "--captioner", "openai", "--model", "m"]
     rc = build(*args, "--base-url", "http://127.0.0.1:9/v1", "--quiet", flag, value)
-    _one_line(capsys.readouterr().err, rc, flag.lstrip("-").replace("-", "_"), value)
+    one_line(capsys.readouterr().err, rc, flag.lstrip("-").replace("-", "_"), value)
     assert not (tmp_path / "trees").exists() and not (tmp_path / ".cache").exists()

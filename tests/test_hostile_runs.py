@@ -3,14 +3,8 @@ before anything is written, and what it points to (or holds) is left as it was."
 
 import json
 
+from conftest import refused_cli
 from test_runs_cli import BODY, make_notebook
-
-
-def _one_line(r, *needles):
-    err = r.stderr
-    assert r.returncode == 2 and "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and all(n in lines[0] for n in needles), err
 
 
 def test_symlinked_running_folder_is_refused(tmp_path, cli):
@@ -22,7 +16,7 @@ def test_symlinked_running_folder_is_refused(tmp_path, cli):
     (target / "params.json").write_text(json.dumps({"lr": 0.1, "steps": 3, "name": "x", "run_dir": "."}))
     (runs / "a.running").symlink_to(target)
     r = cli("run", nb, "--name", "a", "--runs-dir", runs)
-    _one_line(r, "a.running", "link")
+    refused_cli(r, "a.running", "link")
     assert sorted(p.name for p in target.iterdir()) == ["params.json"]  # no marker planted, no notebook written
     assert not (runs / "a").exists() and not (runs / "a").is_symlink()
 
@@ -34,5 +28,5 @@ def test_users_running_folder_is_not_deleted(tmp_path, cli):
     user.mkdir(parents=True)
     (user / "notes.txt").write_text("keep me")
     r = cli("run", nb, "--name", "user", "--runs-dir", tmp_path / "runs")
-    _one_line(r, "user.running", "did not write")
+    refused_cli(r, "user.running", "did not write")
     assert (user / "notes.txt").read_text() == "keep me"

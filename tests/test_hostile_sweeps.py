@@ -8,7 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from test_hostile_runs import _one_line
+from conftest import refused_cli
 from test_runs_cli import BODY, make_notebook
 
 FAILING = {"lr": 0.1, "steps": -1, "name": "x", "run_dir": "."}  # the notebook raises on steps < 0
@@ -37,7 +37,7 @@ def test_resume_refuses_a_notebook_edited_since_submission(tmp_path, cli):
     text["cells"][2]["source"] = f"open({str(marker)!r}, 'w').write('ran')"
     nb.write_text(json.dumps(text))
     r = cli("sweep", "resume", runs)
-    _one_line(r, "exp.ipynb", "sha256", "changed since the sweep")
+    refused_cli(r, "exp.ipynb", "sha256", "changed since the sweep")
     assert not marker.exists()
 
 
@@ -49,7 +49,7 @@ def test_resume_refuses_a_manifest_naming_another_notebook(tmp_path, cli):
     man["notebook"] = str(other)
     (runs / "sweep.json").write_text(json.dumps(man))
     r = cli("sweep", "resume", runs)
-    _one_line(r, "other.ipynb", "not the notebook the sweep was submitted with")
+    refused_cli(r, "other.ipynb", "not the notebook the sweep was submitted with")
     assert not marker.exists()
 
 
@@ -65,7 +65,7 @@ def test_another_sweep_of_the_same_name_is_refused(tmp_path, cli):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "s.yaml").write_text(f"notebook: {nb}\ngrid: {{steps: [-3]}}\n")
     r = cli("sweep", tmp_path / "b" / "s.yaml", "--runs-dir", tmp_path / "runs")
-    _one_line(r, "another version of the sweep 's'", "--force")
+    refused_cli(r, "another version of the sweep 's'", "--force")
     assert (tmp_path / "runs" / "sweep.json").read_text() == before
     assert not (tmp_path / "runs" / "s-steps=-3").exists()
     rows = cli("sweep", "status", tmp_path / "runs", check=0).stdout
@@ -154,7 +154,7 @@ def test_a_huge_grid_is_refused_before_anything_is_written(tmp_path, cli):
     (tmp_path / "big.yaml").write_text(f"notebook: {nb}\ngrid:\n{axes}\n")  # 32^4 points from 500 bytes
     t0 = time.time()
     r = cli("sweep", tmp_path / "big.yaml", "--runs-dir", tmp_path / "runs", timeout=60)
-    _one_line(r, "1,048,576 points", "10,000")
+    refused_cli(r, "1,048,576 points", "10,000")
     assert time.time() - t0 < 30 and not (tmp_path / "runs").exists()
     assert "10,000" in cli("sweep", "--help", check=0).stdout
 
@@ -174,7 +174,7 @@ def test_report_never_replaces_a_users_file(tmp_path, cli, users):
     runs = _runs_folder(tmp_path)
     (tmp_path / users).write_text("my notes")
     r = cli("report", "build", runs, "--out", tmp_path / "notes.html")
-    _one_line(r, users, "did not write")
+    refused_cli(r, users, "did not write")
     assert (tmp_path / users).read_text() == "my notes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", users]
 
@@ -246,5 +246,5 @@ def test_demo_names_its_own_options(tmp_path, cli):
     (old / "run.json").write_text(json.dumps({"status": "done"}))
     (old / "params.json").write_text(json.dumps({"eval_dir": "elsewhere"}))
     r = cli("demo", "--synthetic-eval", "--runs-dir", runs, "--out", tmp_path / "r.html")
-    _one_line(r, "--fresh", "--runs-dir")
+    refused_cli(r, "--fresh", "--runs-dir")
     assert "--name" not in r.stderr and "--force" not in r.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import refused_cli
 from safetensors.torch import load_file, save_file
 
 from vtreetrm.cli import main
@@ -37,14 +38,6 @@ def refused(capsys, rc, *needles):
     for n in needles:
         assert str(n) in lines[0], (n, err)
     return lines[0]
-
-
-def _one_line(r, *needles):
-    "A console-script run refused in one line."
-    err = r.stderr
-    assert r.returncode == 2 and "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and all(str(n) in lines[0] for n in needles), err
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +168,7 @@ def test_second_training_on_one_run_folder_is_refused(trained, tmp_path, cli, ki
     out = tmp_path / "run"
     with folder_lock(out):
         r = cli("video", kind, trained / "syn" / "lote", "--out", out, "--cache", tmp_path / "cache", "--epochs", 1)
-    _one_line(r, out, "another process")
+    refused_cli(r, out, "another process")
     assert not out.exists() and not (tmp_path / "cache").exists()  # refused before any work
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import refused_cli
 
 from vtreetrm.cli import main
 from vtreetrm.harness.synthetic import make_synthetic as make_harness_store
@@ -69,14 +70,6 @@ SMALL = [
 ]
 
 
-def _one_line(r, *needles):
-    "A console-script run refused in one line holding every needle."
-    err = r.stderr
-    assert r.returncode == 2 and "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and all(str(n) in lines[0] for n in needles), err
-
-
 def _question(qid: str, **kw) -> dict:
     return {"question_id": qid, "task_type": "Action Recognition", "question": "What?", "options": ["A. a", "B. b"],
             "answer": "A", **kw}  # fmt: skip
@@ -124,7 +117,7 @@ def test_build_trees_refuses_questions_without_a_video(cli, youtube_videos, tmp_
     r = cli(
         "harness", "build-trees", "--videos", youtube_videos, "--out", tmp_path / "trees", "--questions", bench, *SMALL
     )
-    _one_line(r, "bench.json", "2 of the 4 videos", "first '003'")
+    refused_cli(r, "bench.json", "2 of the 4 videos", "first '003'")
     assert not (tmp_path / "trees").exists()
 
 
@@ -139,4 +132,4 @@ def test_infer_refuses_questions_without_a_tree(cli, tmp_path):
     store, ws = tmp_path / "syn" / "store", tmp_path / "ws"
     r = cli("harness", "infer", "--store-dir", store, "--workspace-dir", ws, "--questions", qs, "--backend", "simulated",
             "--set", "embed.backend=hashing", "--quiet")  # fmt: skip
-    _one_line(r, "2 of the 2 videos", "first '001'", "build-trees --questions")
+    refused_cli(r, "2 of the 2 videos", "first '001'", "build-trees --questions")

@@ -5,8 +5,10 @@
 # %% ../../nbs/release/01_synthetic.ipynb #56803f2b
 from __future__ import annotations
 
+import datetime
 import os
 import random
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -19,8 +21,8 @@ from .assets import FORMAL_DATASET, NATIVE_PROMPT_FIELDS, make_report, requires
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = ['STANDARD', 'LEVELS', 'HEADERS', 'FIELDS', 'standard_categories', 'full_width', 'generate_rows', 'write_workbook',
-           'add_dimensions', 'make_synthetic']
+__all__ = ['STANDARD', 'LEVELS', 'HEADERS', 'FIELDS', 'FIXED_TIME', 'standard_categories', 'full_width', 'generate_rows',
+           'write_workbook', 'add_dimensions', 'make_synthetic']
 
 # %% ../../nbs/release/01_synthetic.ipynb #67f8d227
 # domain: (code, name, table prefix, [sub: (code, name, table word, [(leaf name, tokens, zh words, base level)])])
@@ -353,10 +355,14 @@ def _append_table(ws, rng, rows: list):
         ws.merged_cells.ranges.add(CellRange(f"B{first}:B{last}"))
 
 # %% ../../nbs/release/01_synthetic.ipynb #91142449
+FIXED_TIME = datetime.datetime(2000, 1, 1)  # the workbook's document and zip entry times: none is the time of the run
+
+
 def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progress: bool = True) -> dict:
     "Write the messy workbook; returns counts per sheet."
     rng = random.Random(seed + 1)
     wb = openpyxl.Workbook(write_only=True)
+    wb.properties.created = wb.properties.modified = FIXED_TIME  # the same seed gives the same bytes
     notes, sheets = _new_sheets(wb)
     counts = {ws.title: 0 for ws in sheets}
     bar = tqdm(total=records, desc="workbook", disable=not progress, mininterval=1)
@@ -378,18 +384,25 @@ def write_workbook(path, records: int, seed: int = 0, conflicts: int = 0, progre
 
 # %% ../../nbs/release/01_synthetic.ipynb #2c9a0ca6
 def add_dimensions(path, refs: dict):
-    "Insert the `<dimension ref=...>` element spreadsheet programs write (streaming writers omit it; readers then scan whole sheets)."
+    """Insert the `<dimension ref=...>` element spreadsheet programs write (streaming writers omit it; readers then scan
+    whole sheets); every zip entry, and the document's save time (openpyxl writes the clock's), get `FIXED_TIME`, so the
+    file's bytes depend on its contents only."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with zipfile.ZipFile(path) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
         for info in zin.infolist():
-            with zin.open(info) as src, zout.open(info.filename, "w", force_zip64=True) as dst:
+            entry = zipfile.ZipInfo(info.filename, FIXED_TIME.timetuple()[:6])
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            with zin.open(info) as src, zout.open(entry, "w", force_zip64=True) as dst:
                 if info.filename in refs:
                     head = src.read(1 << 16)
                     head = head.replace(
                         b"</sheetPr>", f'</sheetPr><dimension ref="{refs[info.filename]}"/>'.encode(), 1
                     )
                     dst.write(head)
+                if info.filename == "docProps/core.xml":
+                    stamp = FIXED_TIME.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+                    dst.write(re.sub(rb"(<dcterms:modified[^>]*>)[^<]*", rb"\g<1>" + stamp, src.read()))
                 shutil.copyfileobj(src, dst, 1 << 20)
     os.replace(tmp, path)
 
