@@ -138,3 +138,20 @@ def test_published_files_get_the_umask_mode(ckpt, tmp_path, umask):
     )
     assert cli("eval", "metrics", preds, umask=umask).returncode == 0
     assert (preds / "metrics.json").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o077])
+def test_streamed_record_files_get_the_umask_mode(tmp_path, umask):
+    "`release preprocess` streams its records file (not written whole): it too gets the mode a plain open() gives."
+    syn = tmp_path / "syn"
+    assert cli("release", "make-synthetic", "--out", syn, "--records", 20, "--no-progress").returncode == 0
+    out = tmp_path / "processed" / "all.json"
+    args = (
+        "--input",
+        syn / "RAW" / "shougang.xlsx",
+        "--mapping",
+        syn / "ASSETS" / "mappings" / "shougang.mapping.json",
+    )
+    r = cli("release", "preprocess", *args, "--output", out, "--dataset", "shougang", umask=umask)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask

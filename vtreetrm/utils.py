@@ -28,11 +28,11 @@ from typing import Any
 # %% auto #0
 __all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FILES', 'MODEL_IDENTITY_GLOBS',
            'MODEL_WEIGHT_SUFFIXES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
-           'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable', 'publish_dir',
-           'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock', 'path_component',
-           'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl', 'load_yaml',
-           'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files', 'package_versions',
-           'git_info', 'now_iso', 'provenance', 'run_sync']
+           'atomic_open', 'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable',
+           'publish_dir', 'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock',
+           'path_component', 'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl',
+           'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files',
+           'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -85,22 +85,23 @@ def make_parent(path: Path):
         raise
 
 # %% ../nbs/00_utils.ipynb #011e8c07
-def atomic_write(
+@contextlib.contextmanager
+def atomic_open(
     path: str | Path,  # destination file
-    data: str | bytes,  # full contents
+    mode: str = "w",  # "w" (text, UTF-8) or "wb"
 ):
-    "Write `data` to `path` through a temporary sibling and `os.replace` (a link at `path` is replaced, never followed)."
+    """Open a temporary sibling of `path` for streaming writes; on success it is synced and `os.replace`d into place
+    with the mode a plain open() would give (the umask's), on failure removed (a link at `path` is replaced, never
+    followed; a folder there is refused)."""
     path = Path(path)
     make_parent(path)
     if path.is_dir() and not path.is_symlink():
         raise UserError("refusing to replace a folder with a file: name a file, not a folder", path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets the mode a plain open() would give
-        with os.fdopen(
-            fd, "wb" if isinstance(data, bytes) else "w", **({} if isinstance(data, bytes) else {"encoding": "utf-8"})
-        ) as f:
-            f.write(data)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -108,7 +109,16 @@ def atomic_write(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return path
+
+
+def atomic_write(
+    path: str | Path,  # destination file
+    data: str | bytes,  # full contents
+):
+    "Write `data` to `path` through `atomic_open`."
+    with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    return Path(path)
 
 # %% ../nbs/00_utils.ipynb #be76c026
 def _json_default(o):

@@ -5,27 +5,24 @@
 # %% ../../nbs/release/00_assets.ipynb #887c67b2
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import inspect
 import json
-import os
 import re
-import tempfile
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 
-from ..utils import UserError, path_component, provenance, read_json, sha256_file, write_json
+from ..utils import UserError, atomic_open, path_component, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
 __all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', 'dataset_note', 'normalize_cell', 'record_id',
-           'Source', 'Target', 'Record', 'atomic_file', 'RecordWriter', 'write_records', 'iter_records', 'Category',
-           'Registry', 'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig',
-           'ReleaseContext', 'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report',
-           'write_validation', 'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
+           'Source', 'Target', 'Record', 'RecordWriter', 'write_records', 'iter_records', 'Category', 'Registry',
+           'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig', 'ReleaseContext',
+           'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report', 'write_validation',
+           'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
            'write_grading_manifest']
 
 # %% ../../nbs/release/00_assets.ipynb #518b3b7e
@@ -163,24 +160,6 @@ class Record:
             split=split,
         )
 
-# %% ../../nbs/release/00_assets.ipynb #ae5cff25
-@contextlib.contextmanager
-def atomic_file(path: str | Path, mode: str = "w"):
-    "Open a temporary sibling of `path` for streaming writes; `os.replace` it into place on success."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
 # %% ../../nbs/release/00_assets.ipynb #00bc54e1
 class RecordWriter:
     "Write dict records as a JSON array, one record per line, to an open text file."
@@ -201,7 +180,7 @@ class RecordWriter:
 
 def write_records(path: str | Path, records: Iterable) -> int:
     "Write records to `path` atomically; returns the count."
-    with atomic_file(path) as f:
+    with atomic_open(path) as f:
         w = RecordWriter(f)
         for r in records:
             w.write(r)

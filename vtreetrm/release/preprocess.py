@@ -23,13 +23,12 @@ from vtreetrm.release.assets import (
     RecordWriter,
     Source,
     Target,
-    atomic_file,
     make_report,
     normalize_cell,
     record_id,
     requires,
 )
-from ..utils import UserError, write_json
+from ..utils import UserError, atomic_open, write_json
 
 # %% auto #0
 __all__ = ['XML_CHUNK', 'MAX_XML_TAG', 'MAX_ROWS', 'MAX_COLS', 'MAX_CELL_CHARS', 'MAX_PART_BYTES', 'xml_pieces', 'merged_ranges',
@@ -326,7 +325,7 @@ def preprocess(
     if m.dataset != dataset:
         raise UserError(f"mapping is for dataset {m.dataset!r}, not {dataset!r}", mapping, None, "dataset")
     t0, stats = time.time(), {}
-    with atomic_file(output) as f:
+    with atomic_open(output) as f:
         w = RecordWriter(f)
         for rec in iter_workbook_records(input, m, dataset, progress, stats):
             w.write(rec)
