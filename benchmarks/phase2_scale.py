@@ -114,7 +114,9 @@ def variant(spec: dict) -> dict:
     n_llm = sum(p.numel() for n, p in acc.unwrap_model(model).llm.named_parameters() if "lora_" not in n)
     # frozen LLM: forward 2N and input-gradient 2N FLOPs per token (no weight gradients); recomputation is not counted
     mfu = (
-        (4 * n_llm * tokens * spec["steps"] * W / dt) / (spec["peak_tflops"] * 1e12 * W) if dev.type == "cuda" else None
+        (4 * n_llm * tokens * spec["steps"] * W / dt) / (spec["peak_tflops"] * 1e12 * W)
+        if dev.type == "cuda" and spec["peak_tflops"]
+        else None
     )
     return {
         **spec,
@@ -145,9 +147,10 @@ def run_variant(spec: dict, procs: int = 1) -> dict:
 PEAK_BF16_TFLOPS = {"H200": 989, "H100": 989, "A100": 312, "L40S": 362, "A10": 125}  # dense, per GPU
 
 
-def gpu_peak_tflops() -> float:
+def gpu_peak_tflops() -> float | None:
+    "The GPU's dense bf16 peak, None without a GPU or for one not in the table (no MFU then)."
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), float("nan"))
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
 def show(r: dict):
