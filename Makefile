@@ -83,7 +83,7 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/metrics.py
 	$(BIN)/python benchmarks/phase2_step.py
-	$(BIN)/python benchmarks/phase2_scale.py
+	$(BIN)/python benchmarks/phase2_scale.py --procs 2
 	$(BIN)/python benchmarks/release_chain.py --records 100000
 	$(BIN)/python benchmarks/harness_concurrency.py
 	$(BIN)/python benchmarks/build_trees.py

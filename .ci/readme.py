@@ -1,35 +1,43 @@
 #!/usr/bin/env python3
-"""README.md is generated from nbs/index.ipynb (the docs' home page) with nbconvert's Markdown exporter; the line
-`<!-- demo-summary -->` becomes reports/demo_summary.md, the table a full `make demo` run wrote (never typed by hand).
+"""README.md is generated from nbs/index.ipynb (the docs' home page) with nbconvert's Markdown exporter; each line
+`<!-- NAME -->` becomes reports/NAME.md (`-` read as `_`), the summary a full run wrote beside reports/NAME.json:
+`<!-- demo-summary -->` from `make demo`, `<!-- learnability -->` and `<!-- phase2_scale -->` from the scripts of the
+same names in benchmarks/. No figure in the README is typed by hand.
 
 python .ci/readme.py           # write README.md
 python .ci/readme.py --check   # exit 1 when README.md differs from what nbs/index.ipynb gives"""
 
 import json
+import re
 import sys
 from pathlib import Path
 
 root = Path(__file__).resolve().parents[1]
 
+MARK = re.compile(r"^<!-- ([a-z0-9_-]+) -->$", re.M)
+PRODUCER = {"demo_summary": "make demo", "learnability": "python benchmarks/learnability.py",
+            "phase2_scale": "python benchmarks/phase2_scale.py --procs 2"}  # fmt: skip
 
-MARK = "<!-- demo-summary -->"
 
-
-def demo_table() -> str:
-    "reports/demo_summary.md, once its .json says it is a full run's."
-    s = json.loads((root / "reports" / "demo_summary.json").read_text(encoding="utf-8"))
-    if s.get("quick"):
-        sys.exit("reports/demo_summary.json is a --quick run's: run `make demo` in full, then `make readme`")
-    return (root / "reports" / "demo_summary.md").read_text(encoding="utf-8").rstrip("\n")
+def summary(name: str, reports: Path = root / "reports") -> str:
+    "reports/NAME.md, once reports/NAME.json says it is a full run's; exits naming the file otherwise."
+    how = PRODUCER.get(name, f"the script that writes reports/{name}.json")
+    js, md = reports / f"{name}.json", reports / f"{name}.md"
+    if not js.is_file() or not md.is_file():
+        sys.exit(f"{js if not js.is_file() else md} is missing: run `{how}` in full, then `make readme`")
+    if json.loads(js.read_text(encoding="utf-8")).get("quick"):
+        sys.exit(f"{js} is a --quick run's: run `{how}` in full, then `make readme`")
+    return md.read_text(encoding="utf-8").rstrip("\n")
 
 
 def render() -> str:
     from nbconvert import MarkdownExporter
 
     body, _ = MarkdownExporter().from_filename(str(root / "nbs" / "index.ipynb"))
-    if body.count(MARK) != 1:
-        sys.exit(f"nbs/index.ipynb must hold the line {MARK} once (where the demo's results go)")
-    return body.replace(MARK, demo_table())
+    names = MARK.findall(body)
+    if "demo-summary" not in names or len(names) != len(set(names)):
+        sys.exit("nbs/index.ipynb must hold the line <!-- demo-summary --> once, and each <!-- NAME --> line once")
+    return MARK.sub(lambda m: summary(m[1].replace("-", "_")), body)
 
 
 def main():

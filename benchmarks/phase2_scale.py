@@ -7,7 +7,8 @@ The model is Phase-2 with random weights at real widths: an LLM shaped like Qwen
 cross-attention every 2) and frozen features of width 768 (DINOv2-B). Each variant runs in a fresh subprocess
 (so its peak memory is its own: process peak RSS on the CPU, CUDA max allocated on a GPU) and times `--steps`
 training steps after one warm-up step on prompts of the real length (21 candidate actions). Printed per variant:
-samples/s, LLM tokens/s, peak memory and the frozen LLM's parameter bytes; then the bf16 / fp32 ratios.
+samples/s, LLM tokens/s, peak memory and the frozen LLM's parameter bytes; then the bf16 / fp32 ratios. All of it goes
+to reports/phase2_scale.json (with what produced it) and reports/phase2_scale.md, the table the README shows.
 
 `--procs N` adds the fp32 variant on N processes (torchrun, gloo on the CPU; each process 1/N of the threads and
 its own batch of `--batch-size`, DDP averaging the gradients) and prints its samples/s against one process.
@@ -26,6 +27,7 @@ import sys
 import time
 
 import torch
+from report import begin, write_report
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from vtreetrm.video.labels import LOTE_SIMPLE
@@ -112,7 +114,9 @@ def variant(spec: dict) -> dict:
     n_llm = sum(p.numel() for n, p in acc.unwrap_model(model).llm.named_parameters() if "lora_" not in n)
     # frozen LLM: forward 2N and input-gradient 2N FLOPs per token (no weight gradients); recomputation is not counted
     mfu = (
-        (4 * n_llm * tokens * spec["steps"] * W / dt) / (spec["peak_tflops"] * 1e12 * W) if dev.type == "cuda" else None
+        (4 * n_llm * tokens * spec["steps"] * W / dt) / (spec["peak_tflops"] * 1e12 * W)
+        if dev.type == "cuda" and spec["peak_tflops"]
+        else None
     )
     return {
         **spec,
@@ -143,9 +147,10 @@ def run_variant(spec: dict, procs: int = 1) -> dict:
 PEAK_BF16_TFLOPS = {"H200": 989, "H100": 989, "A100": 312, "L40S": 362, "A10": 125}  # dense, per GPU
 
 
-def gpu_peak_tflops() -> float:
+def gpu_peak_tflops() -> float | None:
+    "The GPU's dense bf16 peak, None without a GPU or for one not in the table (no MFU then)."
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), float("nan"))
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
 def show(r: dict):
@@ -165,7 +170,10 @@ def main():
     ap.add_argument("--gpu-layers", type=int, default=4, help="layers of the 7B-wide LLM on a GPU")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--procs", type=int, default=1, help="also time the fp32 variant on this many processes")
+    ap.add_argument("--out", help="folder for phase2_scale.json/.md (default: the repository's reports/)")
     args = ap.parse_args()
+    t0 = time.time()
+    pv = None if args.one else begin(vars(args))
     if args.one:
         r = variant(json.loads(args.one))
         if int(os.environ.get("RANK", 0)) == 0:
@@ -182,31 +190,64 @@ def main():
         peak_tflops=gpu_peak_tflops(),
     )
     fp32, bf16 = run_variant({**base, "dtype": "fp32"}), run_variant({**base, "dtype": "bf16"})
+    rows, ratios = [fp32, bf16], {}
     for r in (fp32, bf16):
         show(r)
+    ratios["bf16_over_fp32"] = {k: bf16[k] / fp32[k] for k in ("frozen_llm_bytes", "samples_per_s", "peak_memory_mib")}
     print(
-        f"bf16 / fp32: frozen LLM bytes {bf16['frozen_llm_bytes'] / fp32['frozen_llm_bytes']:.3f}x, "
-        f"samples/s {bf16['samples_per_s'] / fp32['samples_per_s']:.2f}x, peak memory {bf16['peak_memory_mib'] / fp32['peak_memory_mib']:.2f}x "
+        f"bf16 / fp32: frozen LLM bytes {ratios['bf16_over_fp32']['frozen_llm_bytes']:.3f}x, "
+        f"samples/s {ratios['bf16_over_fp32']['samples_per_s']:.2f}x, peak memory {ratios['bf16_over_fp32']['peak_memory_mib']:.2f}x "
         f"(device {fp32['device']}, batch {args.batch_size}, M={args.num_queries}, {args.steps} steps)"
     )
     if args.procs > 1:
         many = run_variant({**base, "dtype": "fp32", "threads": max(1, args.threads // args.procs)}, args.procs)
+        rows.append(many)
         show(many)
+        ratios["procs_over_one"] = many["samples_per_s"] / fp32["samples_per_s"]
         print(
             f"{args.procs} processes / 1 process (fp32, {args.threads} threads in all, batch {args.batch_size} per process): "
-            f"samples/s {many['samples_per_s'] / fp32['samples_per_s']:.2f}x"
+            f"samples/s {ratios['procs_over_one']:.2f}x"
         )
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        big = {**base, "llm": "7b", "layers": args.gpu_layers, "dtype": "bf16"}
+        off, on = run_variant(big), run_variant({**big, "ckpt": True})
+        rows += [off, on]
+        for r in (off, on):
+            show(r)
+        ratios["ckpt_on_over_off"] = {k: on[k] / off[k] for k in ("peak_memory_mib", "samples_per_s")}
+        print(
+            f"gradient checkpointing on / off: peak memory {ratios['ckpt_on_over_off']['peak_memory_mib']:.2f}x, "
+            f"samples/s {ratios['ckpt_on_over_off']['samples_per_s']:.2f}x"
+        )
+    else:
         print("no GPU: the Qwen2.5-7B-width variants run only on a GPU")
-        return
-    big = {**base, "llm": "7b", "layers": args.gpu_layers, "dtype": "bf16"}
-    off, on = run_variant(big), run_variant({**big, "ckpt": True})
-    for r in (off, on):
-        show(r)
-    print(
-        f"gradient checkpointing on / off: peak memory {on['peak_memory_mib'] / off['peak_memory_mib']:.2f}x, "
-        f"samples/s {on['samples_per_s'] / off['samples_per_s']:.2f}x"
-    )
+    paths = write_report(
+        "phase2_scale", {"variants": rows, "ratios": ratios}, markdown(rows, ratios, args), pv, time.time() - t0,
+        quick=False, out=args.out,
+    )  # fmt: skip
+    print("wrote", *paths)
+
+
+def markdown(rows: list, ratios: dict, args) -> str:
+    "The table of variants and the ratios, as the README shows them."
+    out = ["| LLM width | layers | dtype | processes x threads | grad. ckpt | samples/s | peak memory (MiB) | frozen LLM (MiB) |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out += [f"| {r['llm']} | {r['layers']} | {r['dtype']} | {r['processes']} x {r['threads']} | {'on' if r['ckpt'] else 'off'} "
+            f"| {r['samples_per_s']:.2f} | {r['peak_memory_mib']:.1f} | {r['frozen_llm_bytes'] / 2**20:.1f} |" for r in rows]  # fmt: skip
+    b = ratios["bf16_over_fp32"]
+    out += ["", f"bf16 / fp32: frozen LLM bytes {b['frozen_llm_bytes']:.3f}x, peak memory {b['peak_memory_mib']:.2f}x, "
+            f"samples/s {b['samples_per_s']:.2f}x (batch {args.batch_size} per process, M = {args.num_queries}, "
+            f"{args.steps} timed steps after one warm-up; peak memory: process peak RSS on the CPU, CUDA max allocated on a GPU)."]  # fmt: skip
+    if "procs_over_one" in ratios:
+        out[-1] += (
+            f" {args.procs} processes / 1 process (fp32, {args.threads} threads in all): samples/s {ratios['procs_over_one']:.2f}x."
+        )
+    if "ckpt_on_over_off" in ratios:
+        c = ratios["ckpt_on_over_off"]
+        out[-1] += (
+            f" Gradient checkpointing on / off: peak memory {c['peak_memory_mib']:.2f}x, samples/s {c['samples_per_s']:.2f}x."
+        )
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
