@@ -20,6 +20,7 @@ def readme_module():
     return mod
 
 
+@pytest.mark.slow  # about 80 s: the whole chain through the CLI, tiny
 def test_learnability_quick_summary(tmp_path):
     "The --quick chain (tiny data, 1 epoch, 2 seeds) writes both files with the runs, the spread and provenance."
     env = {**os.environ, "VTREETRM_CACHE": str(tmp_path / "vcache"), "PYTHONPATH": str(ROOT)}
