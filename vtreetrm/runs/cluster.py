@@ -36,7 +36,10 @@ def _slurm_conf(f: Path, host: str, cpus: int, memory_mb: int, partition: str) -
     ctld, d = _free_ports(2)
     return "\n".join([
         "ClusterName=vtreetrm", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={ctld}", f"SlurmdPort={d}",
-        "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", f"AuthInfo=socket={f}/munge/sock",
+        "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
+        # a job credential's lifetime (a launch is checked within it: loopback, milliseconds) is also how long a
+        # requeued job waits before it starts again: 5 s, the least SLURM takes, instead of its 120 s
+        f"AuthInfo=socket={f}/munge/sock,cred_expire=5",
         "CredType=cred/munge", f"StateSaveLocation={f}/state", f"SlurmdSpoolDir={f}/spool",
         f"SlurmctldPidFile={f}/slurmctld.pid", f"SlurmdPidFile={f}/slurmd.pid",
         f"SlurmctldLogFile={f}/slurmctld.log", f"SlurmdLogFile={f}/slurmd.log",
@@ -45,6 +48,7 @@ def _slurm_conf(f: Path, host: str, cpus: int, memory_mb: int, partition: str) -
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU_Memory", "ReturnToService=2", "JobRequeue=1",
         f"DefMemPerCPU={memory_mb // cpus}",  # a job without --mem takes its CPUs' share, not the whole node
         "MinJobAge=600", "SchedulerType=sched/backfill",
+        "SchedulerParameters=sched_interval=2,bf_interval=2",  # one node: a job whose wait is over starts within 2 s
         f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
         f"PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP", "",
     ])  # fmt: skip
