@@ -79,6 +79,17 @@ def _wait_idle(f: Path, env: dict, partition: str, timeout_s: float = 60):
     raise UserError(f"the local SLURM node did not come up in {timeout_s:.0f} s (logs: slurmctld.log, slurmd.log)", f)
 
 
+def _end_jobs(env: dict, timeout_s: float = 30):
+    "Cancel what is left and wait until it is gone: a job still ending when slurmd stops keeps its processes forever."
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        r = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True)
+        if r.returncode or not r.stdout.split():
+            return
+        subprocess.run(["scancel", *set(r.stdout.split())], env=env, capture_output=True)
+        time.sleep(0.5)
+
+
 def _stop_daemons(f: Path):
     for pidfile in (f / "slurmd.pid", f / "slurmctld.pid", f / "munge" / "munged.pid"):
         with contextlib.suppress(OSError, ValueError):
@@ -106,5 +117,6 @@ def local_slurm(folder: str | Path, cpus: int = 2, memory_mb: int = 4000, partit
         _wait_idle(f, dict(os.environ), partition)
         yield conf
     finally:
+        _end_jobs(dict(os.environ))
         _stop_daemons(f)
         os.environ.pop("SLURM_CONF") if old is None else os.environ.__setitem__("SLURM_CONF", old)
