@@ -1,6 +1,6 @@
 """Outputs under attack on every command that writes one: a folder or file this tool did not write is never replaced,
 a path through a file is one clear error, canonical metadata that is not one line of text is refused where it is read,
-and a release published by sft-export survives a kill at every rename."""
+and a release published by sft-export survives a kill at every call that publishes it or removes the old one."""
 
 import json
 import os
@@ -15,9 +15,7 @@ from test_release_chain import Chain, _Cap
 
 from vtreetrm.cli import main
 
-EXE = Path(sys.executable).parent / "vtreetrm"
 STRACE = shutil.which("strace")
-CALLS = "rename,renameat,renameat2,unlink,unlinkat,rmdir"  # strace counts each call on its own: when=K hits the K-th of each
 
 
 @pytest.fixture(scope="module")
@@ -176,38 +174,86 @@ def test_validators_refuse_prompts_from_missing_or_non_text_metadata(chain, tmp_
     assert first["field"] == "metadata" and first["row"] == 1 and "train.parquet" in first["file"], first
 
 
+# a process that has imported the tool forks one child per run: a kill costs one export, not a Python start-up.
+# The child waits until a tracer holds it, so strace counts (and kills at) its calls from its first one.
+FORK_SERVER = """
+import ctypes, json, os, sys, time
+from vtreetrm.cli import main
+import vtreetrm.release.cli
+for line in sys.stdin:
+    argv, err = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1), 0, 0, 0)  # PR_SET_PTRACER_ANY (Yama): strace -p may attach
+        fd = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1), os.dup2(fd, 2)
+        t0 = time.time()
+        while "TracerPid:\\t0\\n" in open("/proc/self/status").read():
+            if time.time() - t0 > 60:
+                os._exit(99)
+            time.sleep(0.001)
+        time.sleep(0.05)  # a moment for strace to take hold (attached, it stops the child at its next call)
+        os._exit(main(argv))
+    print(pid, flush=True)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+CALLS = (
+    "rename,renameat,renameat2,link,linkat,unlink,unlinkat,rmdir"  # how a folder is published and its old one removed
+)
+
+
+def _whole(out: Path, files: dict):
+    "`out` is a whole published release: the same files, every parquet readable with its rows, the report ok."
+    assert sorted(p.name for p in out.iterdir()) == sorted(files), sorted(p.name for p in out.iterdir())
+    assert json.loads((out / "export_report.json").read_text())["status"] == "ok"
+    assert {n: pq.read_table(out / n).num_rows for n in files if n.endswith(".parquet")} == {
+        n: r for n, r in files.items() if n.endswith(".parquet")
+    }
+
+
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed")
-@pytest.mark.slow
-def test_sft_export_survives_a_kill_at_every_rename(chain, tmp_path):
+def test_sft_export_survives_a_kill_at_every_rename(chain, tmp_path, capsys):
     argv = [str(a) for a in chain.steps()["sft-export"]]
     out = tmp_path / "rel"
     argv[argv.index("--output-dir") + 1] = str(out)
+    argv = ["release", *argv, "--no-progress"]
+    assert main(argv) == 0  # the old release, which every run below replaces
+    files = {p.name: pq.read_table(p).num_rows if p.suffix == ".parquet" else None for p in out.iterdir()}
+    assert {"train.parquet", "val.parquet", "test.parquet", "export_report.json", ".vtreetrm-published"} <= set(files)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [str(EXE), "release", *argv, "--no-progress"]
-    assert subprocess.run(cmd, capture_output=True, env=env, timeout=300).returncode == 0
-    killed = 0
-    for k in range(1, 400):
-        trap = [
-            STRACE,
-            "-f",
-            "-qq",
-            "-o",
-            "/dev/null",
-            "-e",
-            f"trace={CALLS}",
-            "-e",
-            f"inject={CALLS}:signal=SIGKILL:when={k}",
+    server = subprocess.Popen([sys.executable, "-c", FORK_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=env)  # fmt: skip
+    err = tmp_path / "child.err"
+
+    def traced(*strace_args) -> int:
+        "Run the export in a forked child under `strace -p`; its exit code (-9: killed)."
+        server.stdin.write(json.dumps([argv, str(err)]) + "\n")
+        server.stdin.flush()
+        pid = server.stdout.readline().strip()
+        s = subprocess.run([STRACE, "-f", "-qq", "-p", pid, *strace_args], capture_output=True, text=True, timeout=120)
+        rc = int(server.stdout.readline())
+        assert rc != 99, f"strace did not attach: {s.stderr}"
+        return rc
+
+    try:
+        log = tmp_path / "calls.log"
+        assert traced("-o", str(log), "-e", f"trace={CALLS}") == 0, err.read_text()
+        lines = [
+            l.split(maxsplit=1) for l in log.read_text().splitlines() if not l.split()[1].startswith(("---", "+++"))
         ]
-        r = subprocess.run(trap + cmd, capture_output=True, env=env, timeout=300)
-        assert (out / ".vtreetrm-published").is_file() and json.loads((out / "export_report.json").read_text())[
-            "status"
-        ] == "ok"
-        assert pq.read_table(out / "train.parquet").num_rows > 0
-        if r.returncode == 0:
-            break
-        killed += 1
-    assert killed >= 2
-    assert subprocess.run(cmd, capture_output=True, env=env, timeout=300).returncode == 0
+        calls = [call.split("(")[0] for _, call in lines]
+        assert len({pid for pid, _ in lines}) == 1, lines  # all on one thread: strace counts calls per thread
+        assert "renameat2" in calls and calls.count("unlinkat") >= 4, calls  # the swap, then the old one removed
+        for i, call in enumerate(calls):  # kill on entering each call: the ones before it ran, this one did not
+            n = calls[: i + 1].count(call)
+            rc = traced("-o", "/dev/null", "-e", f"trace={call}", "-e", f"inject={call}:signal=SIGKILL:when={n}")
+            assert rc == -9, (i, call, rc, err.read_text())
+            _whole(out, files)  # the old release or the new one, never neither
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert main(argv) == 0, capsys.readouterr().err  # a rerun over what the kills left completes
+    _whole(out, files)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".rel.")] == []
 
 
