@@ -12,9 +12,9 @@ from vtreetrm.cli import main
 
 
 def test_killed_phase2_notebook_run_resumes(tmp_path):
-    """Killed as soon as epoch 1 is in history.jsonl (of 8: 1-2 s each, so the kill lands mid-run even on a loaded
-    machine), the run resumes under the same name: each epoch once, `resumed: true`. Tiny data (LoTE-shaped only, 2 frames, one pooled
-    patch token each), a random tiny LLM (no pretraining), M=4 and short answers keep it short."""
+    """Killed as soon as epoch 1 is in history.jsonl (of 8, about 1 s each, so the kill lands mid-run even on a
+    loaded machine), the run resumes under the same name: each epoch once, `resumed: true`. Tiny LoTE-shaped data
+    (2 frames, one pooled patch token each), a random tiny LLM (no pretraining), M=4 and short answers keep it short."""
     assert (
         main(["video", "make-synthetic", "--out", str(tmp_path / "syn"), "--scale", "tiny", "--datasets", "lote"]) == 0
     )
