@@ -287,7 +287,7 @@ def _learn(tmp_path, scale, p1_args=(), p2_args=()):
 
 @pytest.mark.slow
 def test_learnability_quick(tmp_path):
-    """Slow tier (2 minutes of the default tier's 7 were this one test), about 2.5 minutes on 2 cores: the default-size LoTE-shaped set, Phase-1 with the CLI defaults,
+    """Slow tier, about 3.5 minutes on 2 cores: the default-size LoTE-shaped set, Phase-1 with the CLI defaults,
     and Phase-2 for 4 epochs with the auxiliary cls head at weight 1 (a shorter schedule than the defaults' 16
     epochs); the real run and its shuffled-labels control train side by side, one thread each. The generated answer
     reaches the linear probe on the same frozen features; the control stays at the majority class."""
