@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# GPU smoke of the VeRL SFT line, every step through the `vtreetrm release` commands:
+# Smoke of the VeRL SFT line, every step through the `vtreetrm release` commands:
 #   synthetic assets -> canonical -> trajectory release (mock think: a smoke) and an rl-cascade release,
 #   a tiny Qwen2 built from a tokenizer trained on the trajectories,
 #   verl's SFT trainer for 10 steps (verl-sft --smoke --no-dry-run), verl-merge of the last checkpoint,
 #   the rollout gate on the merged model (a 10-step tiny model fails the 5-30% band: the script checks the gate ran
 #   on the merged model, by sha256, not that it passed).
-# Needs one CUDA GPU and the [verl] extra: verl 0.9.1's trainer initialises NCCL, so it cannot run on a CPU.
-# Usage: benchmarks/verl_sft_smoke.sh [WORK_DIR] [--dry-run]   (--dry-run: stop after the SFT gate, runs on a CPU)
+# Needs the [verl] extra, and one CUDA GPU unless --cpu. verl 0.9.1's own entry point (verl.trainer.sft_trainer) needs
+# NCCL: verl/utils/distributed.py:62 asks for the backend "cpu:gloo,cuda:nccl"; with --cpu, verl-sft --device cpu runs
+# the same trainer through vtreetrm.release.verl_cpu (a gloo process group, FSDP2 on the CPU: a smoke, ~2 s a step).
+# Usage: benchmarks/verl_sft_smoke.sh [WORK_DIR] [--dry-run|--cpu]   (--dry-run: stop after the SFT gate)
 set -euo pipefail
 W=$(realpath -m "${1:-$(mktemp -d -t verl-sft-smoke.XXXXXX)}"); DRY=${2:-}
 export HF_HUB_OFFLINE=1
@@ -51,6 +53,7 @@ RUN=(--release "$R/traj" --model "$W/model" --output-dir "$W/sft" --smoke --max-
      --extra trainer.total_training_steps=10 trainer.save_freq=10 trainer.test_freq=-1 data.train_batch_size=8
              data.micro_batch_size_per_gpu=2)
 if [ "$DRY" = "--dry-run" ]; then v verl-sft "${RUN[@]}"; echo "dry run: gate passed, command in $W/sft/command.sh"; exit 0; fi
+[ "$DRY" = "--cpu" ] && RUN+=(--device cpu)
 v verl-sft "${RUN[@]}" --no-dry-run
 CK=$(dirname "$(find "$W/sft/checkpoints" -name fsdp_config.json | sort -V | tail -1)")
 v verl-merge --checkpoint "$CK" --out "$W/merged" | tee "$W/merge.out"

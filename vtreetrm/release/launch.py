@@ -30,9 +30,9 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl', 'compose_verl_config',
-           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'check_audit_report',
-           'rl_gates', 'verl_rl']
+__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl',
+           'compose_verl_config', 'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge',
+           'release_canonical', 'check_audit_report', 'rl_gates', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #1c7d6501
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
@@ -154,6 +154,16 @@ def _check_think(release, smoke: bool) -> str:
 
 # %% ../../nbs/release/13_launch.ipynb #4789301b
 SFT_DATASET = ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset")  # data.custom_cls for verl's SFT trainer
+SFT_ENTRY = {"cuda": "verl.trainer.sft_trainer", "cpu": "vtreetrm.release.verl_cpu"}  # torchrun -m, by --device
+
+
+def _device_overrides(device: str) -> list:
+    "The verl overrides a `device` needs: none on CUDA, `verl_cpu.CPU_OVERRIDES` on a CPU."
+    if device != "cpu":
+        return []
+    from .verl_cpu import CPU_OVERRIDES
+
+    return CPU_OVERRIDES
 
 
 def _sft_overrides(p: dict, files: dict) -> list:
@@ -176,6 +186,7 @@ def _sft_overrides(p: dict, files: dict) -> list:
         f"trainer.experiment_name={p['experiment']}",
         f"trainer.default_local_dir={Path(p['output_dir']).resolve()}/checkpoints",
         "trainer.logger=[console]",
+        *_device_overrides(p["device"]),
         *(p["extra"] or []),
     ]
 
@@ -251,9 +262,12 @@ def verl_sft(
     dry_run: bool = True,  # print the command instead of running it
     smoke: bool = False,  # accept a mock-think release (a CPU smoke, never a formal SFT); the experiment name says smoke
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
+    device: str = "cuda",  # cuda: verl's own entry point; cpu: the same trainer on a CPU (release.verl_cpu), a smoke
 ):
     "Gate and launch verl's SFT trainer on a native-tool trajectory release."
     params = {k: v for k, v in locals().items() if k != "smoke"}
+    if device not in SFT_ENTRY:
+        raise UserError(f"--device must be one of {', '.join(SFT_ENTRY)}, not {device}", field="device")
     verl = check_verl()
     files = _release_files(release, "trajectory")
     think = _check_think(release, smoke)
@@ -265,7 +279,7 @@ def verl_sft(
     cfg = compose_verl_config("sft_trainer_engine", overrides)
     _check_sft_config(cfg)
     rows = _check_sft_rows(cfg, files["train"], tok, check_rows)
-    cmd = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={n_gpus}", "-m", "verl.trainer.sft_trainer"]
+    cmd = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={n_gpus}", "-m", SFT_ENTRY[device]]
     cmd += overrides
     return _publish(output_dir, cmd, cfg, _sft_report(params, files, verl, think, rows, cmd), dry_run)
 
