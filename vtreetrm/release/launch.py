@@ -161,7 +161,7 @@ def _device_overrides(device: str) -> list:
     "The verl overrides a `device` needs: none on CUDA, `verl_cpu.CPU_OVERRIDES` on a CPU."
     if device != "cpu":
         return []
-    from .verl_cpu import CPU_OVERRIDES
+    from vtreetrm.release.verl_cpu import CPU_OVERRIDES
 
     return CPU_OVERRIDES
 
