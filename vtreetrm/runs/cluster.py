@@ -90,10 +90,33 @@ def _end_jobs(env: dict, timeout_s: float = 30):
         time.sleep(0.5)
 
 
-def _stop_daemons(f: Path):
+def _gone(pid: int) -> bool:
+    "The process has exited (a zombie counts: a daemon's parent is init, which may reap it late)."
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def _stop_daemons(f: Path, timeout_s: float = 30):
+    """Stop the daemons and wait until they have exited (SIGKILL after `timeout_s`): they write into the folder as they
+    stop, so a caller removing it right after would race them."""
+    pids = []
     for pidfile in (f / "slurmd.pid", f / "slurmctld.pid", f / "munge" / "munged.pid"):
         with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pidfile.read_text().split()[0]), 15)
+            pid = int(pidfile.read_text().split()[0])
+            os.kill(pid, 15)
+            pids.append(pid)
+    t0 = time.time()
+    while time.time() - t0 < timeout_s and not all(map(_gone, pids)):
+        time.sleep(0.1)
+    for pid in pids:
+        if not _gone(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+    t0 = time.time()
+    while time.time() - t0 < 10 and not all(map(_gone, pids)):
+        time.sleep(0.1)
 
 # %% ../../nbs/runs/03_cluster.ipynb #9503f395
 @contextlib.contextmanager
