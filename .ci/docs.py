@@ -171,8 +171,8 @@ def write_site_sources(src: Path) -> dict:
             encoding="utf-8",
         )
         section = rel.parts[0] if len(rel.parts) > 1 else ""
-        if rel.name == "index.ipynb" and not section:
-            continue
+        if rel.name in ("index.ipynb", "architecture.ipynb") and not section:
+            continue  # both come first in the nav
         if section not in nav:
             raise SystemExit(f"{p}: folder nbs/{section} has no docs section (add it to SECTIONS in .ci/docs.py)")
         nav[section].append({title(nb, p): rel.as_posix()})
@@ -193,7 +193,8 @@ def write_site_sources(src: Path) -> dict:
                 }
             },
         ],
-        "nav": [{"Home": "index.ipynb"}] + [{SECTIONS[s]: pages} for s, pages in nav.items() if pages],
+        "nav": [{"Home": "index.ipynb"}, {"Architecture": "architecture.ipynb"}]
+        + [{SECTIONS[s]: pages} for s, pages in nav.items() if pages],
     }
 
 

@@ -101,7 +101,7 @@ def metrics_from_pairs(
     pc,  # predicted (row, label) pairs, each row's first prediction first
     unparseable=None,  # bool per row: output had no answer tag
 ) -> dict:
-    "All scores of DESIGN.md's metrics.json from label pairs."
+    "All scores of a `metrics.json` from label pairs."
     if n == 0:
         raise UserError("no samples to score")
     gr, gc, pr, pc = (np.asarray(a, dtype=np.int64) for a in (gr, gc, pr, pc))
@@ -135,7 +135,7 @@ def compute_metrics(
     pred: list,  # per sample, predicted labels in order, or None if unparseable
     candidates: list = None,  # per sample, the candidate list (adds labels to `label_space`)
 ) -> dict:
-    "All scores of DESIGN.md's metrics.json for parsed predictions given as Python lists."
+    "All scores of a `metrics.json` for parsed predictions given as Python lists."
     n = len(gold)
     if len(pred) != n:
         raise ValueError(f"{len(pred)} predictions for {n} gold rows")

@@ -327,7 +327,7 @@ def _agg(df, name=str):
 
 
 def reference_m(df) -> int | None:
-    "The M used by the fixed-M comparisons: 64 when present (the seed's choice), else the most common M."
+    "The M used by the fixed-M comparisons: 64 when present (the choice of the lab's Phase-2 report), else the most common M."
     ms = df["M"].dropna()
     if ms.empty:
         return None

@@ -304,7 +304,7 @@ def _group(segs: list, mapping: dict, splits: dict, bad) -> list:
 
 # %% ../../nbs/video/00a_import.ipynb #08d624ff
 def _label_mapping(label_map, fmt: str, segs: list) -> dict:
-    "--label-map if given, else the seed's table of `fmt`, else every label as itself (each checked where it first appears)."
+    "--label-map if given, else the Phase-2 report's table of `fmt`, else every label as itself (each checked where it first appears)."
     if label_map:
         return load_label_mapping(label_map)
     if fmt in LABEL_MAPS:
@@ -417,7 +417,7 @@ def import_annotations(
     fmt: str,  # one of FORMATS
     videos: str | Path,  # folder holding the video files
     out: str | Path,  # dataset folder to publish
-    # JSON {official: simplified}; default: the seed's table (lote, mammalnet) or identity
+    # JSON {official: simplified}; default: the Phase-2 report's table (lote, mammalnet) or identity
     label_map: str | Path = None,
     split_file: str | Path = None,  # JSON {video_id: split} or {split: [video ids]}
     name: str = None,  # dataset name (default: the output folder's name)
