@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from vtreetrm.runs.papermill import skip_iri_grammar
+
+skip_iri_grammar()  # test modules import nbformat: without the grammar its jsonschema never uses (2 s per worker)
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

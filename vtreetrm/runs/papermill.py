@@ -33,9 +33,15 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'project_root', 'notebooks_dir', 'resolve_notebook', 'notebook_parameters',
-           'parse_param_pairs', 'gather_params', 'check_params', 'render_html', 'run_notebook', 'kernel_config',
-           'run_cmd']
+__all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'skip_iri_grammar', 'project_root', 'notebooks_dir', 'resolve_notebook',
+           'notebook_parameters', 'parse_param_pairs', 'gather_params', 'check_params', 'render_html', 'run_notebook',
+           'kernel_config', 'run_cmd']
+
+# %% ../../nbs/runs/00_papermill.ipynb #7f3a91c1
+def skip_iri_grammar():
+    "Keep jsonschema from importing `rfc3987_syntax` (2 s of grammar compiling; only its `iri` formats need it)."
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # None: its import fails, which jsonschema expects and skips
 
 # %% ../../nbs/runs/00_papermill.ipynb #168b054c
 def project_root() -> Path:
@@ -66,6 +72,7 @@ def resolve_notebook(nb: str | Path) -> Path:
 # %% ../../nbs/runs/00_papermill.ipynb #594ee5a7
 def notebook_parameters(nb: str | Path) -> dict:
     "`{name: {'default': …, 'type': …, 'help': …}}` from the notebook's `parameters` cell."
+    skip_iri_grammar()
     import papermill as pm
 
     try:
@@ -163,6 +170,7 @@ HTML_GENERATOR = '<meta name="generator" content="vtreetrm">'  # in every page t
 
 def render_html(nb_path: Path, html_path: Path, no_input: bool = True, title: str = None) -> Path:
     "Render an executed notebook to self-contained HTML (code cells hidden by default) with nbconvert."
+    skip_iri_grammar()
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -254,6 +262,7 @@ def kernel_config():
 def _execute(
     nb, name, dest, full, declared, inputs, prev, html, progress, kernel="python3", log_output=False, run_fields=None
 ) -> dict:
+    skip_iri_grammar()
     import papermill as pm
 
     work, resumed = _running_dir(dest, full)

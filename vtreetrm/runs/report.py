@@ -844,9 +844,10 @@ def _check_report_args(inputs: list, out, analysis, notebook) -> tuple[Path, Pat
 
 def _render_report(nb: Path, params: dict, out: Path, title: str):
     "Execute the report notebook with `params` and write its code-free HTML to `out`, atomically."
-    import papermill as pm
+    from vtreetrm.runs.papermill import kernel_config, render_html, skip_iri_grammar
 
-    from vtreetrm.runs.papermill import kernel_config, render_html
+    skip_iri_grammar()
+    import papermill as pm
 
     with tempfile.TemporaryDirectory() as td:
         executed = Path(td) / "report.ipynb"

@@ -8,17 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from accelerate import PartialState
-
 from ..utils import UserError, provenance, write_json
-from .export import export_checkpoint
-from .importers import import_annotations
-from .labels import load_dataset
-from .ladder import ladder
-from .phase1 import Phase1Config, Phase1TrainConfig, dataset_features, open_cache, train_phase1
-from .phase2 import Phase2Config, train_phase2
-from .predict import predict
-from .synthetic import SCALES, SyntheticConfig, make_synthetic
+from .config import Phase2Config
 
 # %% auto #0
 __all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd',
@@ -36,6 +27,8 @@ def make_synthetic_cmd(
     overwrite: bool = False,  # replace an existing folder
 ):
     "Render the synthetic LoTE-shaped and MammalNet-shaped datasets as .mp4 clips."
+    from vtreetrm.video.synthetic import SCALES, SyntheticConfig, make_synthetic
+
     rep = make_synthetic(
         out,
         SyntheticConfig(seed=seed, **SCALES[scale]),
@@ -59,6 +52,9 @@ def features_cmd(
     report: str = None,  # write the cache report JSON here
 ):
     "Precompute (or check) the cached frozen features of datasets."
+    from vtreetrm.video.labels import load_dataset
+    from vtreetrm.video.phase1 import dataset_features, open_cache
+
     c = open_cache(cache, vision, frames, grid, batch_size, image_size, workers)
     out = {}
     for d in datasets:
@@ -97,6 +93,8 @@ def phase1_cmd(
     resume: bool = False,  # continue the run in --out from its last/ checkpoint
 ):
     "Train the three-branch contrastive Phase-1 module; keeps best/ by validation loss."
+    from vtreetrm.video.phase1 import Phase1Config, Phase1TrainConfig, train_phase1
+
     s = train_phase1(
         datasets,
         out,
@@ -132,6 +130,10 @@ def phase2_cmd(
     cfg: Phase2Config = None,  # the model and training flags (Phase2Config)
 ):
     "Phase-2 SFT (Q-former + projection + LoRA LLM); keeps best/ by val Top1, predicts and scores the test split."
+    from accelerate import PartialState
+
+    from vtreetrm.video.phase2 import train_phase2
+
     m = train_phase2(
         dataset,
         out,
@@ -165,6 +167,8 @@ def predict_cmd(
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
 ):
     "Generate on a split and write predictions.jsonl + metrics.json."
+    from vtreetrm.video.predict import predict
+
     if not dataset:
         raise UserError("--dataset is required (the dataset folder to predict on)")
     out = out or Path(ckpt).parent / f"predict_{Path(dataset).name}_{split}"
@@ -178,6 +182,8 @@ def export_cmd(
     merge: bool = False,  # merge the LoRA into the LLM: a plain transformers folder in OUT/llm
 ):
     "Export a Phase-2 checkpoint: the LLM (merged) or its peft adapter, the vision side, export.json."
+    from vtreetrm.video.export import export_checkpoint
+
     if not out:
         raise UserError("--out is required (the folder to write)")
     export_checkpoint(ckpt, out, merge)
@@ -195,6 +201,8 @@ def import_cmd(
     skip_bad: bool = False,  # leave bad segments out (listed in import_report.json)
 ):
     "Import temporal annotations of long videos as a dataset folder: one manifest row per annotated segment."
+    from vtreetrm.video.importers import import_annotations
+
     if not videos:
         raise UserError("--videos is required (the folder holding the video files)")
     if not out:
@@ -220,6 +228,8 @@ def ladder_cmd(
     out: str = None,  # write the ladder as JSON here
 ):
     "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 cls head and answer."
+    from vtreetrm.video.ladder import ladder
+
     r = ladder(dataset, cache, vision, frames, grid, image_size, phase1, phase2, split, workers=workers)
     print(
         f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%"

@@ -10,11 +10,9 @@ import importlib.util
 import math
 import os
 import random
-import re
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -24,7 +22,7 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 from fastcore.basics import patch
 from filelock import FileLock
-from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft import PeftModel, get_peft_model, set_peft_model_state_dict
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, pre_tokenizers
@@ -35,7 +33,6 @@ from tqdm.auto import tqdm
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    Blip2QFormerConfig,
     Blip2QFormerModel,
     PreTrainedTokenizerFast,
     Qwen2Config,
@@ -43,7 +40,6 @@ from transformers import (
     get_scheduler,
 )
 
-from ..cli import check_config
 from ..eval.metrics import compute_metrics, score_file
 from ..eval.parse import parse_actions
 from vtreetrm.utils import (
@@ -73,19 +69,19 @@ from vtreetrm.video.checkpoints import (
     set_rng_state,
     training_lock,
 )
+from .config import Phase2Config
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, Dataset, load_dataset, mirror_labels
 from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
 from .synthetic import ENVIRONMENTS, MAMMALNET_SPECIES, SPECIES
 
 # %% auto #0
-__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS',
-           'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer',
-           'build_tiny_llm', 'load_llm', 'pretrain_tiny_llm', 'tiny_llm_cache', 'tiny_llm', 'Phase2Config',
-           'resolve_dtype', 'VideoQFormerLM', 'rank_entropy', 'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2',
-           'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt', 'encode_target',
-           'predict_samples', 'compute_rows_metrics', 'baselines', 'load_base_llm', 'check_llm', 'base_identity',
-           'build_phase2', 'mirrored_samples', 'make_optimizer', 'rank_batches', 'train_epoch', 'make_accelerator',
-           'predict_gathered', 'state_for_saving', 'train_phase2']
+__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS',
+           'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer', 'build_tiny_llm', 'load_llm',
+           'pretrain_tiny_llm', 'tiny_llm_cache', 'tiny_llm', 'resolve_dtype', 'VideoQFormerLM', 'rank_entropy',
+           'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for',
+           'stop_ids_for', 'encode_prompt', 'encode_target', 'predict_samples', 'compute_rows_metrics', 'baselines',
+           'load_base_llm', 'check_llm', 'base_identity', 'build_phase2', 'mirrored_samples', 'make_optimizer',
+           'rank_batches', 'train_epoch', 'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
 
 # %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
 VIDEO_MARKER = "<video>"
@@ -328,139 +324,6 @@ def tiny_llm(
 
 # %% ../../nbs/video/04_phase2.ipynb #7634da72
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-LR_SCHEDULES = ("constant", "linear", "cosine")
-PROJECTIONS = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)  # attention + MLP (Llama/Qwen names)
-SAMPLERS = ("random", "flip-balanced")
-
-
-@dataclass
-class Phase2Config:
-    "Everything that defines a Phase-2 run: `vtreetrm video phase2`'s flags and the experiment notebook's parameters."
-
-    num_queries: int = 32  # M: learnable Q-former queries, the visual tokens given to the LLM
-    # target: the actions or the analysis first
-    answer_order: Literal["actions_first", "analysis_first"] = "actions_first"
-    # labels shown and supervised (simple: label_map.json applied)
-    label_mode: Literal["official", "simple"] = "official"
-    cls_head: bool = False  # auxiliary multi-label BCE head on the Q-former output (training only)
-    cls_weight: float = 0.1  # weight of the BCE loss
-    rank_reg: float = 0.0  # weight of the query-diversity regulariser: raises the spectral entropy of each clip's (M, d) query outputs (0: off)
-    qformer_dropout: float = 0.0  # dropout on the Q-former input ...
-    dropout_from_epoch: int = 2  # ... from this epoch on (1-based)
-    sampler: Literal["random", "flip-balanced"] = "random"  # flip-balanced: class-balanced, repeats mirrored
-    shuffle_labels: bool = False  # control run: train and select on permuted labels
-    llm: str = "tiny"  # 'tiny' (a small Qwen2 built here) or a chat causal LM folder / hub id
-    llm_pretrain_steps: int = 200  # tiny LLM only: text-only steps on the answer format before it is frozen (0: random)
-    # frozen LLM dtype; auto: bf16 on a GPU that has it, else fp32
-    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
-    lora_r: int = 8  # LoRA rank
-    lora_alpha: int = 16  # LoRA scale numerator (the scale is alpha / r)
-    lora_dropout: float = 0.0  # dropout on the LoRA input
-    lora_targets: str = "auto"  # comma list of LLM module names; auto: attention + MLP projections (+ lm_head for tiny)
-    max_length: int = 1024  # longest LLM input in tokens (prompt + M visual + target); longer targets are cut
-    max_new_tokens: int = 64  # generation budget when predicting
-    qformer_hidden: int = 64  # Q-former width d (BLIP-2: 768)
-    qformer_layers: int = 2  # Q-former layers (BLIP-2: 12)
-    qformer_heads: int = 4  # Q-former attention heads (BLIP-2: 12); must divide --qformer-hidden
-    qformer_intermediate: int | None = None  # Q-former feed-forward width (default: 4 x --qformer-hidden)
-    cross_attention_frequency: int = 1  # a cross-attention block every N Q-former layers (BLIP-2: 2)
-    # BLIP-2 folder (transformers save_pretrained) to start Q-former + queries from; its sizes win
-    qformer_init: str | None = None
-    epochs: int = 16  # training epochs
-    batch_size: int = 8  # clips per micro-batch
-    grad_accum: int = 1  # micro-batches per optimizer step
-    lr: float = 2e-3  # learning rate of Q-former, queries, projection, cls head
-    lora_lr: float | None = 5e-3  # learning rate of the LoRA adapters (None: --lr)
-    lr_schedule: Literal["constant", "linear", "cosine"] = "cosine"  # LR schedule over all optimizer steps
-    warmup_ratio: float = 0.05  # fraction of the optimizer steps with linear warm-up
-    weight_decay: float = 0.0  # AdamW weight decay
-    grad_clip: float = 1.0  # max gradient norm (0: no clipping)
-    gradient_checkpointing: bool = False  # recompute LLM and Q-former activations in backward: less memory, more time
-    max_steps: int = 0  # stop after this many optimizer steps (0: run all epochs)
-    seed: int = 0  # random seed
-    # training curves to an accelerate tracker (besides steps.jsonl)
-    report_to: Literal["none", "tensorboard", "wandb", "mlflow"] = "none"
-
-    def __post_init__(self):
-        check_config(self)
-        for f in (
-            "num_queries",
-            "epochs",
-            "batch_size",
-            "grad_accum",
-            "lora_r",
-            "lora_alpha",
-            "max_length",
-            "max_new_tokens",
-            "qformer_hidden",
-            "qformer_layers",
-            "qformer_heads",
-            "cross_attention_frequency",
-            "dropout_from_epoch",
-        ):
-            if getattr(self, f) < 1:
-                raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
-        if self.qformer_intermediate is not None and self.qformer_intermediate < 1:
-            raise UserError(f"--qformer-intermediate must be a positive integer, got {self.qformer_intermediate}")
-        if self.max_steps < 0:
-            raise UserError(f"--max-steps must be >= 0, got {self.max_steps}")
-        if self.llm_pretrain_steps < 0:
-            raise UserError(f"--llm-pretrain-steps must be >= 0, got {self.llm_pretrain_steps}")
-        if self.qformer_hidden % self.qformer_heads:
-            raise UserError(
-                f"--qformer-heads {self.qformer_heads} does not divide --qformer-hidden {self.qformer_hidden}"
-            )
-        for f in ("qformer_dropout", "lora_dropout", "warmup_ratio"):
-            if not 0 <= getattr(self, f) < 1:
-                raise UserError(f"--{f.replace('_', '-')} must be in [0, 1), got {getattr(self, f)}")
-        for f in ("lr", "lora_lr"):
-            if getattr(self, f) is not None and not getattr(self, f) > 0:
-                raise UserError(f"--{f.replace('_', '-')} must be > 0")
-        for f in ("cls_weight", "rank_reg"):
-            if not (math.isfinite(getattr(self, f)) and getattr(self, f) >= 0):
-                raise UserError(f"--{f.replace('_', '-')} must be a finite number >= 0, got {getattr(self, f)}")
-        if self.lora_targets != "auto" and not all(re.fullmatch(r"[A-Za-z_][\w.]*", t) for t in self.targets_list()):
-            raise UserError(f"--lora-targets must be 'auto' or a comma list of module names, got {self.lora_targets!r}")
-
-    def targets_list(self, tiny: bool = None) -> list:
-        "The LoRA target module names (`auto` resolved; `tiny`: whether the LLM is the tiny random one)."
-        if self.lora_targets != "auto":
-            return [t.strip() for t in self.lora_targets.split(",") if t.strip()]
-        tiny = self.llm == "tiny" if tiny is None else tiny
-        return (
-            [*PROJECTIONS, "lm_head"] if tiny else list(PROJECTIONS)
-        )  # a frozen random LM head cannot reach confident logits
-
-    def qformer_config(self, encoder_width: int) -> Blip2QFormerConfig:
-        "transformers' config of the Q-former reading tokens of width `encoder_width`."
-        return Blip2QFormerConfig(
-            hidden_size=self.qformer_hidden,
-            num_hidden_layers=self.qformer_layers,
-            num_attention_heads=self.qformer_heads,
-            intermediate_size=self.qformer_intermediate or 4 * self.qformer_hidden,
-            cross_attention_frequency=self.cross_attention_frequency,
-            encoder_hidden_size=encoder_width,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-
-    def lora_config(self, tiny: bool = None) -> LoraConfig:
-        "peft's LoRA config for the LLM."
-        return LoraConfig(
-            task_type="CAUSAL_LM",
-            r=self.lora_r,
-            lora_alpha=self.lora_alpha,
-            lora_dropout=self.lora_dropout,
-            target_modules=self.targets_list(tiny),
-        )
 
 # %% ../../nbs/video/04_phase2.ipynb #4ce86bfc
 def resolve_dtype(name: str, device: str = None) -> torch.dtype:
