@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import math
+import re
 import shlex
 import subprocess
 import sys
@@ -30,7 +32,7 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASET', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl',
+__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASETS', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl',
            'compose_verl_config', 'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge',
            'release_canonical', 'check_audit_report', 'rl_gates', 'verl_rl']
 
@@ -84,30 +86,38 @@ def compose_verl_config(config_name: str, overrides: list):
 _RL_COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
 
 
-def _check_columns(names: list, kind: str, path):
-    "Refuse a split whose columns are not those of a `kind` release (`trajectory` or `rl`)."
-    if kind == "trajectory" and "trajectory_format" not in names:
+def _check_columns(names: list, want: str, path) -> str:
+    "The kind of release a split with columns `names` belongs to (`trajectory`, `legacy` or `rl`), or a refusal."
+    if want == "sft":
+        if "trajectory_format" in names and "messages" in names:
+            return "trajectory"  # native-tool trajectories, exported or mixed
+        if "stage" in names and "messages" in names:
+            return "legacy"  # three-message stage1/stage2 rows, exported or mixed
         raise UserError(
-            "verl-sft trains on a native-tool trajectory release (no trajectory_format column)",
+            "verl-sft trains on a legacy SFT or a native-tool trajectory release (or their mixture), got columns "
+            f"{', '.join(names)}",
             path,
             None,
-            "trajectory_format",
+            "schema",
         )
-    if kind == "rl" and names != _RL_COLUMNS:
+    if names != _RL_COLUMNS:
         raise UserError(
             f"verl-rl needs the five-field RL parquet, got columns {', '.join(names)}", path, None, "schema"
         )
+    return "rl"
 
 
-def _release_files(release, kind: str) -> dict:
+def _release_files(release, want: str) -> tuple[dict, str]:
+    "The release's split files and its kind (`_check_columns`); refuses splits of another kind or an unvalidated release."
     rel = Path(release)
     files = {s: rel / f"{s}.parquet" for s in SPLITS}
-    for _s, p in files.items():
-        _check_columns(open_parquet(p).schema_arrow.names, kind, p)
+    kinds = {_check_columns(open_parquet(p).schema_arrow.names, want, p) for p in files.values()}
+    if len(kinds) > 1:
+        raise UserError(f"the release's splits are of different kinds: {', '.join(sorted(kinds))}", rel)
     r, rep = release_report(rel)
     if not (r.get("validation") or {}).get("valid"):
         raise UserError("the release's report does not say it validated", rep, None, "validation.valid")
-    return {s: str(p.resolve()) for s, p in files.items()}
+    return {s: str(p.resolve()) for s, p in files.items()}, kinds.pop()
 
 # %% ../../nbs/release/13_launch.ipynb #fe4cc4a5
 def _tokenizer(model):
@@ -140,8 +150,10 @@ def _publish(output_dir, command: list, cfg, report: dict, dry_run: bool) -> int
     return subprocess.run(command).returncode
 
 # %% ../../nbs/release/13_launch.ipynb #271a9cf8
-def _check_think(release, smoke: bool) -> str:
-    "The release's think source; refuses mock thoughts unless `smoke`."
+def _check_think(release, smoke: bool, kind: str) -> str | None:
+    "The think source of a `kind` release (None for legacy, which has no reasoning); refuses mock thoughts unless `smoke`."
+    if kind == "legacy":
+        return None
     think, rep_path = release_think_source(release)
     if think != "file" and not smoke:
         raise UserError(
@@ -153,7 +165,13 @@ def _check_think(release, smoke: bool) -> str:
     return think
 
 # %% ../../nbs/release/13_launch.ipynb #4789301b
-SFT_DATASET = ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset")  # data.custom_cls for verl's SFT trainer
+# data.custom_cls for verl's SFT trainer, by release kind. verl's own MultiTurnSFTDataset renders each message alone,
+# which under a Qwen3-style chat template is not the whole conversation for either kind (a trajectory's reasoning, the
+# legacy answer's empty <think> block), so both read through PrefixDiffSFTDataset (tests/test_verl_sft_kinds.py).
+SFT_DATASETS = {
+    "trajectory": ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset"),
+    "legacy": ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset"),
+}
 SFT_ENTRY = {"cuda": "verl.trainer.sft_trainer", "cpu": "vtreetrm.release.verl_cpu"}  # torchrun -m, by --device
 
 
@@ -166,8 +184,8 @@ def _device_overrides(device: str) -> list:
     return CPU_OVERRIDES
 
 
-def _sft_overrides(p: dict, files: dict) -> list:
-    "verl SFT Hydra overrides for the parameters `p` of `verl_sft` and the release's split files."
+def _sft_overrides(p: dict, files: dict, kind: str) -> list:
+    "verl SFT Hydra overrides for the parameters `p` of `verl_sft` and the split files of a `kind` release."
     return [
         f"data.train_files={files['train']}",
         f"data.val_files={files['val']}",
@@ -177,8 +195,8 @@ def _sft_overrides(p: dict, files: dict) -> list:
         "data.ignore_input_ids_mismatch=false",
         f"data.max_length={p['max_length']}",
         "data.truncation=error",
-        f"data.custom_cls.path={SFT_DATASET[0]}",
-        f"data.custom_cls.name={SFT_DATASET[1]}",
+        f"data.custom_cls.path={SFT_DATASETS[kind][0]}",
+        f"data.custom_cls.name={SFT_DATASETS[kind][1]}",
         f"model.path={Path(p['model']).resolve()}",
         f"trainer.n_gpus_per_node={p['n_gpus']}",
         "trainer.nnodes=1",
@@ -224,7 +242,7 @@ def _check_sft_rows(cfg, train_file: str, tok, check_rows: int) -> int:
     return len(ds)
 
 # %% ../../nbs/release/13_launch.ipynb #aac3f5ce
-def _sft_report(p: dict, files: dict, verl, think: str, rows: int, cmd: list) -> dict:
+def _sft_report(p: dict, files: dict, kind: str, verl, think: str, rows: int, cmd: list) -> dict:
     "The `launch_report.json` of an SFT launch."
     return make_report(
         "verl-sft",
@@ -234,6 +252,7 @@ def _sft_report(p: dict, files: dict, verl, think: str, rows: int, cmd: list) ->
         status="ready",
         verl_version=verl.__version__,
         config_name="sft_trainer_engine",
+        release_kind=kind,
         think_source=think,
         smoke=p["smoke"],
         checks={
@@ -241,7 +260,7 @@ def _sft_report(p: dict, files: dict, verl, think: str, rows: int, cmd: list) ->
             "release_validated": True,
             "chat_template": True,
             "config_dataclasses": True,
-            "custom_cls": ":".join(SFT_DATASET),
+            "custom_cls": ":".join(SFT_DATASETS[kind]),
             "multiturn_sft_dataset_rows": rows,
         },
         launch_command=cmd,
@@ -251,37 +270,38 @@ def _sft_report(p: dict, files: dict, verl, think: str, rows: int, cmd: list) ->
 # %% ../../nbs/release/13_launch.ipynb #85ff44a4
 @requires("release", "model", "output_dir")
 def verl_sft(
-    release: str = None,  # validated trajectory release (train/val parquet)
+    release: str = None,  # validated SFT release: legacy or native-tool trajectory, exported or mixed (train/val parquet)
     model: str = None,  # local model folder (config.json, weights, tokenizer with a chat template)
     output_dir: str = None,  # launch folder: launch_report.json, config.yaml, command.sh; checkpoints under it
     max_length: int = 4096,  # data.max_length (choose it with trajectory-stats)
     n_gpus: int = 1,  # GPUs on this node (torchrun --nproc_per_node)
     project: str = "vtreetrm-release",  # trainer.project_name
-    experiment: str = "sft-trajectory",  # trainer.experiment_name
-    check_rows: int = 8,  # rows loaded through verl's MultiTurnSFTDataset as a gate
+    experiment: str = None,  # trainer.experiment_name (default sft-KIND: sft-trajectory or sft-legacy)
+    check_rows: int = 8,  # rows loaded through the launch's dataset class (data.custom_cls) as a gate
     dry_run: bool = True,  # print the command instead of running it
     smoke: bool = False,  # accept a mock-think release (a CPU smoke, never a formal SFT); the experiment name says smoke
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
     device: str = "cuda",  # cuda: verl's own entry point; cpu: the same trainer on a CPU (release.verl_cpu), a smoke
 ):
-    "Gate and launch verl's SFT trainer on a native-tool trajectory release."
+    "Gate and launch verl's SFT trainer on a legacy or native-tool trajectory release (or their mixture)."
     params = {k: v for k, v in locals().items() if k != "smoke"}
     if device not in SFT_ENTRY:
         raise UserError(f"--device must be one of {', '.join(SFT_ENTRY)}, not {device}", field="device")
     verl = check_verl()
-    files = _release_files(release, "trajectory")
-    think = _check_think(release, smoke)
+    files, kind = _release_files(release, "sft")
+    think = _check_think(release, smoke, kind)
+    experiment = experiment or f"sft-{kind}"
     if smoke and not experiment.endswith("-smoke"):
         experiment += "-smoke"
     params.update(experiment=experiment, smoke=smoke)
     tok = _tokenizer(model)
-    overrides = _sft_overrides(params, files)
+    overrides = _sft_overrides(params, files, kind)
     cfg = compose_verl_config("sft_trainer_engine", overrides)
     _check_sft_config(cfg)
     rows = _check_sft_rows(cfg, files["train"], tok, check_rows)
     cmd = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={n_gpus}", "-m", SFT_ENTRY[device]]
     cmd += overrides
-    return _publish(output_dir, cmd, cfg, _sft_report(params, files, verl, think, rows, cmd), dry_run)
+    return _publish(output_dir, cmd, cfg, _sft_report(params, files, kind, verl, think, rows, cmd), dry_run)
 
 # %% ../../nbs/release/13_launch.ipynb #2c0f7225
 def _safe_load_shard(path: Path):
@@ -593,17 +613,39 @@ def _rl_overrides(p: dict, files: dict, loggers: list, reward_py: Path) -> list:
     ]
 
 # %% ../../nbs/release/13_launch.ipynb #ca0067f2
-def _check_rl_config(cfg, reward_py: Path):
+# quantities verl's validate_config names that no single override sets: the settings each is made of
+_VERL_TERMS = {
+    "real_train_batch_size": ("data.train_batch_size", "actor_rollout_ref.rollout.n"),
+    "minimal possible batch size": ("trainer.n_gpus_per_node", "trainer.nnodes"),
+    "n_gpus": ("trainer.n_gpus_per_node", "trainer.nnodes"),
+}
+
+
+def _verl_refusal(reason: str, cfg, overrides: list) -> str:
+    "verl's `reason` on one line after the launch settings it is about: overrides whose name it says, or that make up a quantity it names."
+    from omegaconf import OmegaConf
+
+    msg = " ".join(reason.split())[:500]
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    named = [k for k in keys if re.search(rf"\b{re.escape(k.rsplit('.', 1)[-1])}\b", msg)]
+    named += [k for term, ks in _VERL_TERMS.items() if term in msg for k in ks]
+    said = ", ".join(f"{k}={OmegaConf.select(cfg, k)}" for k in dict.fromkeys(named))
+    return f"verl's validate_config refuses the launch{f' ({said})' if said else ''}: {msg}"
+
+
+def _check_rl_config(cfg, reward_py: Path, overrides: list):
     "verl's own checks of the composed PPO config, the RLOO estimator, the reward function and the rollout engine."
     from verl.trainer.ppo.reward import get_custom_reward_fn
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    said = io.StringIO()  # verl's prints: shown on stderr when it passes, dropped behind a one-line refusal
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(said):
             validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     except (AssertionError, ValueError) as e:
-        raise UserError(f"verl's validate_config rejects the launch: {e}") from None
+        raise UserError(_verl_refusal(str(e), cfg, overrides)) from None
+    sys.stderr.write(said.getvalue())
     if need_critic(cfg):
         raise UserError("RLOO must not need a critic; check algorithm.adv_estimator")
     fn = get_custom_reward_fn(cfg)
@@ -697,14 +739,14 @@ def verl_rl(
     loggers = _check_rl_flags(rollout_n, rollout_engine, logger, nnodes, gpus_per_node)
     gates = rl_gates(release, sft_model, rollout_gate, audit, reference)
     verl = check_verl()
-    files = _release_files(release, "rl")
+    files, _ = _release_files(release, "rl")
     _tokenizer(sft_model)
     out = Path(output_dir).resolve()
     tools_yaml, tools = _rl_tools(out, assets.registry, assets.corpus, assets.task_config)
     reward_py = Path(importlib.import_module("vtreetrm.release.reward").__file__).resolve()
     overrides = _rl_overrides(params, files, loggers, reward_py)
     cfg = compose_verl_config("ppo_trainer", overrides)
-    _check_rl_config(cfg, reward_py)
+    _check_rl_config(cfg, reward_py, overrides)
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     rep = _rl_report(params, files, verl, gates, [t.name for t in tools], reward_py, cmd)
     _publish_rl(out, cfg, tools_yaml, cmd, rep, nnodes)
