@@ -195,7 +195,7 @@ def import_cmd(
     format: Literal["activitynet", "lote", "mammalnet", "csv"] = "activitynet",  # annotation format
     videos: str = None,  # folder holding the video files (required)
     out: str = None,  # dataset folder to write (required)
-    label_map: str = None,  # JSON {official: simplified} (default: the seed's table for lote/mammalnet)
+    label_map: str = None,  # JSON {official: simplified} (default: the Phase-2 report's table for lote/mammalnet)
     split_file: str = None,  # JSON {video_id: split} or {split: [video ids]}; overrides the subsets
     name: str = None,  # dataset name (default: the --out folder's name)
     skip_bad: bool = False,  # leave bad segments out (listed in import_report.json)
