@@ -43,6 +43,9 @@ def test_every_option_has_help_that_reads_right(prog):
             assert isinstance(a, argparse.BooleanOptionalAction) and a.default in (True, None), (prog, a.option_strings)
     text = p.format_help()
     assert "(default: None)" not in text and "(default: False)" not in text, prog
+    nb = text.rstrip().rsplit("Defined in ", 1)[-1].rstrip(".")  # the last line names the notebook with the command
+    assert text.rstrip().endswith(f"Defined in {nb}.") and (ROOT / nb).is_file() and nb.startswith("nbs/"), (prog, nb)
+    assert f"def {getattr(COMMANDS[prog], '__name__', '?')}(" in (ROOT / nb).read_text(), (prog, nb)
 
 
 def test_on_by_default_flags_parse_both_ways():

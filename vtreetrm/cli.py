@@ -23,8 +23,8 @@ from fastcore.docments import docments
 from .utils import UserError
 
 # %% auto #0
-__all__ = ['TOP_COMMANDS', 'SUBCOMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'flags_of', 'command_parser',
-           'run_command', 'argv_for', 'main', 'console_main', 'parameters_source', 'check_config']
+__all__ = ['TOP_COMMANDS', 'SUBCOMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'flags_of', 'notebook_of',
+           'command_parser', 'run_command', 'argv_for', 'main', 'console_main', 'parameters_source', 'check_config']
 
 # %% ../nbs/01_cli.ipynb #ab2e19d4
 @dataclasses.dataclass(frozen=True)
@@ -146,10 +146,29 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
             return action.help
         return super()._get_help_string(action)
 
+# %% ../nbs/01_cli.ipynb #a7c1e0d3
+def notebook_of(func) -> str | None:
+    "The notebook (`nbs/...ipynb`) whose exported cell defines `func`, from nbdev's cell marker above it; None if unknown."
+    try:
+        lines, start = inspect.getsourcelines(inspect.unwrap(func))
+        text = Path(inspect.getsourcefile(inspect.unwrap(func))).read_text(encoding="utf-8").splitlines()
+    except (OSError, TypeError):
+        return None
+    for line in reversed(text[: max(start - 1, 0)]):
+        if line.startswith("# %% "):
+            nb = line.split()[2]
+            return "nbs/" + nb.split("nbs/", 1)[1] if "nbs/" in nb else None
+    return None
+
 # %% ../nbs/01_cli.ipynb #5a90019b
 def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
-    p = argparse.ArgumentParser(prog=prog, description=(func.__doc__ or "").strip(), formatter_class=_HelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=(func.__doc__ or "").strip(),
+        epilog=f"Defined in {notebook_of(func)}." if notebook_of(func) else None,
+        formatter_class=_HelpFormatter,
+    )
     p.configs = {}  # parameter -> (dataclass, its field names)
     required = set(getattr(func, "required_flags", ()))  # set by vtreetrm.release.assets.requires
     params = inspect.signature(inspect.unwrap(func)).parameters
