@@ -135,7 +135,10 @@ class RunConfig:
     gate_w_net_min: int = _f(2, "wins minus losses needed to accept", ge=0)
     gate_delta_min: float = _f(0.02, "accuracy gain per paired question needed to accept", ge=0, le=1)
     gate_lambda_dir: float = _f(
-        -0.642, "first-block bet; its magnitude is used (see the gate notebook)", ge=-0.99, le=0.99
+        0.642,
+        "first-block bet size; only its magnitude is used, so the lab's configs that write it negative still load",
+        ge=-0.99,
+        le=0.99,
     )
     gate_e_rollback: float = _f(10.0, "roll back an accepted edit when the reverse e-process reaches this", gt=1)
     gate_block: int = _f(8, "discordant pairs per betting block (bet recomputed between blocks)", ge=1)
