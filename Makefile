@@ -28,17 +28,28 @@ $(STAMP): setup.py settings.ini
 
 env: $(STAMP)
 
-# The RL environment (.venv-rl): verl 0.9.1 with its vllm extra and the torch/transformers it pins (CUDA wheels,
-# for GPU nodes), vtreetrm on top without its own pins. See requirements/verl-rl.txt.
+# The RL environment (.venv-rl), vtreetrm on top without its own pins. On a GPU node: verl 0.9.1 with its vllm extra and
+# the torch/transformers it pins (CUDA wheels), requirements/verl-rl.txt. Without CUDA (no nvidia-smi, or RL_DEVICE=cpu):
+# $(TORCH_SPEC) (the CPU torch; elsewhere than this machine add --index-url https://download.pytorch.org/whl/cpu), then
+# requirements/verl-rl-cpu.txt (verl without its vllm extra); vllm and flash-attn need CUDA.
+RL_DEVICE ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
 env-rl:
 	test -x .venv-rl/bin/python || $(PYTHON) -m venv .venv-rl
 	.venv-rl/bin/python -m pip install -q -U pip wheel
+ifeq ($(RL_DEVICE),cpu)
+	.venv-rl/bin/python -m pip install -q $(TORCH_SPEC)
+	.venv-rl/bin/python -m pip install -q -r requirements/verl-rl-cpu.txt
+	.venv-rl/bin/python -m pip install -q --no-deps -e .
+	@echo "env-rl without CUDA: verl 0.9.1 without vllm, torch $$(.venv-rl/bin/python -c 'import torch; print(torch.__version__)'); not installed, they need CUDA: vllm (verl-rl's rollout engine) and flash-attn (make env-rl on a GPU node)"
+else
 	.venv-rl/bin/python -m pip install -q -r requirements/verl-rl.txt
 	.venv-rl/bin/python -m pip install -q --no-deps -e .
+endif
 
-# resolves requirements/verl-rl.txt with pip --dry-run (metadata only, about a minute) and checks the pinned versions
+# resolves requirements/verl-rl.txt and (after $(TORCH_SPEC)) requirements/verl-rl-cpu.txt with pip --dry-run (metadata
+# only, about a minute) and checks the pinned versions
 check-env-rl: $(STAMP)
-	$(BIN)/python .ci/check_rl_env.py
+	TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python .ci/check_rl_env.py
 
 # headless Chromium for the report rendering and script-injection tests, strace for the kill-at-every-rename test,
 # slurm-wlm + munge for the sweep test on a one-node SLURM (vtreetrm.runs.cluster.local_slurm)
