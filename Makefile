@@ -101,9 +101,11 @@ bench: $(STAMP)
 
 # the GPU checks in one command, one JSON summary (papermill_runs/gpu_check/summary.json, also printed): Phase-2 at the
 # 7B width, DINOv2-L features, verl's SFT trainer, a vLLM rollout, the harness on CUDA; about 8 minutes on one H200.
-# Without CUDA: their CPU half (tests/test_gpu_check.py runs it). Exit 1 when a check that ran failed.
-gpu-check: $(STAMP)
-	$(BIN)/python benchmarks/gpu_check.py
+# Without CUDA: their CPU half (tests/test_gpu_check.py runs it). Exit 1 when a check that ran failed. It runs in
+# .venv-rl when that has vllm (make env-rl on a GPU node; every check runs there), else in .venv (no vLLM check).
+GPU_CHECK_PYTHON ?= $(if $(wildcard .venv-rl/bin/vllm),.venv-rl/bin/python,$(BIN)/python)
+gpu-check: $(if $(findstring .venv-rl,$(GPU_CHECK_PYTHON)),,$(STAMP))
+	$(GPU_CHECK_PYTHON) benchmarks/gpu_check.py
 
 export: $(STAMP)
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python .ci/readme.py

@@ -10,7 +10,7 @@ Items (each a key of OUT/summary.json with `status` ok / failed / not run, its f
                          cut to 4 layers, bf16, LoRA, gradient checkpointing (benchmarks/phase2_scale.py's variant):
                          tokens/s, MFU against the card's dense bf16 peak, peak memory
   verl_sft               verl's SFT trainer for 3 steps (`vtreetrm release verl-sft --device cuda --no-dry-run`) on the
-                         tiny release and tiny Qwen2 of tests/test_verl_trainer.py: its finite losses
+                         tiny release and tiny Qwen2 of tests/verl_chain.py: its finite losses
   vllm_rollout           vLLM generates the first episodes of that chain's rl-cascade release with a tiny random Qwen2
                          (one turn each); `rollout-gate --from-dump` scores them (the gate has no vLLM backend of its own)
 Without CUDA, harness_cuda, dinov2_large_features and phase2_7b run at a tiny size on the CPU (`device: cpu`, their
@@ -41,7 +41,12 @@ from report import begin
 from vtreetrm.utils import read_json, write_json
 
 NO_CUDA = "no CUDA device"
-FLOPS = "6 * N * tokens: N the LLM's parameters without LoRA (frozen, bf16), tokens the LLM's input tokens; recomputation and the Q-former not counted"
+SFT_STEPS = 3
+FLOPS = (
+    "the standard 6 * N * tokens / s over the peak: N the LLM's parameters without LoRA, tokens the LLM's input tokens "
+    "(the frozen LLM does forward 2N and input-gradient 2N a token, and gradient checkpointing recomputes the forward, "
+    "2N: 6N is also what runs); the Q-former and LoRA are not counted"
+)
 
 
 class NotRun(Exception):
@@ -123,8 +128,8 @@ def phase2_7b(cuda: bool, tmp: Path, budget: float) -> dict:
     spec = dict(
         llm="7b" if cuda else "tiny",
         layers=4 if cuda else 2,
-        steps=5 if cuda else 2,
-        batch_size=16 if cuda else 2,
+        steps=10 if cuda else 2,
+        batch_size=32 if cuda else 2,
         threads=torch.get_num_threads(),
         num_queries=32,
         dtype="bf16" if cuda else "fp32",
@@ -158,9 +163,9 @@ def phase2_7b(cuda: bool, tmp: Path, budget: float) -> dict:
     return out
 
 
-def need(module: str):
+def need(module: str, where: str):
     if importlib.util.find_spec(module) is None:
-        raise NotRun(f"{module} is not importable here (`make env-rl` on a GPU node installs it)")
+        raise NotRun(f"{module} is not importable in this environment ({where} installs it)")
 
 
 def verl_sft(cuda: bool, tmp: Path, budget: float) -> dict:
@@ -168,12 +173,15 @@ def verl_sft(cuda: bool, tmp: Path, budget: float) -> dict:
         raise NotRun(
             f"{NO_CUDA} (verl's SFT trainer on a CPU, `release verl-sft --device cpu`, is the slow test tests/test_verl_trainer.py)"
         )
-    need("verl")
-    from test_verl_trainer import STEPS, chain_and_model
+    need("verl", "`make env`, its [verl] extra")
+    from verl_chain import chain_and_model
 
     r, _ = chain_and_model(tmp)
-    extra = [f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={STEPS}", "trainer.test_freq=-1"]
+    extra = [f"trainer.total_training_steps={SFT_STEPS}", f"trainer.save_freq={SFT_STEPS}", "trainer.test_freq=-1"]
     extra += ["data.train_batch_size=4", "data.micro_batch_size_per_gpu=2"]
+    flash = importlib.util.find_spec("flash_attn") is not None  # verl's default attention on CUDA, packed sequences
+    if not flash:
+        extra += ["model.use_remove_padding=false", "+model.override_config.attn_implementation=sdpa"]
     bin_ = Path(sys.executable).parent
     cmd = [bin_ / "vtreetrm", "release", "verl-sft", "--release", r / "traj", "--model", tmp / "model"]
     cmd += ["--output-dir", tmp / "sft", "--smoke", "--device", "cuda", "--no-dry-run", "--extra", *extra]
@@ -182,17 +190,18 @@ def verl_sft(cuda: bool, tmp: Path, budget: float) -> dict:
     p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=env, timeout=budget)
     log = p.stdout + p.stderr
     losses = {int(s): float(v) for s, v in re.findall(r"step:(\d+) - .*?train/loss:(\S+)", log)}
-    if p.returncode or sorted(losses) != list(range(1, STEPS + 1)) or not all(map(math.isfinite, losses.values())):
+    if p.returncode or sorted(losses) != list(range(1, SFT_STEPS + 1)) or not all(map(math.isfinite, losses.values())):
         raise RuntimeError(f"verl-sft exit {p.returncode}, losses {losses}:\n{log[-3000:]}")
-    return {"device": "cuda", "steps": STEPS, "losses": [losses[i] for i in sorted(losses)]}
+    attn = "flash_attention_2" if flash else "sdpa, unpadded (flash_attn is not importable here)"
+    return {"device": "cuda", "steps": SFT_STEPS, "losses": [losses[i] for i in sorted(losses)], "attention": attn}
 
 
 def vllm_rollout(cuda: bool, tmp: Path, budget: float) -> dict:
     if not cuda:
         raise NotRun(NO_CUDA)
-    need("vllm")
-    from test_verl_trainer import chain_and_model
+    need("vllm", "`make env-rl` on a GPU node")
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from verl_chain import chain_and_model
     from vllm import LLM, SamplingParams
 
     from vtreetrm.release.parquet import iter_parquet
@@ -256,18 +265,19 @@ def run_item(name: str, cuda: bool, budget: float) -> dict:
     "One item's summary entry: its figures and status, `seconds`, `budget_s`."
     t0 = time.perf_counter()
     signal.signal(signal.SIGALRM, _over_budget)
-    signal.setitimer(signal.ITIMER_REAL, budget)
     try:
-        with tempfile.TemporaryDirectory() as d:
-            r = {"status": "ok", **ITEMS[name][1](cuda, Path(d), budget)}
+        try:  # the timer is set and cleared inside: an alarm anywhere between is caught below
+            signal.setitimer(signal.ITIMER_REAL, budget)
+            with tempfile.TemporaryDirectory() as d:
+                r = {"status": "ok", **ITEMS[name][1](cuda, Path(d), budget)}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except NotRun as e:
         r = {"status": "not run", "reason": str(e)}
     except Exception as e:  # TimeoutError: over its budget
         r = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if cuda:
-            torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
     return {**r, "seconds": round(time.perf_counter() - t0, 2), "budget_s": budget}
 
 

@@ -1,19 +1,16 @@
 """verl's own SFT trainer run on a CPU (`release verl-sft --device cpu --no-dry-run`), then `verl-merge` of its
 checkpoint and the live rollout gate on the merged model, on the synthetic chain and a tiny Qwen2."""
 
-import json
 import math
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+from verl_chain import chain_and_model
 
 from vtreetrm.cli import main
-from vtreetrm.release.assets import write_grading_manifest
 from vtreetrm.utils import model_identity, read_json
 
 pytest.importorskip("verl", reason="needs the optional verl extra")
@@ -25,48 +22,6 @@ def run(capfd, *argv):
     rc = main(["release", *map(str, argv)])
     cap = capfd.readouterr()
     return rc, cap.out, cap.err
-
-
-def chain_and_model(t: Path):
-    "The synthetic chain's trajectory and rl-cascade releases, and a tiny Qwen2 with a tokenizer trained on them."
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from vtreetrm.release.canonical import synthetic_chain
-    from vtreetrm.release.chat import build_chat_tokenizer
-    from vtreetrm.release.mixture import mixture
-    from vtreetrm.release.rl import rl_export
-    from vtreetrm.release.trajectory import _clean, trajectory_export
-
-    c = synthetic_chain(t, records=80)
-    r, a = c.run, c.assets
-    rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", progress=False, assets=a)
-    shutil.copy(c.syn / "STANDARDS/shougang.grading.json", r / "grading.json")
-    write_grading_manifest(r / "grading-manifest.json", {"shougang": "grading.json"})
-    mixture(
-        "rl-cascade",
-        [f"shougang={r}/rl-source"],
-        r / "grading-manifest.json",
-        output_dir=r / "rl",
-        progress=False,
-        assets=a,
-    )
-    trajectory_export("shougang", r / "canonical/shougang/all.json", output_dir=r / "traj", progress=False, assets=a)
-    rows = pq.read_table(r / "traj/train.parquet").to_pylist()
-    tok = build_chat_tokenizer(
-        [json.dumps([_clean(m) for m in x["messages"]], ensure_ascii=False) for x in rows], vocab_size=1500
-    )
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    Qwen2ForCausalLM(cfg).save_pretrained(t / "model")
-    tok.save_pretrained(t / "model")
-    return r, a
 
 
 @pytest.mark.slow
