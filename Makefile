@@ -10,10 +10,10 @@ NBDEV_TEST_FLAGS ?=
 PYTEST_ARGS ?= -m "not slow" -n 2 -rs
 export PYTHONUNBUFFERED := 1
 # tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
-test test-suite test-slow demo bench docs docs-serve: export HF_HUB_OFFLINE := 1
-test test-suite test-slow demo bench docs docs-serve: export TRANSFORMERS_OFFLINE := 1
+test test-suite test-slow demo bench gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
+test test-suite test-slow demo bench gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl check-env-rl check-wheel test test-suite test-slow demo lab bench export format lint readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl check-env-rl check-wheel test test-suite test-slow demo lab bench gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
 
 # a command that reads the package index is tried up to three times: a stalled download (pip's 180 s read timeout)
 # is not retried by pip itself, and it says nothing about the project
@@ -28,17 +28,28 @@ $(STAMP): setup.py settings.ini
 
 env: $(STAMP)
 
-# The RL environment (.venv-rl): verl 0.9.1 with its vllm extra and the torch/transformers it pins (CUDA wheels,
-# for GPU nodes), vtreetrm on top without its own pins. See requirements/verl-rl.txt.
+# The RL environment (.venv-rl), vtreetrm on top without its own pins. On a GPU node: verl 0.9.1 with its vllm extra and
+# the torch/transformers it pins (CUDA wheels), requirements/verl-rl.txt. Without CUDA (no nvidia-smi, or RL_DEVICE=cpu):
+# $(TORCH_SPEC) (the CPU torch; elsewhere than this machine add --index-url https://download.pytorch.org/whl/cpu), then
+# requirements/verl-rl-cpu.txt (verl without its vllm extra); vllm and flash-attn need CUDA.
+RL_DEVICE ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
 env-rl:
 	test -x .venv-rl/bin/python || $(PYTHON) -m venv .venv-rl
 	.venv-rl/bin/python -m pip install -q -U pip wheel
+ifeq ($(RL_DEVICE),cpu)
+	.venv-rl/bin/python -m pip install -q $(TORCH_SPEC)
+	.venv-rl/bin/python -m pip install -q -r requirements/verl-rl-cpu.txt
+	.venv-rl/bin/python -m pip install -q --no-deps -e .
+	@echo "env-rl without CUDA: verl 0.9.1 without vllm, torch $$(.venv-rl/bin/python -c 'import torch; print(torch.__version__)'); not installed, they need CUDA: vllm (verl-rl's rollout engine) and flash-attn (make env-rl on a GPU node)"
+else
 	.venv-rl/bin/python -m pip install -q -r requirements/verl-rl.txt
 	.venv-rl/bin/python -m pip install -q --no-deps -e .
+endif
 
-# resolves requirements/verl-rl.txt with pip --dry-run (metadata only, about a minute) and checks the pinned versions
+# resolves requirements/verl-rl.txt and (after $(TORCH_SPEC)) requirements/verl-rl-cpu.txt with pip --dry-run (metadata
+# only, about a minute) and checks the pinned versions
 check-env-rl: $(STAMP)
-	$(BIN)/python .ci/check_rl_env.py
+	TORCH_SPEC="$(TORCH_SPEC)" $(BIN)/python .ci/check_rl_env.py
 
 # headless Chromium for the report rendering and script-injection tests, strace for the kill-at-every-rename test,
 # slurm-wlm + munge for the sweep test on a one-node SLURM (vtreetrm.runs.cluster.local_slurm)
@@ -87,6 +98,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/release_chain.py --records 100000
 	$(BIN)/python benchmarks/harness_concurrency.py
 	$(BIN)/python benchmarks/build_trees.py
+
+# the GPU checks in one command, one JSON summary (papermill_runs/gpu_check/summary.json, also printed): Phase-2 at the
+# 7B width, DINOv2-L features, verl's SFT trainer, a vLLM rollout, the harness on CUDA; about 8 minutes on one H200.
+# Without CUDA: their CPU half (tests/test_gpu_check.py runs it). Exit 1 when a check that ran failed. It runs in
+# .venv-rl when that has vllm (make env-rl on a GPU node; every check runs there), else in .venv (no vLLM check).
+GPU_CHECK_PYTHON ?= $(if $(wildcard .venv-rl/bin/vllm),.venv-rl/bin/python,$(BIN)/python)
+gpu-check: $(if $(findstring .venv-rl,$(GPU_CHECK_PYTHON)),,$(STAMP))
+	$(GPU_CHECK_PYTHON) benchmarks/gpu_check.py
 
 export: $(STAMP)
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python .ci/readme.py

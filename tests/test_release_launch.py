@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import one_line, verl_chain
+from conftest import one_line
+from verl_chain import verl_chain
 
 from vtreetrm.cli import main
 from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS

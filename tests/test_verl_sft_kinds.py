@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import verl_chain
+from verl_chain import verl_chain
 
 from vtreetrm.cli import main
 from vtreetrm.utils import read_json

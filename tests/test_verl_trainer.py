@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import verl_chain
+from verl_chain import verl_chain
 
 from vtreetrm.cli import main
 from vtreetrm.utils import model_identity, read_json

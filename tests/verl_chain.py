@@ -1,0 +1,41 @@
+"""The synthetic chain's releases and a tiny Qwen2 with a tokenizer trained on them, for the verl tests and
+benchmarks/gpu_check.py (a module without pytest, so an environment without it, like .venv-rl, imports it)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from vtreetrm.release.assets import write_grading_manifest
+
+
+def verl_chain(t: Path, **model):
+    """The synthetic chain (80 records) in `t` with its rl-cascade release (run/rl) and trajectory release (run/traj),
+    and a tiny Qwen2 in t/model with a tokenizer trained on the trajectories (`model`: Qwen2Config sizes to change)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from vtreetrm.release.canonical import synthetic_chain
+    from vtreetrm.release.chat import build_chat_tokenizer
+    from vtreetrm.release.mixture import mixture
+    from vtreetrm.release.rl import rl_export
+    from vtreetrm.release.trajectory import _clean, trajectory_export
+
+    c = synthetic_chain(t, records=80)
+    r, a = c.run, c.assets
+    rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", progress=False, assets=a)
+    shutil.copy(c.syn / "STANDARDS/shougang.grading.json", r / "grading.json")
+    write_grading_manifest(r / "grading-manifest.json", {"shougang": "grading.json"})
+    mixture("rl-cascade", [f"shougang={r}/rl-source"], r / "grading-manifest.json", output_dir=r / "rl",
+            progress=False, assets=a)  # fmt: skip
+    trajectory_export("shougang", r / "canonical/shougang/all.json", output_dir=r / "traj", progress=False, assets=a)
+    rows = pq.read_table(r / "traj/train.parquet").to_pylist()
+    tok = build_chat_tokenizer(
+        [json.dumps([_clean(m) for m in x["messages"]], ensure_ascii=False) for x in rows] * 2, vocab_size=1500
+    )
+    sizes = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+    )
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), **{**sizes, **model})).save_pretrained(t / "model")
+    tok.save_pretrained(t / "model")
+    return c
