@@ -168,25 +168,15 @@ def need(module: str, where: str):
         raise NotRun(f"{module} is not importable in this environment ({where} installs it)")
 
 
-TINY_QWEN2 = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    tie_word_embeddings=True,
-)  # the tiny Qwen2 that verl trains and vLLM serves
-
-
 def verl_sft(cuda: bool, tmp: Path, budget: float) -> dict:
     if not cuda:
         raise NotRun(
             f"{NO_CUDA} (verl's SFT trainer on a CPU, `release verl-sft --device cpu`, is the slow test tests/test_verl_trainer.py)"
         )
     need("verl", "`make env`, its [verl] extra")
-    from verl_chain import verl_chain
+    from verl_chain import TRAINED_QWEN2, verl_chain
 
-    r = verl_chain(tmp, **TINY_QWEN2).run
+    r = verl_chain(tmp, **TRAINED_QWEN2).run
     extra = [f"trainer.total_training_steps={SFT_STEPS}", f"trainer.save_freq={SFT_STEPS}", "trainer.test_freq=-1"]
     extra += ["data.train_batch_size=4", "data.micro_batch_size_per_gpu=2"]
     flash = importlib.util.find_spec("flash_attn") is not None  # verl's default attention on CUDA, packed sequences
@@ -211,7 +201,7 @@ def vllm_rollout(cuda: bool, tmp: Path, budget: float) -> dict:
         raise NotRun(NO_CUDA)
     need("vllm", "`make env-rl` on a GPU node")
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-    from verl_chain import verl_chain
+    from verl_chain import TRAINED_QWEN2, verl_chain
     from vllm import LLM, SamplingParams
 
     from vtreetrm.release.parquet import iter_parquet
@@ -219,7 +209,7 @@ def vllm_rollout(cuda: bool, tmp: Path, budget: float) -> dict:
     from vtreetrm.release.tools import TOOL_SCHEMAS
     from vtreetrm.utils import write_jsonl
 
-    r = verl_chain(tmp, **TINY_QWEN2).run
+    r = verl_chain(tmp, **TRAINED_QWEN2).run
     folder = tmp / "model"
     tok = AutoTokenizer.from_pretrained(folder)
     torch.manual_seed(0)

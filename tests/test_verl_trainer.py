@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from verl_chain import verl_chain
+from verl_chain import TRAINED_QWEN2, verl_chain
 
 from vtreetrm.cli import main
 from vtreetrm.utils import model_identity, read_json
@@ -33,8 +33,7 @@ def test_verl_sft_trains_on_cpu_then_merges_and_gates(tmp_path, capfd, monkeypat
     # the launched torchrun and its trainer import this checkout's vtreetrm
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    c = verl_chain(tmp_path, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, tie_word_embeddings=True)  # fmt: skip
+    c = verl_chain(tmp_path, **TRAINED_QWEN2)
     r, a = c.run, c.assets
     extra = [f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={STEPS}", "trainer.test_freq=-1"]
     extra += ["data.train_batch_size=4", "data.micro_batch_size_per_gpu=2"]

@@ -9,6 +9,12 @@ import pyarrow.parquet as pq
 
 from vtreetrm.release.assets import write_grading_manifest
 
+# the tiny Qwen2 that verl's trainer takes steps on (tests/test_verl_trainer.py, benchmarks/gpu_check.py)
+TRAINED_QWEN2 = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    tie_word_embeddings=True,
+)  # fmt: skip
+
 
 def verl_chain(t: Path, **model):
     """The synthetic chain (80 records) in `t` with its rl-cascade release (run/rl) and trajectory release (run/traj),
