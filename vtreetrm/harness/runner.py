@@ -669,7 +669,16 @@ async def _four_way(self: Runner, S, C, P, Pc, epoch, step) -> dict:
         for pr_name, pr in (("incumbent", P), ("candidate", Pc)):
             acc = await self._val_acc(sk, pr, epoch, step)
             cells[(sk_name, pr_name)] = acc
-            self.store.put_holdout(self.run_id, epoch, sk_name, pr_name, sk.name, pr.name, acc, len(self.pools.val))
+            self.store.put_holdout(
+                self.run_id,
+                epoch,
+                skills=sk_name,
+                prompts=pr_name,
+                skills_version=sk.name,
+                prompts_version=pr.name,
+                accuracy=acc,
+                n=len(self.pools.val),
+            )
     return cells
 
 
@@ -766,7 +775,17 @@ async def _train_step(self: Runner, S, P, batch, epoch, b, step, budget) -> Vers
         patches = await self._reflect(S.text, fails, budget, f"fast/{epoch}/{b}/{S.sha}/{P.sha}")
         S, _ = await self._try_edit(S, P, patches, batch, f"fast/{epoch}/{b}", epoch, step, "fast")
     val = await self._val_acc(S, P, epoch, step)
-    self.store.put_dual_metric(self.run_id, epoch, step, batch_acc, val, S.name, P.name, len(rows), len(self.pools.val))
+    self.store.put_dual_metric(
+        self.run_id,
+        epoch,
+        step,
+        batch_accuracy=batch_acc,
+        heldout_accuracy=val,
+        skills_version=S.name,
+        prompts_version=P.name,
+        n_batch=len(rows),
+        n_heldout=len(self.pools.val),
+    )
     return S
 
 
