@@ -573,8 +573,8 @@ class EditGate:
         dec["e_reverse"] = None
         self.record(key, kind, at, S, C, dec, patches)
         if dec["decision"] in ("confirm", "provisional"):
-            self.watch = Watch(r.gp, rnd.fwd, "confirmed" if dec["decision"] == "confirm" else "provisional")
-            self.watch.parent, self.watch.edit, self.watch.patches = S, C, patches
+            status = "confirmed" if dec["decision"] == "confirm" else "provisional"
+            self.watch = Watch(r.gp, rnd.fwd, status, parent=S, edit=C, patches=patches)
             return C, dec
         return S, dec
 
