@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from fastcore.basics import patch
 
 from .backends import BackendError, HashingEmbedder
 from .questions import GeneratedQuestion
@@ -43,135 +42,127 @@ TOOLS = [
 ]
 TOOL_NAMES = tuple(t["function"]["name"] for t in TOOLS)
 
-# %% ../../nbs/harness/06_agent.ipynb #6c548bb2
-class CaptionTree:
-    "One video's clips -> segments -> captions, with the agent's tools."
-
-    def __init__(self, data: dict, embedder=None, path=None):
-        self.data, self.path, self.embedder = data, path, embedder
-        self.video_id = data["video_id"]
-        self.clips = {c["id"]: c for c in data["clips"]}
-        self.segments = {s["id"]: (c["id"], s) for c in data["clips"] for s in c["segments"]}
-        self.captions = [(sid, cap) for sid, (_, s) in self.segments.items() for cap in s["captions"]]
-        self._emb = None
-
 # %% ../../nbs/harness/06_agent.ipynb #d9e45345
 TREE_SCHEMA = (
     "vtreetrm.caption_tree/1"  # the `schema` field of every tree this tool writes (trees from elsewhere need none)
 )
 
-# %% ../../nbs/harness/06_agent.ipynb #32b5eacd
-@patch(cls_method=True)
-def load(cls: CaptionTree, path: str | Path, embedder=None) -> CaptionTree:
-    "Read and check a tree file."
-    path = Path(path)
-    if not path.is_file():
-        raise UserError("no caption tree for this video", path)
-    data = json.loads(path.read_text(encoding="utf-8"))
-    for i, c in enumerate(data.get("clips", []), 1):
-        for k in ("id", "segments"):
-            if k not in c:
-                raise UserError(f"clip {i} has no {k!r}", path, None, k)
-        for s in c["segments"]:
-            if "id" not in s or not isinstance(s.get("captions"), list):
-                raise UserError(f"clip {c['id']}: a segment lacks 'id' or 'captions'", path)
-    if "video_id" not in data or not data.get("clips"):
-        raise UserError("tree needs 'video_id' and a non-empty 'clips' list", path)
-    return cls(data, embedder, path)
+# %% ../../nbs/harness/06_agent.ipynb #6c548bb2
+class CaptionTree:
+    "One video's clips -> segments -> captions, with the agent's tools."
 
-# %% ../../nbs/harness/06_agent.ipynb #f1dbf2bb
-@patch
-def look(self: CaptionTree) -> dict:
-    return {
-        "video_id": self.video_id,
-        "duration": self.data.get("duration"),
-        "clips": [
-            {
-                "id": c["id"],
-                "start": c.get("start"),
-                "end": c.get("end"),
-                "summary": c.get("summary", ""),
-                "n_segments": len(c["segments"]),
-            }
-            for c in self.data["clips"]
-        ],
-    }
+    def __init__(self, data: dict, embedder=None, path=None):
+        self.data = data  # the tree as read: video_id, duration, clips -> segments -> captions
+        self.path = path  # the file it came from (None when built in memory)
+        self.embedder = embedder  # encodes captions and queries for search_captions (None: hashing)
+        self.video_id = data["video_id"]  # the video the tree describes
+        self.clips = {c["id"]: c for c in data["clips"]}  # clip id -> clip
+        # segment id -> (its clip id, the segment); captions: (segment id, caption) in tree order
+        self.segments = {s["id"]: (c["id"], s) for c in data["clips"] for s in c["segments"]}
+        self.captions = [(sid, cap) for sid, (_, s) in self.segments.items() for cap in s["captions"]]
+        self._emb = None  # caption embeddings (N, d), made on the first search or given by the runner's cache
 
-# %% ../../nbs/harness/06_agent.ipynb #32c0e258
-@patch
-def expand(self: CaptionTree, node_id: str) -> dict:
-    if node_id in self.clips:
+    @classmethod
+    def load(cls, path: str | Path, embedder=None) -> CaptionTree:
+        "Read and check a tree file."
+        path = Path(path)
+        if not path.is_file():
+            raise UserError("no caption tree for this video", path)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for i, c in enumerate(data.get("clips", []), 1):
+            for k in ("id", "segments"):
+                if k not in c:
+                    raise UserError(f"clip {i} has no {k!r}", path, None, k)
+            for s in c["segments"]:
+                if "id" not in s or not isinstance(s.get("captions"), list):
+                    raise UserError(f"clip {c['id']}: a segment lacks 'id' or 'captions'", path)
+        if "video_id" not in data or not data.get("clips"):
+            raise UserError("tree needs 'video_id' and a non-empty 'clips' list", path)
+        return cls(data, embedder, path)
+
+    def look(self) -> dict:
         return {
-            "node_id": node_id,
-            "segments": [
+            "video_id": self.video_id,
+            "duration": self.data.get("duration"),
+            "clips": [
                 {
-                    "id": s["id"],
-                    "start": s.get("start"),
-                    "end": s.get("end"),
-                    "n_captions": len(s["captions"]),
-                    "first": s["captions"][0]["text"] if s["captions"] else "",
+                    "id": c["id"],
+                    "start": c.get("start"),
+                    "end": c.get("end"),
+                    "summary": c.get("summary", ""),
+                    "n_segments": len(c["segments"]),
                 }
-                for s in self.clips[node_id]["segments"]
+                for c in self.data["clips"]
             ],
         }
-    if node_id in self.segments:
-        raise ValueError(f"{node_id} is a segment (a leaf): use read_captions")
-    raise ValueError(f"no node {node_id!r}; clips are {', '.join(self.clips)}")
 
-
-@patch
-def read_captions(self: CaptionTree, node_id: str) -> dict:
-    if node_id in self.segments:
-        segs = [self.segments[node_id][1]]
-    elif node_id in self.clips:
-        segs = self.clips[node_id]["segments"]
-    else:
-        raise ValueError(f"no node {node_id!r}")
-    return {
-        "node_id": node_id,
-        "captions": [f"[{c.get('t', '')}] {c['text']}" for s in segs for c in s["captions"]],
-    }
-
-# %% ../../nbs/harness/06_agent.ipynb #f72eeb78
-@patch
-def search_captions(self: CaptionTree, query: str, k: int = 5) -> dict:
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("query must be a non-empty string")
-    emb = self.embedder or HashingEmbedder()
-    if self._emb is None:
-        self._emb = emb.encode([c["text"] for _, c in self.captions])  # (N, d)
-    q = emb.encode([query])[0]  # (d,)
-    scores = self._emb @ q
-    top = np.argsort(-scores, kind="stable")[: max(1, min(int(k), 20))]
-    return {
-        "hits": [
-            {
-                "node_id": self.captions[i][0],
-                "t": self.captions[i][1].get("t"),
-                "text": self.captions[i][1]["text"],
-                "score": round(float(scores[i]), 4),
+    def expand(self, node_id: str) -> dict:
+        if node_id in self.clips:
+            return {
+                "node_id": node_id,
+                "segments": [
+                    {
+                        "id": s["id"],
+                        "start": s.get("start"),
+                        "end": s.get("end"),
+                        "n_captions": len(s["captions"]),
+                        "first": s["captions"][0]["text"] if s["captions"] else "",
+                    }
+                    for s in self.clips[node_id]["segments"]
+                ],
             }
-            for i in top
-        ]
-    }
+        if node_id in self.segments:
+            raise ValueError(f"{node_id} is a segment (a leaf): use read_captions")
+        raise ValueError(f"no node {node_id!r}; clips are {', '.join(self.clips)}")
 
-# %% ../../nbs/harness/06_agent.ipynb #dace56b4
-@patch
-def call(self: CaptionTree, name: str, arguments) -> tuple[str, bool]:
-    "Run a tool by name; returns (JSON result or error text, ok)."
-    if name not in TOOL_NAMES:
-        return f"error: unknown tool {name!r}; tools are {', '.join(TOOL_NAMES)}", False
-    if isinstance(arguments, str):
+    def read_captions(self, node_id: str) -> dict:
+        if node_id in self.segments:
+            segs = [self.segments[node_id][1]]
+        elif node_id in self.clips:
+            segs = self.clips[node_id]["segments"]
+        else:
+            raise ValueError(f"no node {node_id!r}")
+        return {
+            "node_id": node_id,
+            "captions": [f"[{c.get('t', '')}] {c['text']}" for s in segs for c in s["captions"]],
+        }
+
+    def search_captions(self, query: str, k: int = 5) -> dict:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        emb = self.embedder or HashingEmbedder()
+        if self._emb is None:
+            self._emb = emb.encode([c["text"] for _, c in self.captions])  # (N, d)
+        q = emb.encode([query])[0]  # (d,)
+        scores = self._emb @ q
+        top = np.argsort(-scores, kind="stable")[: max(1, min(int(k), 20))]
+        return {
+            "hits": [
+                {
+                    "node_id": self.captions[i][0],
+                    "t": self.captions[i][1].get("t"),
+                    "text": self.captions[i][1]["text"],
+                    "score": round(float(scores[i]), 4),
+                }
+                for i in top
+            ]
+        }
+
+    def call(self, name: str, arguments) -> tuple[str, bool]:
+        "Run a tool by name; returns (JSON result or error text, ok)."
+        if name not in TOOL_NAMES:
+            return f"error: unknown tool {name!r}; tools are {', '.join(TOOL_NAMES)}", False
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                return f"error: arguments are not valid JSON: {arguments[:100]!r}", False
+        if not isinstance(arguments, dict):
+            return "error: arguments must be a JSON object", False
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            return f"error: arguments are not valid JSON: {arguments[:100]!r}", False
-    if not isinstance(arguments, dict):
-        return "error: arguments must be a JSON object", False
-    try:
-        return json.dumps(getattr(self, name)(**arguments), ensure_ascii=False), True
-    except (TypeError, ValueError) as e:
-        return f"error: {e}", False
+            return json.dumps(getattr(self, name)(**arguments), ensure_ascii=False), True
+        except (TypeError, ValueError) as e:
+            return f"error: {e}", False
 
 # %% ../../nbs/harness/06_agent.ipynb #d5f30af3
 _SEC_RE = re.compile(r"^##\s+(.+?)\s*$", re.M)

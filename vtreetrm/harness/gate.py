@@ -153,9 +153,19 @@ class GateRound:
 class Watch:
     "Follow an accepted edit: forward evidence (confirm) and the mirrored e-process (rollback)."
 
-    def __init__(self, p: GateParams, fwd: EProcess, status: str):
-        self.p, self.fwd, self.rev, self.status = p, fwd, EProcess(p), status
-        self.pairs = 0
+    def __init__(
+        self,
+        p: GateParams,  # the gate's parameters
+        fwd: EProcess,  # the gate round's forward e-process, carried on
+        status: str,  # provisional or confirmed
+        parent=None,  # the version the edit was made on (what a rollback returns to)
+        edit=None,  # the accepted version
+        patches: list = (),  # the patches that made it
+    ):
+        self.p, self.fwd, self.status = p, fwd, status  # parameters, forward evidence, current status
+        self.rev = EProcess(p)  # the mirrored e-process: evidence that the edit hurts
+        self.pairs = 0  # pairs fed so far
+        self.parent, self.edit, self.patches = parent, edit, list(patches)  # what is watched
 
     def new_step(self):
         self.fwd.decay(self.p.gamma_decay)

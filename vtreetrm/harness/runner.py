@@ -14,7 +14,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .agent import CaptionTree, run_episode, select_skills
@@ -44,7 +43,8 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['Version', 'read_version_dir', 'resolve_questions', 'make_backend', 'accuracy', 'per_task', 'Runner']
+__all__ = ['Version', 'read_version_dir', 'resolve_questions', 'make_backend', 'accuracy', 'per_task', 'TreeCache', 'Runner',
+           'EditGate', 'Holdout', 'Trainer']
 
 # %% ../../nbs/harness/09_runner.ipynb #aebe985b
 @dataclass
@@ -121,6 +121,69 @@ def per_task(rows: list) -> dict:
         by[r["task_type"]].append(r)
     return {t: {"accuracy": accuracy(v), "n": len(v)} for t, v in sorted(by.items())}
 
+# %% ../../nbs/harness/09_runner.ipynb #2906715c
+class TreeCache:
+    "The caption trees a run reads, loaded once per video, with their caption embeddings cached on disk per embedder."
+
+    def __init__(
+        self,
+        store_dir: Path,  # the store: trees under trees/, embeddings under .cache/embeddings/
+        embedder,  # encodes the captions (its kind, path and dim name the cache folder)
+    ):
+        self.store_dir = Path(store_dir)  # the store the trees come from
+        self.embedder = embedder  # the embedder the trees search with
+        self.trees: dict = {}  # video_id -> CaptionTree, with its caption embeddings
+
+    def prepare(self, video_ids):
+        "Load the trees of `video_ids` and their caption embeddings (one batched encode, cached under <store>/.cache)."
+        import numpy as np
+
+        new = [v for v in dict.fromkeys(video_ids) if v not in self.trees]
+        tdir = self.store_dir / "trees"
+        missing = [v for v in new if not (tdir / f"{v}.json").is_file()]
+        if missing:
+            raise UserError(
+                f"{len(missing)} of the {len(new)} videos the questions name have no caption tree, first {missing[0]!r} "
+                "(build them with `vtreetrm harness build-trees --questions BENCHMARK`)",
+                tdir / f"{missing[0]}.json",
+            )
+        for v in new:
+            self.trees[v] = CaptionTree.load(tdir / f"{v}.json", self.embedder)
+        eid = sha256_json(
+            [type(self.embedder).__name__, str(getattr(self.embedder, "path", "")), getattr(self.embedder, "dim", None)]
+        )[:12]
+        cdir = self.store_dir / ".cache" / "embeddings" / eid
+        todo = []
+        for v in new:
+            t = self.trees[v]
+            texts = [c["text"] for _, c in t.captions]
+            f = cdir / f"{v}-{sha256_json(texts)[:12]}.npy"
+            if f.is_file():
+                try:
+                    t._emb = np.load(f)
+                    continue
+                except (OSError, ValueError):
+                    pass
+            todo.append((t, texts, f))
+        if not todo:
+            return
+        allt = [x for _, texts, _ in todo for x in texts]
+        emb = self.embedder.encode(allt)
+        i = 0
+        cdir.mkdir(parents=True, exist_ok=True)
+        for t, texts, f in todo:
+            t._emb = emb[i : i + len(texts)]
+            i += len(texts)
+            tmp = f.with_name(f".{f.stem}.{os.getpid()}.npy")
+            np.save(tmp, t._emb)
+            os.replace(tmp, f)
+
+    def get(self, video_id: str) -> CaptionTree:
+        "The tree of `video_id`, loaded on first use."
+        if video_id not in self.trees:
+            self.prepare([video_id])
+        return self.trees[video_id]
+
 # %% ../../nbs/harness/09_runner.ipynb #a1823796
 _RESUME_FREE = {
     "concurrency",
@@ -135,658 +198,493 @@ _RESUME_FREE = {
 }
 
 
+def _backend_failed(row: dict) -> bool:
+    "True when the answer's episode ended on a backend error (after its retries)."
+    return (row.get("error") or "").startswith("backend: ")
+
+
 class Runner:
     "Run `infer` or `train` for a `RunConfig` against a workspace's harness.db."
 
     def __init__(
         self,
         config: RunConfig,
-        fresh: bool = False,
-        seed_name: str = None,
-        backend=None,
-        reflector=None,
-        embedder=None,
-        progress: bool = True,
+        fresh: bool = False,  # delete the run's rows and versions first
+        seed_name: str = None,  # start from this seed's versions and baseline
+        backend=None,  # answering backend (else from the config)
+        reflector=None,  # reflector (else from the config)
+        embedder=None,  # embedder (else from the config)
+        progress: bool = True,  # show progress bars
     ):
-        self.c, self.fresh, self.seed_name, self.progress = config, fresh, seed_name, progress
-        self.run_id = f"infer_{config.name}" if config.mode == "infer" else config.name
+        self.c = config  # the run's settings
+        self.fresh, self.seed_name, self.progress = fresh, seed_name, progress  # as given
+        self.run_id = f"infer_{config.name}" if config.mode == "infer" else config.name  # the run's rows carry it
         path_component(config.name, "run_id")  # it names versions/<run_id>, which --fresh removes
-        self.ws = Path(config.workspace_dir)
-        self.vdir = self.ws / "versions" / self.run_id
-        self._backend, self._reflector, self._embedder = backend, reflector, embedder
-        self.gp = GateParams.from_run_config(config)
-        self.trees: dict = {}
+        self.ws = Path(config.workspace_dir)  # the workspace: harness.db, versions/, analyses/, logs/
+        self.vdir = self.ws / "versions" / self.run_id  # where the run's versions are written
+        self._backend, self._reflector, self._embedder = backend, reflector, embedder  # given models, or None
+        self.gp = GateParams.from_run_config(config)  # the CE-Gate's parameters
+        # set up by _setup:
+        self.seed: dict | None = None  # the seed's metadata (load_seed) when seed_name is given
+        self.questions: list = []  # the run's questions, filtered and cut
+        self.qdir: Path | None = None  # the folder they came from
+        self.test_dir: Path | None = None  # the test question folder of a training, if given
+        self.store: HarnessStore | None = None  # the workspace's harness.db
+        self.backend = self.embedder = self.reflector = None  # the models in use
+        self.judges_edits = False  # whether the backend knows which edits harm it (the simulator)
+        self.resumed = False  # whether the run existed before this start
+        self.S0: Version | None = None  # the starting skills version
+        self.P0: Version | None = None  # the starting prompts version
+        self.sem: asyncio.Semaphore | None = None  # at most `concurrency` episodes at once
+        self._log = None  # logs/episodes.jsonl, one line per episode as it starts
+        self.trees: TreeCache | None = None  # the caption trees, made with the embedder
+        self.trainer: Trainer | None = None  # the training loop of a train run
 
-# %% ../../nbs/harness/09_runner.ipynb #47f07127
-@patch
-def _start_dirs(self: Runner) -> tuple[Path, Path]:
-    "The starting skills and prompts folders: the seed's, or the store's named versions."
-    c = self.c
-    if self.seed_name:
-        self.seed = load_seed(c.store_dir, self.seed_name)
-        return self.seed["skills_dir"], self.seed["prompts_dir"]
-    self.seed = None
-    sk_dir, pr_dir = c.store_dir / "skills" / c.skills_version, c.store_dir / "prompts" / c.prompts_version
-    if not sk_dir.is_dir():
-        raise UserError(f"the store has no skills {c.skills_version}", sk_dir, None, "skills_version")
-    if not pr_dir.is_dir():
-        raise UserError(f"the store has no prompts {c.prompts_version}", pr_dir, None, "prompts_version")
-    return sk_dir, pr_dir
+    def _start_dirs(self) -> tuple[Path, Path]:
+        "The starting skills and prompts folders: the seed's, or the store's named versions."
+        c = self.c
+        if self.seed_name:
+            self.seed = load_seed(c.store_dir, self.seed_name)
+            return self.seed["skills_dir"], self.seed["prompts_dir"]
+        self.seed = None
+        sk_dir, pr_dir = c.store_dir / "skills" / c.skills_version, c.store_dir / "prompts" / c.prompts_version
+        if not sk_dir.is_dir():
+            raise UserError(f"the store has no skills {c.skills_version}", sk_dir, None, "skills_version")
+        if not pr_dir.is_dir():
+            raise UserError(f"the store has no prompts {c.prompts_version}", pr_dir, None, "prompts_version")
+        return sk_dir, pr_dir
 
-
-@patch
-def _load_questions(self: Runner):
-    "The run's questions (filtered by task type, cut at `n_samples`) and, for training, the test folder."
-    c = self.c
-    qdir = resolve_questions(c.questions, c.store_dir)
-    qs = load_benchmark(qdir, allow_duplicates=c.allow_duplicates, task_types=c.task_types)
-    if c.n_samples:
-        qs = qs[: c.n_samples]
-    if not qs:
-        raise UserError("no questions left after filtering by task_types / n_samples", qdir, None, "task_types")
-    self.questions, self.qdir = qs, qdir
-    self.test_dir = (
-        resolve_questions(c.test_questions, c.store_dir, "test_questions")
-        if (c.mode == "train" and c.test_questions)
-        else None
-    )
-
-# %% ../../nbs/harness/09_runner.ipynb #4def5120
-@patch
-def _make_models(self: Runner, reflect_prompt: str):
-    "The answering backend, the embedder and the reflector (given ones first, else from the config)."
-    c = self.c
-    self.backend = self._backend or make_backend(c)
-    self.judges_edits = isinstance(self.backend, SimulatedBackend)  # only the simulator knows which edits harm it
-    self.embedder = self._embedder or make_embedder(c.embed)
-    self.reflector = self._reflector or (
-        SimulatedReflector() if c.backend == "simulated" else LLMReflector(self.backend, reflect_prompt)
-    )
-
-
-@patch
-def _start_run(self: Runner):
-    "Record the run as started (after `--fresh` removed its rows and versions); warn when a resume changed its plan."
-    c = self.c
-    if self.fresh:
-        self.store.delete_run(self.run_id)
-        shutil.rmtree(self.vdir, ignore_errors=True)
-    prev = self.store.run(self.run_id)
-    self.resumed = prev is not None
-    if prev:  # a resumed run replays its plan: say when the plan-relevant settings changed
-        old = json.loads(prev["config_json"] or "{}")
-        new = {**c.to_dict(), "seed_name": self.seed_name}
-        changed = sorted(k for k in new if k not in _RESUME_FREE and old.get(k) != new[k])
-        if changed:
-            print(
-                f"warning: resuming {self.run_id} with changed settings {', '.join(changed)}; use --fresh to start over",
-                file=sys.stderr,
-            )
-    self.store.start_run(
-        self.run_id, c.mode, {**c.to_dict(), "seed_name": self.seed_name}, c.skills_version, c.prompts_version
-    )
-
-# %% ../../nbs/harness/09_runner.ipynb #e90335f8
-@patch
-def _setup(self: Runner):
-    c = self.c
-    sk_dir, pr_dir = self._start_dirs()
-    sk_files, pr_files = read_version_dir(sk_dir, "skills"), read_version_dir(pr_dir, "prompts")
-    self._load_questions()
-    self.store = HarnessStore(
-        self.ws / "harness.db"
-    )  # before the models load: a foreign or locked db fails in a second
-    self._make_models(pr_files.get("reflect.md", ""))
-    self._start_run()
-    self.S0 = self.version("skills", sk_files, None, c.skills_version)
-    self.P0 = self.version("prompts", pr_files, None, c.prompts_version)
-    self.sem = asyncio.Semaphore(c.concurrency)
-    (self.ws / "logs").mkdir(parents=True, exist_ok=True)
-    self._log = open(
-        self.ws / "logs" / "episodes.jsonl", "a", buffering=1
-    )  # line-buffered: each line reaches the OS at once
-    qs = self.questions
-    self.prepare_trees([q.video_id for q in qs])
-    self.embedder.encode(
-        [q.question for q in qs]
-    )  # one batched pass; search queries that repeat a question are then free
-
-# %% ../../nbs/harness/09_runner.ipynb #0f53ab7f
-@patch
-def version(self: Runner, kind: str, files: dict, parent: Version | None, name: str = None) -> Version:
-    "Register (or find, by content) a version and write its files under the workspace."
-    sha = sha256_json(files)[:16]
-    have = self.store.versions(self.run_id, kind)
-    for n, s in have.items():
-        if s == sha:
-            return Version(kind, n, files, sha)
-    if name is None or name in have:
-        nums = [int(n[1:]) for n in have if n[1:].isdigit()] + [
-            int(self.c.skills_version[1:]) if kind == "skills" and self.c.skills_version[1:].isdigit() else 1
-        ]
-        name = f"v{max(nums) + 1}"
-    d = self.vdir / kind / name
-    d.mkdir(parents=True, exist_ok=True)
-    for fn, txt in files.items():
-        atomic_write(d / fn, txt)
-    self.store.put_version(self.run_id, kind, name, sha, parent.name if parent else None)
-    return Version(kind, name, files, sha)
-
-# %% ../../nbs/harness/09_runner.ipynb #3d67ef6e
-@patch
-def prepare_trees(self: Runner, video_ids):
-    "Load the trees of `video_ids` and their caption embeddings (one batched encode, cached under <store>/.cache)."
-    import numpy as np
-
-    new = [v for v in dict.fromkeys(video_ids) if v not in self.trees]
-    tdir = self.c.store_dir / "trees"
-    missing = [v for v in new if not (tdir / f"{v}.json").is_file()]
-    if missing:
-        raise UserError(
-            f"{len(missing)} of the {len(new)} videos the questions name have no caption tree, first {missing[0]!r} "
-            "(build them with `vtreetrm harness build-trees --questions BENCHMARK`)",
-            tdir / f"{missing[0]}.json",
+    def _load_questions(self):
+        "The run's questions (filtered by task type, cut at `n_samples`) and, for training, the test folder."
+        c = self.c
+        qdir = resolve_questions(c.questions, c.store_dir)
+        qs = load_benchmark(qdir, allow_duplicates=c.allow_duplicates, task_types=c.task_types)
+        if c.n_samples:
+            qs = qs[: c.n_samples]
+        if not qs:
+            raise UserError("no questions left after filtering by task_types / n_samples", qdir, None, "task_types")
+        self.questions, self.qdir = qs, qdir
+        self.test_dir = (
+            resolve_questions(c.test_questions, c.store_dir, "test_questions")
+            if (c.mode == "train" and c.test_questions)
+            else None
         )
-    for v in new:
-        self.trees[v] = CaptionTree.load(self.c.store_dir / "trees" / f"{v}.json", self.embedder)
-    eid = sha256_json(
-        [type(self.embedder).__name__, str(getattr(self.embedder, "path", "")), getattr(self.embedder, "dim", None)]
-    )[:12]
-    cdir = self.c.store_dir / ".cache" / "embeddings" / eid
-    todo = []
-    for v in new:
-        t = self.trees[v]
-        texts = [c["text"] for _, c in t.captions]
-        f = cdir / f"{v}-{sha256_json(texts)[:12]}.npy"
-        if f.is_file():
-            try:
-                t._emb = np.load(f)
-                continue
-            except (OSError, ValueError):
-                pass
-        todo.append((t, texts, f))
-    if not todo:
-        return
-    allt = [x for _, texts, _ in todo for x in texts]
-    emb = self.embedder.encode(allt)
-    i = 0
-    cdir.mkdir(parents=True, exist_ok=True)
-    for t, texts, f in todo:
-        t._emb = emb[i : i + len(texts)]
-        i += len(texts)
-        tmp = f.with_name(f".{f.stem}.{os.getpid()}.npy")
-        np.save(tmp, t._emb)
-        os.replace(tmp, f)
 
-# %% ../../nbs/harness/09_runner.ipynb #1b1409fc
-@patch
-def tree(self: Runner, video_id: str) -> CaptionTree:
-    if video_id not in self.trees:
-        self.prepare_trees([video_id])
-    return self.trees[video_id]
+    def _make_models(self, reflect_prompt: str):
+        "The answering backend, the embedder and the reflector (given ones first, else from the config)."
+        c = self.c
+        self.backend = self._backend or make_backend(c)
+        self.judges_edits = isinstance(self.backend, SimulatedBackend)  # only the simulator knows which edits harm it
+        self.embedder = self._embedder or make_embedder(c.embed)
+        self.reflector = self._reflector or (
+            SimulatedReflector() if c.backend == "simulated" else LLMReflector(self.backend, reflect_prompt)
+        )
 
-# %% ../../nbs/harness/09_runner.ipynb #57c74477
-@patch
-def _answer_row(self: Runner, q, S: Version, P: Version, ctx: dict, ep) -> dict:
-    "The db row of `q`'s episode `ep` under (S, P), with the step it belongs to."
-    return dict(
-        run_id=self.run_id,
-        question_id=q.question_id,
-        skills_sha=S.sha,
-        prompts_sha=P.sha,
-        task_type=q.task_type,
-        phase=ctx.get("phase"),
-        epoch=ctx.get("epoch"),
-        step=ctx.get("step"),
-        skills_version=S.name,
-        prompts_version=P.name,
-        answer=ep.answer,
-        gold=q.answer,
-        correct=int(ep.correct),
-        n_steps=ep.n_steps,
-        error=ep.error,
-        trajectory_json=json.dumps(ep.trajectory, ensure_ascii=False, default=str),
-        created=now_iso(),
-    )
+    def _start_run(self):
+        "Record the run as started (after `--fresh` removed its rows and versions); warn when a resume changed its plan."
+        c = self.c
+        if self.fresh:
+            self.store.delete_run(self.run_id)
+            shutil.rmtree(self.vdir, ignore_errors=True)
+        prev = self.store.run(self.run_id)
+        self.resumed = prev is not None
+        if prev:  # a resumed run replays its plan: say when the plan-relevant settings changed
+            old = json.loads(prev["config_json"] or "{}")
+            new = {**c.to_dict(), "seed_name": self.seed_name}
+            changed = sorted(k for k in new if k not in _RESUME_FREE and old.get(k) != new[k])
+            if changed:
+                print(
+                    f"warning: resuming {self.run_id} with changed settings {', '.join(changed)}; use --fresh to start over",
+                    file=sys.stderr,
+                )
+        self.store.start_run(
+            self.run_id, c.mode, {**c.to_dict(), "seed_name": self.seed_name}, c.skills_version, c.prompts_version
+        )
 
-# %% ../../nbs/harness/09_runner.ipynb #ad929d43
-@patch
-async def answer(self: Runner, q, S: Version, P: Version, ctx: dict) -> dict:
-    "The answer of `q` under (S, P): from the db, or from a new episode committed at once."
-    row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
-    if row:
-        return row
-    async with self.sem:
+    def _setup(self):
+        c = self.c
+        sk_dir, pr_dir = self._start_dirs()
+        sk_files, pr_files = read_version_dir(sk_dir, "skills"), read_version_dir(pr_dir, "prompts")
+        self._load_questions()
+        self.store = HarnessStore(
+            self.ws / "harness.db"
+        )  # before the models load: a foreign or locked db fails in a second
+        self._make_models(pr_files.get("reflect.md", ""))
+        self._start_run()
+        self.S0 = self.version("skills", sk_files, None, c.skills_version)
+        self.P0 = self.version("prompts", pr_files, None, c.prompts_version)
+        self.sem = asyncio.Semaphore(c.concurrency)
+        (self.ws / "logs").mkdir(parents=True, exist_ok=True)
+        self._log = open(
+            self.ws / "logs" / "episodes.jsonl", "a", buffering=1
+        )  # line-buffered: each line reaches the OS at once
+        self.trees = TreeCache(c.store_dir, self.embedder)
+        qs = self.questions
+        self.trees.prepare([q.video_id for q in qs])
+        self.embedder.encode(
+            [q.question for q in qs]
+        )  # one batched pass; search queries that repeat a question are then free
+
+    def version(self, kind: str, files: dict, parent: Version | None, name: str = None) -> Version:
+        "Register (or find, by content) a version and write its files under the workspace."
+        sha = sha256_json(files)[:16]
+        have = self.store.versions(self.run_id, kind)
+        for n, s in have.items():
+            if s == sha:
+                return Version(kind, n, files, sha)
+        if name is None or name in have:
+            nums = [int(n[1:]) for n in have if n[1:].isdigit()] + [
+                int(self.c.skills_version[1:]) if kind == "skills" and self.c.skills_version[1:].isdigit() else 1
+            ]
+            name = f"v{max(nums) + 1}"
+        d = self.vdir / kind / name
+        d.mkdir(parents=True, exist_ok=True)
+        for fn, txt in files.items():
+            atomic_write(d / fn, txt)
+        self.store.put_version(self.run_id, kind, name, sha, parent.name if parent else None)
+        return Version(kind, name, files, sha)
+
+    def _answer_row(self, q, S: Version, P: Version, ctx: dict, ep) -> dict:
+        "The db row of `q`'s episode `ep` under (S, P), with the step it belongs to."
+        return dict(
+            run_id=self.run_id,
+            question_id=q.question_id,
+            skills_sha=S.sha,
+            prompts_sha=P.sha,
+            task_type=q.task_type,
+            phase=ctx.get("phase"),
+            epoch=ctx.get("epoch"),
+            step=ctx.get("step"),
+            skills_version=S.name,
+            prompts_version=P.name,
+            answer=ep.answer,
+            gold=q.answer,
+            correct=int(ep.correct),
+            n_steps=ep.n_steps,
+            error=ep.error,
+            trajectory_json=json.dumps(ep.trajectory, ensure_ascii=False, default=str),
+            created=now_iso(),
+        )
+
+    async def answer(self, q, S: Version, P: Version, ctx: dict) -> dict:
+        "The answer of `q` under (S, P): from the db, or from a new episode committed at once."
         row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
         if row:
             return row
-        self._log.write(
-            json.dumps({"run_id": self.run_id, "question_id": q.question_id, "skills_sha": S.sha, "prompts_sha": P.sha})
-            + "\n"
-        )
-        ep = await run_episode(
-            self.backend,
-            q,
-            self.tree(q.video_id),
-            P.text,
-            select_skills(S.text, q.task_type, self.c.skill_mode),
-            self.c.max_steps,
-        )
-    row = self._answer_row(q, S, P, ctx, ep)
-    self.store.put_answer(**row)
-    return row
+        async with self.sem:
+            row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
+            if row:
+                return row
+            self._log.write(
+                json.dumps(
+                    {"run_id": self.run_id, "question_id": q.question_id, "skills_sha": S.sha, "prompts_sha": P.sha}
+                )
+                + "\n"
+            )
+            ep = await run_episode(
+                self.backend,
+                q,
+                self.trees.get(q.video_id),
+                P.text,
+                select_skills(S.text, q.task_type, self.c.skill_mode),
+                self.c.max_steps,
+            )
+        row = self._answer_row(q, S, P, ctx, ep)
+        self.store.put_answer(**row)
+        return row
 
-# %% ../../nbs/harness/09_runner.ipynb #8273050c
-@patch
-async def answer_many(self: Runner, qs: list, S: Version, P: Version, ctx: dict, desc: str = "") -> list:
-    "Answer `qs` concurrently (at most `concurrency` episodes at once), in order."
-    bar = tqdm(total=len(qs), desc=desc or ctx.get("phase", ""), leave=False, disable=not self.progress)
+    async def answer_many(self, qs: list, S: Version, P: Version, ctx: dict, desc: str = "") -> list:
+        "Answer `qs` concurrently (at most `concurrency` episodes at once), in order."
+        bar = tqdm(total=len(qs), desc=desc or ctx.get("phase", ""), leave=False, disable=not self.progress)
 
-    async def one(q):
-        r = await self.answer(q, S, P, ctx)
-        bar.update(1)
-        return r
+        async def one(q):
+            r = await self.answer(q, S, P, ctx)
+            bar.update(1)
+            return r
 
-    try:
-        return list(await asyncio.gather(*(one(q) for q in qs)))
-    finally:
-        bar.close()
+        try:
+            return list(await asyncio.gather(*(one(q) for q in qs)))
+        finally:
+            bar.close()
 
-# %% ../../nbs/harness/09_runner.ipynb #b8c38e2d
-@patch
-def run(self: Runner) -> dict:
-    "Run to the end (resuming if the run exists) and return its summary."
-    return run_sync(self.arun())
+    def run(self) -> dict:
+        "Run to the end (resuming if the run exists) and return its summary."
+        return run_sync(self.arun())
 
-
-@patch
-async def arun(self: Runner) -> dict:
-    try:
-        self._setup()
-    except BaseException:
-        if hasattr(self, "store"):
-            self.store.finish_run(self.run_id, "failed", note="setup failed")
+    async def arun(self) -> dict:
+        try:
+            self._setup()
+        except BaseException:
+            if self.store is not None:
+                self.store.finish_run(self.run_id, "failed", note="setup failed")
+                self.store.close()
+            if self._log is not None:
+                self._log.close()
+            raise
+        try:
+            if hasattr(
+                self.backend, "check_reachable"
+            ):  # a server that is not running stops the run before any question
+                await self.backend.check_reachable()
+            res = await (self._infer() if self.c.mode == "infer" else self._train())
+            self.store.finish_run(self.run_id, "done", res.get("skills_version"), res.get("prompts_version"))
+            return res
+        except BaseException as e:
+            self.store.finish_run(self.run_id, "failed", note=f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            if hasattr(self.backend, "aclose"):
+                await self.backend.aclose()
             self.store.close()
-        if hasattr(self, "_log"):
             self._log.close()
-        raise
-    try:
-        if hasattr(self.backend, "check_reachable"):  # a server that is not running stops the run before any question
-            await self.backend.check_reachable()
-        res = await (self._infer() if self.c.mode == "infer" else self._train())
-        self.store.finish_run(self.run_id, "done", res.get("skills_version"), res.get("prompts_version"))
+
+    def _check_answers(self, rows: list, what: str) -> int:
+        "How many of `rows` failed at the backend: all of them is an error naming the backend, some a warning."
+        failed = [r for r in rows if _backend_failed(r)]
+        where = getattr(self.backend, "url", None) or f"the {self.c.backend} backend"
+        first = failed[0]["error"][:300] if failed else ""
+        if rows and len(failed) == len(rows):
+            raise UserError(
+                f"all {len(rows)} {what} answers failed at {where} (first: {first}); fix the backend, then rerun with --fresh",
+                None,
+                None,
+                "backend",
+            )
+        if failed:
+            print(
+                f"warning: {len(failed)} of {len(rows)} {what} answers failed at {where} (first: {first}); they count as wrong",
+                file=sys.stderr,
+            )
+        return len(failed)
+
+    async def _infer(self) -> dict:
+        rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "infer"}, "infer")
+        res = {
+            "run_id": self.run_id,
+            "mode": "infer",
+            "accuracy": accuracy(rows),
+            "n": len(rows),
+            "per_task_type": per_task(rows),
+            "unanswered": sum(r["answer"] is None for r in rows),
+            "backend_failures": self._check_answers(rows, "infer"),
+            "skills_version": self.S0.name,
+            "prompts_version": self.P0.name,
+            "resumed": self.resumed,
+            "db": str(self.ws / "harness.db"),
+        }
+        write_json(
+            self.ws / "analyses" / f"{self.run_id}.json", {**res, "provenance": provenance(self.c.to_dict(), [])}
+        )
         return res
-    except BaseException as e:
-        self.store.finish_run(self.run_id, "failed", note=f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        if hasattr(self.backend, "aclose"):
-            await self.backend.aclose()
-        self.store.close()
-        self._log.close()
 
-# %% ../../nbs/harness/09_runner.ipynb #3eada44f
-def _backend_failed(row: dict) -> bool:
-    "True when the answer's episode ended on a backend error (after its retries)."
-    return (row.get("error") or "").startswith("backend: ")
+    async def _train(self) -> dict:
+        self.trainer = Trainer(self)
+        return await self.trainer.run()
 
-
-@patch
-def _check_answers(self: Runner, rows: list, what: str) -> int:
-    "How many of `rows` failed at the backend: all of them is an error naming the backend, some a warning."
-    failed = [r for r in rows if _backend_failed(r)]
-    where = getattr(self.backend, "url", None) or f"the {self.c.backend} backend"
-    first = failed[0]["error"][:300] if failed else ""
-    if rows and len(failed) == len(rows):
-        raise UserError(
-            f"all {len(rows)} {what} answers failed at {where} (first: {first}); fix the backend, then rerun with --fresh",
-            None,
-            None,
-            "backend",
+    async def gate_round(self, S: Version, C: Version, P: Version, pairs: list, key: str, ctx: dict) -> GateRound:
+        "Paired evaluation of candidate `C` against incumbent `S` on the questions `pairs` (see the gate notebook)."
+        seen, pool = set(), []
+        for q in pairs:
+            if q.question_id not in seen:
+                seen.add(q.question_id)
+                pool.append(q)
+        inc = {
+            r["question_id"]: bool(r["correct"])
+            for r in await self.answer_many(pool, S, P, {**ctx, "phase": "gate_incumbent"})
+        }
+        probes = sorted((q for q in pool if inc[q.question_id]), key=lambda q: stable_uniform(key, "p", q.question_id))
+        rest = sorted(
+            (q for q in pool if not inc[q.question_id]), key=lambda q: stable_uniform(key, "r", q.question_id)
         )
-    if failed:
-        print(
-            f"warning: {len(failed)} of {len(rows)} {what} answers failed at {where} (first: {first}); they count as wrong",
-            file=sys.stderr,
-        )
-    return len(failed)
-
-# %% ../../nbs/harness/09_runner.ipynb #74218df1
-@patch
-async def _infer(self: Runner) -> dict:
-    rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "infer"}, "infer")
-    res = {
-        "run_id": self.run_id,
-        "mode": "infer",
-        "accuracy": accuracy(rows),
-        "n": len(rows),
-        "per_task_type": per_task(rows),
-        "unanswered": sum(r["answer"] is None for r in rows),
-        "backend_failures": self._check_answers(rows, "infer"),
-        "skills_version": self.S0.name,
-        "prompts_version": self.P0.name,
-        "resumed": self.resumed,
-        "db": str(self.ws / "harness.db"),
-    }
-    write_json(self.ws / "analyses" / f"{self.run_id}.json", {**res, "provenance": provenance(self.c.to_dict(), [])})
-    return res
-
-# %% ../../nbs/harness/09_runner.ipynb #67dd4cd8
-@patch
-async def gate_round(self: Runner, S: Version, C: Version, P: Version, batch: list, key: str, ctx: dict) -> GateRound:
-    "Paired evaluation of candidate `C` against incumbent `S` (see the gate notebook)."
-    seen, pool = set(), []
-    for q in list(batch) + list(self.pools.diag):
-        if q.question_id not in seen:
-            seen.add(q.question_id)
-            pool.append(q)
-    inc = {
-        r["question_id"]: bool(r["correct"])
-        for r in await self.answer_many(pool, S, P, {**ctx, "phase": "gate_incumbent"})
-    }
-    probes = sorted((q for q in pool if inc[q.question_id]), key=lambda q: stable_uniform(key, "p", q.question_id))
-    rest = sorted((q for q in pool if not inc[q.question_id]), key=lambda q: stable_uniform(key, "r", q.question_id))
-    order, n_probe = [], 0
-    while probes or rest:
-        if probes and (not rest or n_probe < self.gp.probe_quota * (len(order) + 1)):
-            order.append((probes.pop(0), True))
-            n_probe += 1
-        else:
-            order.append((rest.pop(0), False))
-    rnd = GateRound(self.gp)
-    for i in range(0, len(order), self.gp.block):
-        chunk = order[i : i + self.gp.block]
-        rows = await self.answer_many([q for q, _ in chunk], C, P, {**ctx, "phase": "gate_candidate"})
-        for (q, probe), r in zip(chunk, rows):
-            rnd.add(inc[q.question_id], bool(r["correct"]), probe=probe)
+        order, n_probe = [], 0
+        while probes or rest:
+            if probes and (not rest or n_probe < self.gp.probe_quota * (len(order) + 1)):
+                order.append((probes.pop(0), True))
+                n_probe += 1
+            else:
+                order.append((rest.pop(0), False))
+        rnd = GateRound(self.gp)
+        for i in range(0, len(order), self.gp.block):
+            chunk = order[i : i + self.gp.block]
+            rows = await self.answer_many([q for q, _ in chunk], C, P, {**ctx, "phase": "gate_candidate"})
+            for (q, probe), r in zip(chunk, rows):
+                rnd.add(inc[q.question_id], bool(r["correct"]), probe=probe)
+                if rnd.done:
+                    break
             if rnd.done:
                 break
-        if rnd.done:
-            break
-    return rnd
+        return rnd
 
-# %% ../../nbs/harness/09_runner.ipynb #2019e928
-@patch
-async def _reflect(self: Runner, text: str, failures: list, budget: int, key: str) -> list:
-    "Memoised reflection: the same inputs give the same patches, also after a restart."
-    got = self.store.get_reflection(self.run_id, key)
-    if got is not None:
-        return [Patch(**p) for p in got]
-    fails = [
-        {
-            "task_type": r["task_type"],
-            "question": self.qmap[r["question_id"]].question,
-            "options": list(self.qmap[r["question_id"]].options),
-            "gold": r["gold"],
-            "answer": r["answer"],
-            "trajectory": json.loads(r["trajectory_json"] or "[]"),
+# %% ../../nbs/harness/09_runner.ipynb #06a0b692
+class EditGate:
+    "Gates skills edits for a training: each candidate against the incumbent, then the accepted one watched until settled."
+
+    def __init__(
+        self,
+        runner: Runner,  # answers, registers versions and records the decisions
+        diag: list,  # the diag pool: paired after the batch in every gate round
+    ):
+        self.runner = runner  # the run the edits belong to
+        self.diag = diag  # the questions paired after the batch
+        self.watch: Watch | None = None  # the accepted edit still being watched (its parent, edit and patches on it)
+        self.cooldown_until = 0  # after a rollback, no new edit is gated up to this step
+
+    def record(self, key: str, kind: str, at: dict, S, C, dec: dict, patches: list):
+        "One gate_decisions row: `kind` (fast, slow, watch) at step `at` ({epoch, step}), incumbent S, candidate C."
+        r = self.runner
+        r.store.put_gate(
+            r.run_id,
+            key,
+            epoch=at["epoch"],
+            step=at["step"],
+            kind=kind,
+            incumbent_version=S.name if S else None,
+            candidate_version=C.name if C else None,
+            decision=dec["decision"],
+            reason=dec.get("reason", ""),
+            e_value=dec.get("e_value"),
+            e_reverse=dec.get("e_reverse"),
+            n_pairs=dec.get("n_pairs", 0),
+            wins=dec.get("wins", 0),
+            losses=dec.get("losses", 0),
+            n_probe=dec.get("n_probe", 0),
+            probe_errors=dec.get("probe_errors", 0),
+            bad_edits=sum(map(is_bad_patch, patches)) if r.judges_edits else None,
+            detail={"patches": [p.to_dict() for p in patches]},
+        )
+
+    async def try_edit(self, S, P, patches: list, batch: list, kind: str, key: str, at: dict):
+        "Gate one candidate; returns the new incumbent (or S) and the decision."
+        r = self.runner
+        if not patches:
+            return S, None
+        C_text = apply_patches(S.text, patches, r.c.skill_update_mode, r.c.appendix_consolidate_threshold)
+        if C_text == S.text:
+            return S, None
+        C = r.version("skills", {**S.files, "skills.md": C_text}, S)
+        if not r.c.gate_enabled:
+            dec = {"decision": "accept_ungated", "reason": "gate disabled"}
+            self.record(key, kind, at, S, C, dec, patches)
+            return C, dec
+        rnd = await r.gate_round(
+            S, C, P, list(batch) + list(self.diag), key, {"epoch": at["epoch"], "step": at["step"]}
+        )
+        dec = rnd.decision().to_dict()
+        dec["e_reverse"] = None
+        self.record(key, kind, at, S, C, dec, patches)
+        if dec["decision"] in ("confirm", "provisional"):
+            status = "confirmed" if dec["decision"] == "confirm" else "provisional"
+            self.watch = Watch(r.gp, rnd.fwd, status, parent=S, edit=C, patches=patches)
+            return C, dec
+        return S, dec
+
+    async def follow_watch(self, S, P, batch: list, epoch: int, step: int):
+        "Feed the watched edit's pairs on this batch; roll back or confirm. Returns the incumbent."
+        r, w = self.runner, self.watch
+        if w is None or w.edit.sha != S.sha:
+            self.watch = None
+            return S
+        w.new_step()
+        par = await r.answer_many(batch, w.parent, P, {"phase": "watch_parent", "epoch": epoch, "step": step})
+        cur = {
+            row["question_id"]: bool(row["correct"])
+            for row in await r.answer_many(batch, S, P, {"phase": "batch", "epoch": epoch, "step": step})
         }
-        for r in failures
-    ]
-    patches = await self.reflector.propose(text, fails, budget, key=key)
-    self.store.put_reflection(self.run_id, key, [p.to_dict() for p in patches])
-    return patches
-
-# %% ../../nbs/harness/09_runner.ipynb #1e850b16
-@patch
-async def _baseline(self: Runner) -> tuple[dict, str]:
-    "Baseline correctness: the seed's db, `baseline_run_id`, or a baseline pass with the starting versions."
-    c = self.c
-    if self.seed and self.seed.get("baseline_db") and self.seed.get("baseline_run_id"):
-        st = HarnessStore(self.seed["baseline_db"], readonly=True)
-        try:
-            corr = st.correctness(self.seed["baseline_run_id"])
-        finally:
-            st.close()
-        return corr, f"seed:{self.seed_name}/{self.seed['baseline_run_id']}"
-    if c.baseline_run_id:
-        corr = self.store.correctness(c.baseline_run_id)
-        if not corr:
-            raise UserError(
-                f"baseline run {c.baseline_run_id!r} has no answers in {self.store.path}", None, None, "baseline_run_id"
-            )
-        return corr, c.baseline_run_id
-    rows = await self.answer_many(self.questions, self.S0, self.P0, {"phase": "baseline"}, "baseline")
-    self._check_answers(rows, "baseline")
-    return {r["question_id"]: bool(r["correct"]) for r in rows}, f"{self.run_id}/baseline"
-
-# %% ../../nbs/harness/09_runner.ipynb #cb65818d
-@patch
-def _record_gate(self: Runner, key, epoch, step, kind, S, C, dec: dict, patches: list):
-    self.store.put_gate(
-        self.run_id,
-        key,
-        epoch=epoch,
-        step=step,
-        kind=kind,
-        incumbent_version=S.name if S else None,
-        candidate_version=C.name if C else None,
-        decision=dec["decision"],
-        reason=dec.get("reason", ""),
-        e_value=dec.get("e_value"),
-        e_reverse=dec.get("e_reverse"),
-        n_pairs=dec.get("n_pairs", 0),
-        wins=dec.get("wins", 0),
-        losses=dec.get("losses", 0),
-        n_probe=dec.get("n_probe", 0),
-        probe_errors=dec.get("probe_errors", 0),
-        bad_edits=sum(map(is_bad_patch, patches)) if self.judges_edits else None,
-        detail={"patches": [p.to_dict() for p in patches]},
-    )
-
-# %% ../../nbs/harness/09_runner.ipynb #34e7ad23
-@patch
-def _bad_edit_counts(self: Runner, gates: list, accepted: list) -> dict:
-    "Harmful edits proposed, accepted and rolled back: known only to the simulator (its SIM_BAD_HINTS); None with a real model."
-    if not self.judges_edits:
-        return {
-            "bad_edits_proposed": None,
-            "bad_edits_accepted": None,
-            "bad_edits_rolled_back": None,
-            "bad_edits_note": "not counted: which edits are harmful is known only for the simulated backend",
-        }
-    return {
-        "bad_edits_proposed": sum(g["bad_edits"] or 0 for g in gates if g["kind"] != "watch"),
-        "bad_edits_accepted": sum(g["bad_edits"] or 0 for g in accepted),
-        "bad_edits_rolled_back": sum(g["bad_edits"] or 0 for g in gates if g["decision"] == "rollback"),
-        "bad_edits_note": "counted against the simulated backend's known harmful hints (SIM_BAD_HINTS)",
-    }
-
-# %% ../../nbs/harness/09_runner.ipynb #498ab429
-@patch
-async def _try_edit(self: Runner, S, P, patches, batch, key, epoch, step, kind):
-    "Gate one candidate; returns the new incumbent (or S) and the decision."
-    if not patches:
-        return S, None
-    C_text = apply_patches(S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold)
-    if C_text == S.text:
-        return S, None
-    C = self.version("skills", {**S.files, "skills.md": C_text}, S)
-    if not self.c.gate_enabled:
-        dec = {"decision": "accept_ungated", "reason": "gate disabled"}
-        self._record_gate(key, epoch, step, kind, S, C, dec, patches)
-        return C, dec
-    rnd = await self.gate_round(S, C, P, batch, key, {"epoch": epoch, "step": step})
-    dec = rnd.decision().to_dict()
-    dec["e_reverse"] = None
-    self._record_gate(key, epoch, step, kind, S, C, dec, patches)
-    if dec["decision"] in ("confirm", "provisional"):
-        self.watch = Watch(self.gp, rnd.fwd, "confirmed" if dec["decision"] == "confirm" else "provisional")
-        self.watch.parent, self.watch.edit, self.watch.patches = S, C, patches
-        return C, dec
-    return S, dec
-
-# %% ../../nbs/harness/09_runner.ipynb #0fe9e719
-@patch
-async def _follow_watch(self: Runner, S, P, batch, epoch, step):
-    "Feed the watched edit's pairs on this batch; roll back or confirm. Returns the incumbent."
-    w = self.watch
-    if w is None or w.edit.sha != S.sha:
-        self.watch = None
+        for row in par:
+            ev = w.add(bool(row["correct"]), cur[row["question_id"]])
+            if ev:
+                dec = {
+                    "decision": ev,
+                    "reason": f"watch after {w.pairs} pairs",
+                    "e_value": w.fwd.k,
+                    "e_reverse": w.rev.k,
+                    "n_pairs": w.pairs,
+                    "wins": w.fwd.wins,
+                    "losses": w.fwd.losses,
+                }
+                at = {"epoch": epoch, "step": step}
+                self.record(
+                    f"watch/{epoch}/{step}", "watch", at, S, w.parent if ev == "rollback" else S, dec, w.patches
+                )
+                if ev == "rollback":
+                    self.cooldown_until, self.watch = step + r.gp.cooldown_steps, None
+                    return w.parent
+                break
+        if self.watch is not None and self.watch.settled:
+            self.watch = None
         return S
-    w.new_step()
-    par = await self.answer_many(batch, w.parent, P, {"phase": "watch_parent", "epoch": epoch, "step": step})
-    cur = {
-        r["question_id"]: bool(r["correct"])
-        for r in await self.answer_many(batch, S, P, {"phase": "batch", "epoch": epoch, "step": step})
-    }
-    for r in par:
-        ev = w.add(bool(r["correct"]), cur[r["question_id"]])
-        if ev:
-            dec = {
-                "decision": ev,
-                "reason": f"watch after {w.pairs} pairs",
-                "e_value": w.fwd.k,
-                "e_reverse": w.rev.k,
-                "n_pairs": w.pairs,
-                "wins": w.fwd.wins,
-                "losses": w.fwd.losses,
+
+    def open_to_edits(self, step: int) -> bool:
+        "Whether step `step` may gate a new edit: past the cooldown of a rollback, and no provisional edit pending."
+        pending = self.watch is not None and self.watch.status == "provisional"
+        return step > self.cooldown_until and not pending
+
+    def _bad_edit_counts(self, gates: list, accepted: list) -> dict:
+        "Harmful edits proposed, accepted and rolled back: known only to the simulator (its SIM_BAD_HINTS); None with a real model."
+        if not self.runner.judges_edits:
+            return {
+                "bad_edits_proposed": None,
+                "bad_edits_accepted": None,
+                "bad_edits_rolled_back": None,
+                "bad_edits_note": "not counted: which edits are harmful is known only for the simulated backend",
             }
-            self._record_gate(
-                f"watch/{epoch}/{step}", epoch, step, "watch", S, w.parent if ev == "rollback" else S, dec, w.patches
-            )
-            if ev == "rollback":
-                self.cooldown_until, self.watch = step + self.gp.cooldown_steps, None
-                return w.parent
-            break
-    if self.watch is not None and self.watch.settled:
-        self.watch = None
-    return S
+        return {
+            "bad_edits_proposed": sum(g["bad_edits"] or 0 for g in gates if g["kind"] != "watch"),
+            "bad_edits_accepted": sum(g["bad_edits"] or 0 for g in accepted),
+            "bad_edits_rolled_back": sum(g["bad_edits"] or 0 for g in gates if g["decision"] == "rollback"),
+            "bad_edits_note": "counted against the simulated backend's known harmful hints (SIM_BAD_HINTS)",
+        }
 
-# %% ../../nbs/harness/09_runner.ipynb #47f13f38
-@patch
-async def _val_acc(self: Runner, S, P, epoch, step):
-    if not self.pools.val:
-        return None
-    return accuracy(await self.answer_many(self.pools.val, S, P, {"phase": "val", "epoch": epoch, "step": step}, "val"))
+    def summary(self, gates: list) -> dict:
+        "Gate rounds, decisions, rollbacks and (with the simulator) bad edits, from the run's gate rows."
+        accepted = [
+            g for g in gates if g["decision"] in ("confirm", "provisional", "accept_ungated") and g["kind"] != "watch"
+        ]
+        return {
+            "rounds": sum(g["kind"] != "watch" for g in gates),
+            "decisions": dict(collections.Counter(g["decision"] for g in gates)),
+            "rollbacks": sum(g["decision"] == "rollback" for g in gates),
+            **self._bad_edit_counts(gates, accepted),
+        }
 
-# %% ../../nbs/harness/09_runner.ipynb #eea1203a
-@patch
-async def _four_way(self: Runner, S, C, P, Pc, epoch, step) -> dict:
-    "Val accuracy of incumbent/candidate skills x incumbent/candidate prompts, each cell recorded as a holdout row."
-    cells = {}
-    for sk_name, sk in (("incumbent", S), ("candidate", C)):
-        for pr_name, pr in (("incumbent", P), ("candidate", Pc)):
-            acc = await self._val_acc(sk, pr, epoch, step)
-            cells[(sk_name, pr_name)] = acc
-            self.store.put_holdout(self.run_id, epoch, sk_name, pr_name, sk.name, pr.name, acc, len(self.pools.val))
-    return cells
+# %% ../../nbs/harness/09_runner.ipynb #4625f8b7
+class Holdout:
+    "Held-out (val) accuracy of a training's versions, and the four-way holdout of a slow update."
 
+    def __init__(
+        self,
+        runner: Runner,  # answers the questions and records the holdout rows
+        val: list,  # the val pool
+    ):
+        self.runner = runner  # the run the accuracies belong to
+        self.val = val  # the questions held out for validation
 
-@patch
-def _patched(self: Runner, S: Version, patches: list) -> Version:
-    "The skills version `patches` make of `S`, registered even when the gate refused it."
-    text = apply_patches(S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold)
-    return self.version("skills", {**S.files, "skills.md": text}, S)
-
-# %% ../../nbs/harness/09_runner.ipynb #cd89d0c0
-@patch
-async def _slow_update(self: Runner, S, P, epoch, step, budget):
-    "End-of-epoch update from the momentum buffer: gated skills candidate, four-way holdout for prompts."
-    fails = [r for r in self.momentum if not r["correct"]]
-    if not fails:
-        return S, P
-    patches = await self._reflect(S.text, fails, max(1, budget), f"slow/{epoch}/{S.sha}/{P.sha}")
-    mq = [self.qmap[r["question_id"]] for r in self.momentum]
-    S_new, _ = await self._try_edit(S, P, patches, mq, f"slow/{epoch}", epoch, step, "slow")
-    # prompts candidate: one line proposed for the system prompt
-    pp = await self._reflect(P.text, fails, 1, f"slow-prompt/{epoch}/{S.sha}/{P.sha}")
-    if not pp or pp[0].op != "add" or pp[0].text.lower() in P.text.lower():
-        return S_new, P
-    Pc = self.version("prompts", {**P.files, "system.md": P.text.rstrip() + f"\n- {pp[0].text}\n"}, P)
-    if not self.c.run_holdout_eval:
-        return S_new, P
-    C = S_new if S_new.sha != S.sha else self._patched(S, patches)  # the holdout needs a candidate anyway
-    cells = await self._four_way(S, C, P, Pc, epoch, step)
-    row = "candidate" if S_new.sha != S.sha else "incumbent"
-    a_new, a_old = cells[(row, "candidate")], cells[(row, "incumbent")]
-    adopt = a_new is not None and a_old is not None and a_new - a_old >= self.gp.delta_min
-    self.store.put_event(
-        self.run_id,
-        f"prompts/{epoch}",
-        {"candidate": Pc.name, "adopted": adopt, "holdout": {f"{k[0]}/{k[1]}": v for k, v in cells.items()}},
-    )
-    return S_new, (Pc if adopt else P)
-
-# %% ../../nbs/harness/09_runner.ipynb #d84afdff
-@patch
-def _check_pools(self: Runner):
-    "A training needs questions to train on and to test on."
-    if not self.pools.train:
-        raise UserError(
-            "the training pool is empty (check task_types, train_ratio, test_size)", None, None, "train_ratio"
-        )
-    if not self.pools.test:
-        raise UserError(
-            "the test pool is empty: set test_questions (a question folder) or test_size (questions held out)",
-            None,
-            None,
-            "test_size",
+    async def val_acc(self, S, P, epoch, step):
+        "Accuracy of (S, P) on the val pool; None when it is empty."
+        if not self.val:
+            return None
+        return accuracy(
+            await self.runner.answer_many(self.val, S, P, {"phase": "val", "epoch": epoch, "step": step}, "val")
         )
 
-# %% ../../nbs/harness/09_runner.ipynb #fa225c0a
-@patch
-async def _pools_from_baseline(self: Runner) -> tuple[dict, str]:
-    "Baseline correctness and the pools split from it (recorded as the `pools` event); returns the baseline."
-    c = self.c
-    self.qmap = {q.question_id: q for q in self.questions}
-    corr0, bl_id = await self._baseline()
-    strat = POOL_STRATEGIES[c.pool_split_mode]()
-    self.pools = strat.build(self.questions, corr0, PoolConfig.from_run_config(c, self.test_dir, bl_id))
-    self.qmap.update({q.question_id: q for q in self.pools.test})
-    self.prepare_trees([q.video_id for q in self.pools.test])
-    self._check_pools()
-    self.store.put_event(self.run_id, "pools", {**self.pools.sizes(), "baseline": bl_id, "strategy": c.pool_split_mode})
-    return corr0, bl_id
-
-
-@patch
-def _correct_now(self: Runner, corr0: dict, S: Version, P: Version) -> dict:
-    "Which questions the versions (S, P) answer correctly, so far: their own answers over the baseline's."
-    mine = self.store.answers(self.run_id)
-    return {
-        **corr0,
-        **{
-            r["question_id"]: bool(r["correct"]) for r in mine if r["skills_sha"] == S.sha and r["prompts_sha"] == P.sha
-        },
-    }
-
-# %% ../../nbs/harness/09_runner.ipynb #b4d13509
-@patch
-async def _train_step(self: Runner, S, P, batch, epoch, b, step, budget) -> Version:
-    "One step on one batch: follow the watched edit, answer, maybe gate a new edit, record `dual_metric`; returns S."
-    ctx = {"phase": "batch", "epoch": epoch, "step": step}
-    S = await self._follow_watch(S, P, batch, epoch, step)
-    rows = await self.answer_many(batch, S, P, ctx)
-    batch_acc = accuracy(rows)
-    self.momentum.extend(rows)
-    fails = [r for r in rows if not r["correct"]]
-    pending = self.watch is not None and self.watch.status == "provisional"
-    if fails and step > self.cooldown_until and not pending and budget > 0:
-        patches = await self._reflect(S.text, fails, budget, f"fast/{epoch}/{b}/{S.sha}/{P.sha}")
-        S, _ = await self._try_edit(S, P, patches, batch, f"fast/{epoch}/{b}", epoch, step, "fast")
-    val = await self._val_acc(S, P, epoch, step)
-    self.store.put_dual_metric(self.run_id, epoch, step, batch_acc, val, S.name, P.name, len(rows), len(self.pools.val))
-    return S
-
-
-@patch
-async def _train_epoch(self: Runner, S, P, corr0, epoch, step, budget) -> tuple[Version, int]:
-    "The fast steps of one epoch, over batches drawn from what (S, P) gets right now; returns S and the last step."
-    c = self.c
-    batches = make_batches(
-        self.pools.train,
-        self._correct_now(corr0, S, P),
-        c.batch_size,
-        c.min_class_per_batch,
-        c.batch_correct_ratio,
-        c.seed,
-        epoch,
-    )
-    for b, batch in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not self.progress), 1):
-        step += 1
-        S = await self._train_step(S, P, batch, epoch, b, step, budget)
-    return S, step
+    async def four_way(self, S, C, P, Pc, epoch, step) -> dict:
+        "Val accuracy of incumbent/candidate skills x incumbent/candidate prompts, each cell recorded as a holdout row."
+        r, cells = self.runner, {}
+        for sk_name, sk in (("incumbent", S), ("candidate", C)):
+            for pr_name, pr in (("incumbent", P), ("candidate", Pc)):
+                acc = await self.val_acc(sk, pr, epoch, step)
+                cells[(sk_name, pr_name)] = acc
+                r.store.put_holdout(
+                    r.run_id,
+                    epoch,
+                    skills=sk_name,
+                    prompts=pr_name,
+                    skills_version=sk.name,
+                    prompts_version=pr.name,
+                    accuracy=acc,
+                    n=len(self.val),
+                )
+        return cells
 
 # %% ../../nbs/harness/09_runner.ipynb #b49e74b5
 def _side(S: Version, P: Version, rows: list) -> dict:
@@ -799,68 +697,226 @@ def _side(S: Version, P: Version, rows: list) -> dict:
         "per_task_type": per_task(rows),
     }
 
+# %% ../../nbs/harness/09_runner.ipynb #3080999b
+class Trainer:
+    "A train run's loop: baseline and pools, epochs of gated fast steps, slow updates, early stop, the final test."
 
-@patch
-def _gate_summary(self: Runner, gates: list) -> dict:
-    "Gate rounds, decisions, rollbacks and (with the simulator) bad edits, from the run's gate rows."
-    accepted = [
-        g for g in gates if g["decision"] in ("confirm", "provisional", "accept_ungated") and g["kind"] != "watch"
-    ]
-    return {
-        "rounds": sum(g["kind"] != "watch" for g in gates),
-        "decisions": dict(collections.Counter(g["decision"] for g in gates)),
-        "rollbacks": sum(g["decision"] == "rollback" for g in gates),
-        **self._bad_edit_counts(gates, accepted),
-    }
+    def __init__(self, runner: Runner):  # set up: store, models, questions and starting versions
+        self.runner = runner  # answers, registers versions and holds the store
+        self.c = runner.c  # the run's settings
+        self.qmap: dict = {}  # question_id -> question, for the questions and the test pool
+        self.pools = None  # the Pools split from the baseline (train, diag, val, test)
+        self.gate: EditGate | None = None  # gates and watches the edits, once the pools are split
+        self.holdout: Holdout | None = None  # val accuracy and the four-way holdout, once the pools are split
+        self.momentum = collections.deque(
+            maxlen=max(1, self.c.momentum_samples)
+        )  # the latest answers, for slow updates
 
-# %% ../../nbs/harness/09_runner.ipynb #a8f1563a
-@patch
-async def _final_test(self: Runner, S, P, history: list, bl_id: str) -> dict:
-    "The test pool answered by the starting and the final versions; written to `analyses/final_test_eval.json`."
-    test = self.pools.test
-    base = await self.answer_many(test, self.S0, self.P0, {"phase": "test"}, "test (start)")
-    fin = await self.answer_many(test, S, P, {"phase": "test"}, "test (final)")
-    res = {
-        "run_id": self.run_id,
-        "mode": "train",
-        "epochs_run": len(history),
-        "history": history,
-        "baseline": _side(self.S0, self.P0, base),
-        "final": _side(S, P, fin),
-        "pools": self.pools.sizes(),
-        "baseline_source": bl_id,
-        "gate": self._gate_summary(self.store.table("gate_decisions", self.run_id)),
-        "skills_version": S.name,
-        "prompts_version": P.name,
-        "resumed": self.resumed,
-    }
-    write_json(self.ws / "analyses" / "final_test_eval.json", {**res, "provenance": provenance(self.c.to_dict(), [])})
-    return res
+    async def _reflect(self, text: str, failures: list, budget: int, key: str) -> list:
+        "Memoised reflection: the same inputs give the same patches, also after a restart."
+        r = self.runner
+        got = r.store.get_reflection(r.run_id, key)
+        if got is not None:
+            return [Patch(**p) for p in got]
+        fails = [
+            {
+                "task_type": f["task_type"],
+                "question": self.qmap[f["question_id"]].question,
+                "options": list(self.qmap[f["question_id"]].options),
+                "gold": f["gold"],
+                "answer": f["answer"],
+                "trajectory": json.loads(f["trajectory_json"] or "[]"),
+            }
+            for f in failures
+        ]
+        patches = await r.reflector.propose(text, fails, budget, key=key)
+        r.store.put_reflection(r.run_id, key, [p.to_dict() for p in patches])
+        return patches
 
-# %% ../../nbs/harness/09_runner.ipynb #8feffbd8
-@patch
-async def _train(self: Runner) -> dict:
-    c = self.c
-    corr0, bl_id = await self._pools_from_baseline()
-    S, P = self.S0, self.P0
-    self.watch, self.cooldown_until = None, 0
-    self.momentum = collections.deque(maxlen=max(1, c.momentum_samples))
-    best, since, step, history = -1.0, 0, 0, []
-    for epoch in range(1, c.epochs + 1):
-        budget = edit_budget(epoch, c.epochs, c.edit_budget_start, c.edit_budget_end)
-        S, step = await self._train_epoch(S, P, corr0, epoch, step, budget)
-        if c.use_slow_momentum:
-            S, P = await self._slow_update(S, P, epoch, step, budget)
-        val = await self._val_acc(S, P, epoch, step)
-        history.append({"epoch": epoch, "val_accuracy": val, "skills_version": S.name, "prompts_version": P.name})
-        self.store.put_event(self.run_id, f"epoch/{epoch}", history[-1])
-        if val is not None:
-            if val > best + 1e-12:
-                best, since = val, 0
-            else:
-                since += 1
-            if since >= c.early_stop_patience:
-                self.store.put_event(self.run_id, "early_stop", {"epoch": epoch, "best_val": best})
-                break
-    # final test evaluation: starting versions vs final versions
-    return await self._final_test(S, P, history, bl_id)
+    async def _baseline(self) -> tuple[dict, str]:
+        "Baseline correctness: the seed's db, `baseline_run_id`, or a baseline pass with the starting versions."
+        c, r = self.c, self.runner
+        if r.seed and r.seed.get("baseline_db") and r.seed.get("baseline_run_id"):
+            st = HarnessStore(r.seed["baseline_db"], readonly=True)
+            try:
+                corr = st.correctness(r.seed["baseline_run_id"])
+            finally:
+                st.close()
+            return corr, f"seed:{r.seed_name}/{r.seed['baseline_run_id']}"
+        if c.baseline_run_id:
+            corr = r.store.correctness(c.baseline_run_id)
+            if not corr:
+                raise UserError(
+                    f"baseline run {c.baseline_run_id!r} has no answers in {r.store.path}",
+                    None,
+                    None,
+                    "baseline_run_id",
+                )
+            return corr, c.baseline_run_id
+        rows = await r.answer_many(r.questions, r.S0, r.P0, {"phase": "baseline"}, "baseline")
+        r._check_answers(rows, "baseline")
+        return {row["question_id"]: bool(row["correct"]) for row in rows}, f"{r.run_id}/baseline"
+
+    def _check_pools(self):
+        "A training needs questions to train on and to test on."
+        if not self.pools.train:
+            raise UserError(
+                "the training pool is empty (check task_types, train_ratio, test_size)", None, None, "train_ratio"
+            )
+        if not self.pools.test:
+            raise UserError(
+                "the test pool is empty: set test_questions (a question folder) or test_size (questions held out)",
+                None,
+                None,
+                "test_size",
+            )
+
+    async def _pools_from_baseline(self) -> tuple[dict, str]:
+        "Baseline correctness and the pools split from it (recorded as the `pools` event); returns the baseline."
+        c, r = self.c, self.runner
+        self.qmap = {q.question_id: q for q in r.questions}
+        corr0, bl_id = await self._baseline()
+        strat = POOL_STRATEGIES[c.pool_split_mode]()
+        self.pools = strat.build(r.questions, corr0, PoolConfig.from_run_config(c, r.test_dir, bl_id))
+        self.qmap.update({q.question_id: q for q in self.pools.test})
+        r.trees.prepare([q.video_id for q in self.pools.test])
+        self._check_pools()
+        self.gate, self.holdout = EditGate(r, self.pools.diag), Holdout(r, self.pools.val)
+        r.store.put_event(r.run_id, "pools", {**self.pools.sizes(), "baseline": bl_id, "strategy": c.pool_split_mode})
+        return corr0, bl_id
+
+    def _correct_now(self, corr0: dict, S: Version, P: Version) -> dict:
+        "Which questions the versions (S, P) answer correctly, so far: their own answers over the baseline's."
+        mine = self.runner.store.answers(self.runner.run_id)
+        return {
+            **corr0,
+            **{
+                r["question_id"]: bool(r["correct"])
+                for r in mine
+                if r["skills_sha"] == S.sha and r["prompts_sha"] == P.sha
+            },
+        }
+
+    def _patched(self, S: Version, patches: list) -> Version:
+        "The skills version `patches` make of `S`, registered even when the gate refused it."
+        text = apply_patches(S.text, patches, self.c.skill_update_mode, self.c.appendix_consolidate_threshold)
+        return self.runner.version("skills", {**S.files, "skills.md": text}, S)
+
+    async def _train_step(self, S, P, batch, epoch, b, step, budget) -> Version:
+        "One step on one batch: follow the watched edit, answer, maybe gate a new edit, record `dual_metric`; returns S."
+        r, at = self.runner, {"epoch": epoch, "step": step}
+        S = await self.gate.follow_watch(S, P, batch, epoch, step)
+        rows = await r.answer_many(batch, S, P, {"phase": "batch", **at})
+        batch_acc = accuracy(rows)
+        self.momentum.extend(rows)
+        fails = [row for row in rows if not row["correct"]]
+        if fails and self.gate.open_to_edits(step) and budget > 0:
+            patches = await self._reflect(S.text, fails, budget, f"fast/{epoch}/{b}/{S.sha}/{P.sha}")
+            S, _ = await self.gate.try_edit(S, P, patches, batch, "fast", f"fast/{epoch}/{b}", at)
+        val = await self.holdout.val_acc(S, P, epoch, step)
+        r.store.put_dual_metric(
+            r.run_id,
+            epoch,
+            step,
+            batch_accuracy=batch_acc,
+            heldout_accuracy=val,
+            skills_version=S.name,
+            prompts_version=P.name,
+            n_batch=len(rows),
+            n_heldout=len(self.pools.val),
+        )
+        return S
+
+    async def _train_epoch(self, S, P, corr0, epoch, step, budget) -> tuple[Version, int]:
+        "The fast steps of one epoch, over batches drawn from what (S, P) gets right now; returns S and the last step."
+        c = self.c
+        batches = make_batches(
+            self.pools.train,
+            self._correct_now(corr0, S, P),
+            c.batch_size,
+            c.min_class_per_batch,
+            c.batch_correct_ratio,
+            c.seed,
+            epoch,
+        )
+        for b, batch in enumerate(
+            tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not self.runner.progress), 1
+        ):
+            step += 1
+            S = await self._train_step(S, P, batch, epoch, b, step, budget)
+        return S, step
+
+    async def _slow_update(self, S, P, epoch, step, budget):
+        "End-of-epoch update from the momentum buffer: gated skills candidate, four-way holdout for prompts."
+        r = self.runner
+        fails = [row for row in self.momentum if not row["correct"]]
+        if not fails:
+            return S, P
+        patches = await self._reflect(S.text, fails, max(1, budget), f"slow/{epoch}/{S.sha}/{P.sha}")
+        mq = [self.qmap[row["question_id"]] for row in self.momentum]
+        S_new, _ = await self.gate.try_edit(S, P, patches, mq, "slow", f"slow/{epoch}", {"epoch": epoch, "step": step})
+        # prompts candidate: one line proposed for the system prompt
+        pp = await self._reflect(P.text, fails, 1, f"slow-prompt/{epoch}/{S.sha}/{P.sha}")
+        if not pp or pp[0].op != "add" or pp[0].text.lower() in P.text.lower():
+            return S_new, P
+        Pc = r.version("prompts", {**P.files, "system.md": P.text.rstrip() + f"\n- {pp[0].text}\n"}, P)
+        if not self.c.run_holdout_eval:
+            return S_new, P
+        C = S_new if S_new.sha != S.sha else self._patched(S, patches)  # the holdout needs a candidate anyway
+        cells = await self.holdout.four_way(S, C, P, Pc, epoch, step)
+        row = "candidate" if S_new.sha != S.sha else "incumbent"
+        a_new, a_old = cells[(row, "candidate")], cells[(row, "incumbent")]
+        adopt = a_new is not None and a_old is not None and a_new - a_old >= r.gp.delta_min
+        r.store.put_event(
+            r.run_id,
+            f"prompts/{epoch}",
+            {"candidate": Pc.name, "adopted": adopt, "holdout": {f"{k[0]}/{k[1]}": v for k, v in cells.items()}},
+        )
+        return S_new, (Pc if adopt else P)
+
+    async def _final_test(self, S, P, history: list, bl_id: str) -> dict:
+        "The test pool answered by the starting and the final versions; written to `analyses/final_test_eval.json`."
+        r, test = self.runner, self.pools.test
+        base = await r.answer_many(test, r.S0, r.P0, {"phase": "test"}, "test (start)")
+        fin = await r.answer_many(test, S, P, {"phase": "test"}, "test (final)")
+        res = {
+            "run_id": r.run_id,
+            "mode": "train",
+            "epochs_run": len(history),
+            "history": history,
+            "baseline": _side(r.S0, r.P0, base),
+            "final": _side(S, P, fin),
+            "pools": self.pools.sizes(),
+            "baseline_source": bl_id,
+            "gate": self.gate.summary(r.store.table("gate_decisions", r.run_id)),
+            "skills_version": S.name,
+            "prompts_version": P.name,
+            "resumed": r.resumed,
+        }
+        write_json(r.ws / "analyses" / "final_test_eval.json", {**res, "provenance": provenance(self.c.to_dict(), [])})
+        return res
+
+    async def run(self) -> dict:
+        "The epoch loop: fast steps, the slow update, held-out accuracy, early stop; then the final test."
+        c, r = self.c, self.runner
+        corr0, bl_id = await self._pools_from_baseline()
+        S, P = r.S0, r.P0
+        best, since, step, history = -1.0, 0, 0, []
+        for epoch in range(1, c.epochs + 1):
+            budget = edit_budget(epoch, c.epochs, c.edit_budget_start, c.edit_budget_end)
+            S, step = await self._train_epoch(S, P, corr0, epoch, step, budget)
+            if c.use_slow_momentum:
+                S, P = await self._slow_update(S, P, epoch, step, budget)
+            val = await self.holdout.val_acc(S, P, epoch, step)
+            history.append({"epoch": epoch, "val_accuracy": val, "skills_version": S.name, "prompts_version": P.name})
+            r.store.put_event(r.run_id, f"epoch/{epoch}", history[-1])
+            if val is not None:
+                if val > best + 1e-12:
+                    best, since = val, 0
+                else:
+                    since += 1
+                if since >= c.early_stop_patience:
+                    r.store.put_event(r.run_id, "early_stop", {"epoch": epoch, "best_val": best})
+                    break
+        # final test evaluation: starting versions vs final versions
+        return await self._final_test(S, P, history, bl_id)

@@ -11,8 +11,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from fastcore.basics import patch
-
 from ..utils import UserError, atomic_dir, make_parent, now_iso, path_component, provenance, write_json
 
 # %% auto #0
@@ -148,213 +146,142 @@ class HarnessStore:
         path: str | Path,  # the db file
         readonly: bool = False,  # only read it: nothing created or migrated, its schema checked
     ):
-        self.path = Path(path)
-        self.con = connect_readonly(self.path) if readonly else connect(self.path)
+        self.path = Path(path)  # the db file
+        self.con = connect_readonly(self.path) if readonly else connect(self.path)  # its connection (autocommit, WAL)
 
-# %% ../../nbs/harness/04_store.ipynb #89c381db
-@patch
-def close(self: HarnessStore):
-    self.con.close()
+    def close(self):
+        self.con.close()
 
+    def _put(self, table: str, row: dict):
+        cols = ",".join(row)
+        qs = ",".join("?" * len(row))
+        self.con.execute(f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({qs})", list(row.values()))
 
-@patch
-def _put(self: HarnessStore, table: str, row: dict):
-    cols = ",".join(row)
-    qs = ",".join("?" * len(row))
-    self.con.execute(f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({qs})", list(row.values()))
+    def run(self, run_id: str) -> dict | None:
+        r = self.con.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return dict(r) if r else None
 
+    def run_ids(self) -> list:
+        return [r[0] for r in self.con.execute("SELECT run_id FROM runs ORDER BY started")]
 
-@patch
-def run(self: HarnessStore, run_id: str) -> dict | None:
-    r = self.con.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
-    return dict(r) if r else None
+    def delete_run(self, run_id: str):
+        "Remove every row of a run (for --fresh)."
+        with self.con:
+            for t in RUN_TABLES:
+                self.con.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
 
+    def start_run(self, run_id: str, mode: str, config: dict, skills_version: str, prompts_version: str):
+        "Create the run row, or mark an existing one running again (resume)."
+        if self.run(run_id):
+            self.con.execute("UPDATE runs SET status='running', finished=NULL WHERE run_id=?", (run_id,))
+        else:
+            self._put(
+                "runs",
+                dict(
+                    run_id=run_id,
+                    mode=mode,
+                    config_json=json.dumps(config, default=str),
+                    status="running",
+                    started=now_iso(),
+                    finished=None,
+                    skills_version=skills_version,
+                    prompts_version=prompts_version,
+                    note=None,
+                ),
+            )
 
-@patch
-def run_ids(self: HarnessStore) -> list:
-    return [r[0] for r in self.con.execute("SELECT run_id FROM runs ORDER BY started")]
-
-
-@patch
-def delete_run(self: HarnessStore, run_id: str):
-    "Remove every row of a run (for --fresh)."
-    with self.con:
-        for t in RUN_TABLES:
-            self.con.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
-
-# %% ../../nbs/harness/04_store.ipynb #62fd5e03
-@patch
-def start_run(self: HarnessStore, run_id: str, mode: str, config: dict, skills_version: str, prompts_version: str):
-    "Create the run row, or mark an existing one running again (resume)."
-    if self.run(run_id):
-        self.con.execute("UPDATE runs SET status='running', finished=NULL WHERE run_id=?", (run_id,))
-    else:
-        self._put(
-            "runs",
-            dict(
-                run_id=run_id,
-                mode=mode,
-                config_json=json.dumps(config, default=str),
-                status="running",
-                started=now_iso(),
-                finished=None,
-                skills_version=skills_version,
-                prompts_version=prompts_version,
-                note=None,
-            ),
+    def finish_run(
+        self,
+        run_id: str,
+        status: str = "done",
+        skills_version: str = None,
+        prompts_version: str = None,
+        note: str = None,
+    ):
+        self.con.execute(
+            "UPDATE runs SET status=?, finished=?, skills_version=COALESCE(?, skills_version), "
+            "prompts_version=COALESCE(?, prompts_version), note=? WHERE run_id=?",
+            (status, now_iso(), skills_version, prompts_version, note, run_id),
         )
 
+    def get_answer(self, run_id, question_id, skills_sha, prompts_sha) -> dict | None:
+        r = self.con.execute(
+            "SELECT * FROM answers WHERE run_id=? AND question_id=? AND skills_sha=? AND prompts_sha=?",
+            (run_id, question_id, skills_sha, prompts_sha),
+        ).fetchone()
+        return dict(r) if r else None
 
-@patch
-def finish_run(
-    self: HarnessStore,
-    run_id: str,
-    status: str = "done",
-    skills_version: str = None,
-    prompts_version: str = None,
-    note: str = None,
-):
-    self.con.execute(
-        "UPDATE runs SET status=?, finished=?, skills_version=COALESCE(?, skills_version), "
-        "prompts_version=COALESCE(?, prompts_version), note=? WHERE run_id=?",
-        (status, now_iso(), skills_version, prompts_version, note, run_id),
-    )
+    def put_answer(self, **row):
+        row.setdefault("created", now_iso())
+        self._put("answers", row)
 
-# %% ../../nbs/harness/04_store.ipynb #11deeccd
-@patch
-def get_answer(self: HarnessStore, run_id, question_id, skills_sha, prompts_sha) -> dict | None:
-    r = self.con.execute(
-        "SELECT * FROM answers WHERE run_id=? AND question_id=? AND skills_sha=? AND prompts_sha=?",
-        (run_id, question_id, skills_sha, prompts_sha),
-    ).fetchone()
-    return dict(r) if r else None
+    def answers(self, run_id: str) -> list[dict]:
+        return [
+            dict(r)
+            for r in self.con.execute("SELECT * FROM answers WHERE run_id=? ORDER BY created, question_id", (run_id,))
+        ]
 
+    def correctness(self, run_id: str) -> dict:
+        "question_id -> correct, from the run's answers (first answer per question)."
+        out = {}
+        for r in self.con.execute(
+            "SELECT question_id, correct FROM answers WHERE run_id=? ORDER BY created", (run_id,)
+        ):
+            out.setdefault(r[0], bool(r[1]))
+        return out
 
-@patch
-def put_answer(self: HarnessStore, **row):
-    row.setdefault("created", now_iso())
-    self._put("answers", row)
+    def put_version(self, run_id, kind, version, sha, parent=None):
+        self._put(
+            "versions", dict(run_id=run_id, kind=kind, version=version, sha=sha, parent=parent, created=now_iso())
+        )
 
+    def versions(self, run_id, kind) -> dict:
+        return {
+            r["version"]: r["sha"]
+            for r in self.con.execute("SELECT * FROM versions WHERE run_id=? AND kind=?", (run_id, kind))
+        }
 
-@patch
-def answers(self: HarnessStore, run_id: str) -> list[dict]:
-    return [
-        dict(r)
-        for r in self.con.execute("SELECT * FROM answers WHERE run_id=? ORDER BY created, question_id", (run_id,))
-    ]
+    def get_reflection(self, run_id, key):
+        r = self.con.execute("SELECT output_json FROM reflections WHERE run_id=? AND key=?", (run_id, key)).fetchone()
+        return json.loads(r[0]) if r else None
 
+    def put_reflection(self, run_id, key, output):
+        self._put("reflections", dict(run_id=run_id, key=key, output_json=json.dumps(output), created=now_iso()))
 
-@patch
-def correctness(self: HarnessStore, run_id: str) -> dict:
-    "question_id -> correct, from the run's answers (first answer per question)."
-    out = {}
-    for r in self.con.execute("SELECT question_id, correct FROM answers WHERE run_id=? ORDER BY created", (run_id,)):
-        out.setdefault(r[0], bool(r[1]))
-    return out
+    def put_event(self, run_id, key, detail: dict):
+        self._put(
+            "events", dict(run_id=run_id, key=key, detail_json=json.dumps(detail, default=str), created=now_iso())
+        )
 
-# %% ../../nbs/harness/04_store.ipynb #f5ab3f25
-@patch
-def put_version(self: HarnessStore, run_id, kind, version, sha, parent=None):
-    self._put("versions", dict(run_id=run_id, kind=kind, version=version, sha=sha, parent=parent, created=now_iso()))
+    def get_event(self, run_id, key):
+        r = self.con.execute("SELECT detail_json FROM events WHERE run_id=? AND key=?", (run_id, key)).fetchone()
+        return json.loads(r[0]) if r else None
 
+    def put_gate(self, run_id, key, **row):
+        detail = row.pop("detail", {})
+        self._put(
+            "gate_decisions",
+            dict(run_id=run_id, key=key, **row, detail_json=json.dumps(detail, default=str), created=now_iso()),
+        )
 
-@patch
-def versions(self: HarnessStore, run_id, kind) -> dict:
-    return {
-        r["version"]: r["sha"]
-        for r in self.con.execute("SELECT * FROM versions WHERE run_id=? AND kind=?", (run_id, kind))
-    }
+    def put_dual_metric(self, run_id: str, epoch: int, step: int, **metrics):
+        "A training step's row: `batch_accuracy`, `heldout_accuracy`, `n_batch`, `n_heldout` and the two versions."
+        self._put("dual_metric", dict(run_id=run_id, epoch=epoch, step=step, **metrics, created=now_iso()))
 
+    def put_holdout(self, run_id: str, epoch: int, **cell):
+        "One four-way holdout cell: `skills`, `prompts` (incumbent/candidate), their versions, `accuracy` and `n`."
+        self._put("holdout", dict(run_id=run_id, epoch=epoch, **cell))
 
-@patch
-def get_reflection(self: HarnessStore, run_id, key):
-    r = self.con.execute("SELECT output_json FROM reflections WHERE run_id=? AND key=?", (run_id, key)).fetchone()
-    return json.loads(r[0]) if r else None
-
-
-@patch
-def put_reflection(self: HarnessStore, run_id, key, output):
-    self._put("reflections", dict(run_id=run_id, key=key, output_json=json.dumps(output), created=now_iso()))
-
-
-@patch
-def put_event(self: HarnessStore, run_id, key, detail: dict):
-    self._put("events", dict(run_id=run_id, key=key, detail_json=json.dumps(detail, default=str), created=now_iso()))
-
-
-@patch
-def get_event(self: HarnessStore, run_id, key):
-    r = self.con.execute("SELECT detail_json FROM events WHERE run_id=? AND key=?", (run_id, key)).fetchone()
-    return json.loads(r[0]) if r else None
-
-# %% ../../nbs/harness/04_store.ipynb #bf6f2503
-@patch
-def put_gate(self: HarnessStore, run_id, key, **row):
-    detail = row.pop("detail", {})
-    self._put(
-        "gate_decisions",
-        dict(run_id=run_id, key=key, **row, detail_json=json.dumps(detail, default=str), created=now_iso()),
-    )
-
-
-@patch
-def put_dual_metric(
-    self: HarnessStore,
-    run_id,
-    epoch,
-    step,
-    batch_accuracy,
-    heldout_accuracy,
-    skills_version,
-    prompts_version,
-    n_batch,
-    n_heldout,
-):
-    self._put(
-        "dual_metric",
-        dict(
-            run_id=run_id,
-            epoch=epoch,
-            step=step,
-            batch_accuracy=batch_accuracy,
-            heldout_accuracy=heldout_accuracy,
-            skills_version=skills_version,
-            prompts_version=prompts_version,
-            n_batch=n_batch,
-            n_heldout=n_heldout,
-            created=now_iso(),
-        ),
-    )
-
-# %% ../../nbs/harness/04_store.ipynb #24678a9e
-@patch
-def put_holdout(self: HarnessStore, run_id, epoch, skills, prompts, skills_version, prompts_version, accuracy, n):
-    self._put(
-        "holdout",
-        dict(
-            run_id=run_id,
-            epoch=epoch,
-            skills=skills,
-            prompts=prompts,
-            skills_version=skills_version,
-            prompts_version=prompts_version,
-            accuracy=accuracy,
-            n=n,
-        ),
-    )
-
-
-@patch
-def table(self: HarnessStore, name: str, run_id: str = None) -> list[dict]:
-    "All rows of a table (optionally of one run), in the order they were written."
-    if name not in RUN_TABLES:
-        raise ValueError(name)
-    q, a = (
-        (f"SELECT * FROM {name} WHERE run_id=? ORDER BY rowid", (run_id,))
-        if run_id
-        else (f"SELECT * FROM {name} ORDER BY rowid", ())
-    )
-    return [dict(r) for r in self.con.execute(q, a)]
+    def table(self, name: str, run_id: str = None) -> list[dict]:
+        "All rows of a table (optionally of one run), in the order they were written."
+        if name not in RUN_TABLES:
+            raise ValueError(name)
+        q, a = (
+            (f"SELECT * FROM {name} WHERE run_id=? ORDER BY rowid", (run_id,))
+            if run_id
+            else (f"SELECT * FROM {name} ORDER BY rowid", ())
+        )
+        return [dict(r) for r in self.con.execute(q, a)]
 
 # %% ../../nbs/harness/04_store.ipynb #9f27211d
 def extract_run_db(
