@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import one_line
 from verl_chain import TRAINED_QWEN2, verl_chain
 
 from vtreetrm.cli import main
@@ -64,6 +65,19 @@ def test_verl_sft_trains_on_cpu_then_merges_and_gates(tmp_path, capfd, monkeypat
     tools = ["--registry", a.registry, "--corpus", a.corpus, "--task-config", a.task_config]
     live = ["--n", 2, "--max-turns", 1, "--max-new-tokens", 8, "--report", gate]
     rc, out, err = run(capfd, "rollout-gate", "--model", tmp_path / "merged", "--release", r / "rl", *tools, *live)
-    assert rc in (0, 1), err[-3000:]  # a 3-step tiny model may miss the band; the gate must have run
+    # 2 episodes give a rate of 0, 50 or 100%, never inside the 5-30% band: the gate runs to the end and fails
+    assert rc == 1 and read_json(gate)["status"] == "failed", err[-3000:]
     sha = model_identity(tmp_path / "merged")["sha256"]
     assert read_json(gate)["model"]["sha256"] == sha == read_json(tmp_path / "merged/merge_report.json")["sha256"]
+    # verl-rl takes that gate for that model (with the release's audit) and refuses it in one line, with the gate's
+    # figures; nothing written
+    audit = tmp_path / "audit.json"
+    std = [f"--{k}-standard=shougang={c.syn}/STANDARDS/shougang.{k}.json" for k in ("classification", "grading")]
+    rc, out, err = run(capfd, "audit", "--bundle", "--canonical", f"shougang={r}/canonical/shougang/all.json", *std,
+                       "--report", audit, "--no-progress")  # fmt: skip
+    assert rc == 0 and read_json(audit)["status"] == "passed", err[-3000:]
+    launch = ["verl-rl", "--release", r / "rl", "--sft-model", tmp_path / "merged", "--rollout-gate", gate, *tools]
+    launch += ["--audit", audit]
+    rc, out, err = run(capfd, *launch, "--output-dir", tmp_path / "rl-launch")
+    one_line(err, rc, "the rollout gate did not pass", "nonzero_reward_rate", str(gate))
+    assert not (tmp_path / "rl-launch").exists()
