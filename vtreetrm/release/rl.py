@@ -10,6 +10,7 @@ import time
 from array import array
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +24,12 @@ from vtreetrm.release.assets import (
     ReleaseAssets,
     ReleaseContext,
     TaskConfig,
+    flat_params,
     iter_records,
     load_grading_manifest,
     make_report,
     requires,
-    write_validation,
+    validate_command,
 )
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
@@ -144,12 +146,7 @@ def rl_export(
     progress: bool = True,  # show a progress bar
 ):
     "Export the five-field RL source release (stage1 + stage2 row per record), validated before publication."
-    params = dict(
-        canonical=canonical,
-        output_dir=output_dir,
-        dataset=dataset,
-        **assets.flags(),
-    )
+    params = flat_params(locals())
     ctx = assets.context()
     if dataset != ctx.dataset:
         raise UserError(
@@ -400,17 +397,12 @@ def rl_validate_cascade(
     progress: bool = True,  # show a progress bar
 ):
     "Validate an rl-cascade release against the assets and the grading manifest; exit 2 when invalid."
-    params = dict(
-        dataset_dir=dataset_dir,
-        **assets.flags(),
-        grading_manifest=grading_manifest,
-        report=report,
-    )
+    params = flat_params(locals())
     manifest = grading_manifest or Path(dataset_dir) / "grading" / "grading-manifest.json"
     task = TaskConfig.from_path(assets.task_config)
     grading = load_grading_manifest(manifest, [task.dataset])[task.dataset]
     ctx = replace(assets, metadata_fields=assets.metadata_fields or list(task.metadata_fields)).context(grading)
-    report = report or str(Path(dataset_dir) / "validation.json")
-    body = validate_rl_release(dataset_dir, ctx, cascade=True, progress=progress)
     inputs = [*assets.paths(), manifest, grading.path]
-    return write_validation("rl-validate-cascade", params, dataset_dir, ctx, body, report, inputs)
+    return validate_command(
+        "rl-validate-cascade", partial(validate_rl_release, cascade=True), params, ctx, inputs, progress
+    )

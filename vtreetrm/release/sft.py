@@ -21,10 +21,11 @@ from vtreetrm.release.assets import (
     Record,
     ReleaseAssets,
     ReleaseContext,
+    flat_params,
     iter_records,
     make_report,
     requires,
-    write_validation,
+    validate_command,
 )
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
@@ -109,11 +110,7 @@ def sft_export(
     progress: bool = True,  # show a progress bar
 ):
     "Export the legacy stage1/stage2 SFT release (three messages per row), validated before publication."
-    params = dict(
-        canonical=canonical,
-        output_dir=output_dir,
-        **assets.flags(),
-    )
+    params = flat_params(locals())
     ctx = assets.context()
     t0 = time.time()
     with atomic_dir(output_dir) as d:
@@ -427,12 +424,6 @@ def sft_validate(
     progress: bool = True,  # show a progress bar
 ):
     "Validate a legacy stage1/stage2 SFT release; writes the report; exit 2 when invalid."
-    params = dict(
-        dataset_dir=dataset_dir,
-        **assets.flags(),
-        report=report,
-    )
+    params = flat_params(locals())
     ctx = assets.context()
-    report = report or str(Path(dataset_dir) / "validation.json")
-    body = validate_sft_dataset(dataset_dir, ctx, progress)
-    return write_validation("sft-validate", params, dataset_dir, ctx, body, report, ctx.asset_paths())
+    return validate_command("sft-validate", validate_sft_dataset, params, ctx, ctx.asset_paths(), progress)

@@ -24,7 +24,7 @@ from vtreetrm.release.assets import (
     make_report,
     release_report,
     requires,
-    write_validation,
+    validate_command,
 )
 from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, native_answer, native_messages, parse_user
@@ -650,15 +650,11 @@ def trajectory_validate(
     progress: bool = True,  # show a progress bar
 ):
     "Standalone trajectory validator (tools re-executed); writes the report; exit 2 when invalid."
-    params = dict(
-        dataset_dir=dataset_dir,
-        **assets.flags(),
-        report=report,
-    )
+    params = flat_params(locals())
     ctx = assets.context()
-    report = report or str(Path(dataset_dir) / "validation.json")
-    body = validate_trajectory_dataset(dataset_dir, ctx, progress)
-    return write_validation("trajectory-validate", params, dataset_dir, ctx, body, report, ctx.asset_paths())
+    return validate_command(
+        "trajectory-validate", validate_trajectory_dataset, params, ctx, ctx.asset_paths(), progress
+    )
 
 # %% ../../nbs/release/11_trajectory.ipynb #7d7ebf2d
 def _pcts(v) -> dict:
