@@ -28,7 +28,7 @@ from .family import Family, Source
 from .parquet import SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, stage1_messages, stage2_messages
 from .rl import RL_FIELDS, RL_SCHEMA, cascade_row, validate_rl_release
-from .sft import SFT_SCHEMA, validate_sft_dataset
+from .sft import SFT_SCHEMA, require_valid, validate_sft_dataset
 from ..utils import UserError, atomic_dir, sha256_file, write_json
 
 # %% auto #0
@@ -223,10 +223,7 @@ def mixture(
         out, per_source, inputs = _mix(d, fam, ctx, sources, w, seed, progress)
         _copy_grading(d, ctx, grading)
         t1 = time.time()
-        val = fam.validate(d, ctx, progress)
-        errs = val.pop("_errors")
-        if errs:
-            errs.raise_first()
+        val = require_valid(fam.validate(d, ctx, progress))
         rep = make_report(
             "mixture",
             {k: v for k, v in params.items() if k != "progress"},

@@ -25,7 +25,6 @@ from vtreetrm.release.assets import (
     ReleaseContext,
     TaskConfig,
     flat_params,
-    iter_records,
     load_grading_manifest,
     make_report,
     requires,
@@ -41,7 +40,7 @@ from vtreetrm.release.prompts import (
     stage1_messages,
     stage2_messages,
 )
-from .sft import Errors, _h64, check_canonical_record, malformed
+from .sft import Errors, _h64, export_records, malformed, require_valid
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
@@ -156,19 +155,12 @@ def rl_export(
     with atomic_dir(output_dir) as d:
         w = SplitWriter(d, RL_SCHEMA)
         try:
-            for n, (line, dct) in enumerate(
-                tqdm(iter_records(canonical), desc="rl-export", disable=not progress, mininterval=1)
-            ):
-                rec = Record.from_dict(dct, canonical, line)
-                check_canonical_record(ctx, rec, canonical, line)
+            for n, rec in enumerate(export_records(ctx, canonical, "rl-export", progress)):
                 for row in rl_rows(ctx, rec, n, ctx.task.prompt_seed):
                     w.write(rec.split, row)
         finally:
             w.close()
-        val = validate_rl_release(d, ctx, cascade=False, progress=progress)
-        errs = val.pop("_errors")
-        if errs:
-            errs.raise_first()
+        val = require_valid(validate_rl_release(d, ctx, cascade=False, progress=progress))
         rep = make_report(
             "rl-export",
             params,

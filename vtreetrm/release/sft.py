@@ -40,8 +40,8 @@ from vtreetrm.release.prompts import (
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'sft_rows', 'check_canonical_record', 'sft_export', 'malformed', 'Errors',
-           'check_sft_row', 'validate_sft_dataset', 'sft_validate']
+__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'sft_rows', 'check_canonical_record', 'export_records', 'sft_export', 'malformed',
+           'Errors', 'require_valid', 'check_sft_row', 'validate_sft_dataset', 'sft_validate']
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
 SFT_SCHEMA = pa.schema(
@@ -101,6 +101,14 @@ def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
     if missing:
         raise UserError(f"metadata lacks {', '.join(missing)}", path, line, "metadata")
 
+
+def export_records(ctx: ReleaseContext, canonical, desc: str, progress: bool = True):
+    "Yield the records of `canonical` (all.json), each checked for export, behind a progress bar named `desc`."
+    for line, dct in tqdm(iter_records(canonical), desc=desc, disable=not progress, mininterval=1):
+        rec = Record.from_dict(dct, canonical, line)
+        check_canonical_record(ctx, rec, canonical, line)
+        yield rec
+
 # %% ../../nbs/release/06_sft.ipynb #a4b27997
 @requires("canonical", "output_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_export(
@@ -116,17 +124,13 @@ def sft_export(
     with atomic_dir(output_dir) as d:
         w = SplitWriter(d, SFT_SCHEMA)
         try:
-            for line, dct in tqdm(iter_records(canonical), desc="sft-export", disable=not progress, mininterval=1):
-                rec = Record.from_dict(dct, canonical, line)
-                check_canonical_record(ctx, rec, canonical, line)
+            for rec in export_records(ctx, canonical, "sft-export", progress):
                 for row in sft_rows(ctx, rec, ctx.task.prompt_seed):
                     w.write(rec.split, row)
         finally:
             w.close()
         t1 = time.time()
-        val = validate_sft_dataset(d, ctx, progress=progress)
-        if not val["valid"]:
-            raise UserError(f"export failed its own validation: {val['errors'][0]['message']}", output_dir)
+        val = require_valid(validate_sft_dataset(d, ctx, progress=progress))
         rep = make_report(
             "sft-export",
             params,
@@ -170,6 +174,14 @@ class Errors:
         e = self.items[0]
         extra = f" ({self.count} error(s); report: {report_path})" if report_path else f" ({self.count} error(s))"
         raise UserError(e["message"] + extra, e["file"], e["row"], e["field"])
+
+
+def require_valid(body: dict) -> dict:
+    "A validator's report `body`, less its `_errors`, when it found none; else its first error is raised."
+    errs = body.pop("_errors")
+    if errs:
+        errs.raise_first()
+    return body
 
 # %% ../../nbs/release/06_sft.ipynb #70f84779
 TRAJECTORY_STAGE = "tool_trajectory"

@@ -20,7 +20,6 @@ from vtreetrm.release.assets import (
     ReleaseAssets,
     ReleaseContext,
     flat_params,
-    iter_records,
     make_report,
     release_report,
     requires,
@@ -29,7 +28,7 @@ from vtreetrm.release.assets import (
 from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, native_answer, native_messages, parse_user
 from .reward import parse_final_answer
-from .sft import Errors, check_canonical_record, malformed
+from .sft import Errors, export_records, malformed, require_valid
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, atomic_dir, iter_jsonl, stable_uniform, write_json
 
@@ -107,9 +106,7 @@ def build_context(ctx: ReleaseContext, tools: CategoryTools, rec: Record, seed: 
 # %% ../../nbs/release/11_trajectory.ipynb #8ac6aa4e
 def iter_contexts(ctx, tools, canonical, progress=True, desc="contexts"):
     "Yield `(record, context)` for each canonical record, checked for export."
-    for line, dct in tqdm(iter_records(canonical), desc=desc, disable=not progress, mininterval=1):
-        rec = Record.from_dict(dct, canonical, line)
-        check_canonical_record(ctx, rec, canonical, line)
+    for rec in export_records(ctx, canonical, desc, progress):
         yield rec, build_context(ctx, tools, rec, ctx.task.prompt_seed)
 
 
@@ -614,10 +611,7 @@ def trajectory_export(
             out.close()
         counts = out.counts
         t1 = time.time()
-        val = validate_trajectory_dataset(d, ctx, progress)
-        errs = val.pop("_errors")
-        if errs:
-            errs.raise_first()
+        val = require_valid(validate_trajectory_dataset(d, ctx, progress))
         rep = make_report(
             "trajectory-export",
             params,
