@@ -21,7 +21,7 @@ from ..utils import UserError, atomic_open, path_component, provenance, read_jso
 __all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', 'dataset_note', 'normalize_cell', 'record_id',
            'Source', 'Target', 'Record', 'RecordWriter', 'write_records', 'iter_records', 'Category', 'Registry',
            'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig', 'ReleaseContext',
-           'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report', 'write_validation',
+           'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report', 'validate_command',
            'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
            'write_grading_manifest']
 
@@ -635,8 +635,11 @@ def make_report(command: str, params: dict, inputs: Iterable, dataset: str = Non
     return rep
 
 # %% ../../nbs/release/00_assets.ipynb #f533877d
-def write_validation(command: str, params: dict, dataset_dir, ctx, body: dict, report, inputs=()) -> dict:
-    "Write a validator's report (`body` from its validate function) and raise its first error, if any; returns it."
+def validate_command(command: str, validate, params: dict, ctx, inputs=(), progress: bool = True) -> dict:
+    "Run `validate` on `params['dataset_dir']`, write the report (`params['report']`, default DATASET_DIR/validation.json), raise its first error."
+    dataset_dir = params["dataset_dir"]
+    report = params["report"] or str(Path(dataset_dir) / "validation.json")
+    body = validate(dataset_dir, ctx, progress=progress)
     errs = body.pop("_errors")
     files = [*(Path(dataset_dir) / f"{s}.parquet" for s in SPLITS), *inputs]
     rep = make_report(command, params, files, ctx.dataset, status="passed" if body["valid"] else "failed", **body)

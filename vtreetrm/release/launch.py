@@ -242,30 +242,33 @@ def _check_sft_rows(cfg, train_file: str, tok, check_rows: int) -> int:
     return len(ds)
 
 # %% ../../nbs/release/13_launch.ipynb #aac3f5ce
-def _sft_report(p: dict, files: dict, kind: str, verl, think: str, rows: int, cmd: list) -> dict:
-    "The `launch_report.json` of an SFT launch."
+def _launch_report(command: str, p: dict, inputs: list, verl, config_name: str, checks: dict, cmd: list, **body):
+    "A `launch_report.json`: what every launch records (verl, its checks, the command), with the launch's own `body`."
     return make_report(
-        "verl-sft",
+        command,
         p,
-        [*files.values()],
+        inputs,
         None,
         status="ready",
         verl_version=verl.__version__,
-        config_name="sft_trainer_engine",
-        release_kind=kind,
-        think_source=think,
-        smoke=p["smoke"],
-        checks={
-            "verl_version": True,
-            "release_validated": True,
-            "chat_template": True,
-            "config_dataclasses": True,
-            "custom_cls": ":".join(SFT_DATASETS[kind]),
-            "multiturn_sft_dataset_rows": rows,
-        },
+        config_name=config_name,
+        **body,
+        checks={"verl_version": True, "release_validated": True, **checks},
         launch_command=cmd,
         dry_run=p["dry_run"],
     )
+
+
+def _sft_report(p: dict, files: dict, kind: str, verl, think: str, rows: int, cmd: list) -> dict:
+    "The `launch_report.json` of an SFT launch."
+    checks = {
+        "chat_template": True,
+        "config_dataclasses": True,
+        "custom_cls": ":".join(SFT_DATASETS[kind]),
+        "multiturn_sft_dataset_rows": rows,
+    }
+    body = dict(release_kind=kind, think_source=think, smoke=p["smoke"])
+    return _launch_report("verl-sft", p, [*files.values()], verl, "sft_trainer_engine", checks, cmd, **body)
 
 # %% ../../nbs/release/13_launch.ipynb #85ff44a4
 @requires("release", "model", "output_dir")
@@ -660,31 +663,18 @@ def _check_rl_config(cfg, reward_py: Path, overrides: list):
 # %% ../../nbs/release/13_launch.ipynb #0913a65f
 def _rl_report(p: dict, files: dict, verl, gates: dict, tools: list, reward_py: Path, cmd: list) -> dict:
     "The `launch_report.json` of an RL launch."
-    return make_report(
-        "verl-rl",
-        p,
-        [*files.values(), p["registry"], p["corpus"], p["task_config"], p["rollout_gate"], p["audit"]],
-        None,
-        status="ready",
-        verl_version=verl.__version__,
-        config_name="ppo_trainer",
-        gates=gates,
-        rollout_engine=p["rollout_engine"],
-        nnodes=p["nnodes"],
-        checks={
-            "verl_version": True,
-            "release_validated": True,
-            "validate_config": True,
-            "rollout_gate_passed": True,
-            "audit_passed_same_data": True,
-            "reference_recorded": True,
-            "tools": tools,
-            "reward_function": f"{reward_py}:compute_score",
-            "adv_estimator": "rloo",
-        },
-        launch_command=cmd,
-        dry_run=p["dry_run"],
-    )
+    inputs = [*files.values(), p["registry"], p["corpus"], p["task_config"], p["rollout_gate"], p["audit"]]
+    checks = {
+        "validate_config": True,
+        "rollout_gate_passed": True,
+        "audit_passed_same_data": True,
+        "reference_recorded": True,
+        "tools": tools,
+        "reward_function": f"{reward_py}:compute_score",
+        "adv_estimator": "rloo",
+    }
+    body = dict(gates=gates, rollout_engine=p["rollout_engine"], nnodes=p["nnodes"])
+    return _launch_report("verl-rl", p, inputs, verl, "ppo_trainer", checks, cmd, **body)
 
 # %% ../../nbs/release/13_launch.ipynb #b75e9759
 def _ray_note(nnodes: int) -> str:

@@ -5,7 +5,6 @@
 # %% ../../nbs/release/08_mixture.ipynb #a44ff818
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -14,8 +13,6 @@ import time
 import typing
 from collections import Counter
 from pathlib import Path
-
-from tqdm.auto import tqdm
 
 from vtreetrm.release.assets import (
     SPLITS,
@@ -27,22 +24,15 @@ from vtreetrm.release.assets import (
     parse_named,
     requires,
 )
-from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
+from .family import Family, Source
+from .parquet import SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, stage1_messages, stage2_messages
 from .rl import RL_FIELDS, RL_SCHEMA, cascade_row, validate_rl_release
-from .sft import SFT_SCHEMA, validate_sft_dataset
-from ..utils import UserError, atomic_dir, sha256_file, stable_uniform, write_json
+from .sft import SFT_SCHEMA, require_valid, validate_sft_dataset
+from ..utils import UserError, atomic_dir, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['FAMILIES', 'copies', 'iter_pairs', 'Family', 'Source', 'family_of', 'parse_weights', 'mixture']
-
-# %% ../../nbs/release/08_mixture.ipynb #70f67efb
-def copies(weight: float, key: str) -> int:
-    "How many times a train sample enters the mixture: `floor(weight)` plus one with probability `frac(weight)` (hash of `key`)."
-    whole = math.floor(weight)
-    frac = weight - whole
-    u = stable_uniform(key)
-    return whole + (1 if u < frac else 0)
+__all__ = ['FAMILIES', 'iter_pairs', 'family_of', 'parse_weights', 'mixture']
 
 # %% ../../nbs/release/08_mixture.ipynb #939ea813
 def iter_pairs(path, stage_of, source_of):
@@ -78,39 +68,6 @@ def _refuse_trajectory(path, family):
             "stage",
         )
     return names
-
-# %% ../../nbs/release/08_mixture.ipynb #e133663b
-@dataclasses.dataclass(frozen=True)
-class Family:
-    "One kind of mixture: the schema it writes, the samples a source file gives, and the validator of the result."
-
-    name: str
-    schema: object  # pyarrow schema of the rows written
-    samples: typing.Callable  # (ctx, Source) -> iterable of samples, each a list of rows (one per copy of a sample)
-    validate: typing.Callable  # (folder, ctx, progress) -> the validator's report (with "_errors")
-    validation_keys: tuple  # the validator's entries kept in mixture_report.json
-    batch_rows: int = BATCH_ROWS
-    report: typing.Callable = None  # (sources {name: dir}) -> extra entries of mixture_report.json
-
-
-@dataclasses.dataclass
-class Source:
-    "One split file of one `--input NAME=DIR`, with what a family needs to mix it."
-
-    name: str  # the source's NAME
-    split: str
-    path: Path
-    weight: float  # its train weight
-    seed: int
-    progress: bool
-    index: typing.Iterator[int]  # numbers rows across the whole mixture (one counter for every source and split)
-
-    def copies(self, sample_id: str) -> int:
-        "How many copies of this sample enter the mixture: `copies(weight)` in train, one elsewhere."
-        return copies(self.weight, f"{self.seed}:{self.name}:{sample_id}") if self.split == "train" else 1
-
-    def bar(self, it):
-        return tqdm(it, desc=f"mixture {self.name} {self.split}", disable=not self.progress, mininterval=1)
 
 # %% ../../nbs/release/08_mixture.ipynb #92fa750c
 def _sft_sample(ctx, s1, s2, sample, seed):
@@ -184,7 +141,7 @@ FAMILIES = {
 
 
 def family_of(name: str) -> Family:
-    "The `Family` named `name` (sft-trajectory lives in `release.trajectory_mixture`, which imports this module)."
+    "The `Family` named `name` (sft-trajectory is imported from `release.trajectory_mixture` when asked for)."
     if name == "sft-trajectory":
         from vtreetrm.release.trajectory_mixture import TRAJECTORY_FAMILY
 
@@ -266,10 +223,7 @@ def mixture(
         out, per_source, inputs = _mix(d, fam, ctx, sources, w, seed, progress)
         _copy_grading(d, ctx, grading)
         t1 = time.time()
-        val = fam.validate(d, ctx, progress)
-        errs = val.pop("_errors")
-        if errs:
-            errs.raise_first()
+        val = require_valid(fam.validate(d, ctx, progress))
         rep = make_report(
             "mixture",
             {k: v for k, v in params.items() if k != "progress"},

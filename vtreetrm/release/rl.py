@@ -10,9 +10,9 @@ import time
 from array import array
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
@@ -23,11 +23,11 @@ from vtreetrm.release.assets import (
     ReleaseAssets,
     ReleaseContext,
     TaskConfig,
-    iter_records,
+    flat_params,
     load_grading_manifest,
     make_report,
     requires,
-    write_validation,
+    validate_command,
 )
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
@@ -39,7 +39,7 @@ from vtreetrm.release.prompts import (
     stage1_messages,
     stage2_messages,
 )
-from .sft import Errors, _h64, check_canonical_record, malformed
+from .sft import Errors, StagePairs, _h64, _repeats, export_records, malformed, require_valid
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
@@ -144,12 +144,7 @@ def rl_export(
     progress: bool = True,  # show a progress bar
 ):
     "Export the five-field RL source release (stage1 + stage2 row per record), validated before publication."
-    params = dict(
-        canonical=canonical,
-        output_dir=output_dir,
-        dataset=dataset,
-        **assets.flags(),
-    )
+    params = flat_params(locals())
     ctx = assets.context()
     if dataset != ctx.dataset:
         raise UserError(
@@ -159,19 +154,12 @@ def rl_export(
     with atomic_dir(output_dir) as d:
         w = SplitWriter(d, RL_SCHEMA)
         try:
-            for n, (line, dct) in enumerate(
-                tqdm(iter_records(canonical), desc="rl-export", disable=not progress, mininterval=1)
-            ):
-                rec = Record.from_dict(dct, canonical, line)
-                check_canonical_record(ctx, rec, canonical, line)
+            for n, rec in enumerate(export_records(ctx, canonical, "rl-export", progress)):
                 for row in rl_rows(ctx, rec, n, ctx.task.prompt_seed):
                     w.write(rec.split, row)
         finally:
             w.close()
-        val = validate_rl_release(d, ctx, cascade=False, progress=progress)
-        errs = val.pop("_errors")
-        if errs:
-            errs.raise_first()
+        val = require_valid(validate_rl_release(d, ctx, cascade=False, progress=progress))
         rep = make_report(
             "rl-export",
             params,
@@ -285,8 +273,8 @@ class _RLCheck:
     def __init__(self, ctx: ReleaseContext, cascade: bool):
         self.ctx, self.cascade, self.errs = ctx, cascade, Errors()
         self.counts = {s: Counter() for s in SPLITS}
-        self.pending = {}  # source release: source_id -> (split, row, stage) until its twin arrives
-        self.done = array("Q")  # 8-byte hashes of completed pairs (source) or of sample ids (cascade)
+        self.pairs = StagePairs(self.errs, "extra_info.")  # source release: each source's stage1/stage2 twins
+        self.samples = array("Q")  # cascade release: 8-byte hashes of the sample ids
         self.per_cat, self.per_lvl, self.rows = Counter(), Counter(), 0
 
     def add(self, path: Path, s: str, i: int, row: dict):
@@ -300,7 +288,9 @@ class _RLCheck:
         if e["split"] != s:
             self.errs.add(path, i, "extra_info.split", f"split {e['split']!r} in {s}.parquet")
             return
-        if not self._pair(path, s, i, e):
+        if self.cascade:
+            self.samples.append(_h64(e["sample_id"]))
+        elif not self.pairs.pair(path, i, s, e["stage"], e["source_id"]):
             return
         gt = json.loads(row["reward_model"]["ground_truth"])
         self.counts[s][e["stage"] if not self.cascade else "native-tool"] += 1
@@ -309,58 +299,24 @@ class _RLCheck:
         if self.cascade or e["stage"] == "stage2":
             self.per_lvl[gt["data_level"]] += 1
 
-    def _pair(self, path: Path, s: str, i: int, e: dict) -> bool:
-        "Note a cascade sample, or match a source row with its twin; False when the row is refused."
-        if self.cascade:
-            self.done.append(_h64(e["sample_id"]))
-            return True
-        key = e["source_id"]
-        prev = self.pending.get(key)
-        if prev is None:
-            self.pending[key] = (s, i, e["stage"])
-        elif prev[0] != s:
-            self.errs.add(path, i, "extra_info.source_id", f"source {key} appears in {prev[0]} and {s}")
-            return False
-        elif prev[2] == e["stage"]:
-            self.errs.add(path, i, "extra_info.stage", f"second {e['stage']} row for source {key}")
-            return False
-        else:
-            del self.pending[key]
-            self.done.append(_h64(key))
-        return True
-
 # %% ../../nbs/release/07_rl.ipynb #3e89d1f2
 def _end_checks(v: _RLCheck, d: Path):
     "Errors found once every row is read: no rows, missing twins, repeated pairs or samples."
     if v.rows == 0:
         v.errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
-    hashes = np.sort(np.frombuffer(v.done, dtype=np.uint64)) if len(v.done) else np.zeros(0, np.uint64)
-    repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
-    for k, (s, i, st) in v.pending.items():
-        h = _h64(k)
-        j = np.searchsorted(hashes, np.uint64(h))
-        what = (
-            f"second {st} row for source {k}"
-            if j < len(hashes) and hashes[j] == h
-            else f"source {k} has only {st}: stage1/stage2 twin missing"
-        )
-        v.errs.add(d / f"{s}.parquet", i, "extra_info.stage", what)
+    v.pairs.unpaired(d, lambda path: _info_keys(path, "source_id"))
+    _, repeated = _repeats(v.samples)
     if repeated:  # second pass, only on error, to name the rows
-        _name_repeated(v, d, repeated)
+        for s in SPLITS:
+            for i, k in _info_keys(d / f"{s}.parquet", "sample_id"):
+                if _h64(k) in repeated:
+                    v.errs.add(d / f"{s}.parquet", i, "extra_info.sample_id", f"duplicated sample_id {k}")
 
 
-def _name_repeated(v: _RLCheck, d: Path, repeated: set):
-    "Name every row whose pair (source release) or sample id (cascade) hash is repeated."
-    for s in SPLITS:
-        for i, row in iter_parquet(d / f"{s}.parquet", columns=["extra_info"]):
-            k = row["extra_info"]["sample_id" if v.cascade else "source_id"]
-            if _h64(k) in repeated:
-                v.errs.add(
-                    d / f"{s}.parquet",
-                    i,
-                    "extra_info.sample_id" if v.cascade else "extra_info.source_id",
-                    f"duplicated sample_id {k}" if v.cascade else f"source {k} has more than one stage1/stage2 pair",
-                )
+def _info_keys(path: Path, key: str):
+    "`(row, extra_info[key])` of every row of an RL split file."
+    for i, row in iter_parquet(path, columns=["extra_info"]):
+        yield i, row["extra_info"][key]
 
 # %% ../../nbs/release/07_rl.ipynb #679346b2
 def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progress: bool = True) -> dict:
@@ -383,7 +339,7 @@ def validate_rl_release(dataset_dir, ctx: ReleaseContext, cascade: bool, progres
         "error_count": v.errs.count,
         "errors": v.errs.items,
         "rows": v.rows,
-        "sources": len(v.done) + len(v.pending),
+        "sources": len(v.samples) + len(v.pairs.done) + len(v.pairs.pending),  # one kind of release: one non-empty
         "counts": {s: dict(c) for s, c in v.counts.items()},
         "per_category": dict(sorted(v.per_cat.items())),
         "per_level": dict(sorted(v.per_lvl.items())),
@@ -400,17 +356,12 @@ def rl_validate_cascade(
     progress: bool = True,  # show a progress bar
 ):
     "Validate an rl-cascade release against the assets and the grading manifest; exit 2 when invalid."
-    params = dict(
-        dataset_dir=dataset_dir,
-        **assets.flags(),
-        grading_manifest=grading_manifest,
-        report=report,
-    )
+    params = flat_params(locals())
     manifest = grading_manifest or Path(dataset_dir) / "grading" / "grading-manifest.json"
     task = TaskConfig.from_path(assets.task_config)
     grading = load_grading_manifest(manifest, [task.dataset])[task.dataset]
     ctx = replace(assets, metadata_fields=assets.metadata_fields or list(task.metadata_fields)).context(grading)
-    report = report or str(Path(dataset_dir) / "validation.json")
-    body = validate_rl_release(dataset_dir, ctx, cascade=True, progress=progress)
     inputs = [*assets.paths(), manifest, grading.path]
-    return write_validation("rl-validate-cascade", params, dataset_dir, ctx, body, report, inputs)
+    return validate_command(
+        "rl-validate-cascade", partial(validate_rl_release, cascade=True), params, ctx, inputs, progress
+    )

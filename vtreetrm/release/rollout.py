@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .assets import ToolAssets, make_report, required, requires
+from .assets import ToolAssets, flat_params, make_report, required, requires
 from .parquet import iter_parquet
 from .reward import compute_score, parse_final_answer, parse_ground_truth
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
@@ -365,26 +365,13 @@ def rollout_gate(
     progress: bool = True,  # show a progress bar
 ) -> int:
     "Post-SFT rollout gate: exit 0 only for 5% <= nonzero-reward rate <= 30%."
+    params = flat_params({**locals(), "assets": assets or ToolAssets()})  # a dump is scored without the tools
+    params = {"model": model, "model_sha256": model_sha256, **params}  # the model's identity first, as reports list it
     if from_dump and model is None and model_sha256 is None:
         raise UserError(
             "--from-dump needs the identity of the model that produced the dump: --model HF_DIR or --model-sha256 HEX"
         )
     ident = gate_identity(model, model_sha256)  # checked before any rollout
-    params = dict(
-        model=model,
-        model_sha256=model_sha256,
-        release=release,
-        n=n,
-        split=split,
-        **(assets or ToolAssets()).flags(),  # a dump is scored without the tools
-        from_dump=from_dump,
-        reference=reference,
-        report=report,
-        max_turns=max_turns,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        seed=seed,
-    )
     loop = _agent_loop(max_turns, max_new_tokens, temperature)
     if from_dump:
         episodes, inputs = _dump_episodes(from_dump), [from_dump]

@@ -21,10 +21,11 @@ from vtreetrm.release.assets import (
     Record,
     ReleaseAssets,
     ReleaseContext,
+    flat_params,
     iter_records,
     make_report,
     requires,
-    write_validation,
+    validate_command,
 )
 from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
@@ -39,8 +40,8 @@ from vtreetrm.release.prompts import (
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'sft_rows', 'check_canonical_record', 'sft_export', 'malformed', 'Errors',
-           'check_sft_row', 'validate_sft_dataset', 'sft_validate']
+__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'sft_rows', 'check_canonical_record', 'export_records', 'sft_export', 'malformed',
+           'Errors', 'require_valid', 'check_sft_row', 'StagePairs', 'validate_sft_dataset', 'sft_validate']
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
 SFT_SCHEMA = pa.schema(
@@ -100,6 +101,14 @@ def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
     if missing:
         raise UserError(f"metadata lacks {', '.join(missing)}", path, line, "metadata")
 
+
+def export_records(ctx: ReleaseContext, canonical, desc: str, progress: bool = True):
+    "Yield the records of `canonical` (all.json), each checked for export, behind a progress bar named `desc`."
+    for line, dct in tqdm(iter_records(canonical), desc=desc, disable=not progress, mininterval=1):
+        rec = Record.from_dict(dct, canonical, line)
+        check_canonical_record(ctx, rec, canonical, line)
+        yield rec
+
 # %% ../../nbs/release/06_sft.ipynb #a4b27997
 @requires("canonical", "output_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_export(
@@ -109,27 +118,19 @@ def sft_export(
     progress: bool = True,  # show a progress bar
 ):
     "Export the legacy stage1/stage2 SFT release (three messages per row), validated before publication."
-    params = dict(
-        canonical=canonical,
-        output_dir=output_dir,
-        **assets.flags(),
-    )
+    params = flat_params(locals())
     ctx = assets.context()
     t0 = time.time()
     with atomic_dir(output_dir) as d:
         w = SplitWriter(d, SFT_SCHEMA)
         try:
-            for line, dct in tqdm(iter_records(canonical), desc="sft-export", disable=not progress, mininterval=1):
-                rec = Record.from_dict(dct, canonical, line)
-                check_canonical_record(ctx, rec, canonical, line)
+            for rec in export_records(ctx, canonical, "sft-export", progress):
                 for row in sft_rows(ctx, rec, ctx.task.prompt_seed):
                     w.write(rec.split, row)
         finally:
             w.close()
         t1 = time.time()
-        val = validate_sft_dataset(d, ctx, progress=progress)
-        if not val["valid"]:
-            raise UserError(f"export failed its own validation: {val['errors'][0]['message']}", output_dir)
+        val = require_valid(validate_sft_dataset(d, ctx, progress=progress))
         rep = make_report(
             "sft-export",
             params,
@@ -173,6 +174,14 @@ class Errors:
         e = self.items[0]
         extra = f" ({self.count} error(s); report: {report_path})" if report_path else f" ({self.count} error(s))"
         raise UserError(e["message"] + extra, e["file"], e["row"], e["field"])
+
+
+def require_valid(body: dict) -> dict:
+    "A validator's report `body`, less its `_errors`, when it found none; else its first error is raised."
+    errs = body.pop("_errors")
+    if errs:
+        errs.raise_first()
+    return body
 
 # %% ../../nbs/release/06_sft.ipynb #70f84779
 TRAJECTORY_STAGE = "tool_trajectory"
@@ -301,55 +310,71 @@ def _h64(s: str) -> int:
     return int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
 
 # %% ../../nbs/release/06_sft.ipynb #c6441809
-class _SftPairs:
-    "Stage1/stage2 pairing of a legacy release, plus the counts its report gives."
+def _repeats(hashes: array) -> tuple[np.ndarray, set]:
+    "(the 8-byte hashes sorted, the set of those that occur more than once)."
+    h = np.sort(np.frombuffer(hashes, dtype=np.uint64)) if len(hashes) else np.zeros(0, np.uint64)
+    return h, set(h[1:][h[1:] == h[:-1]].tolist())
 
-    def __init__(self):
+
+class StagePairs:
+    "Stage1/stage2 twins of each source, matched as rows arrive; problems go to `errs`."
+
+    def __init__(self, errs: Errors, prefix: str = ""):
+        self.errs, self.prefix = errs, prefix  # prefix of the source_id/stage fields ("extra_info." in RL rows)
         self.pending = {}  # pair key -> (split, row, stage, choice) while its twin is unseen
         self.done = array("Q")  # 8-byte hashes of completed pairs
+
+    def pair(self, path, i: int, s: str, st: str, key: str, choice: str = None) -> bool:
+        "Pair row `i` (split `s`, stage `st`) of source `key`; False, with an error, when it cannot pair."
+        p = self.pending.get(key)
+        if p is None:
+            self.pending[key] = (s, i, st, choice)
+            return True
+        if p[0] != s:
+            self.errs.add(path, i, self.prefix + "source_id", f"source {key} appears in {p[0]} and {s}")
+            return False
+        if p[2] == st:
+            self.errs.add(path, i, self.prefix + "stage", f"second {st} row for source {key}")
+            return False
+        del self.pending[key]
+        if p[3] != choice:
+            why = f"stage1 and stage2 of source {key} disagree on the category ({p[3]} vs {choice})"
+            self.errs.add(path, i, "label", why)
+        self.done.append(_h64(key))
+        return True
+
+    def unpaired(self, d: Path, keys):
+        "Report rows left without a twin and, reading the release again (`keys(path)` yields `(row, key)`), repeated pairs."
+        hashes, repeated = _repeats(self.done)
+        for key, (s, i, st, _) in self.pending.items():
+            h = _h64(key)
+            j = np.searchsorted(hashes, np.uint64(h))
+            if j < len(hashes) and hashes[j] == h:
+                why = f"second {st} row for source {key}"
+            else:
+                why = f"{st} row of source {key} has no {'stage2' if st == 'stage1' else 'stage1'} twin"
+            self.errs.add(d / f"{s}.parquet", i, self.prefix + "stage", why)
+        if repeated:  # second pass, only on error, to name the rows
+            for s in SPLITS:
+                for i, key in keys(d / f"{s}.parquet"):
+                    if _h64(key) in repeated:
+                        why = f"source {key} has more than one stage1/stage2 pair"
+                        self.errs.add(d / f"{s}.parquet", i, self.prefix + "source_id", why)
+
+
+class _SftPairs(StagePairs):
+    "Stage1/stage2 pairing of a legacy release, plus the counts its report gives."
+
+    def __init__(self, errs: Errors):
+        super().__init__(errs)
         self.counts = {s: Counter() for s in SPLITS}
         self.per_cat, self.per_lvl = Counter(), Counter()
 
-    def pair(self, errs: Errors, path, i: int, s: str, st: str, sid: str, choice: str) -> bool:
-        "Pair row `i` (split `s`, stage `st`) of source `sid`; False, with an error, when it cannot pair."
-        p = self.pending.get(sid)
-        if p is None:
-            self.pending[sid] = (s, i, st, choice)
-            return True
-        if p[0] != s:
-            errs.add(path, i, "source_id", f"source {sid} appears in {p[0]} and {s}")
-            return False
-        if p[2] == st:
-            errs.add(path, i, "stage", f"second {st} row for source {sid}")
-            return False
-        del self.pending[sid]
-        if p[3] != choice:
-            errs.add(
-                path, i, "label", f"stage1 and stage2 of source {sid} disagree on the category ({p[3]} vs {choice})"
-            )
-        self.done.append(_h64(sid))
-        return True
 
-    def unpaired(self, errs: Errors, d: Path):
-        "Report rows left without a twin, and (reading the release again) sources with more than one pair."
-        hashes = np.sort(np.frombuffer(self.done, dtype=np.uint64)) if len(self.done) else np.zeros(0, np.uint64)
-        repeated = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
-        for sid, (s, i, st, _) in self.pending.items():
-            h = _h64(sid)
-            j = np.searchsorted(hashes, np.uint64(h))
-            if j < len(hashes) and hashes[j] == h:
-                errs.add(d / f"{s}.parquet", i, "stage", f"second {st} row for source {sid}")
-            else:
-                twin = "stage2" if st == "stage1" else "stage1"
-                errs.add(d / f"{s}.parquet", i, "stage", f"{st} row of source {sid} has no {twin} twin")
-        if repeated:  # second pass, only on error, to name the rows
-            for s in SPLITS:
-                for i, row in iter_parquet(d / f"{s}.parquet", columns=["sample_id", "stage"]):
-                    sid = (row["sample_id"] or "")[: -len(row["stage"] or "") - 1]
-                    if _h64(sid) in repeated:
-                        errs.add(
-                            d / f"{s}.parquet", i, "source_id", f"source {sid} has more than one stage1/stage2 pair"
-                        )
+def _sft_keys(path: Path):
+    "`(row, pair key)` of every row of a legacy split file: the sample id less its `:stage` ending."
+    for i, row in iter_parquet(path, columns=["sample_id", "stage"]):
+        yield i, (row["sample_id"] or "")[: -len(row["stage"] or "") - 1]
 
 # %% ../../nbs/release/06_sft.ipynb #009d8914
 def _place_sft_row(ctx: ReleaseContext, errs: Errors, pairs: _SftPairs, path, i: int, s: str, row: dict):
@@ -368,7 +393,7 @@ def _place_sft_row(ctx: ReleaseContext, errs: Errors, pairs: _SftPairs, path, i:
     sid = sample[: -len(st) - 1]  # the pair key: the source id, or name:source:copy in a mixture
     lab = json.loads(row["label"])
     choice = lab["choice_id"]
-    if not pairs.pair(errs, path, i, s, st, sid, choice):
+    if not pairs.pair(path, i, s, st, sid, choice):
         return
     pairs.counts[s][st] += 1
     if st == "stage1":
@@ -394,7 +419,8 @@ def _open_sft_split(path: Path):
 def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True) -> dict:
     "Validate a legacy stage1/stage2 release folder; returns the report body (`valid`, errors, counts)."
     d = Path(dataset_dir)
-    errs, pairs = Errors(), _SftPairs()
+    errs = Errors()
+    pairs = _SftPairs(errs)
     rows = 0
     for s in SPLITS:
         path = d / f"{s}.parquet"
@@ -404,7 +430,7 @@ def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True
             _place_sft_row(ctx, errs, pairs, path, i, s, row)
     if rows == 0:
         errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
-    pairs.unpaired(errs, d)
+    pairs.unpaired(d, _sft_keys)
     return {
         "valid": not errs,
         "line": "legacy-stage1-stage2",
@@ -427,12 +453,6 @@ def sft_validate(
     progress: bool = True,  # show a progress bar
 ):
     "Validate a legacy stage1/stage2 SFT release; writes the report; exit 2 when invalid."
-    params = dict(
-        dataset_dir=dataset_dir,
-        **assets.flags(),
-        report=report,
-    )
+    params = flat_params(locals())
     ctx = assets.context()
-    report = report or str(Path(dataset_dir) / "validation.json")
-    body = validate_sft_dataset(dataset_dir, ctx, progress)
-    return write_validation("sft-validate", params, dataset_dir, ctx, body, report, ctx.asset_paths())
+    return validate_command("sft-validate", validate_sft_dataset, params, ctx, ctx.asset_paths(), progress)

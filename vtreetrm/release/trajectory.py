@@ -20,16 +20,15 @@ from vtreetrm.release.assets import (
     ReleaseAssets,
     ReleaseContext,
     flat_params,
-    iter_records,
     make_report,
     release_report,
     requires,
-    write_validation,
+    validate_command,
 )
 from .parquet import BATCH_ROWS, SplitWriter, iter_parquet, open_parquet
 from .prompts import candidates_for, native_answer, native_messages, parse_user
 from .reward import parse_final_answer
-from .sft import Errors, check_canonical_record, malformed
+from .sft import Errors, export_records, malformed, require_valid
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, atomic_dir, iter_jsonl, stable_uniform, write_json
 
@@ -107,9 +106,7 @@ def build_context(ctx: ReleaseContext, tools: CategoryTools, rec: Record, seed: 
 # %% ../../nbs/release/11_trajectory.ipynb #8ac6aa4e
 def iter_contexts(ctx, tools, canonical, progress=True, desc="contexts"):
     "Yield `(record, context)` for each canonical record, checked for export."
-    for line, dct in tqdm(iter_records(canonical), desc=desc, disable=not progress, mininterval=1):
-        rec = Record.from_dict(dct, canonical, line)
-        check_canonical_record(ctx, rec, canonical, line)
+    for rec in export_records(ctx, canonical, desc, progress):
         yield rec, build_context(ctx, tools, rec, ctx.task.prompt_seed)
 
 
@@ -614,10 +611,7 @@ def trajectory_export(
             out.close()
         counts = out.counts
         t1 = time.time()
-        val = validate_trajectory_dataset(d, ctx, progress)
-        errs = val.pop("_errors")
-        if errs:
-            errs.raise_first()
+        val = require_valid(validate_trajectory_dataset(d, ctx, progress))
         rep = make_report(
             "trajectory-export",
             params,
@@ -650,15 +644,11 @@ def trajectory_validate(
     progress: bool = True,  # show a progress bar
 ):
     "Standalone trajectory validator (tools re-executed); writes the report; exit 2 when invalid."
-    params = dict(
-        dataset_dir=dataset_dir,
-        **assets.flags(),
-        report=report,
-    )
+    params = flat_params(locals())
     ctx = assets.context()
-    report = report or str(Path(dataset_dir) / "validation.json")
-    body = validate_trajectory_dataset(dataset_dir, ctx, progress)
-    return write_validation("trajectory-validate", params, dataset_dir, ctx, body, report, ctx.asset_paths())
+    return validate_command(
+        "trajectory-validate", validate_trajectory_dataset, params, ctx, ctx.asset_paths(), progress
+    )
 
 # %% ../../nbs/release/11_trajectory.ipynb #7d7ebf2d
 def _pcts(v) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from .mixture import Family
+from .family import Family
 from .parquet import BATCH_ROWS, iter_parquet, open_parquet
 from .prompts import candidates_for, native_messages, parse_user
 from .trajectory import TRAJECTORY_SCHEMA, _clean, release_think_source, validate_trajectory_dataset
