@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass, replace
@@ -21,34 +20,20 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import gather_object
 from fastcore.basics import patch
-from filelock import FileLock
 from peft import PeftModel, get_peft_model, set_peft_model_state_dict
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, pre_tokenizers
-from tokenizers import models as tok_models
-from tokenizers import trainers as tok_trainers
 from torch.utils.data import DistributedSampler
 from tqdm.auto import tqdm
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    Blip2QFormerModel,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    get_scheduler,
-)
+from transformers import Blip2QFormerModel, get_scheduler
 
 from ..eval.metrics import compute_metrics, score_file
 from ..eval.parse import parse_actions
 from vtreetrm.utils import (
     UserError,
-    atomic_dir,
     model_identity,
     read_json,
     sha256_file,
-    sha256_json,
     write_json,
     write_jsonl,
 )
@@ -70,272 +55,16 @@ from vtreetrm.video.checkpoints import (
     training_lock,
 )
 from .config import Phase2Config
-from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, Dataset, load_dataset, mirror_labels
+from .labels import Dataset, load_dataset, mirror_labels
 from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
-from .synthetic import ENVIRONMENTS, MAMMALNET_SPECIES, SPECIES
+from .tiny_llm import VIDEO_MARKER, load_base_llm, question, resolve_dtype, target
 
 # %% auto #0
-__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS',
-           'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer', 'build_tiny_llm', 'load_llm',
-           'pretrain_tiny_llm', 'tiny_llm_cache', 'tiny_llm', 'resolve_dtype', 'VideoQFormerLM', 'rank_entropy',
-           'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for',
-           'stop_ids_for', 'encode_prompt', 'encode_target', 'predict_samples', 'compute_rows_metrics', 'baselines',
-           'load_base_llm', 'check_llm', 'base_identity', 'build_phase2', 'mirrored_samples', 'make_optimizer',
-           'rank_batches', 'train_epoch', 'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
-
-# %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
-VIDEO_MARKER = "<video>"
-ANSWER_ORDERS = ("actions_first", "analysis_first")
-
-
-def question(candidates: list) -> str:
-    "The user turn: visual tokens, the candidate actions, the question."
-    return (
-        f"{VIDEO_MARKER}\nCandidate actions: {', '.join(candidates)}.\n"
-        "Which of the candidate actions does the animal perform in this video? "
-        "Answer with <predicted_actions>...</predicted_actions> and a short analysis."
-    )
-
-
-def analysis(labels: list, species: str, environment: str) -> str:
-    "The analysis sentence of a target."
-    who, where = (
-        (f"a {species}" if species else "an animal"),
-        (f" in a {environment} scene" if environment else ""),
-    )  # none invented
-    return f"Analysis: the video shows {who}{where}; its movement matches {' and '.join(labels)}."
-
-
-def target(labels: list, species: str, environment: str, order: str = "actions_first") -> str:
-    "The assistant answer in `order`."
-    acts = f"<predicted_actions>{', '.join(labels)}</predicted_actions>"
-    if order not in ANSWER_ORDERS:
-        raise UserError(f"unknown answer order {order!r}; choose from {', '.join(ANSWER_ORDERS)}")
-    return (
-        f"{acts}\n{analysis(labels, species, environment)}"
-        if order == "actions_first"
-        else f"{analysis(labels, species, environment)}\n{acts}"
-    )
-
-# %% ../../nbs/video/04_phase2.ipynb #b572ff66
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-TINY_QWEN2 = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=1024,
-    tie_word_embeddings=False,
-    initializer_range=0.02,
-)
-
-
-def _corpus(extra_labels=()) -> list:
-    labels = [*LOTE_SIMPLE, *LOTE_SIMPLE.values(), *MAMMALNET_SIMPLE, *MAMMALNET_SIMPLE.values(), *extra_labels]
-    sp = [*SPECIES, *MAMMALNET_SPECIES]
-    lines = []
-    for i, l in enumerate(labels):
-        s, e = sp[i % len(sp)], list(ENVIRONMENTS)[i % len(ENVIRONMENTS)]
-        lines += [
-            question(labels[i : i + 5] or [l]),
-            target([l], s, e, "actions_first"),
-            target([l], s, e, "analysis_first"),
-        ]
-    return lines * 3
-
-# %% ../../nbs/video/04_phase2.ipynb #513a7562
-def build_tokenizer(extra_labels=(), vocab_size: int = 800) -> PreTrainedTokenizerFast:
-    "Train a byte-level BPE tokenizer with ChatML special tokens and chat template."
-    tok = Tokenizer(tok_models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = tok_trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        show_progress=False,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(_corpus(extra_labels), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHATML_TEMPLATE
-    return fast
-
-# %% ../../nbs/video/04_phase2.ipynb #456e24ce
-def build_tiny_llm(tokenizer, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
-    "A small random Qwen2 causal LM sized to `tokenizer`."
-    cfg = Qwen2Config(
-        **{**TINY_QWEN2, **overrides},
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.pad_token_id,
-    )
-    g = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return Qwen2ForCausalLM(cfg)
-    finally:
-        torch.random.set_rng_state(g)
-
-# %% ../../nbs/video/04_phase2.ipynb #8a56188f
-def load_llm(llm: str = "tiny", seed: int = 0, extra_labels=(), dtype=None):
-    "(tokenizer, causal LM) for a spec: 'tiny' or a local path / hub id."
-    if llm == "tiny":
-        tok = build_tokenizer(extra_labels)
-        return tok, build_tiny_llm(tok, seed)
-    try:
-        tok = AutoTokenizer.from_pretrained(llm)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot load a tokenizer from {llm!r}: {str(e).splitlines()[0]}") from None
-    if not getattr(tok, "chat_template", None):
-        raise UserError(
-            f"the tokenizer at {llm!r} has no chat template; use a chat/instruct model or add one "
-            "(set tokenizer.chat_template to a ChatML template and save_pretrained it)"
-        )
-    try:
-        model = AutoModelForCausalLM.from_pretrained(llm, dtype=dtype)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot load a causal LM from {llm!r}: {str(e).splitlines()[0]}") from None
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok, model
-
-# %% ../../nbs/video/04_phase2.ipynb #acda88c5
-def _pretrain_example(tok, rng: random.Random, pools: list, stop: str) -> tuple[list, list]:
-    pool = rng.choice(pools)
-    cands = rng.sample(pool, min(len(pool), rng.randint(5, 24))) if rng.random() < 0.25 else list(pool)
-    rng.shuffle(cands)
-    labs = rng.sample(cands, 1 if rng.random() < 0.85 or len(cands) < 2 else 2)
-    sp, env = rng.choice([*SPECIES, *MAMMALNET_SPECIES, None]), rng.choice([*ENVIRONMENTS, None])
-    seen = f"Seen: {sp or 'an animal'} | {env or 'unknown scene'} | {', '.join(labs)}"
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": question(cands).replace(VIDEO_MARKER, seen)}],
-        tokenize=False,
-        add_generation_prompt=True,
-    )
-    return (
-        tok(text, add_special_tokens=False)["input_ids"],
-        tok(target(labs, sp, env, rng.choice(ANSWER_ORDERS)) + stop, add_special_tokens=False)["input_ids"],
-    )
-
-# %% ../../nbs/video/04_phase2.ipynb #c156875c
-def pretrain_tiny_llm(
-    tok,
-    llm,
-    pools: list,  # label lists to draw candidates from (e.g. a dataset's official and simple names)
-    steps: int = 200,
-    batch_size: int = 32,
-    lr: float = 3e-3,
-    seed: int = 0,
-    progress: bool = True,
-):
-    "Train `llm` (all weights) on text-only answers in the target format; returns it in eval mode."
-    rng, stop = random.Random(f"{seed}:pretrain"), tok.eos_token  # the tiny tokenizer's eos is <|im_end|>
-    opt = torch.optim.AdamW(llm.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    llm.train()
-    loss = None
-    for _ in tqdm(range(steps), desc="pretrain tiny LLM", disable=not progress, leave=False):
-        ex = [_pretrain_example(tok, rng, pools, stop) for _ in range(batch_size)]
-        L = max(len(a) + len(b) for a, b in ex)
-        ids = torch.full((batch_size, L), tok.pad_token_id)
-        lab = torch.full((batch_size, L), -100)
-        mask = torch.zeros(batch_size, L, dtype=torch.long)
-        for i, (a, b) in enumerate(ex):
-            n = len(a) + len(b)
-            ids[i, :n] = torch.tensor(a + b)
-            lab[i, len(a) : n] = torch.tensor(b)
-            mask[i, :n] = 1
-        loss = llm(input_ids=ids, attention_mask=mask, labels=lab).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(llm.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    llm.final_pretrain_loss = float(loss) if loss is not None else None
-    return llm.eval()
-
-# %% ../../nbs/video/04_phase2.ipynb #552b4054
-def tiny_llm_cache() -> Path:
-    "Where pretrained tiny LLMs are kept: `$VTREETRM_CACHE/tiny_llm`, else `$XDG_CACHE_HOME/vtreetrm/tiny_llm` (~/.cache)."
-    root = (
-        os.environ.get("VTREETRM_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vtreetrm"
-    )
-    return Path(root) / "tiny_llm"
-
-
-_BUILTIN_POOLS = [
-    list(LOTE_SIMPLE),
-    list(LOTE_SIMPLE.values()),
-    list(MAMMALNET_SIMPLE),
-    list(MAMMALNET_SIMPLE.values()),
-]
-
-# %% ../../nbs/video/04_phase2.ipynb #51652068
-def tiny_llm(
-    seed: int = 0,
-    extra_labels=(),
-    steps: int = 200,
-    cache_dir: str | Path = None,  # default `tiny_llm_cache()`; False: neither read nor write a cache
-    progress: bool = True,
-) -> tuple:
-    "(tokenizer, tiny LLM pretrained for `steps`), read from the cache when it was made before (one process makes it)."
-    known = {l for p in _BUILTIN_POOLS for l in p}
-    extra = [
-        l for l in dict.fromkeys(extra_labels) if l not in known
-    ]  # the LoTE- and MammalNet-shaped sets share one model
-    pools = _BUILTIN_POOLS + ([extra] if extra else [])
-    key = sha256_json({"qwen2": TINY_QWEN2, "labels": extra, "seed": seed, "steps": steps, "recipe": 1})[:16]
-    root = None if cache_dir is False or not steps else Path(cache_dir or tiny_llm_cache())
-
-    def make():
-        tok = build_tokenizer(extra)
-        llm = build_tiny_llm(tok, seed)
-        if steps:
-            g = torch.random.get_rng_state()
-            torch.manual_seed(seed)
-            try:
-                pretrain_tiny_llm(tok, llm, pools, steps, seed=seed, progress=progress)
-            finally:
-                torch.random.set_rng_state(g)
-        return tok, llm
-
-    if root is None:
-        return make()
-    where = root / key
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f"{key}.lock")):  # a second process waits, then reads
-        if not (where / "config.json").is_file():
-            tok, llm = make()
-            with atomic_dir(where) as tmp:
-                tok.save_pretrained(tmp)
-                llm.save_pretrained(tmp)
-                write_json(
-                    tmp / "pretrain.json",
-                    {"steps": steps, "seed": seed, "extra_labels": extra, "final_loss": llm.final_pretrain_loss},
-                )
-            return tok, llm
-    return load_llm(str(where))
-
-# %% ../../nbs/video/04_phase2.ipynb #7634da72
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-# %% ../../nbs/video/04_phase2.ipynb #4ce86bfc
-def resolve_dtype(name: str, device: str = None) -> torch.dtype:
-    "The torch dtype for `--dtype` on `device` (default: cuda if present); refuses what the device cannot run."
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "auto":
-        return torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    if name == "fp16" and device == "cpu":
-        raise UserError("--dtype fp16 needs a GPU (CPU kernels are missing or slow); use bf16 or fp32 on the CPU")
-    if name == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported():
-        raise UserError("--dtype bf16: this GPU has no bf16; use fp16 or fp32")
-    return DTYPES[name]
+__all__ = ['OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'TRACKER_PACKAGES', 'VideoQFormerLM', 'rank_entropy', 'read_blip2_qformer',
+           'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for',
+           'encode_prompt', 'encode_target', 'predict_samples', 'compute_rows_metrics', 'baselines', 'check_llm',
+           'base_identity', 'build_phase2', 'mirrored_samples', 'make_optimizer', 'rank_batches', 'train_epoch',
+           'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
 
 # %% ../../nbs/video/04_phase2.ipynb #d4fb0484
 class VideoQFormerLM(nn.Module):
@@ -764,20 +493,6 @@ def baselines(rows: list, train_labels: list) -> dict:
         "majority_label": major,
         "majority_top1": float(np.mean([r["gold"][0] == major for r in single])),
     }
-
-# %% ../../nbs/video/04_phase2.ipynb #134bbb49
-def load_base_llm(cfg: Phase2Config, ds: Dataset, base_dir: Path = None, progress: bool = False) -> tuple:
-    "(tokenizer, LLM in fp32 or --dtype, tiny) for a run; the tiny LLM is read from `base_dir` when it was saved there."
-    if cfg.llm == "tiny" and not (base_dir and (base_dir / "config.json").is_file()):
-        tok, llm = tiny_llm(
-            cfg.seed, ds.labels.official + ds.labels.labels("simple"), cfg.llm_pretrain_steps, progress=progress
-        )
-        if base_dir is not None:
-            llm.name_or_path = llm.config._name_or_path = str(base_dir.resolve())  # what peft records
-        return tok, llm, True
-    src = str(base_dir) if cfg.llm == "tiny" else cfg.llm
-    tok, llm = load_llm(src, dtype=resolve_dtype(cfg.dtype))
-    return tok, llm, cfg.llm == "tiny"
 
 # %% ../../nbs/video/04_phase2.ipynb #ef055622
 def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):

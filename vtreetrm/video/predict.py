@@ -26,11 +26,10 @@ from vtreetrm.video.phase2 import (
     Phase2Config,
     VideoQFormerLM,
     baselines,
-    load_llm,
     make_samples,
     predict_samples,
-    resolve_dtype,
 )
+from .tiny_llm import load_llm, resolve_dtype
 
 # %% auto #0
 __all__ = ['STORED_DTYPES', 'phase2_config', 'read_phase2', 'load_phase2', 'predict']
