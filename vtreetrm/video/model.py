@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,15 +25,15 @@ from ..eval.parse import parse_actions
 from ..utils import UserError, model_identity, read_json
 from .checkpoints import check_adapter, model_config_sha256, model_folder
 from .config import Phase2Config
-from .labels import Dataset
+from .labels import Dataset, mirror_labels
 from .phase1 import Phase1Encoder
 from .tiny_llm import VIDEO_MARKER, load_base_llm, question, resolve_dtype, target
 
 # %% auto #0
 __all__ = ['OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'rank_entropy', 'VideoQFormerLM', 'read_blip2_qformer', 'blip2_sizes',
            'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt',
-           'encode_target', 'predict_samples', 'compute_rows_metrics', 'baselines', 'check_llm', 'base_identity',
-           'build_phase2']
+           'encode_target', 'mirrored_samples', 'Batcher', 'predict_samples', 'compute_rows_metrics', 'baselines',
+           'check_llm', 'base_identity', 'build_phase2']
 
 # %% ../../nbs/video/04b_model.ipynb #9b9489de
 def rank_entropy(h: torch.Tensor) -> torch.Tensor:
@@ -379,6 +379,44 @@ def encode_prompt(tok, candidates: list) -> tuple[list, list]:
 def encode_target(tok, s: Sample, order: str) -> list:
     end = tok.convert_ids_to_tokens(stop_ids_for(tok)[-1])
     return tok(target(s.labels, s.species, s.environment, order) + end, add_special_tokens=False)["input_ids"]
+
+# %% ../../nbs/video/04b_model.ipynb #3649bced
+def mirrored_samples(samples: list, ds: Dataset, mode: str, start: int) -> dict:
+    "{sample id: the sample mirrored} for samples whose labels all have a mirror in `ds.flip_map`; rows from `start` on."
+    out = {}
+    for s in samples:
+        labs = mirror_labels(s.official, ds.flip_map)
+        if labs is not None:
+            out[s.id] = replace(s, index=start + len(out), labels=ds.labels.to_mode(labs, mode), official=labs)
+    return out
+
+# %% ../../nbs/video/04b_model.ipynb #00fc4e68
+@dataclass
+class Batcher:
+    "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
+
+    tok: object
+    cfg: Phase2Config
+    cand: list
+    feats: torch.Tensor
+    truncated: int = 0
+
+    def __call__(self, batch: list, epoch: int, device) -> tuple:
+        cands = [candidates_for(self.cand, f"{s.id}:{epoch}", self.cfg.seed) for s, _ in batch]
+        enc = [encode_prompt(self.tok, c) for c in cands]
+        tgt = []
+        for (s, _), (pre, post) in zip(batch, enc):
+            t = encode_target(self.tok, s, self.cfg.answer_order)
+            room = self.cfg.max_length - len(pre) - self.cfg.num_queries - len(post)
+            self.truncated += len(t) > room
+            tgt.append(t[:room])
+        fb = self.feats[[s.index for s, _ in batch]]  # a mirrored sample's index points at its mirrored features
+        index = {l: i for i, l in enumerate(self.cand)}
+        mh = torch.zeros(len(batch), len(self.cand))
+        for i, (s, _) in enumerate(batch):
+            for l in s.labels:
+                mh[i, index[l]] = 1.0
+        return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
 
 # %% ../../nbs/video/04b_model.ipynb #f3717859
 @torch.no_grad()

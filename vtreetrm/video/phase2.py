@@ -48,20 +48,19 @@ from vtreetrm.video.checkpoints import (
     training_lock,
 )
 from .config import Phase2Config
-from .labels import Dataset, load_dataset, mirror_labels
+from .labels import Dataset, load_dataset
 from vtreetrm.video.model import (
     OWN_EXCLUDE,
+    Batcher,
     VideoQFormerLM,
     base_identity,
     baselines,
     blip2_sizes,
-    candidates_for,
     check_llm,
     compute_rows_metrics,
-    encode_prompt,
-    encode_target,
     init_from_blip2,
     make_samples,
+    mirrored_samples,
     predict_samples,
     read_blip2_qformer,
 )
@@ -69,8 +68,8 @@ from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
 from .tiny_llm import load_base_llm, resolve_dtype
 
 # %% auto #0
-__all__ = ['TRACKER_PACKAGES', 'mirrored_samples', 'make_optimizer', 'rank_batches', 'train_epoch', 'make_accelerator',
-           'predict_gathered', 'state_for_saving', 'train_phase2']
+__all__ = ['TRACKER_PACKAGES', 'make_optimizer', 'rank_batches', 'make_accelerator', 'state_for_saving', 'RunOptions',
+           'train_phase2', 'Phase2Trainer']
 
 # %% ../../nbs/video/04_phase2.ipynb #0c448b84
 def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = None) -> list:
@@ -89,16 +88,6 @@ def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = 
         m = s.id in seen and s.id in mirrored  # a repeat is shown mirrored where its labels have a safe mirror
         out.append((mirrored[s.id], True) if m else (s, False))
         seen.add(s.id)
-    return out
-
-
-def mirrored_samples(samples: list, ds: Dataset, mode: str, start: int) -> dict:
-    "{sample id: the sample mirrored} for samples whose labels all have a mirror in `ds.flip_map`; rows from `start` on."
-    out = {}
-    for s in samples:
-        labs = mirror_labels(s.official, ds.flip_map)
-        if labs is not None:
-            out[s.id] = replace(s, index=start + len(out), labels=ds.labels.to_mode(labs, mode), official=labs)
     return out
 
 # %% ../../nbs/video/04_phase2.ipynb #5d1e0570
@@ -123,93 +112,11 @@ def make_optimizer(model: nn.Module, cfg: Phase2Config, total_steps: int):
     )
     return opt, sched
 
-# %% ../../nbs/video/04_phase2.ipynb #00fc4e68
-@dataclass
-class _Batcher:
-    "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
-
-    tok: object
-    cfg: Phase2Config
-    cand: list
-    feats: torch.Tensor
-    truncated: int = 0
-
-    def __call__(self, batch: list, epoch: int, device) -> tuple:
-        cands = [candidates_for(self.cand, f"{s.id}:{epoch}", self.cfg.seed) for s, _ in batch]
-        enc = [encode_prompt(self.tok, c) for c in cands]
-        tgt = []
-        for (s, _), (pre, post) in zip(batch, enc):
-            t = encode_target(self.tok, s, self.cfg.answer_order)
-            room = self.cfg.max_length - len(pre) - self.cfg.num_queries - len(post)
-            self.truncated += len(t) > room
-            tgt.append(t[:room])
-        fb = self.feats[[s.index for s, _ in batch]]  # a mirrored sample's index points at its mirrored features
-        index = {l: i for i, l in enumerate(self.cand)}
-        mh = torch.zeros(len(batch), len(self.cand))
-        for i, (s, _) in enumerate(batch):
-            for l in s.labels:
-                mh[i, index[l]] = 1.0
-        return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
-
 # %% ../../nbs/video/04_phase2.ipynb #5157c814
 def rank_batches(order: list, batch_size: int, rank: int = 0, world: int = 1) -> list:
     "This process's micro-batches of an epoch's order: torch's DistributedSampler pads the order so every rank gets as many."
     mine = [order[i] for i in DistributedSampler(order, num_replicas=world, rank=rank, shuffle=False)]
     return [mine[b : b + batch_size] for b in range(0, len(mine), batch_size)]
-
-# %% ../../nbs/video/04_phase2.ipynb #6d437323
-def train_epoch(
-    model,
-    acc,
-    opt,
-    sched,
-    batches: list,
-    batcher: _Batcher,
-    cfg: Phase2Config,
-    epoch: int,
-    step: int,
-    rf=None,
-    trackers: bool = False,
-    progress: bool = False,
-) -> tuple[float, int]:
-    "One epoch of micro-batches, an optimizer step every --grad-accum of them, each step logged; returns (mean loss, step)."
-    model.train()
-    tot, n, win_loss, t0 = 0.0, 0, 0.0, time.perf_counter()
-    for bi, batch in enumerate(
-        tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress or not acc.is_main_process, leave=False)
-    ):
-        start = bi - bi % cfg.grad_accum
-        window = min(cfg.grad_accum, len(batches) - start)  # micro-batches in this optimizer step
-        last = bi == start + window - 1
-        with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
-            loss = model(*batcher(batch, epoch, acc.device))
-            acc.backward(loss / window)
-        tot, n, win_loss = tot + loss.item(), n + 1, win_loss + loss.item() / window
-        if not last:
-            continue
-        norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float("inf"))
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        row = {
-            "step": step,
-            "epoch": epoch,
-            "loss": acc.reduce(torch.tensor(win_loss, device=acc.device), "mean").item(),
-            "lr": sched.get_last_lr()[0],
-            "grad_norm": float(norm),
-            "samples_per_s": window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
-            "query_rank_entropy": acc.reduce(acc.unwrap_model(model).last_rank_entropy.to(acc.device), "mean").item(),
-        }
-        if rf is not None:
-            rf.log_step(row)
-        if trackers:
-            acc.log({f"train/{k}": v for k, v in row.items() if k != "step"}, step=step)
-        win_loss, t0 = 0.0, time.perf_counter()
-        if cfg.max_steps and step >= cfg.max_steps:
-            break
-    mean = acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
-    return mean, step
 
 # %% ../../nbs/video/04_phase2.ipynb #e6025b12
 def _print_counts(c: dict):
@@ -239,28 +146,6 @@ def make_accelerator(dtype, report_to: str = "none", project_dir: Path = None) -
     )
 
 # %% ../../nbs/video/04_phase2.ipynb #b0215006
-def predict_gathered(
-    core, tok, feats: torch.Tensor, samples: list, cand: list, cfg: Phase2Config, acc, progress: bool = False
-) -> list:
-    "Rows for `samples`, each process generating its share (every world-th sample), gathered in sample order on every process."
-    with acc.autocast():
-        rows = predict_samples(
-            core,
-            tok,
-            feats,
-            samples[acc.process_index :: acc.num_processes],
-            cand,
-            cfg.seed,
-            max_new_tokens=cfg.max_new_tokens,
-            progress=progress and acc.is_main_process,
-            device=acc.device,
-        )
-    if acc.num_processes > 1:
-        rows = gather_object(rows)
-    where = {s.id: i for i, s in enumerate(samples)}
-    return sorted(rows, key=lambda r: where[r["id"]])
-
-
 def state_for_saving(acc, model) -> tuple[dict, dict]:
     "(our tensors, the PeftModel's state dict) of the whole model; accelerate gathers the shards under FSDP (call it on every process)."
     full = acc.get_state_dict(model)
@@ -327,10 +212,26 @@ def _check_flip_map(cfg: Phase2Config, ds: Dataset, dataset):
             Path(dataset) / "flip_map.json",
         )
 
+# %% ../../nbs/video/04_phase2.ipynb #efa967b8
+@dataclass
+class RunOptions:
+    "How a run reads its inputs and reports: `train_phase2`'s arguments besides the run folder and the config."
+
+    dataset: str | Path  # dataset folder (manifest.jsonl + label_map.json)
+    cache_dir: str | Path  # feature cache folder
+    vision: str = "tiny"
+    frames: int = 8
+    grid: int = 4
+    phase1: str | Path = None  # frozen Phase-1 checkpoint folder
+    skip_bad: bool = False
+    eval_split: str = "test"
+    progress: bool = True
+    dtype: torch.dtype = torch.float32  # the LLM's, resolved from --dtype
+
 # %% ../../nbs/video/04_phase2.ipynb #721da99d
 @dataclass
 class _Inputs:
-    "What `train_phase2` reads and checks before it opens the run folder; `_fit` trains on it."
+    "What `train_phase2` reads and checks before it opens the run folder; `Phase2Trainer` trains on it."
 
     ds: Dataset
     clips: list
@@ -347,14 +248,12 @@ class _Inputs:
     mirrored: dict  # {sample id: the sample mirrored} (flip-balanced)
 
 # %% ../../nbs/video/04_phase2.ipynb #7ae1e304
-def _read_inputs(
-    cfg: Phase2Config, ds: Dataset, cache, out: Path, phase1, skip_bad: bool, progress: bool, acc
-) -> _Inputs:
+def _read_inputs(cfg: Phase2Config, opts: RunOptions, ds: Dataset, cache, out: Path, acc) -> _Inputs:
     "Features, Phase-1, the base LLM (checked against the config), the samples and the mirrored samples of a run."
-    show = progress and acc.is_main_process
+    show = opts.progress and acc.is_main_process
     with acc.main_process_first():  # the main process fills the cache, the others read it
-        clips, feats, frep = dataset_features(ds, cache, skip_bad, show)
-    p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
+        clips, feats, frep = dataset_features(ds, cache, opts.skip_bad, show)
+    p1 = load_phase1(opts.phase1, tuple(feats.shape[1:])) if opts.phase1 else None
     cand = ds.labels.labels(cfg.label_mode)
     with acc.main_process_first():  # one process pretrains the tiny LLM, the others read it
         tok, llm, tiny = load_base_llm(cfg, ds, out / "base_llm", show)
@@ -364,7 +263,7 @@ def _read_inputs(
     if mirrored:  # their features follow the clips' rows
         by_id = {c.id: c for c in clips}
         with acc.main_process_first():
-            _, mf, _ = dataset_features(ds, cache, skip_bad, show, clips=[by_id[i] for i in mirrored], mirror=True)
+            _, mf, _ = dataset_features(ds, cache, opts.skip_bad, show, clips=[by_id[i] for i in mirrored], mirror=True)
         feats = torch.cat([feats, mf])
     frep["mirrored_train_clips"] = len(mirrored)
     return _Inputs(ds, clips, feats, frep, cache, tok, llm, tiny, p1, train, val, cand, mirrored)
@@ -394,25 +293,22 @@ def _save_base_llm(rf: TrainingRun, x: _Inputs, acc):
     acc.wait_for_everyone()
 
 # %% ../../nbs/video/04_phase2.ipynb #cea437c7
-def _phase2_params(
-    cfg, dataset, cache_dir, cache, sampling: tuple, phase1, p1_meta, skip_bad, eval_split, dtype, acc
-) -> dict:
-    "params.json of a run; `sampling` is (vision, frames, grid)."
-    vision, frames, grid = sampling
+def _phase2_params(cfg: Phase2Config, opts: RunOptions, cache, p1_meta: dict, processes: int) -> dict:
+    "params.json of a run."
     return {
-        "dataset": str(dataset),
+        "dataset": str(opts.dataset),
         "config": asdict(cfg),
-        "cache_dir": str(cache_dir),
-        "vision": vision,
-        "frames": frames,
-        "grid": grid,
-        "phase1": str(phase1) if phase1 else None,
+        "cache_dir": str(opts.cache_dir),
+        "vision": opts.vision,
+        "frames": opts.frames,
+        "grid": opts.grid,
+        "phase1": str(opts.phase1) if opts.phase1 else None,
         "phase1_datasets": p1_meta.get("datasets"),
-        "skip_bad": skip_bad,
+        "skip_bad": opts.skip_bad,
         "features": cache.key,
-        "eval_split": eval_split,
-        "dtype": str(dtype).replace("torch.", ""),
-        "processes": acc.num_processes,
+        "eval_split": opts.eval_split,
+        "dtype": str(opts.dtype).replace("torch.", ""),
+        "processes": processes,
     }
 
 # %% ../../nbs/video/04_phase2.ipynb #37c3f523
@@ -437,6 +333,7 @@ def train_phase2(
     cfg, out = cfg or Phase2Config(), Path(out)
     _seed_process(cfg.seed, threads)
     dtype = resolve_dtype(cfg.dtype)
+    opts = RunOptions(dataset, cache_dir, vision, frames, grid, phase1, skip_bad, eval_split, progress, dtype)
     acc = make_accelerator(dtype, cfg.report_to, out)
     with training_lock(out, acc.is_main_process):  # one training per run folder
         # every check that needs no features comes first
@@ -444,19 +341,16 @@ def train_phase2(
         ds = load_dataset(dataset, skip_bad=skip_bad)
         _check_flip_map(cfg, ds, dataset)
         cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers)
-        x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
-        _check_batches(cfg, len(x.train), acc.num_processes)
-        sampling = (vision, frames, grid)
-        params = _phase2_params(
-            cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc
-        )
-        inputs = _input_files(dataset, phase1)
-        rf = TrainingRun(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
+        inputs = _read_inputs(cfg, opts, ds, cache, out, acc)
+        _check_batches(cfg, len(inputs.train), acc.num_processes)
+        params = _phase2_params(cfg, opts, cache, p1_meta, acc.num_processes)
+        files = _input_files(dataset, phase1)
+        run = TrainingRun(out, params, resume, inputs=files, kind="phase2", main=acc.is_main_process, checked=True)
         try:
-            _save_base_llm(rf, x, acc)
-            return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
+            _save_base_llm(run, inputs, acc)
+            return Phase2Trainer(cfg, run, inputs, opts, acc, blip, state).fit()
         except BaseException as e:
-            rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
+            run.finish("failed", error=f"{e.__class__.__name__}: {e}")
             raise
 
 # %% ../../nbs/video/04_phase2.ipynb #416735fc
@@ -508,19 +402,18 @@ def _start_trackers(cfg: Phase2Config, rf: TrainingRun, acc) -> bool:
     return trackers
 
 
-def _checkpoint_meta(cfg, x: _Inputs, core, dtype, phase1, sampling: tuple, counts, init, processes) -> dict:
+def _checkpoint_meta(cfg, x: _Inputs, opts: RunOptions, core, counts: dict, init, processes: int) -> dict:
     "What every checkpoint.json of the run records besides the epoch: inputs, base LLM, label space, parameters."
-    vision, frames, grid = sampling
     return {
         "feature_shape": list(x.feats.shape[1:]),
         "features": x.cache.key,
-        "vision": vision,
-        "frames": frames,
-        "grid": grid,
+        "vision": opts.vision,
+        "frames": opts.frames,
+        "grid": opts.grid,
         "encoder_width": core.encoder_width,
-        "llm": base_identity(cfg, x.llm, dtype, x.tiny),
+        "llm": base_identity(cfg, x.llm, opts.dtype, x.tiny),
         "tiny_llm": x.tiny,
-        "phase1": _phase1_ref(phase1),
+        "phase1": _phase1_ref(opts.phase1),
         "dataset": x.ds.name,
         "label_map": x.ds.labels.mapping,
         "label_mode": cfg.label_mode,
@@ -529,115 +422,171 @@ def _checkpoint_meta(cfg, x: _Inputs, core, dtype, phase1, sampling: tuple, coun
         "processes": processes,
     }
 
-# %% ../../nbs/video/04_phase2.ipynb #0b70eb23
-def _save_epoch(rf: TrainingRun, acc, live: tuple, score: float, meta: dict) -> bool:
-    "best/ if `score` (val Top1) beats it, and last/ with what --resume needs; whether best/ was replaced."
-    model, core, opt, sched, _ = live
-    own, llm_state = state_for_saving(acc, model)
-    best = rf.save_best(score, tensors=own, meta=meta, adapter=core.llm, adapter_state=llm_state)
-    if acc.is_main_process:
-        save_checkpoint(
-            rf.last,
-            "phase2",
-            own,
-            meta,
-            adapter=core.llm,
-            adapter_state=llm_state,
-            resume={"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng_state()},
-        )
-    return best
+# %% ../../nbs/video/04_phase2.ipynb #60e5b1f7
+class Phase2Trainer:
+    "A Phase-2 run with its folder open: the model, optimizer, LR schedule and accelerator it trains with, its epochs and test predictions."
 
-# %% ../../nbs/video/04_phase2.ipynb #eae952e8
-def _phase2_epoch(
-    cfg: Phase2Config, rf: TrainingRun, x: _Inputs, live: tuple, acc, epoch: int, step: int, meta, trackers, progress
-) -> int:
-    "Train one epoch, score the val split, save best/ and last/, log; returns the optimizer step reached."
-    model, core, opt, sched, batcher = live
-    t0 = time.time()
-    core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
-    batches = rank_batches(
-        _epoch_order(x.train, cfg, epoch, x.mirrored), cfg.batch_size, acc.process_index, acc.num_processes
-    )
-    loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, rf, trackers, progress)
-    vm = compute_rows_metrics(predict_gathered(core, x.tok, x.feats, x.val, x.cand, cfg, acc))
-    row = {
-        "epoch": epoch,
-        "step": step,
-        "train_loss": loss,
-        "val_top1": vm["top1"],
-        "val_macro_f1": vm["macro_f1"],
-        "lr": sched.get_last_lr()[0],
-        "truncated_targets": batcher.truncated,
-        "qformer_dropout": core.enc_dropout.p,
-        "seconds": round(time.time() - t0, 2),
-    }
-    metrics = {k: row[k] for k in ("val_top1", "val_macro_f1", "train_loss")}
-    m = {**meta, "config": asdict(cfg), "epoch": epoch, "step": step, "metrics": metrics}
-    row["best"] = _save_epoch(rf, acc, live, vm["top1"], m)
-    rf.log(row)
-    if trackers:
-        acc.log({"val/top1": vm["top1"], "val/macro_f1": vm["macro_f1"], "train/epoch_loss": loss}, step=step)
-    acc.wait_for_everyone()  # best/ and last/ are on disk before anyone reads them
-    return step
-
-# %% ../../nbs/video/04_phase2.ipynb #dc565106
-def _fit(cfg, rf, x: _Inputs, dtype, phase1, blip, state, sampling: tuple, eval_split, progress, acc) -> dict:
-    "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
-    model, init = _build_model(cfg, rf, x, x.llm.to(dtype), blip, state)
-    opt, sched = make_optimizer(model, cfg, _total_steps(cfg, len(x.train), acc.num_processes))
-    start, step = _resume_phase2(rf, model, opt, sched, state) if state is not None else (1, 0)
-    counts = model.parameter_counts()
-    if acc.is_main_process:
-        _print_counts(counts)
-    model, opt = acc.prepare(model, opt)
-    core = acc.unwrap_model(model)
-    trackers = _start_trackers(cfg, rf, acc)
-    meta = _checkpoint_meta(cfg, x, core, dtype, phase1, sampling, counts, init, acc.num_processes)
-    live = (model, core, opt, sched, _Batcher(x.tok, cfg, x.cand, x.feats))
-    for epoch in range(start, cfg.epochs + 1):
-        if cfg.max_steps and step >= cfg.max_steps:
-            break
-        step = _phase2_epoch(cfg, rf, x, live, acc, epoch, step, meta, trackers, progress)
-    metrics = _finish(cfg, rf, core, x, eval_split, acc, progress, counts, init)
-    if trackers:
-        acc.end_training()
-    return metrics
-
-# %% ../../nbs/video/04_phase2.ipynb #1c85725b
-def _finish(cfg, rf, core, x: _Inputs, eval_split, acc, progress, counts, init) -> dict:
-    "Load best/ on every process, predict `eval_split` together; the main process writes and scores; all return the metrics."
-    tok, feats, ds, frep = x.tok, x.feats, x.ds, x.frep
-    if eval_split:
-        best = read_checkpoint(rf.best, "phase2")
-        _load_checkpoint_into(core, rf.best)
-        rows = predict_gathered(
-            core, tok, feats, make_samples(x.clips, ds, cfg.label_mode, eval_split), x.cand, cfg, acc, progress
-        )
+    def __init__(
+        self,
+        cfg: Phase2Config,
+        run: TrainingRun,  # the open run folder
+        inputs: _Inputs,
+        opts: RunOptions,
+        acc: Accelerator,
+        blip: tuple = None,  # (config, tensors) of --qformer-init's BLIP-2 Q-former
+        state: tuple = None,  # (resume.pt, last/checkpoint.json) on --resume
+    ):
+        self.cfg, self.run, self.inputs, self.opts, self.acc = cfg, run, inputs, opts, acc
+        model, self.init = _build_model(cfg, run, inputs, inputs.llm.to(opts.dtype), blip, state)
+        self.opt, self.sched = make_optimizer(model, cfg, _total_steps(cfg, len(inputs.train), acc.num_processes))
+        self.start, self.step = _resume_phase2(run, model, self.opt, self.sched, state) if state is not None else (1, 0)
+        self.counts = model.parameter_counts()
         if acc.is_main_process:
-            save_file(
-                {"query_tokens": core.query_tokens.detach().cpu().contiguous()},
-                str(rf.dir / "query_tokens.safetensors"),
+            _print_counts(self.counts)
+        self.model, self.opt = acc.prepare(model, self.opt)  # wrapped (DDP, FSDP) where there are several processes
+        self.core = acc.unwrap_model(self.model)  # the VideoQFormerLM itself
+        self.trackers = _start_trackers(cfg, run, acc)
+        self.meta = _checkpoint_meta(cfg, inputs, opts, self.core, self.counts, self.init, acc.num_processes)
+        self.batcher = Batcher(inputs.tok, cfg, inputs.cand, inputs.feats)
+
+    def fit(self) -> dict:
+        "Every epoch not trained yet (--max-steps may stop them early), then the test predictions; returns the test metrics."
+        for epoch in range(self.start, self.cfg.epochs + 1):
+            if self.cfg.max_steps and self.step >= self.cfg.max_steps:
+                break
+            self.epoch(epoch)
+        metrics = self.finish()
+        if self.trackers:
+            self.acc.end_training()
+        return metrics
+
+    def epoch(self, epoch: int):
+        "Train one epoch, score the val split, save best/ and last/, log."
+        cfg, acc, t0 = self.cfg, self.acc, time.time()
+        self.core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
+        loss = self.train_epoch(epoch)
+        vm = compute_rows_metrics(self.predict(self.inputs.val))
+        row = {
+            "epoch": epoch,
+            "step": self.step,
+            "train_loss": loss,
+            "val_top1": vm["top1"],
+            "val_macro_f1": vm["macro_f1"],
+            "lr": self.sched.get_last_lr()[0],
+            "truncated_targets": self.batcher.truncated,
+            "qformer_dropout": self.core.enc_dropout.p,
+            "seconds": round(time.time() - t0, 2),
+        }
+        metrics = {k: row[k] for k in ("val_top1", "val_macro_f1", "train_loss")}
+        row["best"] = self.save(
+            vm["top1"], {**self.meta, "config": asdict(cfg), "epoch": epoch, "step": self.step, "metrics": metrics}
+        )
+        self.run.log(row)
+        if self.trackers:
+            acc.log({"val/top1": vm["top1"], "val/macro_f1": vm["macro_f1"], "train/epoch_loss": loss}, step=self.step)
+        acc.wait_for_everyone()  # best/ and last/ are on disk before anyone reads them
+
+    def train_epoch(self, epoch: int) -> float:
+        "This process's micro-batches of the epoch, an optimizer step every --grad-accum of them, each step logged; the mean loss."
+        cfg, acc, model = self.cfg, self.acc, self.model
+        order = _epoch_order(self.inputs.train, cfg, epoch, self.inputs.mirrored)
+        batches = rank_batches(order, cfg.batch_size, acc.process_index, acc.num_processes)
+        model.train()
+        tot, n, win_loss, t0 = 0.0, 0, 0.0, time.perf_counter()
+        show = self.opts.progress and acc.is_main_process
+        for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not show, leave=False)):
+            start = bi - bi % cfg.grad_accum
+            window = min(cfg.grad_accum, len(batches) - start)  # micro-batches in this optimizer step
+            last = bi == start + window - 1
+            with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
+                loss = model(*self.batcher(batch, epoch, acc.device))
+                acc.backward(loss / window)
+            tot, n, win_loss = tot + loss.item(), n + 1, win_loss + loss.item() / window
+            if not last:
+                continue
+            norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float("inf"))
+            self.opt.step()
+            self.sched.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.step += 1
+            row = {
+                "step": self.step,
+                "epoch": epoch,
+                "loss": acc.reduce(torch.tensor(win_loss, device=acc.device), "mean").item(),
+                "lr": self.sched.get_last_lr()[0],
+                "grad_norm": float(norm),
+                "samples_per_s": window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
+                "query_rank_entropy": acc.reduce(self.core.last_rank_entropy.to(acc.device), "mean").item(),
+            }
+            self.run.log_step(row)
+            if self.trackers:
+                acc.log({f"train/{k}": v for k, v in row.items() if k != "step"}, step=self.step)
+            win_loss, t0 = 0.0, time.perf_counter()
+            if cfg.max_steps and self.step >= cfg.max_steps:
+                break
+        return acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
+
+    def predict(self, samples: list, progress: bool = False) -> list:
+        "Rows for `samples`, each process generating every world-th one, gathered in sample order on every process."
+        acc, x = self.acc, self.inputs
+        with acc.autocast():
+            rows = predict_samples(
+                self.core,
+                x.tok,
+                x.feats,
+                samples[acc.process_index :: acc.num_processes],
+                x.cand,
+                self.cfg.seed,
+                max_new_tokens=self.cfg.max_new_tokens,
+                progress=progress and acc.is_main_process,
+                device=acc.device,
             )
-            write_jsonl(rf.dir / "predictions.jsonl", rows)
-            metrics = score_file(rf.dir / "predictions.jsonl")
-            metrics.update(
-                baselines(rows, [s.labels for s in x.train]),
-                best_epoch=best["epoch"],
-                best_val_top1=best["score"],
-                split=eval_split,
-                shuffle_labels=cfg.shuffle_labels,
-                short_clips=frep["short_clips"],
-                skipped=frep["skipped"],
-                mirrored_train_clips=frep["mirrored_train_clips"],
+        if acc.num_processes > 1:
+            rows = gather_object(rows)
+        where = {s.id: i for i, s in enumerate(samples)}
+        return sorted(rows, key=lambda r: where[r["id"]])
+
+    def save(self, score: float, meta: dict) -> bool:
+        "best/ if `score` (val Top1) beats it, and last/ with what --resume needs; whether best/ was replaced."
+        own, llm_state = state_for_saving(self.acc, self.model)
+        best = self.run.save_best(score, tensors=own, meta=meta, adapter=self.core.llm, adapter_state=llm_state)
+        if self.acc.is_main_process:
+            resume = {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(), "rng": rng_state()}
+            save_checkpoint(
+                self.run.last, "phase2", own, meta, adapter=self.core.llm, adapter_state=llm_state, resume=resume
             )
-            write_json(rf.dir / "metrics.json", metrics)
-    rf.finish(
-        "done",
-        short_clips=frep["short_clips"],
-        features={k: frep[k] for k in ("encoded", "cached")},
-        parameters=counts,
-        qformer_init=init,
-        processes=acc.num_processes,
-    )
-    acc.wait_for_everyone()
-    return read_json(rf.dir / "metrics.json") if eval_split else {}
+        return best
+
+    def finish(self) -> dict:
+        "Load best/ on every process, predict the evaluation split together; the main process writes and scores; all return the metrics."
+        cfg, rf, x, acc, split = self.cfg, self.run, self.inputs, self.acc, self.opts.eval_split
+        if split:
+            best = read_checkpoint(rf.best, "phase2")
+            _load_checkpoint_into(self.core, rf.best)
+            rows = self.predict(make_samples(x.clips, x.ds, cfg.label_mode, split), self.opts.progress)
+            if acc.is_main_process:
+                tokens = {"query_tokens": self.core.query_tokens.detach().cpu().contiguous()}
+                save_file(tokens, str(rf.dir / "query_tokens.safetensors"))
+                write_jsonl(rf.dir / "predictions.jsonl", rows)
+                metrics = score_file(rf.dir / "predictions.jsonl")
+                metrics.update(
+                    baselines(rows, [s.labels for s in x.train]),
+                    best_epoch=best["epoch"],
+                    best_val_top1=best["score"],
+                    split=split,
+                    shuffle_labels=cfg.shuffle_labels,
+                    short_clips=x.frep["short_clips"],
+                    skipped=x.frep["skipped"],
+                    mirrored_train_clips=x.frep["mirrored_train_clips"],
+                )
+                write_json(rf.dir / "metrics.json", metrics)
+        rf.finish(
+            "done",
+            short_clips=x.frep["short_clips"],
+            features={k: x.frep[k] for k in ("encoded", "cached")},
+            parameters=self.counts,
+            qformer_init=self.init,
+            processes=acc.num_processes,
+        )
+        acc.wait_for_everyone()
+        return read_json(rf.dir / "metrics.json") if split else {}
