@@ -30,16 +30,11 @@ import torch
 from report import begin, write_report
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from vtreetrm.video.config import Phase2Config
 from vtreetrm.video.labels import LOTE_SIMPLE
-from vtreetrm.video.phase2 import (
-    Phase2Config,
-    VideoQFormerLM,
-    build_tokenizer,
-    encode_prompt,
-    make_accelerator,
-    make_optimizer,
-    resolve_dtype,
-)
+from vtreetrm.video.model import VideoQFormerLM, encode_prompt
+from vtreetrm.video.phase2 import make_accelerator, make_optimizer
+from vtreetrm.video.tiny_llm import build_tokenizer, resolve_dtype
 
 QWEN25_05B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864)
 QWEN25_7B = dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944)

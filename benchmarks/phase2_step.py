@@ -24,10 +24,11 @@ import numpy as np
 import torch
 from transformers import Dinov2Config, Dinov2Model
 
+from vtreetrm.video.config import Phase2Config
 from vtreetrm.video.features import FeatureCache, Sampling, decode_clip, encode_frames, load_vision_encoder
 from vtreetrm.video.labels import load_dataset
+from vtreetrm.video.model import build_phase2, candidates_for, encode_prompt, encode_target, make_samples
 from vtreetrm.video.phase1 import dataset_features
-from vtreetrm.video.phase2 import Phase2Config, build_phase2, candidates_for, encode_prompt, encode_target, make_samples
 from vtreetrm.video.synthetic import SCALES, SyntheticConfig, make_synthetic
 
 

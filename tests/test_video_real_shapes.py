@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM, Dinov2Config, Dinov2Model, Qwen2C
 from vtreetrm.cli import main
 from vtreetrm.utils import sha256_file
 from vtreetrm.video.config import PROJECTIONS
-from vtreetrm.video.phase2 import build_tokenizer
 from vtreetrm.video.synthetic import SyntheticConfig, make_synthetic
+from vtreetrm.video.tiny_llm import build_tokenizer
 
 QWEN25_05B = dict(
     hidden_size=896,

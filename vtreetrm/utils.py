@@ -32,7 +32,7 @@ __all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FI
            'publish_dir', 'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock',
            'path_component', 'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl',
            'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files',
-           'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync']
+           'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync', 'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -678,3 +678,24 @@ def run_sync(coro):
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
         return ex.submit(asyncio.run, coro).result()
+
+# %% ../nbs/00_utils.ipynb #a74c341e
+def train_byte_bpe(
+    texts,  # an iterable of strings to learn the merges from
+    vocab_size: int,
+    special_tokens: list,  # given the first ids, never split
+):
+    "A byte-level BPE `tokenizers.Tokenizer` trained on `texts`, deterministic for the same inputs."
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(special_tokens),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return tok

@@ -5,8 +5,9 @@
 # %% ../../nbs/release/09_chat.ipynb #46a0a340
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from ..utils import train_byte_bpe
 
 # %% auto #0
 __all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'build_chat_tokenizer']
@@ -57,16 +58,7 @@ SPECIAL_TOKENS = [
 
 def build_chat_tokenizer(texts, vocab_size: int = 3000) -> PreTrainedTokenizerFast:
     "A byte-level BPE trained on `texts`, wrapped as a `PreTrainedTokenizerFast` with the ChatML tools template."
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(texts, trainer)
+    tok = train_byte_bpe(texts, vocab_size, SPECIAL_TOKENS)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,

@@ -13,9 +13,10 @@ import torch
 from ..eval.metrics import compute_metrics
 from ..utils import UserError
 from .checkpoints import load_tensors
+from .config import Phase2Config
 from .labels import load_dataset
+from .model import baselines, compute_rows_metrics, make_samples, predict_samples
 from .phase1 import dataset_features, load_phase1, open_cache
-from .phase2 import Phase2Config, baselines, compute_rows_metrics, make_samples, predict_samples
 from .predict import load_phase2, read_phase2
 
 # %% auto #0

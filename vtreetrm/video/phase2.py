@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass, replace
@@ -17,38 +16,19 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import gather_object
-from fastcore.basics import patch
-from filelock import FileLock
-from peft import PeftModel, get_peft_model, set_peft_model_state_dict
-from safetensors import SafetensorError, safe_open
+from peft import set_peft_model_state_dict
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, pre_tokenizers
-from tokenizers import models as tok_models
-from tokenizers import trainers as tok_trainers
 from torch.utils.data import DistributedSampler
 from tqdm.auto import tqdm
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    Blip2QFormerModel,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    get_scheduler,
-)
+from transformers import get_scheduler
 
-from ..eval.metrics import compute_metrics, score_file
-from ..eval.parse import parse_actions
+from ..eval.metrics import score_file
 from vtreetrm.utils import (
     UserError,
-    atomic_dir,
-    model_identity,
     read_json,
     sha256_file,
-    sha256_json,
     write_json,
     write_jsonl,
 )
@@ -60,8 +40,6 @@ from vtreetrm.video.checkpoints import (
     check_run_folder,
     load_resume_state,
     load_tensors,
-    model_config_sha256,
-    model_folder,
     phase1_reference,
     read_checkpoint,
     rng_state,
@@ -70,759 +48,28 @@ from vtreetrm.video.checkpoints import (
     training_lock,
 )
 from .config import Phase2Config
-from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, Dataset, load_dataset, mirror_labels
+from .labels import Dataset, load_dataset
+from vtreetrm.video.model import (
+    OWN_EXCLUDE,
+    Batcher,
+    VideoQFormerLM,
+    base_identity,
+    baselines,
+    blip2_sizes,
+    check_llm,
+    compute_rows_metrics,
+    init_from_blip2,
+    make_samples,
+    mirrored_samples,
+    predict_samples,
+    read_blip2_qformer,
+)
 from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
-from .synthetic import ENVIRONMENTS, MAMMALNET_SPECIES, SPECIES
+from .tiny_llm import load_base_llm, resolve_dtype
 
 # %% auto #0
-__all__ = ['VIDEO_MARKER', 'ANSWER_ORDERS', 'CHATML_TEMPLATE', 'TINY_QWEN2', 'DTYPES', 'OWN_EXCLUDE', 'QFORMER_SIZE_KEYS',
-           'TRACKER_PACKAGES', 'question', 'analysis', 'target', 'build_tokenizer', 'build_tiny_llm', 'load_llm',
-           'pretrain_tiny_llm', 'tiny_llm_cache', 'tiny_llm', 'resolve_dtype', 'VideoQFormerLM', 'rank_entropy',
-           'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for',
-           'stop_ids_for', 'encode_prompt', 'encode_target', 'predict_samples', 'compute_rows_metrics', 'baselines',
-           'load_base_llm', 'check_llm', 'base_identity', 'build_phase2', 'mirrored_samples', 'make_optimizer',
-           'rank_batches', 'train_epoch', 'make_accelerator', 'predict_gathered', 'state_for_saving', 'train_phase2']
-
-# %% ../../nbs/video/04_phase2.ipynb #8a5cc5b2
-VIDEO_MARKER = "<video>"
-ANSWER_ORDERS = ("actions_first", "analysis_first")
-
-
-def question(candidates: list) -> str:
-    "The user turn: visual tokens, the candidate actions, the question."
-    return (
-        f"{VIDEO_MARKER}\nCandidate actions: {', '.join(candidates)}.\n"
-        "Which of the candidate actions does the animal perform in this video? "
-        "Answer with <predicted_actions>...</predicted_actions> and a short analysis."
-    )
-
-
-def analysis(labels: list, species: str, environment: str) -> str:
-    "The analysis sentence of a target."
-    who, where = (
-        (f"a {species}" if species else "an animal"),
-        (f" in a {environment} scene" if environment else ""),
-    )  # none invented
-    return f"Analysis: the video shows {who}{where}; its movement matches {' and '.join(labels)}."
-
-
-def target(labels: list, species: str, environment: str, order: str = "actions_first") -> str:
-    "The assistant answer in `order`."
-    acts = f"<predicted_actions>{', '.join(labels)}</predicted_actions>"
-    if order not in ANSWER_ORDERS:
-        raise UserError(f"unknown answer order {order!r}; choose from {', '.join(ANSWER_ORDERS)}")
-    return (
-        f"{acts}\n{analysis(labels, species, environment)}"
-        if order == "actions_first"
-        else f"{analysis(labels, species, environment)}\n{acts}"
-    )
-
-# %% ../../nbs/video/04_phase2.ipynb #b572ff66
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-TINY_QWEN2 = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=1024,
-    tie_word_embeddings=False,
-    initializer_range=0.02,
-)
-
-
-def _corpus(extra_labels=()) -> list:
-    labels = [*LOTE_SIMPLE, *LOTE_SIMPLE.values(), *MAMMALNET_SIMPLE, *MAMMALNET_SIMPLE.values(), *extra_labels]
-    sp = [*SPECIES, *MAMMALNET_SPECIES]
-    lines = []
-    for i, l in enumerate(labels):
-        s, e = sp[i % len(sp)], list(ENVIRONMENTS)[i % len(ENVIRONMENTS)]
-        lines += [
-            question(labels[i : i + 5] or [l]),
-            target([l], s, e, "actions_first"),
-            target([l], s, e, "analysis_first"),
-        ]
-    return lines * 3
-
-# %% ../../nbs/video/04_phase2.ipynb #513a7562
-def build_tokenizer(extra_labels=(), vocab_size: int = 800) -> PreTrainedTokenizerFast:
-    "Train a byte-level BPE tokenizer with ChatML special tokens and chat template."
-    tok = Tokenizer(tok_models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = tok_trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        show_progress=False,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(_corpus(extra_labels), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHATML_TEMPLATE
-    return fast
-
-# %% ../../nbs/video/04_phase2.ipynb #456e24ce
-def build_tiny_llm(tokenizer, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
-    "A small random Qwen2 causal LM sized to `tokenizer`."
-    cfg = Qwen2Config(
-        **{**TINY_QWEN2, **overrides},
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.pad_token_id,
-    )
-    g = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return Qwen2ForCausalLM(cfg)
-    finally:
-        torch.random.set_rng_state(g)
-
-# %% ../../nbs/video/04_phase2.ipynb #8a56188f
-def load_llm(llm: str = "tiny", seed: int = 0, extra_labels=(), dtype=None):
-    "(tokenizer, causal LM) for a spec: 'tiny' or a local path / hub id."
-    if llm == "tiny":
-        tok = build_tokenizer(extra_labels)
-        return tok, build_tiny_llm(tok, seed)
-    try:
-        tok = AutoTokenizer.from_pretrained(llm)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot load a tokenizer from {llm!r}: {str(e).splitlines()[0]}") from None
-    if not getattr(tok, "chat_template", None):
-        raise UserError(
-            f"the tokenizer at {llm!r} has no chat template; use a chat/instruct model or add one "
-            "(set tokenizer.chat_template to a ChatML template and save_pretrained it)"
-        )
-    try:
-        model = AutoModelForCausalLM.from_pretrained(llm, dtype=dtype)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot load a causal LM from {llm!r}: {str(e).splitlines()[0]}") from None
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok, model
-
-# %% ../../nbs/video/04_phase2.ipynb #acda88c5
-def _pretrain_example(tok, rng: random.Random, pools: list, stop: str) -> tuple[list, list]:
-    pool = rng.choice(pools)
-    cands = rng.sample(pool, min(len(pool), rng.randint(5, 24))) if rng.random() < 0.25 else list(pool)
-    rng.shuffle(cands)
-    labs = rng.sample(cands, 1 if rng.random() < 0.85 or len(cands) < 2 else 2)
-    sp, env = rng.choice([*SPECIES, *MAMMALNET_SPECIES, None]), rng.choice([*ENVIRONMENTS, None])
-    seen = f"Seen: {sp or 'an animal'} | {env or 'unknown scene'} | {', '.join(labs)}"
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": question(cands).replace(VIDEO_MARKER, seen)}],
-        tokenize=False,
-        add_generation_prompt=True,
-    )
-    return (
-        tok(text, add_special_tokens=False)["input_ids"],
-        tok(target(labs, sp, env, rng.choice(ANSWER_ORDERS)) + stop, add_special_tokens=False)["input_ids"],
-    )
-
-# %% ../../nbs/video/04_phase2.ipynb #c156875c
-def pretrain_tiny_llm(
-    tok,
-    llm,
-    pools: list,  # label lists to draw candidates from (e.g. a dataset's official and simple names)
-    steps: int = 200,
-    batch_size: int = 32,
-    lr: float = 3e-3,
-    seed: int = 0,
-    progress: bool = True,
-):
-    "Train `llm` (all weights) on text-only answers in the target format; returns it in eval mode."
-    rng, stop = random.Random(f"{seed}:pretrain"), tok.eos_token  # the tiny tokenizer's eos is <|im_end|>
-    opt = torch.optim.AdamW(llm.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    llm.train()
-    loss = None
-    for _ in tqdm(range(steps), desc="pretrain tiny LLM", disable=not progress, leave=False):
-        ex = [_pretrain_example(tok, rng, pools, stop) for _ in range(batch_size)]
-        L = max(len(a) + len(b) for a, b in ex)
-        ids = torch.full((batch_size, L), tok.pad_token_id)
-        lab = torch.full((batch_size, L), -100)
-        mask = torch.zeros(batch_size, L, dtype=torch.long)
-        for i, (a, b) in enumerate(ex):
-            n = len(a) + len(b)
-            ids[i, :n] = torch.tensor(a + b)
-            lab[i, len(a) : n] = torch.tensor(b)
-            mask[i, :n] = 1
-        loss = llm(input_ids=ids, attention_mask=mask, labels=lab).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(llm.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    llm.final_pretrain_loss = float(loss) if loss is not None else None
-    return llm.eval()
-
-# %% ../../nbs/video/04_phase2.ipynb #552b4054
-def tiny_llm_cache() -> Path:
-    "Where pretrained tiny LLMs are kept: `$VTREETRM_CACHE/tiny_llm`, else `$XDG_CACHE_HOME/vtreetrm/tiny_llm` (~/.cache)."
-    root = (
-        os.environ.get("VTREETRM_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vtreetrm"
-    )
-    return Path(root) / "tiny_llm"
-
-
-_BUILTIN_POOLS = [
-    list(LOTE_SIMPLE),
-    list(LOTE_SIMPLE.values()),
-    list(MAMMALNET_SIMPLE),
-    list(MAMMALNET_SIMPLE.values()),
-]
-
-# %% ../../nbs/video/04_phase2.ipynb #51652068
-def tiny_llm(
-    seed: int = 0,
-    extra_labels=(),
-    steps: int = 200,
-    cache_dir: str | Path = None,  # default `tiny_llm_cache()`; False: neither read nor write a cache
-    progress: bool = True,
-) -> tuple:
-    "(tokenizer, tiny LLM pretrained for `steps`), read from the cache when it was made before (one process makes it)."
-    known = {l for p in _BUILTIN_POOLS for l in p}
-    extra = [
-        l for l in dict.fromkeys(extra_labels) if l not in known
-    ]  # the LoTE- and MammalNet-shaped sets share one model
-    pools = _BUILTIN_POOLS + ([extra] if extra else [])
-    key = sha256_json({"qwen2": TINY_QWEN2, "labels": extra, "seed": seed, "steps": steps, "recipe": 1})[:16]
-    root = None if cache_dir is False or not steps else Path(cache_dir or tiny_llm_cache())
-
-    def make():
-        tok = build_tokenizer(extra)
-        llm = build_tiny_llm(tok, seed)
-        if steps:
-            g = torch.random.get_rng_state()
-            torch.manual_seed(seed)
-            try:
-                pretrain_tiny_llm(tok, llm, pools, steps, seed=seed, progress=progress)
-            finally:
-                torch.random.set_rng_state(g)
-        return tok, llm
-
-    if root is None:
-        return make()
-    where = root / key
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f"{key}.lock")):  # a second process waits, then reads
-        if not (where / "config.json").is_file():
-            tok, llm = make()
-            with atomic_dir(where) as tmp:
-                tok.save_pretrained(tmp)
-                llm.save_pretrained(tmp)
-                write_json(
-                    tmp / "pretrain.json",
-                    {"steps": steps, "seed": seed, "extra_labels": extra, "final_loss": llm.final_pretrain_loss},
-                )
-            return tok, llm
-    return load_llm(str(where))
-
-# %% ../../nbs/video/04_phase2.ipynb #7634da72
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-# %% ../../nbs/video/04_phase2.ipynb #4ce86bfc
-def resolve_dtype(name: str, device: str = None) -> torch.dtype:
-    "The torch dtype for `--dtype` on `device` (default: cuda if present); refuses what the device cannot run."
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "auto":
-        return torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    if name == "fp16" and device == "cpu":
-        raise UserError("--dtype fp16 needs a GPU (CPU kernels are missing or slow); use bf16 or fp32 on the CPU")
-    if name == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported():
-        raise UserError("--dtype bf16: this GPU has no bf16; use fp16 or fp32")
-    return DTYPES[name]
-
-# %% ../../nbs/video/04_phase2.ipynb #d4fb0484
-class VideoQFormerLM(nn.Module):
-    "Frozen features -> Q-former (M queries) -> projection -> frozen causal LM with LoRA."
-
-    def __init__(
-        self,
-        cfg: Phase2Config,
-        llm: nn.Module,
-        feature_shape: tuple,
-        num_labels: int,
-        phase1: Phase1Encoder = None,
-        encoder_width: int = None,  # width of the tokens the Q-former reads (default: Phase-1's, else the Q-former's)
-        adapter: str | Path = None,  # a peft adapter folder to load (predict, resume) instead of a new LoRA
-        tiny: bool = None,  # the LLM is the tiny random one (LoRA targets lm_head too)
-    ):
-        super().__init__()
-        T, P, D = feature_shape
-        self.cfg, self.feature_shape = cfg, tuple(feature_shape)
-        self.phase1 = phase1.requires_grad_(False).eval() if phase1 is not None else None
-        enc_dim = phase1.cfg.width if phase1 is not None else (encoder_width or cfg.qformer_hidden)
-        self.encoder_width = enc_dim
-        if phase1 is None:  # one token per frame: all its patch tokens, projected, plus a learned frame position
-            self.frame_proj = nn.Linear(P * D, enc_dim)
-            self.frame_pos = nn.Parameter(torch.randn(1, T, enc_dim) * 0.02)
-        self.enc_norm = nn.LayerNorm(enc_dim)
-        self.enc_dropout = nn.Dropout(0.0)
-        qcfg = cfg.qformer_config(enc_dim)
-        self.qformer = Blip2QFormerModel(qcfg)
-        self.query_tokens = nn.Parameter(torch.randn(1, cfg.num_queries, qcfg.hidden_size) * qcfg.initializer_range)
-        self.proj = nn.Linear(qcfg.hidden_size, llm.config.hidden_size)
-        self.cls = nn.Linear(qcfg.hidden_size, num_labels) if cfg.cls_head else None
-        llm.requires_grad_(False)
-        if adapter is not None:  # checked by value before peft's loader reads it
-            check_adapter(adapter, cfg.lora_config(tiny), llm)
-            self.llm = PeftModel.from_pretrained(llm, str(adapter), is_trainable=True)
-        else:
-            self.llm = get_peft_model(llm, cfg.lora_config(tiny))
-        if cfg.gradient_checkpointing:
-            kw = {"gradient_checkpointing_kwargs": {"use_reentrant": False}}
-            self.llm.gradient_checkpointing_enable(**kw)
-            self.qformer.gradient_checkpointing_enable(**kw)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        if self.phase1 is not None:
-            self.phase1.eval()
-        return self
-
-    def encoder_tokens(self, feats: torch.Tensor) -> torch.Tensor:  # feats (B, T, P, D)
-        if tuple(feats.shape[1:]) != self.feature_shape:
-            raise UserError(
-                f"the model expects features of shape (T, P, D) = {self.feature_shape}, got {tuple(feats.shape[1:])}"
-            )
-        if self.phase1 is not None:
-            with torch.no_grad():
-                x = self.phase1(feats).tokens  # (B, 3 + T, W)
-        else:
-            x = self.frame_proj(feats.flatten(2)) + self.frame_pos  # (B, T, W)
-        return self.enc_dropout(self.enc_norm(x))
-
-    def visual(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        "(visual tokens (B, M, H_llm), Q-former output (B, M, d))."
-        enc = self.encoder_tokens(feats)
-        q = self.query_tokens.expand(enc.shape[0], -1, -1)  # (B, M, d)
-        out = self.qformer(
-            query_embeds=q,
-            encoder_hidden_states=enc,
-            encoder_attention_mask=torch.ones(enc.shape[:2], dtype=torch.long, device=enc.device),
-        )
-        h = out.last_hidden_state[:, : q.shape[1]]  # (B, M, d)
-        return self.proj(h), h
-
-# %% ../../nbs/video/04_phase2.ipynb #928f4e0a
-@patch
-def embed(self: VideoQFormerLM, ids: list) -> torch.Tensor:
-    emb = self.llm.get_input_embeddings()
-    return emb(torch.tensor(ids, dtype=torch.long, device=emb.weight.device))
-
-
-@patch
-def assemble(self: VideoQFormerLM, vis: torch.Tensor, pre: list, post: list, tgt: list = None, left_pad: bool = False):
-    "Per-sample [pre, visual, post, target] embeddings in the LLM's dtype, padded: (embeds, attention_mask, labels)."
-    dtype = self.llm.get_input_embeddings().weight.dtype
-    seqs, labs = [], []
-    for i in range(vis.shape[0]):
-        parts = [self.embed(pre[i]), vis[i].to(dtype), self.embed(post[i])]
-        lab = [-100] * (len(pre[i]) + vis.shape[1] + len(post[i]))
-        if tgt is not None:
-            parts.append(self.embed(tgt[i]))
-            lab += list(tgt[i])
-        seqs.append(torch.cat(parts))
-        labs.append(lab)
-    L, H = max(s.shape[0] for s in seqs), seqs[0].shape[1]
-    emb = seqs[0].new_zeros(len(seqs), L, H)  # (B, L, H_llm)
-    mask = torch.zeros(len(seqs), L, dtype=torch.long, device=emb.device)
-    labels = torch.full((len(seqs), L), -100, dtype=torch.long, device=emb.device)
-    for i, (s, l) in enumerate(zip(seqs, labs)):
-        sl = slice(L - len(s), L) if left_pad else slice(0, len(s))
-        emb[i, sl], mask[i, sl], labels[i, sl] = s, 1, torch.tensor(l, device=emb.device)
-    return emb, mask, labels
-
-# %% ../../nbs/video/04_phase2.ipynb #9b9489de
-def rank_entropy(h: torch.Tensor) -> torch.Tensor:
-    "(B,) spectral entropy of each (M, d) matrix's singular values over log min(M, d): 1 when all are equal, 0 at rank one."
-    s = torch.linalg.svdvals(h.float())  # differentiable and numerically stable (values, not vectors)
-    p = s / s.sum(-1, keepdim=True).clamp_min(1e-12)
-    ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
-    return ent / math.log(s.shape[-1]) if s.shape[-1] > 1 else torch.ones_like(ent)
-
-
-@patch
-def forward(self: VideoQFormerLM, feats, pre, post, tgt, multi_hot=None):
-    "Training loss: LM loss on target tokens (+ cls_weight * BCE) (+ rank_reg * (1 - rank entropy of the query outputs))."
-    vis, h = self.visual(feats)
-    emb, mask, labels = self.assemble(vis, pre, post, tgt)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    loss = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, labels=labels).loss
-    if self.cls is not None and multi_hot is not None:
-        loss = loss + self.cfg.cls_weight * F.binary_cross_entropy_with_logits(self.cls(h.mean(1)).float(), multi_hot)
-    with torch.no_grad() if not self.cfg.rank_reg else contextlib.nullcontext():
-        ent = rank_entropy(h).mean()
-    self.last_rank_entropy = ent.detach()  # logged per step, with or without the regulariser
-    if self.cfg.rank_reg:
-        loss = loss + self.cfg.rank_reg * (1 - ent)
-    return loss
-
-# %% ../../nbs/video/04_phase2.ipynb #009ea254
-@patch
-@torch.no_grad()
-def generate(self: VideoQFormerLM, feats, pre, post, max_new_tokens: int, stop_ids: list, pad_id: int) -> list:
-    "Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded)."
-    vis, _ = self.visual(feats)
-    emb, mask, _ = self.assemble(vis, pre, post, left_pad=True)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True)
-    B = emb.shape[0]
-    done = torch.zeros(B, dtype=torch.bool, device=emb.device)
-    stop, toks = torch.tensor(stop_ids, device=emb.device), []
-    for _ in range(max_new_tokens):
-        nxt = out.logits[:, -1].argmax(-1)
-        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        toks.append(nxt)
-        done |= torch.isin(nxt, stop)
-        if done.all():
-            break
-        mask = torch.cat([mask, mask.new_ones(B, 1)], 1)
-        pos = pos[:, -1:] + 1
-        out = self.llm(
-            input_ids=nxt[:, None],
-            attention_mask=mask,
-            position_ids=pos,
-            past_key_values=out.past_key_values,
-            use_cache=True,
-        )
-    res = []
-    for row in torch.stack(toks, 1).tolist():
-        ids = []
-        for t in row:
-            if t in stop_ids:
-                break
-            ids.append(t)
-        res.append(ids)
-    return res
-
-# %% ../../nbs/video/04_phase2.ipynb #0d9b4361
-OWN_EXCLUDE = ("llm.", "phase1.")  # saved elsewhere: the adapter through peft, Phase-1 by reference
-
-
-@patch
-def own_state(self: VideoQFormerLM) -> dict:
-    "Our own modules' tensors (queries, Q-former, projections, positions, cls head): what model.safetensors holds."
-    return {k: v.detach().cpu().clone() for k, v in self.state_dict().items() if not k.startswith(OWN_EXCLUDE)}
-
-
-@patch
-def load_own_state(self: VideoQFormerLM, tensors: dict, path=None):
-    "Load `own_state` tensors; every one must match (name and shape)."
-    want = {k for k in self.state_dict() if not k.startswith(OWN_EXCLUDE)}
-    if set(tensors) != want:
-        extra, miss = sorted(set(tensors) - want), sorted(want - set(tensors))
-        raise UserError(f"the weights do not match the model (unexpected {extra[:3]}, missing {miss[:3]})", path)
-    try:
-        self.load_state_dict(tensors, strict=False)
-    except RuntimeError as e:
-        raise UserError(f"the weights do not match the model: {str(e).splitlines()[-1].strip()}", path) from None
-
-# %% ../../nbs/video/04_phase2.ipynb #98f7d870
-@patch
-def parameter_counts(self: VideoQFormerLM) -> dict:
-    "Trainable parameters by part, and the frozen LLM's count and dtypes."
-    parts, frozen, dtypes = {}, 0, set()
-    for n, p in self.named_parameters():
-        if n.startswith("phase1."):
-            continue
-        if p.requires_grad:
-            part = (
-                "lora"
-                if "lora_" in n
-                else {"frame_pos": "frame_proj", "enc_norm": "encoder_norm"}.get(n.split(".")[0], n.split(".")[0])
-            )
-            parts[part] = parts.get(part, 0) + p.numel()
-        elif n.startswith("llm."):
-            frozen += p.numel()
-            dtypes.add(str(p.dtype).replace("torch.", ""))
-    return {
-        "trainable": parts,
-        "trainable_total": sum(parts.values()),
-        "frozen_llm": frozen,
-        "frozen_llm_dtypes": sorted(dtypes),
-        "frozen_llm_bytes": sum(
-            p.numel() * p.element_size()
-            for n, p in self.named_parameters()
-            if n.startswith("llm.") and not p.requires_grad
-        ),
-    }
-
-# %% ../../nbs/video/04_phase2.ipynb #b88d7a21
-QFORMER_SIZE_KEYS = {
-    "hidden_size": "qformer_hidden",
-    "num_hidden_layers": "qformer_layers",
-    "num_attention_heads": "qformer_heads",
-    "intermediate_size": "qformer_intermediate",
-    "cross_attention_frequency": "cross_attention_frequency",
-}
-
-
-def _safetensors_files(path: Path) -> list:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        wm = read_json(index).get("weight_map")
-        if not isinstance(wm, dict):
-            raise UserError("no weight_map", index, field="weight_map")
-        files = sorted({path / f for f in wm.values()})
-        for f in files:
-            if f.resolve().parent != path.resolve():
-                raise UserError(f"shard {f.name!r} lies outside the folder", index, field="weight_map")
-    else:
-        files = [path / "model.safetensors"]
-    missing = [f.name for f in files if not f.is_file()]
-    if missing:
-        pickled = [n for n in ("pytorch_model.bin", "model.pt") if (path / n).is_file()]
-        raise UserError(
-            "no safetensors weights"
-            + (f" (only {pickled[0]}, a pickle, which is never read)" if pickled else f": {missing[0]} is missing"),
-            path,
-        )
-    return files
-
-# %% ../../nbs/video/04_phase2.ipynb #04c92494
-def read_blip2_qformer(path: str | Path) -> tuple[dict, dict]:
-    "(Q-former config dict, {'qformer.*' and 'query_tokens' tensors}) of a BLIP-2 folder saved by transformers."
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise UserError("not a BLIP-2 checkpoint folder (no config.json)", path)
-    cfg = read_json(path / "config.json")
-    if (
-        not isinstance(cfg, dict)
-        or cfg.get("model_type") != "blip-2"
-        or not isinstance(cfg.get("qformer_config"), dict)
-    ):
-        raise UserError(
-            f"not a BLIP-2 checkpoint: model_type is {cfg.get('model_type') if isinstance(cfg, dict) else None!r}, "
-            "expected 'blip-2' with a qformer_config",
-            path / "config.json",
-            field="model_type",
-        )
-    tensors = {}
-    for f in _safetensors_files(path):
-        try:
-            with safe_open(
-                str(f), framework="pt"
-            ) as sf:  # only the Q-former's tensors are read, not the ViT's or the LLM's
-                for k in sf.keys():
-                    if k.startswith("qformer.") or k == "query_tokens":
-                        tensors[k] = sf.get_tensor(k)
-        except (SafetensorError, OSError) as e:
-            raise UserError(f"cannot read safetensors: {e}", f) from None
-    if "query_tokens" not in tensors or not any(k.startswith("qformer.") for k in tensors):
-        raise UserError("not a BLIP-2 checkpoint: no query_tokens / qformer.* tensors in its weights", path)
-    return cfg["qformer_config"], tensors
-
-# %% ../../nbs/video/04_phase2.ipynb #73f13a7e
-def blip2_sizes(qcfg: dict) -> dict:
-    "The Phase2Config Q-former fields a BLIP-2 Q-former config sets."
-    return {ours: qcfg[theirs] for theirs, ours in QFORMER_SIZE_KEYS.items() if theirs in qcfg}
-
-# %% ../../nbs/video/04_phase2.ipynb #677bf8d3
-def init_from_blip2(model: VideoQFormerLM, tensors: dict) -> dict:
-    "Copy the BLIP-2 Q-former tensors that fit and the first min(M, M0) queries into `model`; report what was (not) taken."
-    own = model.qformer.state_dict()
-    fit = {k[len("qformer.") :]: v for k, v in tensors.items() if k.startswith("qformer.")}
-    fit = {k: v for k, v in fit.items() if k in own and own[k].shape == v.shape}
-    model.qformer.load_state_dict(fit, strict=False)
-    q0 = tensors["query_tokens"].reshape(1, -1, tensors["query_tokens"].shape[-1])  # (1, M0, d)
-    n = min(model.query_tokens.shape[1], q0.shape[1]) if q0.shape[-1] == model.query_tokens.shape[-1] else 0
-    with torch.no_grad():
-        model.query_tokens[:, :n] = q0[:, :n].to(model.query_tokens.dtype)
-    return {
-        "tensors_loaded": len(fit),
-        "tensors_reinitialised": sorted(set(own) - set(fit)),
-        "queries_from_checkpoint": n,
-        "queries_in_checkpoint": q0.shape[1],
-    }
-
-# %% ../../nbs/video/04_phase2.ipynb #4b18ede8
-@dataclass
-class Sample:
-    id: str
-    index: int  # row in the feature tensor
-    labels: list  # labels in the model's label space (mode applied)
-    official: list  # official labels
-    species: str
-    environment: str
-    video: str
-    dataset: str
-
-
-def make_samples(clips: list, ds: Dataset, mode: str, split: str) -> list:
-    "Samples of one split with labels shown in `mode`."
-    return [
-        Sample(c.id, i, ds.labels.to_mode(c.labels, mode), list(c.labels), c.species, c.environment, c.video, c.dataset)
-        for i, c in enumerate(clips)
-        if c.split == split
-    ]
-
-# %% ../../nbs/video/04_phase2.ipynb #b2541442
-def candidates_for(labels: list, key: str, seed: int) -> list:
-    "The candidate list shuffled with a seed derived from `key`."
-    rng = random.Random(f"{seed}:{key}")
-    c = list(labels)
-    rng.shuffle(c)
-    return c
-
-
-def stop_ids_for(tok) -> list:
-    ids = {tok.eos_token_id}
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tok.unk_token_id:
-        ids.add(im_end)
-    return sorted(i for i in ids if i is not None)
-
-
-def encode_prompt(tok, candidates: list) -> tuple[list, list]:
-    "Token ids before and after the visual tokens."
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": question(candidates)}], tokenize=False, add_generation_prompt=True
-    )
-    pre, post = text.split(VIDEO_MARKER)
-    return tok(pre, add_special_tokens=False)["input_ids"], tok(post, add_special_tokens=False)["input_ids"]
-
-
-def encode_target(tok, s: Sample, order: str) -> list:
-    end = tok.convert_ids_to_tokens(stop_ids_for(tok)[-1])
-    return tok(target(s.labels, s.species, s.environment, order) + end, add_special_tokens=False)["input_ids"]
-
-# %% ../../nbs/video/04_phase2.ipynb #f3717859
-@torch.no_grad()
-def predict_samples(
-    model: VideoQFormerLM,
-    tok,
-    feats: torch.Tensor,
-    samples: list,
-    candidates: list,
-    seed: int = 0,
-    batch_size: int = 32,
-    max_new_tokens: int = 64,
-    progress: bool = False,
-    device=None,
-) -> list:
-    "predictions.jsonl rows for `samples` (greedy decoding)."
-    model.eval()
-    rows = []
-    device = device or next(model.parameters()).device
-    for b in tqdm(range(0, len(samples), batch_size), desc="predict", disable=not progress, leave=False):
-        chunk = samples[b : b + batch_size]
-        cands = [candidates_for(candidates, s.id, seed) for s in chunk]
-        enc = [encode_prompt(tok, c) for c in cands]
-        ids = model.generate(
-            feats[[s.index for s in chunk]].to(device),
-            [e[0] for e in enc],
-            [e[1] for e in enc],
-            max_new_tokens,
-            stop_ids_for(tok),
-            tok.pad_token_id,
-        )
-        for s, c, i in zip(chunk, cands, ids):
-            rows.append(
-                {
-                    "id": s.id,
-                    "gold": s.labels,
-                    "output": tok.decode(i, skip_special_tokens=True),
-                    "candidates": c,
-                    "dataset": s.dataset,
-                    "video": s.video,
-                    "species": s.species,
-                    "environment": s.environment,
-                    "gold_official": s.official,
-                }
-            )
-    return rows
-
-# %% ../../nbs/video/04_phase2.ipynb #816a051e
-def compute_rows_metrics(rows: list) -> dict:
-    "Top1 and Macro-F1 of prediction rows, in memory (the scorer's definitions)."
-    m = compute_metrics(
-        [r["gold"] for r in rows],
-        [parse_actions(r["output"], r["candidates"]) for r in rows],
-        [r["candidates"] for r in rows],
-    )
-    return {"top1": m["top1_accuracy_single_label"] or 0.0, "macro_f1": m["macro_f1"] or 0.0}
-
-
-def baselines(rows: list, train_labels: list) -> dict:
-    "Chance and majority-class Top1 for the single-label rows."
-    single = [r for r in rows if len(r["gold"]) == 1]
-    if not single:
-        return {}
-    counts = {}
-    for ls in train_labels:
-        for l in ls:
-            counts[l] = counts.get(l, 0) + 1
-    major = max(sorted(counts), key=lambda k: counts[k]) if counts else None
-    return {
-        "chance_top1": float(np.mean([1 / len(r["candidates"]) for r in single])),
-        "majority_label": major,
-        "majority_top1": float(np.mean([r["gold"][0] == major for r in single])),
-    }
-
-# %% ../../nbs/video/04_phase2.ipynb #134bbb49
-def load_base_llm(cfg: Phase2Config, ds: Dataset, base_dir: Path = None, progress: bool = False) -> tuple:
-    "(tokenizer, LLM in fp32 or --dtype, tiny) for a run; the tiny LLM is read from `base_dir` when it was saved there."
-    if cfg.llm == "tiny" and not (base_dir and (base_dir / "config.json").is_file()):
-        tok, llm = tiny_llm(
-            cfg.seed, ds.labels.official + ds.labels.labels("simple"), cfg.llm_pretrain_steps, progress=progress
-        )
-        if base_dir is not None:
-            llm.name_or_path = llm.config._name_or_path = str(base_dir.resolve())  # what peft records
-        return tok, llm, True
-    src = str(base_dir) if cfg.llm == "tiny" else cfg.llm
-    tok, llm = load_llm(src, dtype=resolve_dtype(cfg.dtype))
-    return tok, llm, cfg.llm == "tiny"
-
-# %% ../../nbs/video/04_phase2.ipynb #ef055622
-def check_llm(cfg: Phase2Config, tok, llm, tiny: bool, candidates: list):
-    "Refuse LoRA targets the LLM lacks and inputs longer than --max-length or the LLM's positions, before any training."
-    names = {n.rsplit(".", 1)[-1] for n, _ in llm.named_modules() if n}
-    missing = [t for t in cfg.targets_list(tiny) if t not in names]
-    if missing:
-        linear = sorted({n.rsplit(".", 1)[-1] for n, mod in llm.named_modules() if isinstance(mod, nn.Linear)})
-        raise UserError(
-            f"--lora-targets: the LLM has no module named {', '.join(missing)}; its linear layers are {', '.join(linear)}"
-        )
-    pre, post = encode_prompt(tok, candidates)
-    need = len(pre) + cfg.num_queries + len(post) + cfg.max_new_tokens
-    if need > cfg.max_length:
-        raise UserError(
-            f"--max-length {cfg.max_length} is too short: the prompt ({len(pre) + len(post)} tokens) + "
-            f"{cfg.num_queries} visual tokens + --max-new-tokens {cfg.max_new_tokens} need {need}"
-        )
-    limit = getattr(llm.config, "max_position_embeddings", None)
-    if limit and cfg.max_length > limit:
-        raise UserError(f"--max-length {cfg.max_length} exceeds the LLM's max_position_embeddings {limit}")
-
-# %% ../../nbs/video/04_phase2.ipynb #e3ae2ded
-def base_identity(cfg: Phase2Config, llm, dtype, tiny: bool) -> dict:
-    "What checkpoint.json records of the base LLM: where it is, its config's sha256, its identity (`utils.model_identity`)."
-    path = llm.name_or_path if tiny else cfg.llm
-    folder = model_folder(path)
-    return {
-        "source": cfg.llm,
-        "path": str(path),
-        "config_sha256": model_config_sha256(path),
-        "identity": model_identity(folder) if folder else None,
-        "dtype": str(dtype).replace("torch.", ""),
-    }
-
-
-def build_phase2(cfg: Phase2Config, ds: Dataset, feature_shape: tuple, phase1: Phase1Encoder = None) -> tuple:
-    "(model, tokenizer) in memory for a config and a dataset, the LLM in --dtype and checked (benchmarks, notebooks)."
-    tok, llm, tiny = load_base_llm(cfg, ds)
-    check_llm(cfg, tok, llm, tiny, ds.labels.labels(cfg.label_mode))
-    torch.manual_seed(cfg.seed)
-    model = VideoQFormerLM(
-        cfg, llm.to(resolve_dtype(cfg.dtype)), tuple(feature_shape), len(ds.labels.official), phase1, tiny=tiny
-    )
-    return model, tok
+__all__ = ['TRACKER_PACKAGES', 'make_optimizer', 'rank_batches', 'make_accelerator', 'state_for_saving', 'RunOptions',
+           'train_phase2', 'Phase2Trainer']
 
 # %% ../../nbs/video/04_phase2.ipynb #0c448b84
 def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = None) -> list:
@@ -841,16 +88,6 @@ def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = 
         m = s.id in seen and s.id in mirrored  # a repeat is shown mirrored where its labels have a safe mirror
         out.append((mirrored[s.id], True) if m else (s, False))
         seen.add(s.id)
-    return out
-
-
-def mirrored_samples(samples: list, ds: Dataset, mode: str, start: int) -> dict:
-    "{sample id: the sample mirrored} for samples whose labels all have a mirror in `ds.flip_map`; rows from `start` on."
-    out = {}
-    for s in samples:
-        labs = mirror_labels(s.official, ds.flip_map)
-        if labs is not None:
-            out[s.id] = replace(s, index=start + len(out), labels=ds.labels.to_mode(labs, mode), official=labs)
     return out
 
 # %% ../../nbs/video/04_phase2.ipynb #5d1e0570
@@ -875,93 +112,11 @@ def make_optimizer(model: nn.Module, cfg: Phase2Config, total_steps: int):
     )
     return opt, sched
 
-# %% ../../nbs/video/04_phase2.ipynb #00fc4e68
-@dataclass
-class _Batcher:
-    "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
-
-    tok: object
-    cfg: Phase2Config
-    cand: list
-    feats: torch.Tensor
-    truncated: int = 0
-
-    def __call__(self, batch: list, epoch: int, device) -> tuple:
-        cands = [candidates_for(self.cand, f"{s.id}:{epoch}", self.cfg.seed) for s, _ in batch]
-        enc = [encode_prompt(self.tok, c) for c in cands]
-        tgt = []
-        for (s, _), (pre, post) in zip(batch, enc):
-            t = encode_target(self.tok, s, self.cfg.answer_order)
-            room = self.cfg.max_length - len(pre) - self.cfg.num_queries - len(post)
-            self.truncated += len(t) > room
-            tgt.append(t[:room])
-        fb = self.feats[[s.index for s, _ in batch]]  # a mirrored sample's index points at its mirrored features
-        index = {l: i for i, l in enumerate(self.cand)}
-        mh = torch.zeros(len(batch), len(self.cand))
-        for i, (s, _) in enumerate(batch):
-            for l in s.labels:
-                mh[i, index[l]] = 1.0
-        return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
-
 # %% ../../nbs/video/04_phase2.ipynb #5157c814
 def rank_batches(order: list, batch_size: int, rank: int = 0, world: int = 1) -> list:
     "This process's micro-batches of an epoch's order: torch's DistributedSampler pads the order so every rank gets as many."
     mine = [order[i] for i in DistributedSampler(order, num_replicas=world, rank=rank, shuffle=False)]
     return [mine[b : b + batch_size] for b in range(0, len(mine), batch_size)]
-
-# %% ../../nbs/video/04_phase2.ipynb #6d437323
-def train_epoch(
-    model,
-    acc,
-    opt,
-    sched,
-    batches: list,
-    batcher: _Batcher,
-    cfg: Phase2Config,
-    epoch: int,
-    step: int,
-    rf=None,
-    trackers: bool = False,
-    progress: bool = False,
-) -> tuple[float, int]:
-    "One epoch of micro-batches, an optimizer step every --grad-accum of them, each step logged; returns (mean loss, step)."
-    model.train()
-    tot, n, win_loss, t0 = 0.0, 0, 0.0, time.perf_counter()
-    for bi, batch in enumerate(
-        tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not progress or not acc.is_main_process, leave=False)
-    ):
-        start = bi - bi % cfg.grad_accum
-        window = min(cfg.grad_accum, len(batches) - start)  # micro-batches in this optimizer step
-        last = bi == start + window - 1
-        with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
-            loss = model(*batcher(batch, epoch, acc.device))
-            acc.backward(loss / window)
-        tot, n, win_loss = tot + loss.item(), n + 1, win_loss + loss.item() / window
-        if not last:
-            continue
-        norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float("inf"))
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        row = {
-            "step": step,
-            "epoch": epoch,
-            "loss": acc.reduce(torch.tensor(win_loss, device=acc.device), "mean").item(),
-            "lr": sched.get_last_lr()[0],
-            "grad_norm": float(norm),
-            "samples_per_s": window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
-            "query_rank_entropy": acc.reduce(acc.unwrap_model(model).last_rank_entropy.to(acc.device), "mean").item(),
-        }
-        if rf is not None:
-            rf.log_step(row)
-        if trackers:
-            acc.log({f"train/{k}": v for k, v in row.items() if k != "step"}, step=step)
-        win_loss, t0 = 0.0, time.perf_counter()
-        if cfg.max_steps and step >= cfg.max_steps:
-            break
-    mean = acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
-    return mean, step
 
 # %% ../../nbs/video/04_phase2.ipynb #e6025b12
 def _print_counts(c: dict):
@@ -991,28 +146,6 @@ def make_accelerator(dtype, report_to: str = "none", project_dir: Path = None) -
     )
 
 # %% ../../nbs/video/04_phase2.ipynb #b0215006
-def predict_gathered(
-    core, tok, feats: torch.Tensor, samples: list, cand: list, cfg: Phase2Config, acc, progress: bool = False
-) -> list:
-    "Rows for `samples`, each process generating its share (every world-th sample), gathered in sample order on every process."
-    with acc.autocast():
-        rows = predict_samples(
-            core,
-            tok,
-            feats,
-            samples[acc.process_index :: acc.num_processes],
-            cand,
-            cfg.seed,
-            max_new_tokens=cfg.max_new_tokens,
-            progress=progress and acc.is_main_process,
-            device=acc.device,
-        )
-    if acc.num_processes > 1:
-        rows = gather_object(rows)
-    where = {s.id: i for i, s in enumerate(samples)}
-    return sorted(rows, key=lambda r: where[r["id"]])
-
-
 def state_for_saving(acc, model) -> tuple[dict, dict]:
     "(our tensors, the PeftModel's state dict) of the whole model; accelerate gathers the shards under FSDP (call it on every process)."
     full = acc.get_state_dict(model)
@@ -1079,10 +212,26 @@ def _check_flip_map(cfg: Phase2Config, ds: Dataset, dataset):
             Path(dataset) / "flip_map.json",
         )
 
+# %% ../../nbs/video/04_phase2.ipynb #efa967b8
+@dataclass
+class RunOptions:
+    "How a run reads its inputs and reports: `train_phase2`'s arguments besides the run folder and the config."
+
+    dataset: str | Path  # dataset folder (manifest.jsonl + label_map.json)
+    cache_dir: str | Path  # feature cache folder
+    vision: str = "tiny"
+    frames: int = 8
+    grid: int = 4
+    phase1: str | Path = None  # frozen Phase-1 checkpoint folder
+    skip_bad: bool = False
+    eval_split: str = "test"
+    progress: bool = True
+    dtype: torch.dtype = torch.float32  # the LLM's, resolved from --dtype
+
 # %% ../../nbs/video/04_phase2.ipynb #721da99d
 @dataclass
 class _Inputs:
-    "What `train_phase2` reads and checks before it opens the run folder; `_fit` trains on it."
+    "What `train_phase2` reads and checks before it opens the run folder; `Phase2Trainer` trains on it."
 
     ds: Dataset
     clips: list
@@ -1099,14 +248,12 @@ class _Inputs:
     mirrored: dict  # {sample id: the sample mirrored} (flip-balanced)
 
 # %% ../../nbs/video/04_phase2.ipynb #7ae1e304
-def _read_inputs(
-    cfg: Phase2Config, ds: Dataset, cache, out: Path, phase1, skip_bad: bool, progress: bool, acc
-) -> _Inputs:
+def _read_inputs(cfg: Phase2Config, opts: RunOptions, ds: Dataset, cache, out: Path, acc) -> _Inputs:
     "Features, Phase-1, the base LLM (checked against the config), the samples and the mirrored samples of a run."
-    show = progress and acc.is_main_process
+    show = opts.progress and acc.is_main_process
     with acc.main_process_first():  # the main process fills the cache, the others read it
-        clips, feats, frep = dataset_features(ds, cache, skip_bad, show)
-    p1 = load_phase1(phase1, tuple(feats.shape[1:])) if phase1 else None
+        clips, feats, frep = dataset_features(ds, cache, opts.skip_bad, show)
+    p1 = load_phase1(opts.phase1, tuple(feats.shape[1:])) if opts.phase1 else None
     cand = ds.labels.labels(cfg.label_mode)
     with acc.main_process_first():  # one process pretrains the tiny LLM, the others read it
         tok, llm, tiny = load_base_llm(cfg, ds, out / "base_llm", show)
@@ -1116,7 +263,7 @@ def _read_inputs(
     if mirrored:  # their features follow the clips' rows
         by_id = {c.id: c for c in clips}
         with acc.main_process_first():
-            _, mf, _ = dataset_features(ds, cache, skip_bad, show, clips=[by_id[i] for i in mirrored], mirror=True)
+            _, mf, _ = dataset_features(ds, cache, opts.skip_bad, show, clips=[by_id[i] for i in mirrored], mirror=True)
         feats = torch.cat([feats, mf])
     frep["mirrored_train_clips"] = len(mirrored)
     return _Inputs(ds, clips, feats, frep, cache, tok, llm, tiny, p1, train, val, cand, mirrored)
@@ -1146,25 +293,22 @@ def _save_base_llm(rf: TrainingRun, x: _Inputs, acc):
     acc.wait_for_everyone()
 
 # %% ../../nbs/video/04_phase2.ipynb #cea437c7
-def _phase2_params(
-    cfg, dataset, cache_dir, cache, sampling: tuple, phase1, p1_meta, skip_bad, eval_split, dtype, acc
-) -> dict:
-    "params.json of a run; `sampling` is (vision, frames, grid)."
-    vision, frames, grid = sampling
+def _phase2_params(cfg: Phase2Config, opts: RunOptions, cache, p1_meta: dict, processes: int) -> dict:
+    "params.json of a run."
     return {
-        "dataset": str(dataset),
+        "dataset": str(opts.dataset),
         "config": asdict(cfg),
-        "cache_dir": str(cache_dir),
-        "vision": vision,
-        "frames": frames,
-        "grid": grid,
-        "phase1": str(phase1) if phase1 else None,
+        "cache_dir": str(opts.cache_dir),
+        "vision": opts.vision,
+        "frames": opts.frames,
+        "grid": opts.grid,
+        "phase1": str(opts.phase1) if opts.phase1 else None,
         "phase1_datasets": p1_meta.get("datasets"),
-        "skip_bad": skip_bad,
+        "skip_bad": opts.skip_bad,
         "features": cache.key,
-        "eval_split": eval_split,
-        "dtype": str(dtype).replace("torch.", ""),
-        "processes": acc.num_processes,
+        "eval_split": opts.eval_split,
+        "dtype": str(opts.dtype).replace("torch.", ""),
+        "processes": processes,
     }
 
 # %% ../../nbs/video/04_phase2.ipynb #37c3f523
@@ -1189,6 +333,7 @@ def train_phase2(
     cfg, out = cfg or Phase2Config(), Path(out)
     _seed_process(cfg.seed, threads)
     dtype = resolve_dtype(cfg.dtype)
+    opts = RunOptions(dataset, cache_dir, vision, frames, grid, phase1, skip_bad, eval_split, progress, dtype)
     acc = make_accelerator(dtype, cfg.report_to, out)
     with training_lock(out, acc.is_main_process):  # one training per run folder
         # every check that needs no features comes first
@@ -1196,19 +341,16 @@ def train_phase2(
         ds = load_dataset(dataset, skip_bad=skip_bad)
         _check_flip_map(cfg, ds, dataset)
         cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers)
-        x = _read_inputs(cfg, ds, cache, out, phase1, skip_bad, progress, acc)
-        _check_batches(cfg, len(x.train), acc.num_processes)
-        sampling = (vision, frames, grid)
-        params = _phase2_params(
-            cfg, dataset, cache_dir, cache, sampling, phase1, p1_meta, skip_bad, eval_split, dtype, acc
-        )
-        inputs = _input_files(dataset, phase1)
-        rf = TrainingRun(out, params, resume, inputs=inputs, kind="phase2", main=acc.is_main_process, checked=True)
+        inputs = _read_inputs(cfg, opts, ds, cache, out, acc)
+        _check_batches(cfg, len(inputs.train), acc.num_processes)
+        params = _phase2_params(cfg, opts, cache, p1_meta, acc.num_processes)
+        files = _input_files(dataset, phase1)
+        run = TrainingRun(out, params, resume, inputs=files, kind="phase2", main=acc.is_main_process, checked=True)
         try:
-            _save_base_llm(rf, x, acc)
-            return _fit(cfg, rf, x, dtype, phase1, blip, state, sampling, eval_split, progress, acc)
+            _save_base_llm(run, inputs, acc)
+            return Phase2Trainer(cfg, run, inputs, opts, acc, blip, state).fit()
         except BaseException as e:
-            rf.finish("failed", error=f"{e.__class__.__name__}: {e}")
+            run.finish("failed", error=f"{e.__class__.__name__}: {e}")
             raise
 
 # %% ../../nbs/video/04_phase2.ipynb #416735fc
@@ -1260,19 +402,18 @@ def _start_trackers(cfg: Phase2Config, rf: TrainingRun, acc) -> bool:
     return trackers
 
 
-def _checkpoint_meta(cfg, x: _Inputs, core, dtype, phase1, sampling: tuple, counts, init, processes) -> dict:
+def _checkpoint_meta(cfg, x: _Inputs, opts: RunOptions, core, counts: dict, init, processes: int) -> dict:
     "What every checkpoint.json of the run records besides the epoch: inputs, base LLM, label space, parameters."
-    vision, frames, grid = sampling
     return {
         "feature_shape": list(x.feats.shape[1:]),
         "features": x.cache.key,
-        "vision": vision,
-        "frames": frames,
-        "grid": grid,
+        "vision": opts.vision,
+        "frames": opts.frames,
+        "grid": opts.grid,
         "encoder_width": core.encoder_width,
-        "llm": base_identity(cfg, x.llm, dtype, x.tiny),
+        "llm": base_identity(cfg, x.llm, opts.dtype, x.tiny),
         "tiny_llm": x.tiny,
-        "phase1": _phase1_ref(phase1),
+        "phase1": _phase1_ref(opts.phase1),
         "dataset": x.ds.name,
         "label_map": x.ds.labels.mapping,
         "label_mode": cfg.label_mode,
@@ -1281,115 +422,171 @@ def _checkpoint_meta(cfg, x: _Inputs, core, dtype, phase1, sampling: tuple, coun
         "processes": processes,
     }
 
-# %% ../../nbs/video/04_phase2.ipynb #0b70eb23
-def _save_epoch(rf: TrainingRun, acc, live: tuple, score: float, meta: dict) -> bool:
-    "best/ if `score` (val Top1) beats it, and last/ with what --resume needs; whether best/ was replaced."
-    model, core, opt, sched, _ = live
-    own, llm_state = state_for_saving(acc, model)
-    best = rf.save_best(score, tensors=own, meta=meta, adapter=core.llm, adapter_state=llm_state)
-    if acc.is_main_process:
-        save_checkpoint(
-            rf.last,
-            "phase2",
-            own,
-            meta,
-            adapter=core.llm,
-            adapter_state=llm_state,
-            resume={"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng_state()},
-        )
-    return best
+# %% ../../nbs/video/04_phase2.ipynb #60e5b1f7
+class Phase2Trainer:
+    "A Phase-2 run with its folder open: the model, optimizer, LR schedule and accelerator it trains with, its epochs and test predictions."
 
-# %% ../../nbs/video/04_phase2.ipynb #eae952e8
-def _phase2_epoch(
-    cfg: Phase2Config, rf: TrainingRun, x: _Inputs, live: tuple, acc, epoch: int, step: int, meta, trackers, progress
-) -> int:
-    "Train one epoch, score the val split, save best/ and last/, log; returns the optimizer step reached."
-    model, core, opt, sched, batcher = live
-    t0 = time.time()
-    core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
-    batches = rank_batches(
-        _epoch_order(x.train, cfg, epoch, x.mirrored), cfg.batch_size, acc.process_index, acc.num_processes
-    )
-    loss, step = train_epoch(model, acc, opt, sched, batches, batcher, cfg, epoch, step, rf, trackers, progress)
-    vm = compute_rows_metrics(predict_gathered(core, x.tok, x.feats, x.val, x.cand, cfg, acc))
-    row = {
-        "epoch": epoch,
-        "step": step,
-        "train_loss": loss,
-        "val_top1": vm["top1"],
-        "val_macro_f1": vm["macro_f1"],
-        "lr": sched.get_last_lr()[0],
-        "truncated_targets": batcher.truncated,
-        "qformer_dropout": core.enc_dropout.p,
-        "seconds": round(time.time() - t0, 2),
-    }
-    metrics = {k: row[k] for k in ("val_top1", "val_macro_f1", "train_loss")}
-    m = {**meta, "config": asdict(cfg), "epoch": epoch, "step": step, "metrics": metrics}
-    row["best"] = _save_epoch(rf, acc, live, vm["top1"], m)
-    rf.log(row)
-    if trackers:
-        acc.log({"val/top1": vm["top1"], "val/macro_f1": vm["macro_f1"], "train/epoch_loss": loss}, step=step)
-    acc.wait_for_everyone()  # best/ and last/ are on disk before anyone reads them
-    return step
-
-# %% ../../nbs/video/04_phase2.ipynb #dc565106
-def _fit(cfg, rf, x: _Inputs, dtype, phase1, blip, state, sampling: tuple, eval_split, progress, acc) -> dict:
-    "The training loop of `train_phase2` (run folder open): epochs, best/ and last/, then the test predictions."
-    model, init = _build_model(cfg, rf, x, x.llm.to(dtype), blip, state)
-    opt, sched = make_optimizer(model, cfg, _total_steps(cfg, len(x.train), acc.num_processes))
-    start, step = _resume_phase2(rf, model, opt, sched, state) if state is not None else (1, 0)
-    counts = model.parameter_counts()
-    if acc.is_main_process:
-        _print_counts(counts)
-    model, opt = acc.prepare(model, opt)
-    core = acc.unwrap_model(model)
-    trackers = _start_trackers(cfg, rf, acc)
-    meta = _checkpoint_meta(cfg, x, core, dtype, phase1, sampling, counts, init, acc.num_processes)
-    live = (model, core, opt, sched, _Batcher(x.tok, cfg, x.cand, x.feats))
-    for epoch in range(start, cfg.epochs + 1):
-        if cfg.max_steps and step >= cfg.max_steps:
-            break
-        step = _phase2_epoch(cfg, rf, x, live, acc, epoch, step, meta, trackers, progress)
-    metrics = _finish(cfg, rf, core, x, eval_split, acc, progress, counts, init)
-    if trackers:
-        acc.end_training()
-    return metrics
-
-# %% ../../nbs/video/04_phase2.ipynb #1c85725b
-def _finish(cfg, rf, core, x: _Inputs, eval_split, acc, progress, counts, init) -> dict:
-    "Load best/ on every process, predict `eval_split` together; the main process writes and scores; all return the metrics."
-    tok, feats, ds, frep = x.tok, x.feats, x.ds, x.frep
-    if eval_split:
-        best = read_checkpoint(rf.best, "phase2")
-        _load_checkpoint_into(core, rf.best)
-        rows = predict_gathered(
-            core, tok, feats, make_samples(x.clips, ds, cfg.label_mode, eval_split), x.cand, cfg, acc, progress
-        )
+    def __init__(
+        self,
+        cfg: Phase2Config,
+        run: TrainingRun,  # the open run folder
+        inputs: _Inputs,
+        opts: RunOptions,
+        acc: Accelerator,
+        blip: tuple = None,  # (config, tensors) of --qformer-init's BLIP-2 Q-former
+        state: tuple = None,  # (resume.pt, last/checkpoint.json) on --resume
+    ):
+        self.cfg, self.run, self.inputs, self.opts, self.acc = cfg, run, inputs, opts, acc
+        model, self.init = _build_model(cfg, run, inputs, inputs.llm.to(opts.dtype), blip, state)
+        self.opt, self.sched = make_optimizer(model, cfg, _total_steps(cfg, len(inputs.train), acc.num_processes))
+        self.start, self.step = _resume_phase2(run, model, self.opt, self.sched, state) if state is not None else (1, 0)
+        self.counts = model.parameter_counts()
         if acc.is_main_process:
-            save_file(
-                {"query_tokens": core.query_tokens.detach().cpu().contiguous()},
-                str(rf.dir / "query_tokens.safetensors"),
+            _print_counts(self.counts)
+        self.model, self.opt = acc.prepare(model, self.opt)  # wrapped (DDP, FSDP) where there are several processes
+        self.core = acc.unwrap_model(self.model)  # the VideoQFormerLM itself
+        self.trackers = _start_trackers(cfg, run, acc)
+        self.meta = _checkpoint_meta(cfg, inputs, opts, self.core, self.counts, self.init, acc.num_processes)
+        self.batcher = Batcher(inputs.tok, cfg, inputs.cand, inputs.feats)
+
+    def fit(self) -> dict:
+        "Every epoch not trained yet (--max-steps may stop them early), then the test predictions; returns the test metrics."
+        for epoch in range(self.start, self.cfg.epochs + 1):
+            if self.cfg.max_steps and self.step >= self.cfg.max_steps:
+                break
+            self.epoch(epoch)
+        metrics = self.finish()
+        if self.trackers:
+            self.acc.end_training()
+        return metrics
+
+    def epoch(self, epoch: int):
+        "Train one epoch, score the val split, save best/ and last/, log."
+        cfg, acc, t0 = self.cfg, self.acc, time.time()
+        self.core.enc_dropout.p = cfg.qformer_dropout if epoch >= cfg.dropout_from_epoch else 0.0
+        loss = self.train_epoch(epoch)
+        vm = compute_rows_metrics(self.predict(self.inputs.val))
+        row = {
+            "epoch": epoch,
+            "step": self.step,
+            "train_loss": loss,
+            "val_top1": vm["top1"],
+            "val_macro_f1": vm["macro_f1"],
+            "lr": self.sched.get_last_lr()[0],
+            "truncated_targets": self.batcher.truncated,
+            "qformer_dropout": self.core.enc_dropout.p,
+            "seconds": round(time.time() - t0, 2),
+        }
+        metrics = {k: row[k] for k in ("val_top1", "val_macro_f1", "train_loss")}
+        row["best"] = self.save(
+            vm["top1"], {**self.meta, "config": asdict(cfg), "epoch": epoch, "step": self.step, "metrics": metrics}
+        )
+        self.run.log(row)
+        if self.trackers:
+            acc.log({"val/top1": vm["top1"], "val/macro_f1": vm["macro_f1"], "train/epoch_loss": loss}, step=self.step)
+        acc.wait_for_everyone()  # best/ and last/ are on disk before anyone reads them
+
+    def train_epoch(self, epoch: int) -> float:
+        "This process's micro-batches of the epoch, an optimizer step every --grad-accum of them, each step logged; the mean loss."
+        cfg, acc, model = self.cfg, self.acc, self.model
+        order = _epoch_order(self.inputs.train, cfg, epoch, self.inputs.mirrored)
+        batches = rank_batches(order, cfg.batch_size, acc.process_index, acc.num_processes)
+        model.train()
+        tot, n, win_loss, t0 = 0.0, 0, 0.0, time.perf_counter()
+        show = self.opts.progress and acc.is_main_process
+        for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not show, leave=False)):
+            start = bi - bi % cfg.grad_accum
+            window = min(cfg.grad_accum, len(batches) - start)  # micro-batches in this optimizer step
+            last = bi == start + window - 1
+            with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
+                loss = model(*self.batcher(batch, epoch, acc.device))
+                acc.backward(loss / window)
+            tot, n, win_loss = tot + loss.item(), n + 1, win_loss + loss.item() / window
+            if not last:
+                continue
+            norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float("inf"))
+            self.opt.step()
+            self.sched.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.step += 1
+            row = {
+                "step": self.step,
+                "epoch": epoch,
+                "loss": acc.reduce(torch.tensor(win_loss, device=acc.device), "mean").item(),
+                "lr": self.sched.get_last_lr()[0],
+                "grad_norm": float(norm),
+                "samples_per_s": window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
+                "query_rank_entropy": acc.reduce(self.core.last_rank_entropy.to(acc.device), "mean").item(),
+            }
+            self.run.log_step(row)
+            if self.trackers:
+                acc.log({f"train/{k}": v for k, v in row.items() if k != "step"}, step=self.step)
+            win_loss, t0 = 0.0, time.perf_counter()
+            if cfg.max_steps and self.step >= cfg.max_steps:
+                break
+        return acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
+
+    def predict(self, samples: list, progress: bool = False) -> list:
+        "Rows for `samples`, each process generating every world-th one, gathered in sample order on every process."
+        acc, x = self.acc, self.inputs
+        with acc.autocast():
+            rows = predict_samples(
+                self.core,
+                x.tok,
+                x.feats,
+                samples[acc.process_index :: acc.num_processes],
+                x.cand,
+                self.cfg.seed,
+                max_new_tokens=self.cfg.max_new_tokens,
+                progress=progress and acc.is_main_process,
+                device=acc.device,
             )
-            write_jsonl(rf.dir / "predictions.jsonl", rows)
-            metrics = score_file(rf.dir / "predictions.jsonl")
-            metrics.update(
-                baselines(rows, [s.labels for s in x.train]),
-                best_epoch=best["epoch"],
-                best_val_top1=best["score"],
-                split=eval_split,
-                shuffle_labels=cfg.shuffle_labels,
-                short_clips=frep["short_clips"],
-                skipped=frep["skipped"],
-                mirrored_train_clips=frep["mirrored_train_clips"],
+        if acc.num_processes > 1:
+            rows = gather_object(rows)
+        where = {s.id: i for i, s in enumerate(samples)}
+        return sorted(rows, key=lambda r: where[r["id"]])
+
+    def save(self, score: float, meta: dict) -> bool:
+        "best/ if `score` (val Top1) beats it, and last/ with what --resume needs; whether best/ was replaced."
+        own, llm_state = state_for_saving(self.acc, self.model)
+        best = self.run.save_best(score, tensors=own, meta=meta, adapter=self.core.llm, adapter_state=llm_state)
+        if self.acc.is_main_process:
+            resume = {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(), "rng": rng_state()}
+            save_checkpoint(
+                self.run.last, "phase2", own, meta, adapter=self.core.llm, adapter_state=llm_state, resume=resume
             )
-            write_json(rf.dir / "metrics.json", metrics)
-    rf.finish(
-        "done",
-        short_clips=frep["short_clips"],
-        features={k: frep[k] for k in ("encoded", "cached")},
-        parameters=counts,
-        qformer_init=init,
-        processes=acc.num_processes,
-    )
-    acc.wait_for_everyone()
-    return read_json(rf.dir / "metrics.json") if eval_split else {}
+        return best
+
+    def finish(self) -> dict:
+        "Load best/ on every process, predict the evaluation split together; the main process writes and scores; all return the metrics."
+        cfg, rf, x, acc, split = self.cfg, self.run, self.inputs, self.acc, self.opts.eval_split
+        if split:
+            best = read_checkpoint(rf.best, "phase2")
+            _load_checkpoint_into(self.core, rf.best)
+            rows = self.predict(make_samples(x.clips, x.ds, cfg.label_mode, split), self.opts.progress)
+            if acc.is_main_process:
+                tokens = {"query_tokens": self.core.query_tokens.detach().cpu().contiguous()}
+                save_file(tokens, str(rf.dir / "query_tokens.safetensors"))
+                write_jsonl(rf.dir / "predictions.jsonl", rows)
+                metrics = score_file(rf.dir / "predictions.jsonl")
+                metrics.update(
+                    baselines(rows, [s.labels for s in x.train]),
+                    best_epoch=best["epoch"],
+                    best_val_top1=best["score"],
+                    split=split,
+                    shuffle_labels=cfg.shuffle_labels,
+                    short_clips=x.frep["short_clips"],
+                    skipped=x.frep["skipped"],
+                    mirrored_train_clips=x.frep["mirrored_train_clips"],
+                )
+                write_json(rf.dir / "metrics.json", metrics)
+        rf.finish(
+            "done",
+            short_clips=x.frep["short_clips"],
+            features={k: x.frep[k] for k in ("encoded", "cached")},
+            parameters=self.counts,
+            qformer_init=self.init,
+            processes=acc.num_processes,
+        )
+        acc.wait_for_everyone()
+        return read_json(rf.dir / "metrics.json") if split else {}

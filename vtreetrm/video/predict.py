@@ -20,17 +20,11 @@ from vtreetrm.video.checkpoints import (
     phase1_reference,
     read_checkpoint,
 )
+from .config import Phase2Config
 from .labels import SPLITS, load_dataset
+from .model import VideoQFormerLM, baselines, make_samples, predict_samples
 from .phase1 import dataset_features, load_phase1, open_cache
-from vtreetrm.video.phase2 import (
-    Phase2Config,
-    VideoQFormerLM,
-    baselines,
-    load_llm,
-    make_samples,
-    predict_samples,
-    resolve_dtype,
-)
+from .tiny_llm import load_llm, resolve_dtype
 
 # %% auto #0
 __all__ = ['STORED_DTYPES', 'phase2_config', 'read_phase2', 'load_phase2', 'predict']
