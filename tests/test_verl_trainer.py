@@ -77,7 +77,7 @@ def test_verl_sft_trains_on_cpu_then_merges_and_gates(tmp_path, capfd, monkeypat
                        "--report", audit, "--no-progress")  # fmt: skip
     assert rc == 0 and read_json(audit)["status"] == "passed", err[-3000:]
     launch = ["verl-rl", "--release", r / "rl", "--sft-model", tmp_path / "merged", "--rollout-gate", gate, *tools]
-    launch += ["--audit", audit]
+    launch += ["--audit", audit, "--reference", tmp_path / "model"]
     rc, out, err = run(capfd, *launch, "--output-dir", tmp_path / "rl-launch")
     one_line(err, rc, "the rollout gate did not pass", "nonzero_reward_rate", str(gate))
     assert not (tmp_path / "rl-launch").exists()
