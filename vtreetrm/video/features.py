@@ -25,7 +25,6 @@ import torch.nn.functional as F
 import transformers
 from av.sidedata.sidedata import SideDataContainer
 from av.video.reformatter import VideoReformatter
-from fastcore.basics import patch
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 from transformers import Dinov2Config, Dinov2Model
@@ -468,6 +467,13 @@ def _decode_job(path, T, start, end, size=None):
     except UserError as e:
         return None, None, e.msg, str(e.path) if e.path is not None else None
 
+# %% ../../nbs/video/02_features.ipynb #7b7ffc65
+class _IdsOnly(dict):
+    "A features dict that records which clips have features, not the arrays."
+
+    def __setitem__(self, k, v):
+        super().__setitem__(k, None)
+
 # %% ../../nbs/video/02_features.ipynb #09efae59
 class FeatureCache:
     "On-disk features keyed by clip sha256 + encoder identity + sampling."
@@ -510,212 +516,198 @@ class FeatureCache:
         "The file's sha256 for a whole-file clip; for a segment, the sha256 of (file sha, start, end)."
         return sha if c.start is None else sha256_json([sha, c.start, c.end])
 
-# %% ../../nbs/video/02_features.ipynb #77a49f77
-@patch(as_prop=True)
-def key(self: FeatureCache) -> dict:
-    return {"encoder": self.identity["key"], "sampling": self.sampling.key()}
+    @property
+    def key(self) -> dict:
+        return {"encoder": self.identity["key"], "sampling": self.sampling.key()}
 
+    def clip_sha(self, path) -> str:
+        p = Path(path)
+        st = p.stat()
+        k = str(p.resolve())
+        stamp = [st.st_size, st.st_mtime_ns]
+        hit = self._memo.get(k)
+        if hit and hit[:2] == stamp:
+            return hit[2]
+        sha = sha256_file(p)
+        self._memo[k] = stamp + [sha]
+        return sha
 
-@patch
-def clip_sha(self: FeatureCache, path) -> str:
-    p = Path(path)
-    st = p.stat()
-    k = str(p.resolve())
-    stamp = [st.st_size, st.st_mtime_ns]
-    hit = self._memo.get(k)
-    if hit and hit[:2] == stamp:
-        return hit[2]
-    sha = sha256_file(p)
-    self._memo[k] = stamp + [sha]
-    return sha
+    @property
+    def feature_shape(self) -> tuple:
+        "(T, 1 + grid*grid, D): the shape of every feature array of this cache."
+        return (self.sampling.frames, 1 + self.sampling.grid**2, self.identity["hidden_size"])
 
+    def path_for(self, sha: str) -> Path:
+        return self.dir / sha[:2] / f"{sha}.npy"
 
-@patch(as_prop=True)
-def feature_shape(self: FeatureCache) -> tuple:
-    "(T, 1 + grid*grid, D): the shape of every feature array of this cache."
-    return (self.sampling.frames, 1 + self.sampling.grid**2, self.identity["hidden_size"])
-
-
-@patch
-def path_for(self: FeatureCache, sha: str) -> Path:
-    return self.dir / sha[:2] / f"{sha}.npy"
-
-
-@patch
-def _take_cached(self: FeatureCache, c, sha, out: dict, report: dict) -> bool:
-    p = self.path_for(sha)
-    if not p.is_file():
-        return False
-    try:
-        f = np.load(p, allow_pickle=False)
-    except (ValueError, OSError, EOFError):
-        return False  # not an array: encoded again
-    if f.dtype != np.float32 or f.shape != self.feature_shape or not np.isfinite(f).all():
-        return False  # not what this cache writes: encoded again
-    meta = p.with_suffix(".json")
-    try:
-        info = read_json(meta) if meta.is_file() else {}
-    except UserError:
-        return False  # its record is not what this cache writes: encoded again
-    if not isinstance(info, dict):
-        return False
-    out[c.id] = f
-    report["cached"] += 1
-    if info.get("repeated"):
-        report["short_clips"].append(c.id)
-    return True
-
-# %% ../../nbs/video/02_features.ipynb #7b7ffc65
-class _IdsOnly(dict):
-    "A features dict that records which clips have features, not the arrays."
-
-    def __setitem__(self, k, v):
-        super().__setitem__(k, None)
-
-
-@patch
-def features_for(
-    self: FeatureCache,
-    clips: list,  # list[Clip]
-    skip_bad: bool = False,  # skip clips that are missing or undecodable (reported)
-    progress: bool = True,
-    mirror: bool = False,  # features of the left-right mirrored frames (their own keys)
-    keep: bool = True,  # return the features (False: {clip id: None}, memory set by the batch, not by the clips)
-) -> tuple[dict, dict]:
-    "({clip id: (T, P, D) float32 array}, report), encoding only what is not cached."
-    out, todo, report = {} if keep else _IdsOnly(), [], {"cached": 0, "encoded": 0, "short_clips": [], "skipped": []}
-    for c in clips:
+    def _take_cached(self, c, sha, out: dict, report: dict) -> bool:
+        p = self.path_for(sha)
+        if not p.is_file():
+            return False
         try:
-            if not Path(c.video).is_file():
-                raise UserError("clip file not found", c.video)
-            sha = self.segment_key(c, self.clip_sha(c.video))
-            if mirror:
-                sha = sha256_json([sha, "mirror"])
-        except UserError as e:
-            if not skip_bad:
-                raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-            report["skipped"].append({"id": c.id, "path": c.video, "reason": e.msg})
-            continue
-        if not self._take_cached(c, sha, out, report):
-            todo.append((c, sha))
-    with self.filling(bool(todo)):
-        todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]  # filled meanwhile
-        self._encode(todo, out, report, skip_bad, progress, mirror)
-    return out, report
+            f = np.load(p, allow_pickle=False)
+        except (ValueError, OSError, EOFError):
+            return False  # not an array: encoded again
+        if f.dtype != np.float32 or f.shape != self.feature_shape or not np.isfinite(f).all():
+            return False  # not what this cache writes: encoded again
+        meta = p.with_suffix(".json")
+        try:
+            info = read_json(meta) if meta.is_file() else {}
+        except UserError:
+            return False  # its record is not what this cache writes: encoded again
+        if not isinstance(info, dict):
+            return False
+        out[c.id] = f
+        report["cached"] += 1
+        if info.get("repeated"):
+            report["short_clips"].append(c.id)
+        return True
 
-# %% ../../nbs/video/02_features.ipynb #5188f1e0
-@patch
-@contextlib.contextmanager
-def filling(self: FeatureCache, needed: bool = True):
-    "Hold the cache folder's fill lock while encoding (one filler at a time); say so when waiting for another."
-    if not needed:
-        yield
-        return
-    lock = FileLock(str(self.dir / ".fill.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        tqdm.write(f"waiting for another process that is filling the feature cache {self.dir} …")
-        lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
-
-# %% ../../nbs/video/02_features.ipynb #31278987
-@patch
-def _decoded(self: FeatureCache, todo: list):
-    "`(clip, key, frames, info, error)` in order; with `workers`, decoded that many clips ahead in other processes."
-    T = self.sampling.frames
-    if not self.workers:
-        for c, sha in todo:
-            t0 = time.perf_counter()
+    def features_for(
+        self,
+        clips: list,  # list[Clip]
+        skip_bad: bool = False,  # skip clips that are missing or undecodable (reported)
+        progress: bool = True,
+        mirror: bool = False,  # features of the left-right mirrored frames (their own keys)
+        keep: bool = True,  # return the features (False: {clip id: None}, memory set by the batch, not by the clips)
+    ) -> tuple[dict, dict]:
+        "({clip id: (T, P, D) float32 array}, report), encoding only what is not cached."
+        out, todo, report = (
+            {} if keep else _IdsOnly(),
+            [],
+            {"cached": 0, "encoded": 0, "short_clips": [], "skipped": []},
+        )
+        for c in clips:
             try:
-                fr, info = decode_clip(c.video, T, c.start, c.end, self.sampling.decode_size)
-                err = None
+                if not Path(c.video).is_file():
+                    raise UserError("clip file not found", c.video)
+                sha = self.segment_key(c, self.clip_sha(c.video))
+                if mirror:
+                    sha = sha256_json([sha, "mirror"])
             except UserError as e:
-                fr, info, err = None, None, e
-            self.timing["decode_wait"] += time.perf_counter() - t0
-            yield c, sha, fr, info, err
-        return
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")  # fork: no re-import per worker
-    with ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
-        it, window = iter(todo), collections.deque()
-
-        def submit():
-            nxt = next(it, None)
-            if nxt is not None:
-                window.append(
-                    (*nxt, ex.submit(_decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end, self.sampling.decode_size))
-                )
-
-        for _ in range(max(2 * self.batch_size, 4 * self.workers)):
-            submit()  # bounded: memory of a few batches
-        while window:
-            c, sha, fut = window.popleft()
-            submit()
-            t0 = time.perf_counter()
-            fr, info, msg, path = fut.result()
-            self.timing["decode_wait"] += time.perf_counter() - t0
-            yield c, sha, fr, info, (UserError(msg, path) if msg is not None else None)
-
-# %% ../../nbs/video/02_features.ipynb #b9a4ae9f
-@patch
-def _flush(self: FeatureCache, batch: list, out: dict, report: dict, pbar):
-    "Encode one batch of clips (their encoder input) and write their features; empties `batch`."
-    if not batch:
-        return
-    t0 = time.perf_counter()
-    feats = encode_pixels(self.model, torch.cat([b[2] for b in batch]), len(batch), self.sampling).numpy()
-    self.timing["encode"] += time.perf_counter() - t0
-    for (c, sha, _, info), f in zip(batch, feats):
-        buf = io.BytesIO()
-        np.save(buf, f.astype(np.float32))
-        atomic_write(self.path_for(sha), buf.getvalue())
-        write_json(self.path_for(sha).with_suffix(".json"), {"clip": c.video, "id": c.id, **info})
-        out[c.id] = f.astype(np.float32)
-    self.encoded += len(batch)
-    report["encoded"] += len(batch)
-    pbar.update(len(batch))
-    batch.clear()
-
-# %% ../../nbs/video/02_features.ipynb #066f8baf
-@patch
-def _encode(
-    self: FeatureCache, todo: list, out: dict, report: dict, skip_bad: bool, progress: bool, mirror: bool = False
-):
-    batch, pbar = (
-        [],
-        tqdm(
-            total=len(todo),
-            desc="encode mirrored clips" if mirror else "encode clips",
-            disable=not progress or not todo,
-            leave=False,
-        ),
-    )
-
-    # closed as soon as the loop ends, also by a clip's error: decoding processes stop then, not when collected
-    with contextlib.closing(self._decoded(todo)) as decoded:
-        for c, sha, frames, info, err in decoded:
-            if err is not None:
                 if not skip_bad:
-                    raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
-                report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
+                    raise UserError(f"{e} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+                report["skipped"].append({"id": c.id, "path": c.video, "reason": e.msg})
                 continue
-            if info["repeated"]:
-                report["short_clips"].append(c.id)
-            if mirror:
-                frames, info = (
-                    np.ascontiguousarray(frames[:, :, ::-1]),
-                    {**info, "mirrored": True},
-                )  # (T, H, W, 3): W flipped
-            t0 = time.perf_counter()
-            x = pixel_values(self.model, frames, self.sampling)  # the batch holds encoder input, not full-size frames
-            self.timing["encode"] += time.perf_counter() - t0
-            batch.append((c, sha, x, info))
-            if len(batch) >= self.batch_size:
-                self._flush(batch, out, report, pbar)
-    self._flush(batch, out, report, pbar)
-    pbar.close()
-    if todo:
-        write_json(self._memo_path, self._memo)
+            if not self._take_cached(c, sha, out, report):
+                todo.append((c, sha))
+        with self.filling(bool(todo)):
+            todo = [(c, sha) for c, sha in todo if not self._take_cached(c, sha, out, report)]  # filled meanwhile
+            self._encode(todo, out, report, skip_bad, progress, mirror)
+        return out, report
+
+    @contextlib.contextmanager
+    def filling(self, needed: bool = True):
+        "Hold the cache folder's fill lock while encoding (one filler at a time); say so when waiting for another."
+        if not needed:
+            yield
+            return
+        lock = FileLock(str(self.dir / ".fill.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            tqdm.write(f"waiting for another process that is filling the feature cache {self.dir} …")
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _decoded(self, todo: list):
+        "`(clip, key, frames, info, error)` in order; with `workers`, decoded that many clips ahead in other processes."
+        T = self.sampling.frames
+        if not self.workers:
+            for c, sha in todo:
+                t0 = time.perf_counter()
+                try:
+                    fr, info = decode_clip(c.video, T, c.start, c.end, self.sampling.decode_size)
+                    err = None
+                except UserError as e:
+                    fr, info, err = None, None, e
+                self.timing["decode_wait"] += time.perf_counter() - t0
+                yield c, sha, fr, info, err
+            return
+        ctx = mp.get_context(
+            "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        )  # fork: no re-import per worker
+        with ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
+            it, window = iter(todo), collections.deque()
+
+            def submit():
+                nxt = next(it, None)
+                if nxt is not None:
+                    window.append(
+                        (
+                            *nxt,
+                            ex.submit(
+                                _decode_job, nxt[0].video, T, nxt[0].start, nxt[0].end, self.sampling.decode_size
+                            ),
+                        )
+                    )
+
+            for _ in range(max(2 * self.batch_size, 4 * self.workers)):
+                submit()  # bounded: memory of a few batches
+            while window:
+                c, sha, fut = window.popleft()
+                submit()
+                t0 = time.perf_counter()
+                fr, info, msg, path = fut.result()
+                self.timing["decode_wait"] += time.perf_counter() - t0
+                yield c, sha, fr, info, (UserError(msg, path) if msg is not None else None)
+
+    def _flush(self, batch: list, out: dict, report: dict, pbar):
+        "Encode one batch of clips (their encoder input) and write their features; empties `batch`."
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        feats = encode_pixels(self.model, torch.cat([b[2] for b in batch]), len(batch), self.sampling).numpy()
+        self.timing["encode"] += time.perf_counter() - t0
+        for (c, sha, _, info), f in zip(batch, feats):
+            buf = io.BytesIO()
+            np.save(buf, f.astype(np.float32))
+            atomic_write(self.path_for(sha), buf.getvalue())
+            write_json(self.path_for(sha).with_suffix(".json"), {"clip": c.video, "id": c.id, **info})
+            out[c.id] = f.astype(np.float32)
+        self.encoded += len(batch)
+        report["encoded"] += len(batch)
+        pbar.update(len(batch))
+        batch.clear()
+
+    def _encode(self, todo: list, out: dict, report: dict, skip_bad: bool, progress: bool, mirror: bool = False):
+        batch, pbar = (
+            [],
+            tqdm(
+                total=len(todo),
+                desc="encode mirrored clips" if mirror else "encode clips",
+                disable=not progress or not todo,
+                leave=False,
+            ),
+        )
+
+        # closed as soon as the loop ends, also by a clip's error: decoding processes stop then, not when collected
+        with contextlib.closing(self._decoded(todo)) as decoded:
+            for c, sha, frames, info, err in decoded:
+                if err is not None:
+                    if not skip_bad:
+                        raise UserError(f"{err} (clip {c.id!r}; use --skip-bad to leave it out)") from None
+                    report["skipped"].append({"id": c.id, "path": c.video, "reason": err.msg})
+                    continue
+                if info["repeated"]:
+                    report["short_clips"].append(c.id)
+                if mirror:
+                    frames, info = (
+                        np.ascontiguousarray(frames[:, :, ::-1]),
+                        {**info, "mirrored": True},
+                    )  # (T, H, W, 3): W flipped
+                t0 = time.perf_counter()
+                x = pixel_values(
+                    self.model, frames, self.sampling
+                )  # the batch holds encoder input, not full-size frames
+                self.timing["encode"] += time.perf_counter() - t0
+                batch.append((c, sha, x, info))
+                if len(batch) >= self.batch_size:
+                    self._flush(batch, out, report, pbar)
+        self._flush(batch, out, report, pbar)
+        pbar.close()
+        if todo:
+            write_json(self._memo_path, self._memo)
