@@ -33,15 +33,30 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'skip_iri_grammar', 'project_root', 'notebooks_dir', 'resolve_notebook',
-           'notebook_parameters', 'parse_param_pairs', 'gather_params', 'check_params', 'render_html', 'run_notebook',
-           'kernel_config', 'run_cmd']
+__all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'skip_iri_grammar', 'kernel_stderr_to', 'project_root', 'notebooks_dir',
+           'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'gather_params', 'check_params',
+           'render_html', 'run_notebook', 'kernel_config', 'run_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #7f3a91c1
 def skip_iri_grammar():
     "Keep jsonschema from importing `rfc3987_syntax` (2 s of grammar compiling; only its `iri` formats need it)."
     if "jsonschema" not in sys.modules:
         sys.modules.setdefault("rfc3987_syntax", None)  # None: its import fails, which jsonschema expects and skips
+
+# %% ../../nbs/runs/00_papermill.ipynb #b3f1c2a2
+@contextlib.contextmanager
+def kernel_stderr_to(path: str | Path):
+    "While inside, file descriptor 2 (what a started kernel inherits) writes to `path`; then it is restored."
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 # %% ../../nbs/runs/00_papermill.ipynb #168b054c
 def project_root() -> Path:

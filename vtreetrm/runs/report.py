@@ -844,7 +844,7 @@ def _check_report_args(inputs: list, out, analysis, notebook) -> tuple[Path, Pat
 
 def _render_report(nb: Path, params: dict, out: Path, title: str):
     "Execute the report notebook with `params` and write its code-free HTML to `out`, atomically."
-    from vtreetrm.runs.papermill import kernel_config, render_html, skip_iri_grammar
+    from vtreetrm.runs.papermill import kernel_config, kernel_stderr_to, render_html, skip_iri_grammar
 
     skip_iri_grammar()
     import papermill as pm
@@ -852,14 +852,15 @@ def _render_report(nb: Path, params: dict, out: Path, title: str):
     with tempfile.TemporaryDirectory() as td:
         executed = Path(td) / "report.ipynb"
         try:
-            pm.execute_notebook(
-                str(nb),
-                str(executed),
-                parameters=params,
-                progress_bar=False,
-                kernel_name="python3",
-                config=kernel_config(),
-            )
+            with kernel_stderr_to(Path(td) / "kernel.log"):
+                pm.execute_notebook(
+                    str(nb),
+                    str(executed),
+                    parameters=params,
+                    progress_bar=False,
+                    kernel_name="python3",
+                    config=kernel_config(),
+                )
         except pm.PapermillExecutionError as e:
             raise RuntimeError(f"report notebook failed: {e.ename}: {e.evalue}") from None
         render_html(executed, Path(td) / "report.html", title=title)
