@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED := 1
 test test-suite test-slow demo bench gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
 test test-suite test-slow demo bench gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl check-env-rl check-wheel test test-suite test-slow demo lab bench gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl test-rl check-env-rl check-wheel test test-suite test-slow demo lab bench gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
 
 # a command that reads the package index is tried up to three times: a stalled download (pip's 180 s read timeout)
 # is not retried by pip itself, and it says nothing about the project
@@ -45,6 +45,14 @@ else
 	.venv-rl/bin/python -m pip install -q -r requirements/verl-rl.txt
 	.venv-rl/bin/python -m pip install -q --no-deps -e .
 endif
+
+# the RL side's tests in the RL environment, with the transformers it pins (5.9.0, below vtreetrm's own environment):
+# the reward, the tools, the rollout gate, the verl launches and the dataset classes verl reads releases with
+test-rl: env-rl
+	$(call retry,.venv-rl/bin/python -m pip install -q 'pytest>=8' 'pytest-xdist>=3.5')
+	.venv-rl/bin/python -c "import transformers, verl; v = transformers.__version__; print('RL environment: transformers', v, 'verl', verl.__version__); assert v == '5.9.0', v"
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-rl/bin/python -m pytest -q -n 2 -m "not slow" -rs \
+	  tests/test_release_verl.py tests/test_release_launch.py tests/test_verl_sft_kinds.py tests/test_gpu_check.py
 
 # resolves requirements/verl-rl.txt and (after $(TORCH_SPEC)) requirements/verl-rl-cpu.txt with pip --dry-run (metadata
 # only, about a minute) and checks the pinned versions
