@@ -163,10 +163,11 @@ def notebook_of(func) -> str | None:
 # %% ../nbs/01_cli.ipynb #5a90019b
 def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
+    nb = notebook_of(func)
     p = argparse.ArgumentParser(
         prog=prog,
         description=(func.__doc__ or "").strip(),
-        epilog=f"Defined in {notebook_of(func)}." if notebook_of(func) else None,
+        epilog=f"Defined in {nb}." if nb else None,
         formatter_class=_HelpFormatter,
     )
     p.configs = {}  # parameter -> (dataclass, its field names)
