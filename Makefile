@@ -7,7 +7,9 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,verl,harness,docs,cluster
 STAMP := $(VENV)/.env-$(EXTRAS)
 NBDEV_TEST_FLAGS ?=
-PYTEST_ARGS ?= -m "not slow" -n 2 -rs
+# three pytest workers on two cores: many default-tier tests wait on other processes (SLURM daemons, torchrun, Chromium,
+# a run killed and resumed), and the third worker fills that time
+PYTEST_ARGS ?= -m "not slow" -n 3 -rs
 export PYTHONUNBUFFERED := 1
 # tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
 test test-suite test-slow demo bench gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1

@@ -15,6 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 from conftest import CHROMIUM, CHROMIUM_FLAGS, once
 
+# the site build (about 40 s) and the crawl of every page (about a minute) run in the slow tier, which `.ci/run` runs
+# at every landing; `.ci/docs.py` itself is imported by nothing else
+pytestmark = pytest.mark.slow
+
 
 def _build(d: Path):
     r = subprocess.run(

@@ -8,6 +8,7 @@ import pytest
 from vtreetrm.runs.papermill import run_notebook
 
 
+@pytest.mark.slow  # the whole experiment notebook through papermill (about 20 s); its refusal case stays in the default tier
 def test_release_smoke_notebook(tmp_path):
     run = run_notebook("release_smoke", "smoke", params={"records": 150}, runs_dir=tmp_path, html=False, progress=False)
     assert run["status"] == "done", run.get("error")

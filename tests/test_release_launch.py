@@ -506,6 +506,7 @@ def test_verl_merge_then_gate(setup, capsys, tmp_path):
 
 
 @pytest.mark.verl
+@pytest.mark.slow  # a dozen console-script runs (about 35 s); the commands it drives are tested one by one above
 def test_gpu_smoke_script_dry_run(tmp_path):
     "benchmarks/verl_sft_smoke.sh up to the SFT gate (its GPU part needs CUDA): the script stays in step with the commands."
     pytest.importorskip("verl")

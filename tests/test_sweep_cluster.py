@@ -112,6 +112,7 @@ def ray_head(tmp_path_factory):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.mark.slow  # a Ray head's start and stop take half a minute; the local and SLURM executors run in the default tier
 def test_ray_sweep_runs_every_point(ray_head, tmp_path, cli):
     d = tmp_path / "sweep"
     r = cli("sweep", _sweep(tmp_path, "ray"), "--runs-dir", d, "--ray-address", ray_head, check=0)

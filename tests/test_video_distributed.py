@@ -51,6 +51,7 @@ def data(tmp_path_factory):
     return d, bs
 
 
+@pytest.mark.slow  # two torchrun launches and a predict (about 40 s); the default tier keeps the two-process cases below
 def test_two_processes_then_resume(data, tmp_path):
     d, bs = data
     run = tmp_path / "run"
@@ -177,6 +178,7 @@ def test_tracker_not_installed(data, tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a Phase-2 run with wandb's offline writer (about 20 s)
 def test_wandb_offline(data, tmp_path):
     pytest.importorskip("wandb")
     d, bs = data

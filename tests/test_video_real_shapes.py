@@ -69,6 +69,7 @@ def _randomize_adapter(ckpt, seed=0, std=0.05):
     (ckpt / "checkpoint.json").write_text(json.dumps(meta))
 
 
+@pytest.mark.slow  # a training step at 7B-wide layers on the CPU (about 20 s)
 def test_bf16_step_at_real_widths(parts, tmp_path, capsys):
     run = tmp_path / "run"
     rc = main(
