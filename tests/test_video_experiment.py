@@ -99,13 +99,16 @@ def test_multi_gpu_launch_gets_the_same_configuration():
     "phase2_sft with num_processes > 1 starts `vtreetrm video phase2` under accelerate launch: its argv parses back to the same config."
     from vtreetrm.cli import argv_for, command_parser
     from vtreetrm.video.cli import phase2_cmd
+    from vtreetrm.video.config import FeatureSpec
     from vtreetrm.video.phase2 import Phase2Config
 
     cfg = Phase2Config(num_queries=64, answer_order="analysis_first", cls_head=True, epochs=3, lr=3e-4)
-    args = dict(dataset=Path("d/lote"), out=Path("r/phase2"), phase1=Path("p1/best"), cache=".c", vision="tiny",
-                frames=8, grid=4, resume=True, cfg=cfg)  # fmt: skip
+    features = FeatureSpec(".c", "tiny", frames=6, grid=4)
+    args = dict(dataset=Path("d/lote"), out=Path("r/phase2"), phase1=Path("p1/best"), features=features, resume=True,
+                cfg=cfg)  # fmt: skip
     p = command_parser(phase2_cmd)
     ns = vars(p.parse_args(argv_for(phase2_cmd, **args)))
-    cls, fields = p.configs["cfg"]
-    assert cls(**{f: ns.pop(f) for f in fields}) == cfg
+    for name, want in (("cfg", cfg), ("features", features)):
+        cls, fields = p.configs[name]
+        assert cls(**{f: ns.pop(f) for f in fields}) == want
     assert (ns["dataset"], ns["out"], ns["phase1"], ns["resume"]) == ("d/lote", "r/phase2", "p1/best", True)

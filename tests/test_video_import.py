@@ -138,13 +138,15 @@ def test_segment_features_are_cached_per_segment(annotated, tmp_path):
         )
         == 0
     )
+    from vtreetrm.video.config import FeatureSpec
     from vtreetrm.video.labels import load_dataset as ld
     from vtreetrm.video.phase1 import open_cache
 
-    cache = open_cache(tmp_path / "cache", "tiny", 8, 4)
+    spec = FeatureSpec(tmp_path / "cache", "tiny", 8, 4)
+    cache = open_cache(spec)
     feats, rep = cache.features_for(ld(tmp_path / "ds").clips, progress=False)
     assert rep["encoded"] == 3 and not np.allclose(*[feats[c.id] for c in ld(tmp_path / "ds").clips[:2]])
-    _, rep2 = open_cache(tmp_path / "cache", "tiny", 8, 4).features_for(ld(tmp_path / "ds").clips, progress=False)
+    _, rep2 = open_cache(spec).features_for(ld(tmp_path / "ds").clips, progress=False)
     assert rep2 == {**rep2, "encoded": 0, "cached": 3}
 
 

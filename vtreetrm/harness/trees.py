@@ -42,7 +42,7 @@ __all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'REPORT_
            'list_videos', 'video_seconds', 'check_sampling', 'sample_times', 'sample_frames', 'FrameFeatures',
            'contiguous_clusters', 'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
            'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
-           'build_tree', 'make_captioner', 'build_trees']
+           'build_tree', 'make_captioner', 'TreeBuild', 'build_trees']
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -714,76 +714,88 @@ def _same_build(tree_path: Path, sha: str, want: dict) -> bool:
 VIDEOS_IN_FLIGHT = 4  # videos decoded, encoded and captioned at once: captions of one overlap the decoding of the next
 
 # %% ../../nbs/harness/11_trees.ipynb #40e6dc31
-async def _build_one(
-    vid, path: Path, dest: Path, feats, captioner, cache, p: TreeParams, want: dict, overwrite: bool, sem
-) -> dict:
-    "Build (or keep) one video's tree at `dest`; its report row. A video that fails is a row, not an error."
-    t1 = time.perf_counter()
-    try:
-        if not path.is_file():
-            raise UserError("video file not found", path)
-        sha = await asyncio.to_thread(sha256_file, path)
-        if dest.is_file() and not overwrite and _same_build(dest, sha, want):
-            return {"video_id": vid, "status": "kept", "path": str(path)}
-        tree = await build_tree(vid, path, feats, captioner, cache, p, sem, sha)
-        write_json(dest, tree)
+class TreeBuild:
+    "One `build_trees` run: its trees folder, frame features, captioner, caption cache and parameters."
+
+    def __init__(self, out: Path, feats, captioner, cache, p: TreeParams, overwrite: bool = False):
+        self.out, self.feats, self.captioner, self.cache, self.p = out, feats, captioner, cache, p
+        self.overwrite = overwrite  # build again a tree already built from the same inputs
+
+    @property
+    def want(self) -> dict:
+        "What a tree already in `out` must have been built with to be kept."
         return {
-            "video_id": vid,
-            "status": "built",
-            "path": str(path),
-            "clips": len(tree["clips"]),
-            "captions": sum(len(s["captions"]) for c in tree["clips"] for s in c["segments"]),
-            "seconds": round(time.perf_counter() - t1, 3),
+            "encoder_key": self.feats.identity["key"],
+            "captioner": self.captioner.identity,
+            "params": asdict(self.p),
         }
-    except (UserError, BackendError) as e:
-        tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
-        return {"video_id": vid, "status": "failed", "path": str(path), "error": str(e)}
 
-# %% ../../nbs/harness/11_trees.ipynb #9f10e8ff
-async def _build_all(
-    todo: list, out: Path, feats, captioner, cache, p: TreeParams, want: dict, overwrite: bool, bar
-) -> list:
-    "Every video's row, `VIDEOS_IN_FLIGHT` videos and `p.jobs` captions at a time; the captioner is closed at the end."
-    videos_sem, sem = asyncio.Semaphore(VIDEOS_IN_FLIGHT), asyncio.Semaphore(p.jobs)
+    async def one(self, vid, path: Path, sem) -> dict:
+        "Build (or keep) one video's tree at `out`/VID.json; its report row. A video that fails is a row, not an error."
+        t1, dest = time.perf_counter(), self.out / f"{vid}.json"
+        try:
+            if not path.is_file():
+                raise UserError("video file not found", path)
+            sha = await asyncio.to_thread(sha256_file, path)
+            if dest.is_file() and not self.overwrite and _same_build(dest, sha, self.want):
+                return {"video_id": vid, "status": "kept", "path": str(path)}
+            tree = await build_tree(vid, path, self.feats, self.captioner, self.cache, self.p, sem, sha)
+            write_json(dest, tree)
+            return {
+                "video_id": vid,
+                "status": "built",
+                "path": str(path),
+                "clips": len(tree["clips"]),
+                "captions": sum(len(s["captions"]) for c in tree["clips"] for s in c["segments"]),
+                "seconds": round(time.perf_counter() - t1, 3),
+            }
+        except (UserError, BackendError) as e:
+            tqdm.write(f"failed: {vid}: {e}", file=sys.stderr)
+            return {"video_id": vid, "status": "failed", "path": str(path), "error": str(e)}
 
-    async def one(vid, path):
-        async with videos_sem:
-            try:
-                return await _build_one(
-                    vid, path, out / f"{vid}.json", feats, captioner, cache, p, want, overwrite, sem
-                )
-            finally:
-                bar.update()
+    async def all(self, todo: list, bar) -> list:
+        "Every video's row, `VIDEOS_IN_FLIGHT` videos and `p.jobs` captions at a time; the captioner is closed at the end."
+        videos_sem, sem = asyncio.Semaphore(VIDEOS_IN_FLIGHT), asyncio.Semaphore(self.p.jobs)
 
-    try:
-        return await asyncio.gather(*(one(vid, path) for vid, path in todo))
-    finally:
-        if hasattr(captioner, "aclose"):
-            await captioner.aclose()
+        async def one(vid, path):
+            async with videos_sem:
+                try:
+                    return await self.one(vid, path, sem)
+                finally:
+                    bar.update()
 
-# %% ../../nbs/harness/11_trees.ipynb #b110709c
-def _build_report(
-    videos, out: Path, rows: list, wall: float, feats, cache, captioner, p: TreeParams, settings: dict
-) -> dict:
-    "The build report: every video's row, the counts, the throughput and provenance."
-    return {
-        "schema": REPORT_SCHEMA,
-        "out": str(out),
-        "videos": len(rows),
-        "counts": {s: sum(r["status"] == s for r in rows) for s in ("built", "kept", "failed")},
-        "failed": [r for r in rows if r["status"] == "failed"],
-        "rows": rows,
-        "wall_seconds": round(wall, 3),
-        "frames_embedded": feats.stats["frames"],
-        "frames_per_second": round(feats.stats["frames"] / feats.stats["seconds"], 2)
-        if feats.stats["seconds"]
-        else None,
-        "captions_made": cache.misses,
-        "captions_cached": cache.hits,
-        "provenance": provenance(
-            {"videos": str(videos), "out": str(out), **settings, "captioner": captioner.identity, **asdict(p)}, []
-        ),
-    }
+        try:
+            return await asyncio.gather(*(one(vid, path) for vid, path in todo))
+        finally:
+            if hasattr(self.captioner, "aclose"):
+                await self.captioner.aclose()
+
+    def report(self, videos, rows: list, wall: float, settings: dict) -> dict:
+        "The build report: every video's row, the counts, the throughput and provenance."
+        stats = self.feats.stats
+        return {
+            "schema": REPORT_SCHEMA,
+            "out": str(self.out),
+            "videos": len(rows),
+            "counts": {s: sum(r["status"] == s for r in rows) for s in ("built", "kept", "failed")},
+            "failed": [r for r in rows if r["status"] == "failed"],
+            "rows": rows,
+            "wall_seconds": round(wall, 3),
+            "frames_embedded": stats["frames"],
+            "frames_per_second": round(stats["frames"] / stats["seconds"], 2) if stats["seconds"] else None,
+            "captions_made": self.cache.misses,
+            "captions_cached": self.cache.hits,
+            "provenance": provenance(
+                {
+                    "videos": str(videos),
+                    "out": str(self.out),
+                    **settings,
+                    "captioner": self.captioner.identity,
+                    **asdict(self.p),
+                },
+                [],
+            ),
+        }
 
 # %% ../../nbs/harness/11_trees.ipynb #9c0aa298
 def _check_outputs(todo: list, out: Path, report: Path):
@@ -836,13 +848,12 @@ def build_trees(
     _check_outputs(todo, out, report)
     cache_dir = Path(cache_dir) if cache_dir else out.parent / ".cache"
     feats = FrameFeatures(cache_dir / "frame-features", vision, fps, max_frames)
-    cache = CaptionCache(cache_dir / "captions", captioner.identity)
-    want = {"encoder_key": feats.identity["key"], "captioner": captioner.identity, "params": asdict(p)}
+    build = TreeBuild(out, feats, captioner, CaptionCache(cache_dir / "captions", captioner.identity), p, overwrite)
     t0, bar = time.perf_counter(), tqdm(total=len(todo), desc="build trees", unit="video", disable=not progress)
 
-    rows = run_sync(_build_all(todo, out, feats, captioner, cache, p, want, overwrite, bar))
+    rows = run_sync(build.all(todo, bar))
     bar.close()
     settings = {"vision": vision, "fps": fps, "max_frames": max_frames}
-    rep = _build_report(videos, out, rows, time.perf_counter() - t0, feats, cache, captioner, p, settings)
+    rep = build.report(videos, rows, time.perf_counter() - t0, settings)
     write_json(report, rep)
     return rep

@@ -9,16 +9,13 @@ from pathlib import Path
 from typing import Literal
 
 from ..utils import UserError, provenance, write_json
-from .config import Phase2Config
+from .config import DEFAULT_CACHE, FeatureSpec, Phase2Config
 
 # %% auto #0
-__all__ = ['DEFAULT_CACHE', 'CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd',
-           'export_cmd', 'import_cmd', 'ladder_cmd']
+__all__ = ['CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd', 'export_cmd',
+           'import_cmd', 'ladder_cmd']
 
 # %% ../../nbs/video/06_cli.ipynb #732115d3
-DEFAULT_CACHE = ".cache/vtreetrm/features"
-
-
 def make_synthetic_cmd(
     out: str = ".cache/vtreetrm/synthetic",  # folder to create (holds lote/ and mammalnet/)
     scale: Literal["tiny", "small", "default", "large"] = "default",  # dataset size (tiny: tests)
@@ -41,21 +38,16 @@ def make_synthetic_cmd(
 # %% ../../nbs/video/06_cli.ipynb #253bf436
 def features_cmd(
     datasets: list[str],  # dataset folders
-    cache: str = DEFAULT_CACHE,  # feature cache folder
-    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
-    frames: int = 8,  # frames sampled per clip
-    grid: int = 4,  # patch tokens pooled to grid x grid
     batch_size: int = 16,  # clips per encoder batch
-    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
-    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
     report: str = None,  # write the cache report JSON here
+    features: FeatureSpec = None,  # the feature options (FeatureSpec)
 ):
     "Precompute (or check) the cached frozen features of datasets."
     from vtreetrm.video.labels import load_dataset
     from vtreetrm.video.phase1 import dataset_features, open_cache
 
-    c = open_cache(cache, vision, frames, grid, batch_size, image_size, workers)
+    c = open_cache(features or FeatureSpec(), batch_size)
     out = {}
     for d in datasets:
         clips, _, r = dataset_features(load_dataset(d, skip_bad=skip_bad), c, skip_bad, keep=False)
@@ -78,12 +70,6 @@ def features_cmd(
 def phase1_cmd(
     datasets: list[str],  # dataset folders (several: joint training)
     out: str = "papermill_runs/video/phase1",  # run folder
-    cache: str = DEFAULT_CACHE,  # feature cache folder
-    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
-    frames: int = 8,  # frames sampled per clip
-    grid: int = 4,  # patch tokens pooled to grid x grid
-    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
-    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
     epochs: int = 60,  # training epochs
     batch_size: int = 32,  # clips per batch (in-batch contrastive negatives)
     lr: float = 1e-3,  # AdamW learning rate
@@ -91,6 +77,7 @@ def phase1_cmd(
     width: int = 64,  # Phase-1 width (= width of the tokens Phase-2 reads)
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
     resume: bool = False,  # continue the run in --out from its last/ checkpoint
+    features: FeatureSpec = None,  # the feature options (FeatureSpec)
 ):
     "Train the three-branch contrastive Phase-1 module; keeps best/ by validation loss."
     from vtreetrm.video.phase1 import Phase1Config, Phase1TrainConfig, train_phase1
@@ -98,16 +85,11 @@ def phase1_cmd(
     s = train_phase1(
         datasets,
         out,
-        cache,
-        vision,
-        frames,
-        grid,
+        features or FeatureSpec(),
         Phase1Config(width=width),
         Phase1TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed),
         skip_bad,
         resume,
-        image_size=image_size,
-        workers=workers,
     )
     if s["branches_skipped"]:
         print(f"branches without labels, not trained: {', '.join(s['branches_skipped'])}")
@@ -118,37 +100,19 @@ def phase2_cmd(
     dataset: str,  # dataset folder
     out: str = "papermill_runs/video/phase2",  # run folder
     phase1: str = None,  # frozen Phase-1 checkpoint folder (RUN/best of video phase1)
-    cache: str = DEFAULT_CACHE,  # feature cache folder
-    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
-    frames: int = 8,  # frames sampled per clip
-    grid: int = 4,  # patch tokens pooled to grid x grid
-    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop, 224 for hub DINOv2)
-    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
     threads: int = None,  # torch CPU threads
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
     resume: bool = False,  # continue the run in --out from its last/ checkpoint
+    features: FeatureSpec = None,  # the feature options (FeatureSpec)
     cfg: Phase2Config = None,  # the model and training flags (Phase2Config)
 ):
     "Phase-2 SFT (Q-former + projection + LoRA LLM); keeps best/ by val Top1, predicts and scores the test split."
     from accelerate import PartialState
 
-    from vtreetrm.video.phase2 import train_phase2
+    from vtreetrm.video.phase2 import RunOptions, train_phase2
 
-    m = train_phase2(
-        dataset,
-        out,
-        cfg,
-        cache,
-        vision,
-        frames,
-        grid,
-        phase1,
-        skip_bad,
-        resume,
-        threads=threads,
-        image_size=image_size,
-        workers=workers,
-    )
+    opts = RunOptions(dataset, features or FeatureSpec(), phase1, skip_bad, threads=threads)
+    m = train_phase2(opts, out, cfg, resume)
     if not PartialState().is_main_process:
         return  # several processes: the main one reports
     print(
@@ -218,19 +182,14 @@ def ladder_cmd(
     dataset: str,  # dataset folder
     phase1: str = None,  # Phase-1 checkpoint folder (RUN/best): adds the probe on its behaviour embedding
     phase2: str = None,  # Phase-2 checkpoint (RUN/best, or RUN): adds its cls head and its generated answer
-    cache: str = DEFAULT_CACHE,  # feature cache folder
-    vision: str = "tiny",  # 'tiny' or a Dinov2 checkpoint path / hub id
-    frames: int = 8,  # frames sampled per clip
-    grid: int = 4,  # patch tokens pooled to grid x grid
-    image_size: int = None,  # frames fed to the encoder (default: the checkpoint processor's crop)
-    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
     split: Literal["val", "test"] = "test",  # the split scored
     out: str = None,  # write the ladder as JSON here
+    features: FeatureSpec = None,  # the feature options (FeatureSpec)
 ):
     "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 cls head and answer."
     from vtreetrm.video.ladder import ladder
 
-    r = ladder(dataset, cache, vision, frames, grid, image_size, phase1, phase2, split, workers=workers)
+    r = ladder(dataset, features or FeatureSpec(), phase1, phase2, split)
     print(
         f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%"
     )

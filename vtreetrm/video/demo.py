@@ -11,9 +11,10 @@ from pathlib import Path
 import torch
 
 from ..utils import read_json, write_json
+from .config import FeatureSpec
 from .ladder import ladder
 from .phase1 import Phase1TrainConfig, train_phase1
-from .phase2 import Phase2Config, train_phase2
+from .phase2 import Phase2Config, RunOptions, train_phase2
 from .predict import predict
 from .synthetic import SCALES, SyntheticConfig, make_synthetic
 
@@ -64,7 +65,7 @@ def _demo_phase1(dirs: dict, p1: Path, cache: Path, quick: bool, progress: bool)
         train_phase1(
             [dirs["default"] / "lote", dirs["default"] / "mammalnet"],
             p1,
-            cache,
+            FeatureSpec(cache),
             train_cfg=Phase1TrainConfig(epochs=3 if quick else 60),
             progress=progress,
             resume=(p1 / "last").is_dir(),
@@ -98,13 +99,12 @@ def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int
     cfg = Phase2Config(**r)
     run_dir = out / "runs" / name
     if not (run_dir / "metrics.json").is_file():
-        train_phase2(
-            data / ds, run_dir, cfg, cache, phase1=p1 / "best", progress=progress, resume=(run_dir / "last").is_dir()
-        )
+        opts = RunOptions(data / ds, FeatureSpec(cache), phase1=p1 / "best", progress=progress)
+        train_phase2(opts, run_dir, cfg, resume=(run_dir / "last").is_dir())
     if with_ladder and not (run_dir / "ladder.json").is_file():  # where the headline loses accuracy, for the report
         write_json(
             run_dir / "ladder.json",
-            ladder(data / ds, cache, phase1=p1 / "best", phase2=run_dir / "best", progress=progress),
+            ladder(data / ds, FeatureSpec(cache), phase1=p1 / "best", phase2=run_dir / "best", progress=progress),
         )
     rows = [_summary_row(run_dir, ds, ds, data, r)]
     if cross:

@@ -13,7 +13,7 @@ import torch
 from ..eval.metrics import compute_metrics
 from ..utils import UserError
 from .checkpoints import load_tensors
-from .config import Phase2Config
+from .config import FeatureSpec
 from .labels import load_dataset
 from .model import baselines, compute_rows_metrics, make_samples, predict_samples
 from .phase1 import dataset_features, load_phase1, open_cache
@@ -76,7 +76,7 @@ def phase2_rungs(phase2, ds, clips: list, feats: torch.Tensor, ev: list, split: 
             f"pass the --vision/--frames/--grid/--image-size it was trained with (frames {meta['frames']}, grid {meta['grid']})",
             ckpt,
         )
-    cfg, mode = Phase2Config(**meta["config"]), meta["label_mode"]
+    mode = meta["label_mode"]
     gold = [clips[i].labels for i in ev]
     rungs = [_cls_head_rung(model, load_tensors(ckpt), meta, ds, feats, ev, gold)]
     rows = predict_samples(
@@ -85,8 +85,6 @@ def phase2_rungs(phase2, ds, clips: list, feats: torch.Tensor, ev: list, split: 
         feats,
         make_samples(clips, ds, mode, split),
         ds.labels.labels(mode),
-        cfg.seed,
-        max_new_tokens=cfg.max_new_tokens,
         progress=progress,
     )
     m = compute_rows_metrics(rows)
@@ -95,25 +93,18 @@ def phase2_rungs(phase2, ds, clips: list, feats: torch.Tensor, ev: list, split: 
 
 # %% ../../nbs/video/08_ladder.ipynb #151db887
 def ladder(
-    dataset: str | Path,
-    cache_dir: str | Path,
-    vision: str = "tiny",
-    frames: int = 8,
-    grid: int = 4,
-    image_size: int = None,
-    phase1: str | Path = None,
-    phase2: str | Path = None,
-    split: str = "test",
+    dataset: str | Path,  # dataset folder
+    features: FeatureSpec,  # the feature cache, encoder and sampling
+    phase1: str | Path = None,  # Phase-1 checkpoint folder: adds the probe on its behaviour embedding
+    phase2: str | Path = None,  # Phase-2 checkpoint (RUN/best, or RUN): adds its cls head and its generated answer
+    split: str = "test",  # the split scored
     progress: bool = True,
-    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
 ) -> dict:
     "The rungs of the ladder for one dataset's `split` (see above)."
     if phase2:  # a damaged or tampered checkpoint is refused before any feature is encoded
         read_phase2(_checkpoint_dir(phase2))
     ds = load_dataset(dataset)
-    clips, feats, _ = dataset_features(
-        ds, open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers), progress=progress
-    )
+    clips, feats, _ = dataset_features(ds, open_cache(features), progress=progress)
     tr = [i for i, c in enumerate(clips) if c.split == "train"]
     ev = [i for i, c in enumerate(clips) if c.split == split]
     if not tr or not ev:

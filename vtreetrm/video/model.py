@@ -426,14 +426,13 @@ def predict_samples(
     feats: torch.Tensor,
     samples: list,
     candidates: list,
-    seed: int = 0,
     batch_size: int = 32,
-    max_new_tokens: int = 64,
     progress: bool = False,
     device=None,
 ) -> list:
-    "predictions.jsonl rows for `samples` (greedy decoding)."
+    "predictions.jsonl rows for `samples` (greedy decoding, with the seed and generation budget of `model.cfg`)."
     model.eval()
+    seed, max_new_tokens = model.cfg.seed, model.cfg.max_new_tokens
     rows = []
     device = device or next(model.parameters()).device
     for b in tqdm(range(0, len(samples), batch_size), desc="predict", disable=not progress, leave=False):

@@ -28,6 +28,7 @@ from vtreetrm.video.checkpoints import (
     set_rng_state,
     training_lock,
 )
+from .config import FeatureSpec
 from .features import FeatureCache, Sampling, load_vision_encoder
 from .labels import Dataset, load_dataset
 
@@ -57,21 +58,16 @@ def dataset_features(
 
 
 def open_cache(
-    cache_dir,
-    vision: str = "tiny",
-    frames: int = 8,
-    grid: int = 4,
-    batch_size: int = 16,
-    image_size: int = None,  # None: the checkpoint processor's crop (or the encoder's image_size)
-    workers: int = 0,  # processes decoding ahead of the encoder
+    features: FeatureSpec,  # the cache folder, encoder and sampling
+    batch_size: int = 16,  # clips per encoder batch
 ) -> FeatureCache:
-    "A `FeatureCache` for an encoder spec and sampling."
+    "The `FeatureCache` that `features` names."
     return FeatureCache(
-        cache_dir,
-        load_vision_encoder(vision),
-        Sampling(frames=frames, grid=grid, image_size=image_size),
+        features.cache,
+        load_vision_encoder(features.vision),
+        Sampling(frames=features.frames, grid=features.grid, image_size=features.image_size),
         batch_size,
-        workers,
+        features.workers,
     )
 
 # %% ../../nbs/video/03_phase1.ipynb #d9f2b935
@@ -307,10 +303,9 @@ def _epoch_rows(tr: list, seed: int, epoch: int) -> list:
     return [tr[i] for i in torch.randperm(len(tr), generator=gen).tolist()]
 
 # %% ../../nbs/video/03_phase1.ipynb #ee1919ef
-def _train_epoch(
-    model, opt, feats, groups, order: list, batch_size: int, tau: float, desc: str, progress: bool
-) -> float:
+def _train_epoch(model, opt, feats, groups, order: list, batch_size: int, desc: str, progress: bool) -> float:
     "One pass over the rows of `order` in batches (a last batch of one clip has no pair and is left out); the mean loss."
+    tau = model.cfg.temperature
     model.train()
     tot, nb = 0.0, 0
     for b in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress, leave=False):
@@ -326,8 +321,9 @@ def _train_epoch(
     return tot / max(nb, 1)
 
 
-def _val_losses(model, feats, groups, va: list, batch_size: int, tau: float) -> tuple[float, dict]:
+def _val_losses(model, feats, groups, va: list, batch_size: int) -> tuple[float, dict]:
     "(loss, {branch: loss}) on the val rows, each batch weighted by its size."
+    tau = model.cfg.temperature
     model.eval()
     with torch.no_grad():
         vl = [
@@ -352,10 +348,10 @@ def _phase1_epoch(
 ):
     "Train and score one epoch; publish best/ if it improved, write last/ and log the epoch."
     feats, groups, tr, va = data
-    tau, bs = model.cfg.temperature, train_cfg.batch_size
+    bs = train_cfg.batch_size
     order = _epoch_rows(tr, train_cfg.seed, epoch)
-    train_loss = _train_epoch(model, opt, feats, groups, order, bs, tau, f"phase1 epoch {epoch}", progress)
-    val, branch = _val_losses(model, feats, groups, va, bs, tau)
+    train_loss = _train_epoch(model, opt, feats, groups, order, bs, f"phase1 epoch {epoch}", progress)
+    val, branch = _val_losses(model, feats, groups, va, bs)
     meta = {"config": asdict(model.cfg), "epoch": epoch, "metrics": {"val_loss": val}, **meta}
     weights = model.state_dict()
     improved = rf.save_best(val, higher_is_better=False, tensors=weights, meta=meta)
@@ -399,45 +395,37 @@ def _fit_phase1(
     }
 
 # %% ../../nbs/video/03_phase1.ipynb #ef4c44e3
-def _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, features) -> dict:
+def _phase1_params(datasets, features: FeatureSpec, cfg, train_cfg, skip_bad, cache_key) -> dict:
     "What `train_phase1` writes to params.json."
     return {
         "datasets": [str(d) for d in datasets],
-        "cache_dir": str(cache_dir),
-        "vision": vision,
-        "frames": frames,
-        "grid": grid,
+        **features.params(),
         "model": asdict(cfg),
         "train": asdict(train_cfg),
         "skip_bad": skip_bad,
-        "features": features,
+        "features": cache_key,
     }
 
 # %% ../../nbs/video/03_phase1.ipynb #59f505ba
 def train_phase1(
     datasets: list,  # dataset folders
     out: str | Path,  # run folder
-    cache_dir: str | Path,  # feature cache
-    vision: str = "tiny",
-    frames: int = 8,
-    grid: int = 4,
+    features: FeatureSpec,  # the feature cache, encoder and sampling
     model_cfg: Phase1Config = None,
     train_cfg: Phase1TrainConfig = None,
     skip_bad: bool = False,
     resume: bool = False,
     progress: bool = True,
-    image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
-    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
 ) -> dict:
     "Train Phase-1 on the train splits of `datasets`; returns the run summary (also in metrics.json)."
     with training_lock(out):  # one training per run folder
         train_cfg = train_cfg or Phase1TrainConfig()
         check_run_folder(out, resume, "phase1")  # before any feature is encoded
         _seed_everything(train_cfg.seed)
-        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers)
+        cache = open_cache(features)
         dss, clips, feats, reports = _load_all_features(datasets, cache, skip_bad, progress)
         cfg = _fitted_config(model_cfg, feats, clips)
-        params = _phase1_params(datasets, cache_dir, vision, frames, grid, cfg, train_cfg, skip_bad, cache.key)
+        params = _phase1_params(datasets, features, cfg, train_cfg, skip_bad, cache.key)
         # refused before writing (resume: last/ checked)
         state = load_resume_state(Path(out) / "last") if resume else None
         rf = TrainingRun(out, params, resume, kind="phase1", checked=True)  # checked at the start

@@ -10,7 +10,7 @@ import importlib.util
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +47,7 @@ from vtreetrm.video.checkpoints import (
     set_rng_state,
     training_lock,
 )
-from .config import Phase2Config
+from .config import FeatureSpec, Phase2Config
 from .labels import Dataset, load_dataset
 from vtreetrm.video.model import (
     OWN_EXCLUDE,
@@ -215,18 +215,16 @@ def _check_flip_map(cfg: Phase2Config, ds: Dataset, dataset):
 # %% ../../nbs/video/04_phase2.ipynb #efa967b8
 @dataclass
 class RunOptions:
-    "How a run reads its inputs and reports: `train_phase2`'s arguments besides the run folder and the config."
+    "How a run reads its inputs and reports: what `train_phase2` takes besides the run folder, the config and `resume`."
 
     dataset: str | Path  # dataset folder (manifest.jsonl + label_map.json)
-    cache_dir: str | Path  # feature cache folder
-    vision: str = "tiny"
-    frames: int = 8
-    grid: int = 4
-    phase1: str | Path = None  # frozen Phase-1 checkpoint folder
-    skip_bad: bool = False
-    eval_split: str = "test"
-    progress: bool = True
-    dtype: torch.dtype = torch.float32  # the LLM's, resolved from --dtype
+    features: FeatureSpec = field(default_factory=FeatureSpec)  # the feature cache, encoder and sampling
+    phase1: str | Path = None  # frozen Phase-1 checkpoint folder (RUN/best of `vtreetrm video phase1`)
+    skip_bad: bool = False  # leave out missing/undecodable clips (reported)
+    eval_split: str = "test"  # the split predicted and scored when training ends
+    progress: bool = True  # progress bars
+    threads: int = None  # torch CPU threads (None: torch's default)
+    dtype: torch.dtype = torch.float32  # the LLM's: `train_phase2` sets it from the config's --dtype
 
 # %% ../../nbs/video/04_phase2.ipynb #721da99d
 @dataclass
@@ -298,10 +296,7 @@ def _phase2_params(cfg: Phase2Config, opts: RunOptions, cache, p1_meta: dict, pr
     return {
         "dataset": str(opts.dataset),
         "config": asdict(cfg),
-        "cache_dir": str(opts.cache_dir),
-        "vision": opts.vision,
-        "frames": opts.frames,
-        "grid": opts.grid,
+        **opts.features.params(),
         "phase1": str(opts.phase1) if opts.phase1 else None,
         "phase1_datasets": p1_meta.get("datasets"),
         "skip_bad": opts.skip_bad,
@@ -313,38 +308,26 @@ def _phase2_params(cfg: Phase2Config, opts: RunOptions, cache, p1_meta: dict, pr
 
 # %% ../../nbs/video/04_phase2.ipynb #37c3f523
 def train_phase2(
-    dataset: str | Path,  # dataset folder (manifest.jsonl + label_map.json)
+    opts: RunOptions,  # the dataset, its features, the Phase-1 checkpoint and how the run reports
     out: str | Path,  # run folder
-    cfg: Phase2Config = None,
-    cache_dir: str | Path = ".cache/vtreetrm/features",
-    vision: str = "tiny",
-    frames: int = 8,
-    grid: int = 4,
-    phase1: str | Path = None,  # frozen Phase-1 checkpoint folder (RUN/best of `vtreetrm video phase1`)
-    skip_bad: bool = False,
-    resume: bool = False,
-    eval_split: str = "test",
-    progress: bool = True,
-    threads: int = None,
-    image_size: int = None,  # frames fed to the encoder (None: the checkpoint's processor)
-    workers: int = 0,  # processes decoding clips while the encoder runs (0: decode in this process)
+    cfg: Phase2Config = None,  # the model and training settings (default: Phase2Config())
+    resume: bool = False,  # continue the run in `out` from its last/ checkpoint
 ) -> dict:
     "Train Phase-2 on one dataset, in this process or in each of several (torchrun / accelerate launch); returns the test metrics."
     cfg, out = cfg or Phase2Config(), Path(out)
-    _seed_process(cfg.seed, threads)
-    dtype = resolve_dtype(cfg.dtype)
-    opts = RunOptions(dataset, cache_dir, vision, frames, grid, phase1, skip_bad, eval_split, progress, dtype)
-    acc = make_accelerator(dtype, cfg.report_to, out)
+    _seed_process(cfg.seed, opts.threads)
+    opts = replace(opts, dtype=resolve_dtype(cfg.dtype))
+    acc = make_accelerator(opts.dtype, cfg.report_to, out)
     with training_lock(out, acc.is_main_process):  # one training per run folder
         # every check that needs no features comes first
-        cfg, state, p1_meta, blip = _check_start(cfg, out, resume, phase1)
-        ds = load_dataset(dataset, skip_bad=skip_bad)
-        _check_flip_map(cfg, ds, dataset)
-        cache = open_cache(cache_dir, vision, frames, grid, image_size=image_size, workers=workers)
+        cfg, state, p1_meta, blip = _check_start(cfg, out, resume, opts.phase1)
+        ds = load_dataset(opts.dataset, skip_bad=opts.skip_bad)
+        _check_flip_map(cfg, ds, opts.dataset)
+        cache = open_cache(opts.features)
         inputs = _read_inputs(cfg, opts, ds, cache, out, acc)
         _check_batches(cfg, len(inputs.train), acc.num_processes)
         params = _phase2_params(cfg, opts, cache, p1_meta, acc.num_processes)
-        files = _input_files(dataset, phase1)
+        files = _input_files(opts.dataset, opts.phase1)
         run = TrainingRun(out, params, resume, inputs=files, kind="phase2", main=acc.is_main_process, checked=True)
         try:
             _save_base_llm(run, inputs, acc)
@@ -407,9 +390,9 @@ def _checkpoint_meta(cfg, x: _Inputs, opts: RunOptions, core, counts: dict, init
     return {
         "feature_shape": list(x.feats.shape[1:]),
         "features": x.cache.key,
-        "vision": opts.vision,
-        "frames": opts.frames,
-        "grid": opts.grid,
+        "vision": opts.features.vision,
+        "frames": opts.features.frames,
+        "grid": opts.features.grid,
         "encoder_width": core.encoder_width,
         "llm": base_identity(cfg, x.llm, opts.dtype, x.tiny),
         "tiny_llm": x.tiny,
@@ -536,8 +519,6 @@ class Phase2Trainer:
                 x.feats,
                 samples[acc.process_index :: acc.num_processes],
                 x.cand,
-                self.cfg.seed,
-                max_new_tokens=self.cfg.max_new_tokens,
                 progress=progress and acc.is_main_process,
                 device=acc.device,
             )

@@ -20,7 +20,7 @@ from vtreetrm.video.checkpoints import (
     phase1_reference,
     read_checkpoint,
 )
-from .config import Phase2Config
+from .config import FeatureSpec, Phase2Config
 from .labels import SPLITS, load_dataset
 from .model import VideoQFormerLM, baselines, make_samples, predict_samples
 from .phase1 import dataset_features, load_phase1, open_cache
@@ -86,13 +86,7 @@ def load_phase2(
 # %% ../../nbs/video/05_predict.ipynb #2454c3dd
 def _features_as_trained(ckpt: Path, meta: dict, ds, cache_dir, skip_bad: bool, progress: bool) -> tuple:
     "(clips, features, cache report) of `ds` with the encoder and sampling the checkpoint was trained with, shape checked."
-    cache = open_cache(
-        cache_dir,
-        meta["vision"],
-        meta["frames"],
-        meta["grid"],
-        image_size=((meta.get("features") or {}).get("sampling") or {}).get("image_size"),
-    )  # as trained
+    cache = open_cache(FeatureSpec.of_run(cache_dir, meta))  # as trained
     clips, feats, rep = dataset_features(ds, cache, skip_bad, progress)
     if list(feats.shape[1:]) != list(meta["feature_shape"]):
         raise UserError(
@@ -103,15 +97,12 @@ def _features_as_trained(ckpt: Path, meta: dict, ds, cache_dir, skip_bad: bool, 
 
 def _generate(model, tok, meta: dict, feats, samples: list, candidates: list, progress: bool) -> list:
     "predictions.jsonl rows, under bf16 autocast where the model was trained in bf16 on a GPU."
-    cfg = Phase2Config(**meta["config"])
     with torch.autocast(
         model.query_tokens.device.type,
         dtype=torch.bfloat16,
         enabled=model.query_tokens.is_cuda and meta["llm"].get("dtype") == "bfloat16",
     ):
-        return predict_samples(
-            model, tok, feats, samples, candidates, cfg.seed, max_new_tokens=cfg.max_new_tokens, progress=progress
-        )
+        return predict_samples(model, tok, feats, samples, candidates, progress=progress)
 
 # %% ../../nbs/video/05_predict.ipynb #d0171737
 def _added_metrics(rows: list, ds, clips: list, mode: str, split: str, meta: dict, rep: dict) -> dict:

@@ -17,8 +17,9 @@ from ..utils import UserError, atomic_dir, provenance, write_json
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, load_dataset, write_dataset_files
 
 # %% auto #0
-__all__ = ['MOTIONS', 'LOTE_MOTION', 'MAMMALNET_MOTION', 'SPECIES', 'MAMMALNET_SPECIES', 'ENVIRONMENTS', 'SCALES', 'mirror_map',
-           'render_frames', 'write_mp4', 'SyntheticConfig', 'class_counts', 'make_synthetic']
+__all__ = ['MOTIONS', 'LOTE_MOTION', 'MAMMALNET_MOTION', 'SPECIES', 'MAMMALNET_SPECIES', 'ENVIRONMENTS', 'SCALES',
+           'SYNTHETIC_KINDS', 'mirror_map', 'render_frames', 'write_mp4', 'SyntheticConfig', 'class_counts',
+           'make_synthetic']
 
 # %% ../../nbs/video/01_synthetic.ipynb #81b8c555
 def _lin(ax, ay):
@@ -261,17 +262,17 @@ def _draw_clip(lab, i: int, n: int, motions: dict, species: dict, cfg: Synthetic
     return labs, animals, sp, env, split
 
 # %% ../../nbs/video/01_synthetic.ipynb #9ec31b0c
+SYNTHETIC_KINDS = {  # name -> (label map, motion of each label, species, long-tailed class counts)
+    "lote": (LOTE_SIMPLE, LOTE_MOTION, SPECIES, True),
+    "mammalnet": (MAMMALNET_SIMPLE, MAMMALNET_MOTION, MAMMALNET_SPECIES, False),
+}
+
+
 def _render_dataset(
-    out: Path,
-    name: str,
-    mapping: dict,
-    motions: dict,
-    species: dict,
-    long_tail: bool,
-    cfg: SyntheticConfig,
-    rng: np.random.Generator,
-    progress: bool = True,
+    out: Path, name: str, cfg: SyntheticConfig, rng: np.random.Generator, progress: bool = True
 ) -> dict:
+    "Render and write the synthetic dataset `name` (a key of `SYNTHETIC_KINDS`) into `out`; its part of the report."
+    mapping, motions, species, long_tail = SYNTHETIC_KINDS[name]
     rows, counts = [], class_counts(list(motions), cfg, long_tail)
     jobs = [(lab, i, n) for lab, n in counts.items() for i in range(n)]
     for k in range(cfg.multi_label):
@@ -309,20 +310,14 @@ def make_synthetic(
         raise UserError(f"size must be an even number >= 16, got {cfg.size}")
     if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not overwrite:
         raise UserError("output folder exists and is not empty (pass --overwrite to replace it)", out)
-    unknown = set(datasets) - {"lote", "mammalnet"}
+    unknown = set(datasets) - set(SYNTHETIC_KINDS)
     if unknown:
         raise UserError(f"unknown synthetic dataset(s) {sorted(unknown)}; choose lote and/or mammalnet")
     report = {"config": asdict(cfg), "datasets": {}}
     with atomic_dir(out, validate=lambda d: [load_dataset(d / n) for n in datasets]) as tmp:
         for _k, name in enumerate(datasets):
-            rng = np.random.default_rng([cfg.seed, ("lote", "mammalnet").index(name)])
-            if name == "lote":
-                rep = _render_dataset(tmp / name, name, LOTE_SIMPLE, LOTE_MOTION, SPECIES, True, cfg, rng, progress)
-            else:
-                rep = _render_dataset(
-                    tmp / name, name, MAMMALNET_SIMPLE, MAMMALNET_MOTION, MAMMALNET_SPECIES, False, cfg, rng, progress
-                )
-            report["datasets"][name] = rep
+            rng = np.random.default_rng([cfg.seed, list(SYNTHETIC_KINDS).index(name)])
+            report["datasets"][name] = _render_dataset(tmp / name, name, cfg, rng, progress)
         write_json(tmp / "report.json", report)
         write_json(tmp / "provenance.json", provenance({"out": str(out), **asdict(cfg), "datasets": list(datasets)}))
     return report
