@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import refused_cli
 
 from vtreetrm.cli import main
 
@@ -56,10 +57,15 @@ def test_phase2_notebook_run(tmp_path):
 def test_video_demo_quick(tmp_path):
     from vtreetrm.video.demo import run_video_demo
 
-    s = run_video_demo(tmp_path / "demo", quick=True, threads=1, progress=False)
+    s = run_video_demo(tmp_path / "demo", quick=True, threads=1, progress=False, seeds=2, jobs=2)  # two processes
     from vtreetrm.video.demo import demo_runs
 
-    assert len(s["rows"]) == len(demo_runs(quick=True)) + 1 and (tmp_path / "demo" / "summary.json").is_file()
+    assert len(s["rows"]) == len(demo_runs(quick=True, seeds=2)) + 1 and (tmp_path / "demo" / "summary.json").is_file()
+    seeds = {(r["variant"], r["seed"]) for r in s["rows"] if r["run"].endswith("_seed1")}
+    assert {v for v, _ in seeds} == {r["variant"] for r in demo_runs(quick=True) if "shuffle" not in r["name"] and
+                                     "mammalnet" not in r["name"]} and {k for _, k in seeds} == {1}  # fmt: skip
+    p = json.loads((tmp_path / "demo" / "runs" / "small_lote_m16_simple_actions_first_seed1" / "params.json").read_text())
+    assert p["config"]["seed"] == 1  # the seed reaches the run's own config
     assert {r["dataset"] for r in s["rows"]} == {"lote", "mammalnet"}
     for r in s[
         "rows"
@@ -73,11 +79,27 @@ def test_video_demo_quick(tmp_path):
     from vtreetrm.runs.report import build_report, collect_runs, rankreg_table
 
     rr = rankreg_table(collect_runs([tmp_path / "demo" / "runs"])[0])
-    assert rr["Model"].str.endswith("(baseline)").sum() == 1 and rr["Model"].str.endswith("(rankreg)").sum() == 1
+    assert rr["Model"].str.endswith("(cls)").sum() == 2 and rr["Model"].str.endswith("(rankreg)").sum() == 2
     assert rr[["R_eff/M", "Gini", "output rank entropy"]].notna().all().all() and (rr["ceiling n/M"] == 1).all()
     html = build_report([tmp_path / "demo" / "runs"], tmp_path / "r.html").read_text()
     assert "Query-diversity regulariser (rankreg) vs baseline" in html and "Learnability ladder" in html
     assert "linear probe: Phase-1 behaviour embedding" in html and "small_lote_m16_simple_actions_first_rankreg" in html
+    # the demo's summary: both seeded pairs compared over their two seeds, with a verdict
+    from vtreetrm.demo import demo_summary, summary_markdown
+
+    cs = {c["a"]: c for c in demo_summary(tmp_path / "demo", 1, quick=True)["comparisons"]}
+    rr_ = cs["small_lote_m16_simple_actions_first_rankreg"]
+    assert len(rr_["a_top1"]) == len(rr_["b_top1"]) == 2 and rr_["verdict"] in ("separated", "within seed noise")
+    assert len(cs["lote_m8_simple_actions_first: Phase-2 generated answer"]["a_top1"]) == 2
+    assert "(2 seeds)" in summary_markdown(demo_summary(tmp_path / "demo", 1, quick=True))
+
+
+def test_demo_refuses_seeds_or_jobs_below_one(cli, tmp_path):
+    r = cli("demo", "--seeds", "0", "--runs-dir", tmp_path / "runs", "--out", tmp_path / "r.html")
+    refused_cli(r, "--seeds must be a positive integer, got 0")
+    r = cli("demo", "--jobs", "0", "--runs-dir", tmp_path / "runs", "--out", tmp_path / "r.html")
+    refused_cli(r, "--jobs must be a positive integer, got 0")
+    assert not (tmp_path / "runs").exists()  # refused before anything is rendered
 
 
 def test_phase2_notebook_parameters_are_phase2config():

@@ -14,8 +14,9 @@ from .utils import atomic_dir, sha256_json, write_json, write_jsonl
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
-__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'synthetic_conditions', 'synthetic_run', 'run_name', 'make_synthetic_eval',
-           'demo_summary', 'summary_markdown', 'write_demo_summary', 'demo_cmd']
+__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'PROBE', 'ANSWER', 'synthetic_conditions', 'synthetic_run', 'run_name',
+           'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'demo_summary', 'comparisons', 'summary_markdown',
+           'write_demo_summary', 'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -215,7 +216,7 @@ def _synthetic_eval_report(out: str, runs_dir: Path, seed: int, fresh: bool) -> 
     )
 
 # %% ../nbs/90_demo.ipynb #0db1a3dd
-def _video_runs(runs_dir: Path, quick: bool, fresh: bool) -> tuple[Path, Path]:
+def _video_runs(runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, jobs: int = 1) -> tuple[Path, Path]:
     "Steps 1 and 2: (the video demo's folder, the papermill run that scored its runs and analysed their query tokens)."
     import shutil
 
@@ -225,7 +226,7 @@ def _video_runs(runs_dir: Path, quick: bool, fresh: bool) -> tuple[Path, Path]:
     if fresh and vdir.exists():
         shutil.rmtree(vdir)
     print("[1/5] video: synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions", flush=True)
-    run_video_demo(vdir, quick=quick)
+    run_video_demo(vdir, quick=quick, seeds=seeds, jobs=jobs)
     print("[2/5] metrics and query diversity (papermill)", flush=True)
     ana = _run_or_fail(
         "eval_and_analyze",
@@ -254,7 +255,28 @@ def _extra_runs(runs_dir: Path, quick: bool, fresh: bool, skip_release: bool, sk
         extra.append(_run_or_fail("harness_train", "demo-harness", {"epochs": 1 if quick else 3}, runs_dir, fresh))
     return extra
 
-# %% ../nbs/90_demo.ipynb #d5b0c280
+# %% ../nbs/90_demo.ipynb #cca52129
+def mean_sd(xs: list) -> tuple:
+    "(mean, sample sd, n) of the numbers in `xs` (None left out); sd is None below two numbers, mean None for none."
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None, 0
+    m = sum(xs) / len(xs)
+    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else None
+    return m, sd, len(xs)
+
+
+def seed_verdict(a: list, b: list) -> str:
+    "Whether mean(a) - mean(b) stands out of the seeds' spread: 'separated' unless it is smaller than 2 sd (the larger sd)."
+    (ma, sa, _), (mb, sb, _) = mean_sd(a), mean_sd(b)
+    if ma is None or mb is None:
+        return "no figure"
+    sds = [s for s in (sa, sb) if s is not None]
+    if not sds:
+        return "one seed: no spread"
+    return "within seed noise" if abs(ma - mb) < 2 * max(sds) else "separated"
+
+# %% ../nbs/90_demo.ipynb #f1fcc208
 def demo_summary(
     vdir: Path,  # the video demo's folder (its summary.json, runs/<headline>/ladder.json)
     seconds: float,  # the whole demo's wall time
@@ -269,29 +291,95 @@ def demo_summary(
 
     v = read_json(vdir / "summary.json")
     rows = [{k: r.get(k) for k in ("run", "train_dataset", "dataset", "top1", "macro_f1", "majority_top1")}
-            for r in v["rows"]]  # fmt: skip
+            | {"variant": r.get("variant", r["run"]), "seed": r.get("seed", 0)} for r in v["rows"]]  # fmt: skip
     ladders = {f.parent.name: read_json(f)["rungs"] for f in sorted((vdir / "runs").glob("*/ladder.json"))}
     machine = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    return {"quick": quick, "seconds": round(seconds), "machine": machine, "rows": rows, "ladders": ladders,
-            "provenance": provenance()}  # fmt: skip
+    s = {"quick": quick, "seconds": round(seconds), "machine": machine, "rows": rows, "ladders": ladders,
+         "seeds": v.get("seeds", 1), "jobs": v.get("jobs", 1), "provenance": provenance()}  # fmt: skip
+    return {**s, "comparisons": comparisons(s)}
 
 
 def _pct(x) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _diff(x) -> str:
+    return "-" if x is None else f"{x:+.3f}"
+
+
+def _msd(xs: list) -> str:
+    "mean ± sd (n seeds) of `xs`, or the one figure."
+    m, sd, n = mean_sd(xs)
+    return _pct(m) if sd is None else f"{m:.3f} ± {sd:.3f} ({n} seeds)"
+
+
+PROBE, ANSWER = "linear probe: Phase-1 behaviour embedding", "Phase-2 generated answer"
+
+
+def comparisons(s: dict) -> list[dict]:
+    "The demo's pairs, each with both arms' Top1 per seed and its verdict: X_shuffled vs X, X_rankreg vs X, a ladder's answer vs probe."
+    by = {}
+    for r in s["rows"]:
+        by.setdefault((r["variant"], r["dataset"]), []).append(r["top1"])
+    out = []
+    for (v, ds), xs in by.items():
+        for suffix, what in (("_shuffled", "shuffled-labels control vs its model"), ("_rankreg", "rank-reg vs without")):
+            if v.endswith(suffix) and (v[: -len(suffix)], ds) in by:
+                out.append({"a": v, "b": v[: -len(suffix)], "what": what, "a_top1": xs, "b_top1": by[v[: -len(suffix)], ds]})
+    variant = {r["run"]: r["variant"] for r in s["rows"]}
+    lad = {}
+    for run, rungs in s["ladders"].items():
+        top = {g.get("stage"): g.get("top1") for g in rungs}
+        lad.setdefault(variant.get(run, run), []).append((top.get(ANSWER), top.get(PROBE)))
+    for v, pairs in lad.items():
+        out.append({"a": f"{v}: {ANSWER}", "b": PROBE, "what": "ladder: answer vs Phase-1 probe",
+                    "a_top1": [p[0] for p in pairs], "b_top1": [p[1] for p in pairs]})  # fmt: skip
+    for c in out:
+        ma, mb = mean_sd(c["a_top1"])[0], mean_sd(c["b_top1"])[0]
+        c["difference"] = None if ma is None or mb is None else ma - mb
+        c["verdict"] = seed_verdict(c["a_top1"], c["b_top1"])
+    return out
+
+
+def _ladder_tables(s: dict) -> list[str]:
+    "One table per ladder variant: each stage's Top1 and Macro-F1 over the variant's seeds."
+    variant, groups = {r["run"]: r["variant"] for r in s["rows"]}, {}
+    for run, rungs in s["ladders"].items():
+        groups.setdefault(variant.get(run, run), []).append(rungs)
+    out = []
+    for name, seeds in groups.items():
+        out += ["", f"Learnability ladder of `{name}` (Top1 at each stage):", "", "| stage | Top1 | Macro-F1 |",
+                "|---|---|---|"]  # fmt: skip
+        for i, g in enumerate(seeds[0]):
+            same = [rs[i] for rs in seeds if i < len(rs) and rs[i].get("stage") == g.get("stage")]
+            out.append(f"| {g.get('stage')} | {_msd([x.get('top1') for x in same])} | "
+                       f"{_msd([x.get('macro_f1') for x in same])} |")  # fmt: skip
+    return out
+
+
 def summary_markdown(s: dict) -> str:
-    "The summary as Markdown: one table of the runs, one per ladder, and the line that says where they come from."
+    "The summary as Markdown: the runs, their means over seeds, the comparisons with verdicts, the ladders, and where they come from."
     out = ["| run | trained on | evaluated on | Top1 | Macro-F1 | majority class |", "|---|---|---|---|---|---|"]
     out += [f"| {r['run']} | {r['train_dataset']} | {r['dataset']} | {_pct(r['top1'])} | {_pct(r['macro_f1'])} | "
             f"{_pct(r['majority_top1'])} |" for r in s["rows"]]  # fmt: skip
-    for name, rungs in s["ladders"].items():
-        out += ["", f"Learnability ladder of `{name}` (Top1 at each stage):", "", "| stage | Top1 | Macro-F1 |",
-                "|---|---|---|"]  # fmt: skip
-        out += [f"| {g.get('stage')} | {_pct(g.get('top1'))} | {_pct(g.get('macro_f1'))} |" for g in rungs]
+    groups = {}
+    for r in s["rows"]:
+        groups.setdefault((r["variant"], r["dataset"]), []).append(r)
+    if any(len(g) > 1 for g in groups.values()):
+        out += ["", "Over seeds (mean ± sd):", "", "| run | evaluated on | Top1 | Macro-F1 |", "|---|---|---|---|"]
+        out += [f"| {v} | {ds} | {_msd([r['top1'] for r in g])} | {_msd([r['macro_f1'] for r in g])} |"
+                for (v, ds), g in groups.items() if len(g) > 1]  # fmt: skip
+    cs = comparisons(s)
+    if cs:
+        out += ["", "Comparisons (Top1; a difference smaller than 2 sd of the seeds is within seed noise):", "",
+                "| comparison | A | B | A − B | verdict |", "|---|---|---|---|---|"]  # fmt: skip
+        out += [f"| {c['what']}: `{c['a']}` vs `{c['b']}` | {_msd(c['a_top1'])} | {_msd(c['b_top1'])} | "
+                f"{_diff(c['difference'])} | {c['verdict']} |" for c in cs]  # fmt: skip
+    out += _ladder_tables(s)
     m, pv = s["machine"], s["provenance"]
+    jobs = f", {s['jobs']} Phase-2 runs at a time of 1 thread each" if s.get("jobs", 1) > 1 else ""
     out += ["", f"One {'quick ' if s['quick'] else ''}run of `make demo` on {m['cpus']} CPU cores "
-            f"({m['torch_threads']} torch threads), {s['seconds']} s, vtreetrm {pv.get('versions', {}).get('vtreetrm')}"
+            f"({m['torch_threads']} torch threads{jobs}), {s['seconds']} s, vtreetrm {pv.get('versions', {}).get('vtreetrm')}"
             f" at {str(pv.get('git_sha') or 'no git')[:10]}."]  # fmt: skip
     return "\n".join(out) + "\n"
 
@@ -312,19 +400,27 @@ def demo_cmd(
     quick: bool = False,  # tiny video data and 2 epochs (a smoke run of the whole job)
     skip_release: bool = False,  # leave out the data-release chain
     skip_harness: bool = False,  # leave out the skill-evolution harness
+    seeds: int = None,  # seeds of the headline and the rank-reg pair (default 3; --quick: 1)
+    jobs: int = None,  # Phase-2 runs at a time, one torch thread each (default: 2 where there are 2 cores or more)
 ):
     "Run the main job on the embedded default data and print the path of the HTML report."
+    import os
     import time
 
     from vtreetrm.runs.report import build_report
+    from vtreetrm.utils import UserError
+    from vtreetrm.video.demo import demo_runs
 
     t0 = time.time()
     runs_dir = Path(runs_dir)
+    demo_runs(quick, 1 if seeds is None else seeds)  # a wrong --seeds or --jobs is refused before anything runs
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs must be a positive integer, got {jobs}")
     if synthetic_eval:
         p = _synthetic_eval_report(out, runs_dir, seed, fresh)
         print(f"report: {p.resolve()}")
         return 0
-    vdir, ana = _video_runs(runs_dir, quick, fresh)
+    vdir, ana = _video_runs(runs_dir, quick, fresh, seeds, jobs or min(2, os.cpu_count() or 1))
     extra = _extra_runs(runs_dir, quick, fresh, skip_release, skip_harness)
     print("[5/5] group-meeting report", flush=True)
     p = build_report(

@@ -110,6 +110,8 @@ def run_conditions(params: dict, path=None) -> dict:
     if not variant:
         if p.get("shuffle_labels"):
             variant = "shuffled-labels"
+        elif (check_number(p.get("rank_reg"), path, "rank_reg") or 0) > 0:  # before cls: a pair may both use the cls head
+            variant = "rankreg"
         elif p.get("cls_head"):
             variant = "cls"
         elif _p1_own(p):
@@ -118,8 +120,6 @@ def run_conditions(params: dict, path=None) -> dict:
             variant = "e2-drop10"
         elif str(p.get("sampler", "")).lower() == "flip-balanced":
             variant = "flip-balanced"
-        elif (check_number(p.get("rank_reg"), path, "rank_reg") or 0) > 0:
-            variant = "rankreg"
         else:
             variant = "baseline"
     M = _first(p, "num_queries", "M", "num_qformer_queries")
@@ -543,11 +543,11 @@ def _figures_or_why(run) -> dict:
 
 
 def rankreg_table(runs: pd.DataFrame) -> pd.DataFrame | None:
-    "Each in-domain rankreg run beside its baselines (same model, dataset, M, order, labels), with accuracy and query figures."
+    "Each in-domain rankreg run beside its baselines (same model, dataset, M, order, labels; with or without the cls head), with accuracy and query figures."
     if runs.empty or not (runs.variant == "rankreg").any():
         return None
     keys = ["model", "dataset", "M", "answer_order", "label_mode"]
-    ind = runs[(runs.train_dataset == runs.dataset) & runs.variant.isin(["baseline", "rankreg"])].fillna(
+    ind = runs[(runs.train_dataset == runs.dataset) & runs.variant.isin(["baseline", "cls", "rankreg"])].fillna(
         {"model": "?", "dataset": "?", "M": -1}
     )
     rows = []
