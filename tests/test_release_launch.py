@@ -1,7 +1,6 @@
 """Launch gates (verl-sft, verl-rl in --dry-run) and the post-SFT rollout gate, on a tiny local model built in-process."""
 
 import json
-import shlex
 import shutil
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import one_line
-from verl_chain import verl_chain
+from verl_chain import validated_launch, verl_chain
 
 from vtreetrm.cli import main
 from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS
@@ -156,7 +155,7 @@ def _audit(capsys, t, canonical, report):
 
 @pytest.mark.verl
 def test_verl_rl_dry_run(setup, capsys, tmp_path):
-    verl = pytest.importorskip("verl")
+    pytest.importorskip("verl")
     t, a = setup
     assert (
         run(
@@ -201,17 +200,8 @@ def test_verl_rl_dry_run(setup, capsys, tmp_path):
     assert rc == 0, err
     # the written launch passes verl's own validate_config, composed here as verl.trainer.main_ppo composes it: verl's
     # installed ppo_trainer.yaml with the command's overrides, the world size the launch states (2 nodes x 8 GPUs)
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
-
-    cmd = shlex.split((t / "launch-rl/command.sh").read_text().splitlines()[-1])
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer/config"), version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=cmd[cmd.index("verl.trainer.main_ppo") + 1 :])
+    cfg = validated_launch(t / "launch-rl/command.sh")
     assert cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node == 16
-    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     assert (
         "verl.trainer.main_ppo" in out
         and "algorithm.adv_estimator=rloo" in out

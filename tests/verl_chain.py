@@ -16,8 +16,8 @@ TRAINED_QWEN2 = dict(
 )  # fmt: skip
 
 
-def verl_chain(t: Path, **model):
-    """The synthetic chain (80 records) in `t` with its rl-cascade release (run/rl) and trajectory release (run/traj),
+def verl_chain(t: Path, records: int = 80, **model):
+    """The synthetic chain (`records` field records) in `t` with its rl-cascade release (run/rl) and trajectory release (run/traj),
     and a tiny Qwen2 in t/model with a tokenizer trained on the trajectories (`model`: Qwen2Config sizes to change)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -27,7 +27,7 @@ def verl_chain(t: Path, **model):
     from vtreetrm.release.rl import rl_export
     from vtreetrm.release.trajectory import _clean, trajectory_export
 
-    c = synthetic_chain(t, records=80)
+    c = synthetic_chain(t, records=records)
     r, a = c.run, c.assets
     rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", progress=False, assets=a)
     shutil.copy(c.syn / "STANDARDS/shougang.grading.json", r / "grading.json")
@@ -45,3 +45,22 @@ def verl_chain(t: Path, **model):
     Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), **{**sizes, **model})).save_pretrained(t / "model")
     tok.save_pretrained(t / "model")
     return c
+
+
+def validated_launch(command_sh: Path):
+    """The PPO config of a `verl-rl` launch composed as `verl.trainer.main_ppo` composes it (verl's installed
+    ppo_trainer.yaml with the overrides on `command_sh`'s last line), after verl's own `validate_config` passed on it."""
+    import shlex
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    cmd = shlex.split(Path(command_sh).read_text().splitlines()[-1])
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer/config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=cmd[cmd.index("verl.trainer.main_ppo") + 1 :])
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    return cfg
