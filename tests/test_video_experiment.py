@@ -64,7 +64,9 @@ def test_video_demo_quick(tmp_path):
     seeds = {(r["variant"], r["seed"]) for r in s["rows"] if r["run"].endswith("_seed1")}
     assert {v for v, _ in seeds} == {r["variant"] for r in demo_runs(quick=True) if "shuffle" not in r["name"] and
                                      "mammalnet" not in r["name"]} and {k for _, k in seeds} == {1}  # fmt: skip
-    p = json.loads((tmp_path / "demo" / "runs" / "small_lote_m16_simple_actions_first_seed1" / "params.json").read_text())
+    p = json.loads(
+        (tmp_path / "demo" / "runs" / "small_lote_m16_simple_actions_first_seed1" / "params.json").read_text()
+    )
     assert p["config"]["seed"] == 1  # the seed reaches the run's own config
     assert {r["dataset"] for r in s["rows"]} == {"lote", "mammalnet"}
     for r in s[

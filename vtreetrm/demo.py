@@ -24,7 +24,7 @@ MODELS = {"Qwen2.5-7B": "qwen25_7b", "Qwen3-8B": "qwen3_8b"}
 
 
 def synthetic_conditions() -> list[dict]:
-    "The seed's experiment grid with a target Top1 per run (close to its tables)."
+    "The Phase-2 report's experiment grid with a target Top1 per run (close to its tables)."
     runs = []
 
     def add(model, ds, M=64, order="actions_first", mode="simple", variant="baseline", train=None, top1=0.6):
@@ -323,9 +323,14 @@ def comparisons(s: dict) -> list[dict]:
         by.setdefault((r["variant"], r["dataset"]), []).append(r["top1"])
     out = []
     for (v, ds), xs in by.items():
-        for suffix, what in (("_shuffled", "shuffled-labels control vs its model"), ("_rankreg", "rank-reg vs without")):
+        for suffix, what in (
+            ("_shuffled", "shuffled-labels control vs its model"),
+            ("_rankreg", "rank-reg vs without"),
+        ):
             if v.endswith(suffix) and (v[: -len(suffix)], ds) in by:
-                out.append({"a": v, "b": v[: -len(suffix)], "what": what, "a_top1": xs, "b_top1": by[v[: -len(suffix)], ds]})
+                out.append(
+                    {"a": v, "b": v[: -len(suffix)], "what": what, "a_top1": xs, "b_top1": by[v[: -len(suffix)], ds]}
+                )
     variant = {r["run"]: r["variant"] for r in s["rows"]}
     lad = {}
     for run, rungs in s["ladders"].items():

@@ -110,7 +110,9 @@ def run_conditions(params: dict, path=None) -> dict:
     if not variant:
         if p.get("shuffle_labels"):
             variant = "shuffled-labels"
-        elif (check_number(p.get("rank_reg"), path, "rank_reg") or 0) > 0:  # before cls: a pair may both use the cls head
+        elif (
+            check_number(p.get("rank_reg"), path, "rank_reg") or 0
+        ) > 0:  # before cls: a pair may both use the cls head
             variant = "rankreg"
         elif p.get("cls_head"):
             variant = "cls"

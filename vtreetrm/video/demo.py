@@ -24,7 +24,9 @@ __all__ = ['HEADLINE', 'seed_name', 'demo_runs', 'run_video_demo']
 # %% ../../nbs/video/07_demo.ipynb #f0838bc6
 # the cls head (BCE on the Q-former output, weight 1) makes the Q-former read the labels early: the answer converges
 # in 8 epochs instead of 12, and M = 128 on the small data learns at all
-HEADLINE = dict(num_queries=32, label_mode="simple", answer_order="actions_first", epochs=8, cls_head=True, cls_weight=1.0)
+HEADLINE = dict(
+    num_queries=32, label_mode="simple", answer_order="actions_first", epochs=8, cls_head=True, cls_weight=1.0
+)
 
 
 def seed_name(name: str, seed: int) -> str:
@@ -57,7 +59,9 @@ def demo_runs(quick: bool = False, seeds: int = 1) -> list[dict]:
     # the headline and the pair once per seed (their comparisons need a spread); the controls once
     seeded = [runs[0], runs[3], runs[4]]
     runs = [{**r, "variant": r["name"]} for r in runs]
-    runs += [{**r, "name": seed_name(r["name"], s), "variant": r["name"], "seed": s} for s in range(1, seeds) for r in seeded]
+    runs += [
+        {**r, "name": seed_name(r["name"], s), "variant": r["name"], "seed": s} for s in range(1, seeds) for r in seeded
+    ]
     return runs
 
 # %% ../../nbs/video/07_demo.ipynb #ddb39ea0
