@@ -5,6 +5,7 @@
 # %% ../nbs/90_demo.ipynb #e9da97fd
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -261,9 +262,7 @@ def mean_sd(xs: list) -> tuple:
     xs = [x for x in xs if x is not None]
     if not xs:
         return None, None, 0
-    m = sum(xs) / len(xs)
-    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else None
-    return m, sd, len(xs)
+    return statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else None, len(xs)
 
 
 def seed_verdict(a: list, b: list) -> str:
@@ -316,6 +315,14 @@ def _msd(xs: list) -> str:
 PROBE, ANSWER = "linear probe: Phase-1 behaviour embedding", "Phase-2 generated answer"
 
 
+def _ladders_by_variant(s: dict) -> dict:
+    "{variant: [each seed's ladder rungs]}: the summary's ladders grouped by the variant of the run that wrote them."
+    variant, groups = {r["run"]: r["variant"] for r in s["rows"]}, {}
+    for run, rungs in s["ladders"].items():
+        groups.setdefault(variant.get(run, run), []).append(rungs)
+    return groups
+
+
 def comparisons(s: dict) -> list[dict]:
     "The demo's pairs, each with both arms' Top1 per seed and its verdict: X_shuffled vs X, X_rankreg vs X, a ladder's answer vs probe."
     by = {}
@@ -331,12 +338,9 @@ def comparisons(s: dict) -> list[dict]:
                 out.append(
                     {"a": v, "b": v[: -len(suffix)], "what": what, "a_top1": xs, "b_top1": by[v[: -len(suffix)], ds]}
                 )
-    variant = {r["run"]: r["variant"] for r in s["rows"]}
-    lad = {}
-    for run, rungs in s["ladders"].items():
-        top = {g.get("stage"): g.get("top1") for g in rungs}
-        lad.setdefault(variant.get(run, run), []).append((top.get(ANSWER), top.get(PROBE)))
-    for v, pairs in lad.items():
+    for v, seeds in _ladders_by_variant(s).items():
+        tops = [{g.get("stage"): g.get("top1") for g in rungs} for rungs in seeds]
+        pairs = [(top.get(ANSWER), top.get(PROBE)) for top in tops]
         out.append({"a": f"{v}: {ANSWER}", "b": PROBE, "what": "ladder: answer vs Phase-1 probe",
                     "a_top1": [p[0] for p in pairs], "b_top1": [p[1] for p in pairs]})  # fmt: skip
     for c in out:
@@ -348,11 +352,8 @@ def comparisons(s: dict) -> list[dict]:
 
 def _ladder_tables(s: dict) -> list[str]:
     "One table per ladder variant: each stage's Top1 and Macro-F1 over the variant's seeds."
-    variant, groups = {r["run"]: r["variant"] for r in s["rows"]}, {}
-    for run, rungs in s["ladders"].items():
-        groups.setdefault(variant.get(run, run), []).append(rungs)
     out = []
-    for name, seeds in groups.items():
+    for name, seeds in _ladders_by_variant(s).items():
         out += ["", f"Learnability ladder of `{name}` (Top1 at each stage):", "", "| stage | Top1 | Macro-F1 |",
                 "|---|---|---|"]  # fmt: skip
         for i, g in enumerate(seeds[0]):
