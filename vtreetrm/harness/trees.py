@@ -38,11 +38,12 @@ from vtreetrm.utils import (
 from ..video.features import Sampling, encoder_identity, load_vision_encoder, pixel_values, video_duration
 
 # %% auto #0
-__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'REPORT_NAME', 'REPORT_SCHEMA', 'VIDEOS_IN_FLIGHT',
-           'list_videos', 'video_seconds', 'check_sampling', 'sample_times', 'sample_frames', 'FrameFeatures',
-           'contiguous_clusters', 'colour_names', 'colour_name', 'SimulatedCaptioner', 'jpeg_data_url',
-           'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams', 'CaptionCache', 'keyframe_indices', 'tree_plan',
-           'build_tree', 'make_captioner', 'TreeBuild', 'build_trees']
+__all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'VIDEOS_IN_FLIGHT', 'PREPARED_AT_ONCE',
+           'CAPTIONED_AT_ONCE', 'REPORT_NAME', 'REPORT_SCHEMA', 'list_videos', 'video_seconds', 'check_sampling',
+           'sample_times', 'sample_frames', 'FrameFeatures', 'contiguous_clusters', 'colour_names', 'colour_name',
+           'SimulatedCaptioner', 'jpeg_data_url', 'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams',
+           'CaptionCache', 'keyframe_indices', 'tree_plan', 'BuildLimits', 'build_tree', 'make_captioner', 'TreeBuild',
+           'build_trees']
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -158,6 +159,15 @@ def _frames_at(c, s, times: list, short_side: int, seek_gap: float):
     rate = _frame_rate(s)
     j, got, n, prev, prev_t, timed, sought = 0, 0, 0, None, None, None, -1
     frames = c.decode(s)
+
+    last = [None, None]  # the frame converted last and its pixels
+
+    def pixels(f):  # a frame is converted only when a wanted time falls on it, and only once
+        if last[0] is not f:
+            w, h = _scaled(f.width, f.height, short_side)
+            last[:] = f, f.to_ndarray(width=w, height=h, format="rgb24")
+        return last[1]
+
     while j < len(times):
         if timed and prev is not None and sought < j and times[j] - prev_t > seek_gap:
             # far ahead: seek to the keyframe before it, once per wanted time (bounded even when a seek lands behind)
@@ -173,16 +183,15 @@ def _frames_at(c, s, times: list, short_side: int, seek_gap: float):
             continue
         t, n = (f.time if timed else n / rate), n + 1
         while j < len(times) and times[j] < t and prev is not None:  # times[j] falls before this frame
-            yield times[j], prev
+            yield times[j], pixels(prev)
             j += 1
             got += 1
         if j == len(times):
             break
-        w, h = _scaled(f.width, f.height, short_side)
-        prev, prev_t = f.to_ndarray(width=w, height=h, format="rgb24"), t
+        prev, prev_t = f, t
     end = prev_t + (1 / rate if rate else 0.0) + 1e-6 if prev is not None else 0.0  # the last frame's time on screen
     while j < len(times) and times[j] < end:  # the stream ended
-        yield times[j], prev
+        yield times[j], pixels(prev)
         j += 1
         got += 1
     return got
@@ -273,23 +282,29 @@ class FrameFeatures:
 def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05) -> list[tuple[int, int]]:
     "Contiguous runs `[(start, end), ...]` of the rows of `x` (N, D), at most `k_max`, cut where the rows change."
     from scipy.sparse import diags
-    from sklearn.cluster import AgglomerativeClustering
-    from sklearn.metrics import silhouette_score
+    from sklearn.cluster import ward_tree
+    from sklearn.metrics import pairwise_distances, silhouette_score
 
     n = len(x)
     if n < 3 or k_max < 2 or float(np.ptp(x, axis=0).max()) < 1e-6:
         return [(0, n)]
-    chain = diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1])
-    best, best_labels = min_silhouette, None
+    # one Ward tree for every k (what AgglomerativeClustering(n_clusters=k) builds and cuts for each k)
+    children = ward_tree(x, connectivity=diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1]))[0]
+    start, gone = list(range(n)) + [0] * len(children), []  # a node's first row; the cut each merge removes
+    for j, (a, b) in enumerate(children):
+        start[n + j] = min(start[a], start[b])
+        gone.append(max(start[a], start[b]))  # two neighbouring runs join: the later one's start is no cut any more
+    d = pairwise_distances(x)  # once, not once per k
+    best, best_cuts = min_silhouette, None
     for k in range(2, min(k_max, n - 1) + 1):
-        labels = AgglomerativeClustering(n_clusters=k, linkage="ward", connectivity=chain).fit_predict(x)
-        s = silhouette_score(x, labels)
+        cuts = sorted(gone[n - k :])  # undoing the last k - 1 merges leaves k runs
+        s = silhouette_score(d, np.searchsorted(cuts, np.arange(n), side="right"), metric="precomputed")
         if s > best + 1e-9:
-            best, best_labels = s, labels
-    if best_labels is None:
+            best, best_cuts = s, cuts
+    if best_cuts is None:
         return [(0, n)]
-    cuts = [0] + [i for i in range(1, n) if best_labels[i] != best_labels[i - 1]] + [n]
-    return list(zip(cuts, cuts[1:]))
+    edges = [0, *best_cuts, n]
+    return list(zip(edges, edges[1:]))
 
 # %% ../../nbs/harness/11_trees.ipynb #dd26bd6f
 CAPTION_PROMPT = (
@@ -586,34 +601,55 @@ def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
         )
     return clips
 
-# %% ../../nbs/harness/11_trees.ipynb #95cca77b
-async def _summarize_clips(clips: list, captioner, cache: CaptionCache, sem):
-    "Fill each clip's summary from its captions (through the cache)."
+# %% ../../nbs/harness/11_trees.ipynb #fe6b65c4
+async def _caption_clips(
+    path: Path, t: np.ndarray, dur: float, plan: list, captioner, cache: CaptionCache, p: TreeParams, sem
+) -> list:
+    "The tree's clips of `plan`, every keyframe captioned and every clip summarised (through the cache), `sem` at a time."
+    loop = asyncio.get_running_loop()
+    texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}
+    clips = _tree_clips(t, dur, plan, texts)  # each caption's text is its future until the caption is in
+
+    async def caption(tt, img):
+        key = cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape)
+        async with sem:
+            text = await cache.get(key, lambda: captioner.caption(img))
+        texts[tt].set_result(text)
+
+    async def captions():
+        await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, sorted(texts), p.caption_side))
+        if missing := sorted(tt for tt, f in texts.items() if not f.done()):
+            raise UserError(f"the decoder never reached the keyframe at {missing[0]} s", path)
 
     async def summary(c):
+        for x in (x for s in c["segments"] for x in s["captions"]):
+            x["text"] = await x["text"]
         caps = [x["text"] for s in c["segments"] for x in s["captions"]]
         async with sem:
             c["summary"] = await cache.get(cache.key("summary", caps), lambda: captioner.summarize(caps))
 
-    await _gather_all(summary(c) for c in clips)
+    await _gather_all([captions(), *(summary(c) for c in clips)])
+    return clips
 
-# %% ../../nbs/harness/11_trees.ipynb #fe6b65c4
-async def _caption_keyframes(
-    path: Path, t: np.ndarray, plan: list, captioner, cache: CaptionCache, p: TreeParams, sem
-) -> dict:
-    "`{time: caption}` of every keyframe of `plan`, each captioned (through the cache) as soon as it is decoded."
-    key_times = sorted({float(t[i]) for _, segs in plan for _, ks in segs for i in ks})
+# %% ../../nbs/harness/11_trees.ipynb #b1d7a3c3
+VIDEOS_IN_FLIGHT = 8  # videos begun at once (each holds its sampled frames' features until its tree is written)
+PREPARED_AT_ONCE = 2  # videos hashed, decoded, encoded and planned at once (CPU: the next videos are ready in time)
+CAPTIONED_AT_ONCE = 4  # videos whose keyframes are decoded and captioned at once (each holds decoded keyframes)
 
-    async def caption(tt, img):
-        async with sem:
-            return tt, await cache.get(
-                cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape),
-                lambda: captioner.caption(img),
-            )
 
-    return dict(
-        await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, key_times, p.caption_side))
-    )
+@dataclass
+class BuildLimits:
+    "What a build's videos share: requests in flight, videos begun, videos being prepared, videos being captioned."
+
+    requests: asyncio.Semaphore
+    videos: asyncio.Semaphore
+    prepare: asyncio.Semaphore
+    caption: asyncio.Semaphore
+
+    @classmethod
+    def of(cls, p: TreeParams) -> BuildLimits:
+        n = (p.jobs, VIDEOS_IN_FLIGHT, PREPARED_AT_ONCE, CAPTIONED_AT_ONCE)
+        return cls(*map(asyncio.Semaphore, n))
 
 # %% ../../nbs/harness/11_trees.ipynb #45410005
 async def build_tree(
@@ -623,17 +659,17 @@ async def build_tree(
     captioner,
     cache: CaptionCache,
     p: TreeParams,
-    sem: asyncio.Semaphore = None,
+    limits: BuildLimits = None,
     sha: str = None,
 ) -> dict:
-    "The caption tree of one video (the schema `harness.agent.CaptionTree` reads); `sem` bounds captions in flight."
-    sha = sha or await asyncio.to_thread(sha256_file, path)
-    t, x, dur = await asyncio.to_thread(features, path, sha)  # decoding and encoding off the event loop
-    plan = await asyncio.to_thread(tree_plan, x, p)
-    sem = sem or asyncio.Semaphore(p.jobs)
-    texts = await _caption_keyframes(path, t, plan, captioner, cache, p, sem)
-    clips = _tree_clips(t, dur, plan, texts)
-    await _summarize_clips(clips, captioner, cache, sem)
+    "The caption tree of one video (the schema `harness.agent.CaptionTree` reads) within a build's shared `limits`."
+    lim = limits or BuildLimits.of(p)
+    async with lim.prepare:  # decoding, encoding and planning off the event loop, a few videos at a time
+        sha = sha or await asyncio.to_thread(sha256_file, path)
+        t, x, dur = await asyncio.to_thread(features, path, sha)
+        plan = await asyncio.to_thread(tree_plan, x, p)
+    async with lim.caption:  # meanwhile the next videos are prepared, so their requests go out as soon as a slot frees
+        clips = await _caption_clips(path, t, dur, plan, captioner, cache, p, lim.requests)
     return {
         "schema": TREE_SCHEMA,
         "video_id": video_id,
@@ -710,9 +746,6 @@ def _same_build(tree_path: Path, sha: str, want: dict) -> bool:
         return False
     return src.get("sha256") == sha and all(src.get(k) == v for k, v in want.items())
 
-
-VIDEOS_IN_FLIGHT = 4  # videos decoded, encoded and captioned at once: captions of one overlap the decoding of the next
-
 # %% ../../nbs/harness/11_trees.ipynb #40e6dc31
 class TreeBuild:
     "One `build_trees` run: its trees folder, frame features, captioner, caption cache and parameters."
@@ -730,16 +763,18 @@ class TreeBuild:
             "params": asdict(self.p),
         }
 
-    async def one(self, vid, path: Path, sem) -> dict:
+    async def one(self, vid, path: Path, lim: BuildLimits = None) -> dict:
         "Build (or keep) one video's tree at `out`/VID.json; its report row. A video that fails is a row, not an error."
+        lim = lim or BuildLimits.of(self.p)
         t1, dest = time.perf_counter(), self.out / f"{vid}.json"
         try:
             if not path.is_file():
                 raise UserError("video file not found", path)
-            sha = await asyncio.to_thread(sha256_file, path)
+            async with lim.prepare:
+                sha = await asyncio.to_thread(sha256_file, path)
             if dest.is_file() and not self.overwrite and _same_build(dest, sha, self.want):
                 return {"video_id": vid, "status": "kept", "path": str(path)}
-            tree = await build_tree(vid, path, self.feats, self.captioner, self.cache, self.p, sem, sha)
+            tree = await build_tree(vid, path, self.feats, self.captioner, self.cache, self.p, lim, sha)
             write_json(dest, tree)
             return {
                 "video_id": vid,
@@ -754,13 +789,13 @@ class TreeBuild:
             return {"video_id": vid, "status": "failed", "path": str(path), "error": str(e)}
 
     async def all(self, todo: list, bar) -> list:
-        "Every video's row, `VIDEOS_IN_FLIGHT` videos and `p.jobs` captions at a time; the captioner is closed at the end."
-        videos_sem, sem = asyncio.Semaphore(VIDEOS_IN_FLIGHT), asyncio.Semaphore(self.p.jobs)
+        "Every video's row, within the build's limits (`BuildLimits`); the captioner is closed at the end."
+        lim = BuildLimits.of(self.p)
 
         async def one(vid, path):
-            async with videos_sem:
+            async with lim.videos:
                 try:
-                    return await self.one(vid, path, sem)
+                    return await self.one(vid, path, lim)
                 finally:
                     bar.update()
 
