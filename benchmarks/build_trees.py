@@ -25,7 +25,9 @@ import numpy as np
 from harness_concurrency import start_stub  # the stub server in its own process (this folder)
 
 from vtreetrm.harness.trees import (
+    BuildOptions,
     FrameFeatures,
+    FrameSampling,
     OpenAICaptioner,
     SimulatedCaptioner,
     TreeParams,
@@ -85,8 +87,10 @@ def raw_client_seconds(url, n, jobs):
 
 CHILD = """
 import sys
-from vtreetrm.harness.trees import build_trees, SimulatedCaptioner, TreeParams
-build_trees(sys.argv[1], sys.argv[2], SimulatedCaptioner(), TreeParams(), fps=2, max_frames=100000, progress=False)
+from vtreetrm.harness.trees import build_trees, FrameSampling, SimulatedCaptioner, TreeParams
+build_trees(
+    sys.argv[1], sys.argv[2], SimulatedCaptioner(), TreeParams(), FrameSampling(fps=2, max_frames=100000), progress=False
+)
 print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])   # this process's peak (not the parent's)
 """
 
@@ -141,8 +145,8 @@ def main():
             d / "trees-sim",
             SimulatedCaptioner(),
             TreeParams(jobs=a.jobs),
-            fps=2,
-            cache_dir=d / "cache",
+            FrameSampling(fps=2),
+            BuildOptions(cache_dir=d / "cache"),
             progress=False,
         )  # features
         stub, url = start_stub(a.latency)
@@ -150,7 +154,13 @@ def main():
             cap = OpenAICaptioner("stub", url, max_connections=a.jobs)
             t0 = time.perf_counter()
             rep = build_trees(
-                many, d / "trees", cap, TreeParams(jobs=a.jobs), fps=2, cache_dir=d / "cache", progress=False
+                many,
+                d / "trees",
+                cap,
+                TreeParams(jobs=a.jobs),
+                FrameSampling(fps=2),
+                BuildOptions(d / "cache"),
+                progress=False,
             )
             wall = time.perf_counter() - t0
             raw = raw_client_seconds(url, rep["captions_made"], a.jobs)
