@@ -374,8 +374,7 @@ class BuildOptions:
     "Where a build caches and reports, how it names its trees and what it may replace."
 
     cache_dir: str = None  # features and captions cache (default: <out>/../.cache)
-    overwrite: bool = (
-        False  # build every tree again, even one from the same inputs (never a file this tool did not write)
-    )
+    # build every tree again, even one from the same inputs (never a file this tool did not write)
+    overwrite: bool = False
     report: str = None  # build report JSON (default: <out>/trees_build_report.json)
     questions: str = None  # the benchmark (folder or file): name each tree by its video_id, matched by videoID/youtube_id/video_path/url
