@@ -690,7 +690,7 @@ def flat_params(params: dict, drop=("progress",)) -> dict:
     out = {}
     for k, v in params.items():
         if k not in drop:
-            out.update(v.flags() if isinstance(v, ToolAssets) else {k: v})
+            out.update(asdict(v) if is_dataclass(v) and not isinstance(v, type) else {k: v})
     return out
 
 # %% ../../nbs/release/00_assets.ipynb #210329f0
