@@ -25,6 +25,9 @@ class LazyCommands(Mapping):
         mod, _, fn = self.refs[name].partition(":")
         return getattr(importlib.import_module(mod), fn)
 
+    def __contains__(self, name) -> bool:  # without importing
+        return name in self.refs
+
     def __iter__(self):
         return iter(self.refs)
 
