@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 
+import orjson
+
 from ..utils import UserError, atomic_open, path_component, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
@@ -217,9 +219,14 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             if s.endswith(","):
                 s = s[:-1]
             try:
-                d = json.loads(s)
-            except json.JSONDecodeError as e:
-                raise UserError(f"invalid JSON record ({e.msg}); truncated file?", path, i) from None
+                d = orjson.loads(s)
+            except (
+                orjson.JSONDecodeError
+            ):  # stricter than json (NaN, lone surrogates): json decides, and words the error
+                try:
+                    d = json.loads(s)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"invalid JSON record ({e.msg}); truncated file?", path, i) from None
             if not isinstance(d, dict):
                 raise UserError("record is not a JSON object", path, i)
             yield i, d
