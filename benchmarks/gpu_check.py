@@ -205,7 +205,7 @@ def vllm_rollout(cuda: bool, tmp: Path, budget: float) -> dict:
     from vllm import LLM, SamplingParams
 
     from vtreetrm.release.parquet import iter_parquet
-    from vtreetrm.release.rollout import rollout_gate
+    from vtreetrm.release.rollout import GateRecord, rollout_gate
     from vtreetrm.release.tools import TOOL_SCHEMAS
     from vtreetrm.utils import write_jsonl
 
@@ -233,7 +233,9 @@ def vllm_rollout(cuda: bool, tmp: Path, budget: float) -> dict:
         ({"sample_id": x["extra_info"]["sample_id"], "response": o.outputs[0].text, "data_source": x["data_source"],
           "ground_truth": x["reward_model"]["ground_truth"]} for x, o in zip(rows, outs)),
     )  # fmt: skip
-    rc = rollout_gate(model=str(folder), from_dump=str(dump), report=str(tmp / "gate.json"), progress=False)
+    rc = rollout_gate(
+        model=str(folder), record=GateRecord(from_dump=str(dump), report=str(tmp / "gate.json")), progress=False
+    )
     g = read_json(tmp / "gate.json")
     if rc not in (0, 1) or g["denominator"] != len(rows):
         raise RuntimeError(f"rollout-gate exit {rc}, denominator {g['denominator']} of {len(rows)} episodes")

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 from conftest import harness_infer
 
-from vtreetrm.harness.backends import BackendError, OpenAIBackend
+from vtreetrm.harness.backends import BackendError, Backoff, OpenAIBackend
 from vtreetrm.harness.stub import StubServer
 from vtreetrm.harness.synthetic import make_synthetic
 
@@ -25,7 +25,7 @@ def syn(tmp_path_factory):
 
 def test_retries_then_success_and_retry_after():
     with StubServer(fail_500_every=2, fail_429_every=3) as s:
-        b = OpenAIBackend(s.url, "m", "k", timeout=5, max_retries=4, backoff=0.01)
+        b = OpenAIBackend(s.url, "m", "k", timeout=5, max_retries=4, backoff=Backoff(0.01))
 
         async def go():
             out = [await b.chat(MSGS) for _ in range(6)]
@@ -39,7 +39,7 @@ def test_retries_then_success_and_retry_after():
 
 def test_timeout_is_retried_then_raised():
     with StubServer(hang_every=1, hang_s=2.0) as s:
-        b = OpenAIBackend(s.url, "m", "k", timeout=0.2, max_retries=2, backoff=0.01)
+        b = OpenAIBackend(s.url, "m", "k", timeout=0.2, max_retries=2, backoff=Backoff(0.01))
 
         async def go():
             try:
@@ -53,7 +53,7 @@ def test_timeout_is_retried_then_raised():
 
 def test_client_error_is_not_retried():
     with StubServer(api_key="right") as s:
-        b = OpenAIBackend(s.url, "m", "wrong", timeout=5, max_retries=3, backoff=0.01)
+        b = OpenAIBackend(s.url, "m", "wrong", timeout=5, max_retries=3, backoff=Backoff(0.01))
 
         async def go():
             try:

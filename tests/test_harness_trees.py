@@ -232,3 +232,46 @@ def test_transformers_captioner_tiny_llava(videos, tmp_path, capsys):
     t = json.loads((tmp_path / "trees/night.json").read_text())
     caps = [c for cl in t["clips"] for s in cl["segments"] for c in s["captions"]]
     assert caps and all(isinstance(c["text"], str) for c in caps) and t["source"]["captioner"]["kind"] == "transformers"
+
+
+class SlowCaptioner:
+    "The simulated captioner's texts after a random delay, counting the requests in flight (its peak is `most`)."
+
+    def __init__(self, seed: int, delay: float):
+        from vtreetrm.harness.trees import SimulatedCaptioner
+
+        self.sim, self.identity, self.rng, self.delay = SimulatedCaptioner(), SimulatedCaptioner.identity, None, delay
+        self.rng, self.now, self.most = np.random.default_rng(seed), 0, 0
+
+    async def _wait(self):
+        import asyncio
+
+        self.now += 1
+        self.most = max(self.most, self.now)
+        await asyncio.sleep(self.delay * self.rng.random())
+        self.now -= 1
+
+    async def caption(self, image):
+        await self._wait()
+        return await self.sim.caption(image)
+
+    async def summarize(self, captions):
+        await self._wait()
+        return await self.sim.summarize(captions)
+
+
+def test_trees_identical_whatever_the_requests_order(videos, tmp_path):
+    "One request at a time with no delay, or 6 in flight answered in random order: the same tree bytes; the limit is reached."
+    from vtreetrm.harness.config import BuildOptions, FrameSampling, TreeParams
+    from vtreetrm.harness.trees import build_trees
+
+    p = dict(clips=3, segments_per_clip=2, frames_per_segment=2)
+    fr = FrameSampling(fps=4)
+    slow = SlowCaptioner(seed=1, delay=0.05)
+    for name, cap, jobs in (("one", SlowCaptioner(0, 0.0), 1), ("many", slow, 6)):
+        rep = build_trees(videos, tmp_path / name, cap, TreeParams(**p, jobs=jobs), fr, BuildOptions(cache_dir=tmp_path / f"c-{name}"), progress=False)  # fmt: skip
+        assert rep["counts"]["built"] == 2, rep
+    assert slow.most == 6  # the requests of both videos, captions and summaries, fill every slot
+    for v in ("forest_snow.json", "night.json"):
+        one, many = ((tmp_path / d / v).read_text() for d in ("one", "many"))
+        assert one == many.replace('"jobs": 6', '"jobs": 1')  # the same bytes but the jobs setting they record

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 # %% auto #0
 __all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'PROBE', 'ANSWER', 'synthetic_conditions', 'synthetic_run', 'run_name',
            'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'demo_summary', 'comparisons', 'summary_markdown',
-           'write_demo_summary', 'demo_cmd']
+           'write_demo_summary', 'DemoParts', 'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -187,9 +188,11 @@ def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
 
 # %% ../nbs/90_demo.ipynb #71fc06a2
 def _run_or_fail(nb, name, params, runs_dir, force):
-    from vtreetrm.runs.papermill import run_notebook
+    from vtreetrm.runs.papermill import ExecOptions, run_notebook
 
-    r = run_notebook(nb, name, params, runs_dir, force=force, flags=("--runs-dir", "--fresh"))  # demo's own options
+    r = run_notebook(
+        nb, name, params, runs_dir, force=force, opts=ExecOptions(flags=("--runs-dir", "--fresh"))
+    )  # demo's own options
     if r["status"] == "failed":
         raise RuntimeError(f"{nb} failed: {r.get('error')} (see {Path(runs_dir) / name})")
     return Path(runs_dir) / name
@@ -397,15 +400,22 @@ def write_demo_summary(s: dict, folder: Path) -> tuple[Path, Path]:
     return write_json(folder / "demo_summary.json", s), atomic_write(folder / "demo_summary.md", summary_markdown(s))
 
 # %% ../nbs/90_demo.ipynb #ad3cac3b
+@dataclass
+class DemoParts:
+    "Which parts of the job run."
+
+    synthetic_eval: bool = False  # only the report on the synthetic evaluation set (no training)
+    skip_release: bool = False  # leave out the data-release chain
+    skip_harness: bool = False  # leave out the skill-evolution harness
+
+
 def demo_cmd(
     out: str = "reports/group_meeting.html",  # the group-meeting report to write
     runs_dir: str = "papermill_runs",  # where data, runs and papermill runs go
     seed: int = 0,  # seed of the synthetic evaluation set (--synthetic-eval)
     fresh: bool = False,  # rebuild everything even if present
-    synthetic_eval: bool = False,  # only the report on the synthetic evaluation set (no training)
     quick: bool = False,  # tiny video data and 2 epochs (a smoke run of the whole job)
-    skip_release: bool = False,  # leave out the data-release chain
-    skip_harness: bool = False,  # leave out the skill-evolution harness
+    parts: DemoParts = None,  # --synthetic-eval, --skip-release, --skip-harness (DemoParts)
     seeds: int = None,  # seeds of the headline and the rank-reg pair (default 3; --quick: 1)
     jobs: int = None,  # Phase-2 runs at a time, one torch thread each (default: 2 where there are 2 cores or more)
 ):
@@ -422,12 +432,13 @@ def demo_cmd(
     demo_runs(quick, 1 if seeds is None else seeds)  # a wrong --seeds or --jobs is refused before anything runs
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be a positive integer, got {jobs}")
-    if synthetic_eval:
+    parts = parts or DemoParts()
+    if parts.synthetic_eval:
         p = _synthetic_eval_report(out, runs_dir, seed, fresh)
         print(f"report: {p.resolve()}")
         return 0
     vdir, ana = _video_runs(runs_dir, quick, fresh, seeds, jobs or min(2, os.cpu_count() or 1))
-    extra = _extra_runs(runs_dir, quick, fresh, skip_release, skip_harness)
+    extra = _extra_runs(runs_dir, quick, fresh, parts.skip_release, parts.skip_harness)
     print("[5/5] group-meeting report", flush=True)
     p = build_report(
         [vdir / "runs"],

@@ -22,9 +22,10 @@ from ..utils import UserError, stable_uniform
 
 # %% auto #0
 __all__ = ['OPENAI_URL', 'SIM_BASE', 'SIM_GAIN', 'SIM_PENALTY', 'SIM_HINTS', 'SIM_BAD_HINTS', 'SIM_NEUTRAL_HINTS', 'ToolCall',
-           'ChatReply', 'BackendError', 'parse_openai_reply', 'load_api_key', 'OpenAIBackend', 'parse_tool_call_text',
-           'TransformersBackend', 'hints_for', 'sim_quality', 'sim_hint_signature', 'SimulatedBackend',
-           'default_minilm_path', 'HashingEmbedder', 'resolve_embed_model', 'LocalEmbedder', 'make_embedder']
+           'ChatReply', 'BackendError', 'parse_openai_reply', 'load_api_key', 'Backoff', 'OpenAIBackend',
+           'parse_tool_call_text', 'TransformersBackend', 'hints_for', 'sim_quality', 'sim_hint_signature',
+           'SimulatedBackend', 'default_minilm_path', 'HashingEmbedder', 'resolve_embed_model', 'LocalEmbedder',
+           'make_embedder']
 
 # %% ../../nbs/harness/05_backends.ipynb #da3f029c
 @dataclass
@@ -100,6 +101,14 @@ def load_api_key(env_name: str = "OPENAI_API_KEY", env_file: str | Path = ".env"
 OPENAI_URL = "https://api.openai.com/v1"  # used when only a key is given
 
 
+@dataclass
+class Backoff:
+    "The wait before retry k: `first` * 2**k seconds, at most `cap` (also the cap on a server's Retry-After)."
+
+    first: float = 0.5  # seconds before the first retry
+    cap: float = 8.0  # the longest wait
+
+
 class OpenAIBackend:
     "Chat completions with tool calls over HTTP (aiohttp), with retries, backoff, timeouts and a connection cap."
 
@@ -110,8 +119,7 @@ class OpenAIBackend:
         api_key: str = None,
         timeout: float = 60.0,
         max_retries: int = 4,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
+        backoff: Backoff = None,
         temperature: float = 0.0,
         max_connections: int = 64,
     ):
@@ -128,13 +136,9 @@ class OpenAIBackend:
         if max_retries < 0:
             raise UserError(f"max_retries must be >= 0, got {max_retries}", None, None, "max_retries")
         self.url, self.model, self.key = (base_url or OPENAI_URL).rstrip("/") + "/chat/completions", model, api_key
-        self.timeout, self.max_retries, self.backoff, self.max_backoff, self.temperature = (
-            timeout,
-            max_retries,
-            backoff,
-            max_backoff,
-            temperature,
-        )
+        backoff = backoff or Backoff()
+        self.timeout, self.max_retries, self.temperature = timeout, max_retries, temperature
+        self.backoff, self.max_backoff = backoff.first, backoff.cap
         self.max_connections = max_connections
         self._session = None
         self.stats = {"calls": 0, "retries": 0, "failures": 0}

@@ -9,10 +9,17 @@ import dataclasses
 import sys
 import tempfile
 from pathlib import Path
-from typing import Literal
 
 from ..cli import flags_of
-from .config import RunConfig, load_config, parse_set
+from vtreetrm.harness.config import (
+    BuildOptions,
+    CaptionerOptions,
+    FrameSampling,
+    RunConfig,
+    TreeParams,
+    load_config,
+    parse_set,
+)
 from .runner import Runner
 from .store import HarnessStore
 from .store import extract_run_db as _extract_run_db
@@ -22,7 +29,7 @@ from ..utils import UserError, dumps_json, path_component
 
 # %% auto #0
 __all__ = ['INFER_FIELDS', 'InferFlags', 'TRAIN_FIELDS', 'TrainFlags', 'CLI_COMMANDS', 'infer', 'train', 'make_synthetic',
-           'extract_run_db', 'init_seed', 'build_trees', 'show']
+           'extract_run_db', 'SeedSources', 'init_seed', 'build_trees', 'show']
 
 # %% ../../nbs/harness/10_cli.ipynb #6d782dd3
 def _run(mode, config, fresh, seed, set, quiet, gate_enabled=True, **flags):
@@ -101,13 +108,20 @@ def extract_run_db(
     print(out)
 
 
+@dataclasses.dataclass
+class SeedSources:
+    "What a seed is made from: skills, prompts and a baseline run."
+
+    skills_dir: str = None  # skills folder (default <store>/skills/v1)
+    prompts_dir: str = None  # prompts folder (default <store>/prompts/v1)
+    from_db: str = None  # harness.db holding the baseline run (extracted into the seed)
+    run_id: str = None  # baseline run id in --from-db
+
+
 def init_seed(
     name: str,  # seed name (store/seeds/NAME)
     store_dir: str = "store",  # the store
-    skills_dir: str = None,  # skills folder (default <store>/skills/v1)
-    prompts_dir: str = None,  # prompts folder (default <store>/prompts/v1)
-    from_db: str = None,  # harness.db holding the baseline run (extracted into the seed)
-    run_id: str = None,  # baseline run id in --from-db
+    sources: SeedSources = None,  # skills, prompts, baseline run (SeedSources)
     parent: str = None,  # parent seed
     description: str = "",  # what the seed is
     exist_ok: bool = False,  # a seed of that name already there: say so and skip (exit 0) instead of failing
@@ -117,7 +131,9 @@ def init_seed(
     if exist_ok and (st / "seeds" / path_component(name, "name") / "seed.json").is_file():
         print(f"seed {name!r} exists, skipped: {st / 'seeds' / name}")
         return 0
-    sk, pr = Path(skills_dir or st / "skills" / "v1"), Path(prompts_dir or st / "prompts" / "v1")
+    s = sources or SeedSources()
+    sk, pr = Path(s.skills_dir or st / "skills" / "v1"), Path(s.prompts_dir or st / "prompts" / "v1")
+    from_db, run_id = s.from_db, s.run_id
     if from_db and not run_id:
         raise UserError("--from-db needs --run-id (the baseline run)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,63 +157,36 @@ def _print_build(rep: dict) -> int:
 def build_trees(
     videos: str = None,  # a folder of videos, or a list file (PATH or VIDEO_ID<TAB>PATH per line) (required)
     out: str = None,  # trees folder (<store>/trees): one <video_id>.json per video (required)
-    captioner: Literal["openai", "transformers", "simulated"] = None,  # who captions the keyframes (required)
-    model: str = None,  # openai: the served model's name; transformers: a local model folder
-    base_url: str = None,  # openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM needs no key)
-    api_key_env: str = "OPENAI_API_KEY",  # openai: environment variable (or .env entry) with the key
-    vision: str = "tiny",  # frame encoder: 'tiny' (random, for tests) or a DINOv2 folder / cached hub id
-    clips: int = 8,  # at most this many clips per video
-    segments_per_clip: int = 4,  # at most this many segments per clip
-    frames_per_segment: int = 3,  # keyframes captioned per segment
-    fps: float = 1.0,  # frames sampled per second for clustering
-    max_frames: int = 512,  # at most this many sampled frames per video (long videos sample less often)
-    jobs: int = 8,  # captions in flight at once
-    request_timeout: float = 120.0,  # openai: seconds per request
-    max_retries: int = 4,  # openai: retries on timeouts, 429, 5xx and non-JSON replies (exponential backoff)
-    device: str = "cpu",  # transformers captioner: torch device
-    cache_dir: str = None,  # features and captions cache (default: <out>/../.cache)
-    overwrite: bool = False,  # build every tree again, even one from the same inputs (never a file this tool did not write)
-    report: str = None,  # build report JSON (default: <out>/trees_build_report.json)
-    questions: str = None,  # the benchmark (folder or file): name each tree by its video_id, matched by videoID/youtube_id/video_path/url
+    caption: CaptionerOptions = None,  # the captioner (CaptionerOptions)
+    tree: TreeParams = None,  # how trees are cut and captioned (TreeParams)
+    frames: FrameSampling = None,  # the frames clustered (FrameSampling)
+    build: BuildOptions = None,  # cache, report, names, overwrite (BuildOptions)
     quiet: bool = False,  # no progress bar
 ):
     "Build caption trees (clips, segments, keyframe captions, clip summaries) from video files."
-    from .trees import TreeParams, make_captioner
     from .trees import build_trees as _build
+    from .trees import make_captioner
 
     for flag, v in (("--videos", videos), ("--out", out)):
         if not v:
             raise UserError(f"{flag} is required")
-    p = TreeParams(clips, segments_per_clip, frames_per_segment, jobs=jobs)
-    if vision == "tiny":
+    c, p, fr = caption or CaptionerOptions(), tree or TreeParams(), frames or FrameSampling()
+    if fr.vision == "tiny":
         print(
             "note: --vision tiny is a random encoder (for tests); real videos want a DINOv2 checkpoint, e.g. --vision facebook/dinov2-base",
             file=sys.stderr,
         )
     cap = make_captioner(
-        captioner,
-        model,
-        base_url,
-        api_key_env,
-        device,
-        max_connections=jobs,
-        timeout=request_timeout,
-        max_retries=max_retries,
+        c.captioner,
+        c.model,
+        c.base_url,
+        c.api_key_env,
+        c.device,
+        max_connections=p.jobs,
+        timeout=c.request_timeout,
+        max_retries=c.max_retries,
     )
-    rep = _build(
-        videos,
-        out,
-        cap,
-        p,
-        vision,
-        fps,
-        max_frames,
-        cache_dir,
-        overwrite,
-        report,
-        progress=not quiet,
-        questions=questions,
-    )
+    rep = _build(videos, out, cap, p, fr, build, progress=not quiet)
     return _print_build(rep)
 
 # %% ../../nbs/harness/10_cli.ipynb #11db2712

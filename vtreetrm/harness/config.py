@@ -19,7 +19,8 @@ import yaml
 from ..utils import UserError, load_yaml, path_component
 
 # %% auto #0
-__all__ = ['PATH_FIELDS', 'EmbedConfig', 'RunConfig', 'load_config', 'parse_set']
+__all__ = ['PATH_FIELDS', 'EmbedConfig', 'RunConfig', 'load_config', 'parse_set', 'TreeParams', 'FrameSampling',
+           'CaptionerOptions', 'BuildOptions']
 
 # %% ../../nbs/harness/01_config.ipynb #e732b3c0
 def _f(
@@ -328,3 +329,52 @@ def parse_set(items) -> dict:
         k, v = it.split("=", 1)
         out[k.strip()] = load_yaml(v, f"--set {k.strip()}")
     return out
+
+# %% ../../nbs/harness/01_config.ipynb #2c5de350
+@dataclass
+class TreeParams:
+    "How trees are cut and captioned."
+
+    clips: int = 8  # at most this many clips per video
+    segments_per_clip: int = 4  # at most this many segments per clip
+    frames_per_segment: int = 3  # keyframes captioned per segment
+    caption_side: int = 448  # short side of a keyframe sent to the captioner (pixels)
+    jobs: int = 8  # captions in flight at once
+
+    def __post_init__(self):
+        for k in ("clips", "segments_per_clip", "frames_per_segment", "caption_side", "jobs"):
+            if int(getattr(self, k)) < 1:
+                raise UserError(f"{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}", None, None, k)
+
+
+@dataclass
+class FrameSampling:
+    "The frames a build clusters: the encoder and how often it samples."
+
+    vision: str = "tiny"  # frame encoder: 'tiny' (random, for tests) or a DINOv2 folder / cached hub id
+    fps: float = 1.0  # frames sampled per second for clustering
+    max_frames: int = 512  # at most this many sampled frames per video (long videos sample less often)
+
+
+@dataclass
+class CaptionerOptions:
+    "Who captions the keyframes and how it is reached."
+
+    captioner: Literal["openai", "transformers", "simulated"] = None  # who captions the keyframes (required)
+    model: str = None  # openai: the served model's name; transformers: a local model folder
+    base_url: str = None  # openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM needs no key)
+    api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable (or .env entry) with the key
+    request_timeout: float = 120.0  # openai: seconds per request
+    max_retries: int = 4  # openai: retries on timeouts, 429, 5xx and non-JSON replies (exponential backoff)
+    device: str = "cpu"  # transformers captioner: torch device
+
+
+@dataclass
+class BuildOptions:
+    "Where a build caches and reports, how it names its trees and what it may replace."
+
+    cache_dir: str = None  # features and captions cache (default: <out>/../.cache)
+    # build every tree again, even one from the same inputs (never a file this tool did not write)
+    overwrite: bool = False
+    report: str = None  # build report JSON (default: <out>/trees_build_report.json)
+    questions: str = None  # the benchmark (folder or file): name each tree by its video_id, matched by videoID/youtube_id/video_path/url

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from .agent import TREE_SCHEMA
 from .backends import BackendError, OpenAIBackend, load_api_key
+from .config import BuildOptions, FrameSampling, TreeParams
 from .questions import _FILE_FIELDS, video_file_ids
 from vtreetrm.utils import (
     UserError,
@@ -41,9 +42,8 @@ from ..video.features import Sampling, encoder_identity, load_vision_encoder, pi
 __all__ = ['VIDEO_EXTS', 'CAPTION_PROMPT', 'SUMMARY_PROMPT', 'COLOURS', 'VIDEOS_IN_FLIGHT', 'PREPARED_AT_ONCE',
            'CAPTIONED_AT_ONCE', 'REPORT_NAME', 'REPORT_SCHEMA', 'list_videos', 'video_seconds', 'check_sampling',
            'sample_times', 'sample_frames', 'FrameFeatures', 'contiguous_clusters', 'colour_names', 'colour_name',
-           'SimulatedCaptioner', 'jpeg_data_url', 'OpenAICaptioner', 'TransformersCaptioner', 'TreeParams',
-           'CaptionCache', 'keyframe_indices', 'tree_plan', 'BuildLimits', 'build_tree', 'make_captioner', 'TreeBuild',
-           'build_trees']
+           'SimulatedCaptioner', 'jpeg_data_url', 'OpenAICaptioner', 'TransformersCaptioner', 'CaptionCache',
+           'keyframe_indices', 'tree_plan', 'BuildLimits', 'build_tree', 'make_captioner', 'TreeBuild', 'build_trees']
 
 # %% ../../nbs/harness/11_trees.ipynb #eb169179
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -472,22 +472,6 @@ class TransformersCaptioner:
         text = self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions)
         return await asyncio.to_thread(self._generate, [{"type": "text", "text": text}], [])
 
-# %% ../../nbs/harness/11_trees.ipynb #d500a3a0
-@dataclass
-class TreeParams:
-    "How trees are cut and captioned."
-
-    clips: int = 8  # at most this many clips per video
-    segments_per_clip: int = 4  # at most this many segments per clip
-    frames_per_segment: int = 3  # keyframes captioned per segment
-    caption_side: int = 448  # short side of a keyframe sent to the captioner (pixels)
-    jobs: int = 8  # captions in flight at once
-
-    def __post_init__(self):
-        for k in ("clips", "segments_per_clip", "frames_per_segment", "caption_side", "jobs"):
-            if int(getattr(self, k)) < 1:
-                raise UserError(f"{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}", None, None, k)
-
 # %% ../../nbs/harness/11_trees.ipynb #d222a8db
 class CaptionCache:
     "Captions on disk, one small JSON file per key."
@@ -866,29 +850,24 @@ def build_trees(
     out: str | Path,
     captioner,
     params: TreeParams = None,
-    vision: str = "tiny",
-    fps: float = 1.0,
-    max_frames: int = 512,
-    cache_dir: str | Path = None,
-    overwrite: bool = False,
-    report: str | Path = None,  # the build report (default: `out`/trees_build_report.json)
+    frames: FrameSampling = None,
+    opts: BuildOptions = None,
     progress: bool = True,
-    questions: str | Path = None,  # the benchmark: trees named by its video_id (see `video_file_ids`)
 ) -> dict:
     "Build the caption tree of every video into `out`; returns (and writes) the build report."
-    p, out = params or TreeParams(), Path(out)
+    p, out, fr, o = params or TreeParams(), Path(out), frames or FrameSampling(), opts or BuildOptions()
     todo = list_videos(videos)
-    todo = _named_by_questions(todo, questions, out) if questions else todo
-    report = Path(report) if report else out / REPORT_NAME
+    todo = _named_by_questions(todo, o.questions, out) if o.questions else todo
+    report = Path(o.report) if o.report else out / REPORT_NAME
     _check_outputs(todo, out, report)
-    cache_dir = Path(cache_dir) if cache_dir else out.parent / ".cache"
-    feats = FrameFeatures(cache_dir / "frame-features", vision, fps, max_frames)
-    build = TreeBuild(out, feats, captioner, CaptionCache(cache_dir / "captions", captioner.identity), p, overwrite)
+    cache_dir = Path(o.cache_dir) if o.cache_dir else out.parent / ".cache"
+    feats = FrameFeatures(cache_dir / "frame-features", fr.vision, fr.fps, fr.max_frames)
+    build = TreeBuild(out, feats, captioner, CaptionCache(cache_dir / "captions", captioner.identity), p, o.overwrite)
     t0, bar = time.perf_counter(), tqdm(total=len(todo), desc="build trees", unit="video", disable=not progress)
 
     rows = run_sync(build.all(todo, bar))
     bar.close()
-    settings = {"vision": vision, "fps": fps, "max_frames": max_frames}
+    settings = {"vision": fr.vision, "fps": fr.fps, "max_frames": fr.max_frames}
     rep = build.report(videos, rows, time.perf_counter() - t0, settings)
     write_json(report, rep)
     return rep

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 
+import orjson
+
 from ..utils import UserError, atomic_open, path_component, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
@@ -217,9 +219,14 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             if s.endswith(","):
                 s = s[:-1]
             try:
-                d = json.loads(s)
-            except json.JSONDecodeError as e:
-                raise UserError(f"invalid JSON record ({e.msg}); truncated file?", path, i) from None
+                d = orjson.loads(s)
+            except (
+                orjson.JSONDecodeError
+            ):  # stricter than json (NaN, lone surrogates): json decides, and words the error
+                try:
+                    d = json.loads(s)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"invalid JSON record ({e.msg}); truncated file?", path, i) from None
             if not isinstance(d, dict):
                 raise UserError("record is not a JSON object", path, i)
             yield i, d
@@ -690,7 +697,7 @@ def flat_params(params: dict, drop=("progress",)) -> dict:
     out = {}
     for k, v in params.items():
         if k not in drop:
-            out.update(v.flags() if isinstance(v, ToolAssets) else {k: v})
+            out.update(asdict(v) if is_dataclass(v) and not isinstance(v, type) else {k: v})
     return out
 
 # %% ../../nbs/release/00_assets.ipynb #210329f0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import asdict, dataclass
 
 from tqdm.auto import tqdm
 
@@ -25,7 +26,7 @@ from .prompts import prompt_key
 from ..utils import UserError, read_json, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['MAX_CONFLICTS_LISTED', 'audit_prompt_conflicts']
+__all__ = ['MAX_CONFLICTS_LISTED', 'AuditInputs', 'audit_prompt_conflicts']
 
 # %% ../../nbs/release/05_audit.ipynb #b279ee36
 MAX_CONFLICTS_LISTED = 200
@@ -180,11 +181,18 @@ def _audit_report(params: dict, inputs: list, a: _Audit, real: list, per_ds: dic
     )
 
 # %% ../../nbs/release/05_audit.ipynb #d0157baf
+@dataclass
+class AuditInputs:
+    "The files audited, each NAME=PATH per dataset."
+
+    canonical: list[str] = None  # NAME=PATH of canonical all.json files
+    classification_standard: list[str] = None  # NAME=PATH classification standard per dataset
+    grading_standard: list[str] = None  # NAME=PATH grading standard per dataset
+
+
 @requires("canonical", "classification_standard", "grading_standard", "report")
 def audit_prompt_conflicts(
-    canonical: list[str] = None,  # NAME=PATH of canonical all.json files
-    classification_standard: list[str] = None,  # NAME=PATH classification standard per dataset
-    grading_standard: list[str] = None,  # NAME=PATH grading standard per dataset
+    inputs: AuditInputs = None,  # --canonical, --classification-standard, --grading-standard (AuditInputs)
     report: str = None,  # audit report JSON to write
     bundle: bool = False,  # audit the datasets together (keys may collide across datasets)
     split: str = "train",  # split to audit ('all' for every record)
@@ -197,8 +205,9 @@ def audit_prompt_conflicts(
         metadata_fields = list(NATIVE_PROMPT_FIELDS)
     if split not in SPLITS + ("all",):
         raise UserError(f"--split must be one of {SPLITS + ('all',)}")
-    params = {k: v for k, v in locals().items() if k != "progress"}
-    can, cls_, gra = _named_inputs(canonical, classification_standard, grading_standard)
+    inputs = inputs or AuditInputs()
+    params = {**asdict(inputs), **{k: v for k, v in locals().items() if k not in ("progress", "inputs")}}
+    can, cls_, gra = _named_inputs(inputs.canonical, inputs.classification_standard, inputs.grading_standard)
     t0 = time.time()
     a, per_ds = _Audit(split, bundle, metadata_fields), {}
     for name, path in can.items():

@@ -32,7 +32,8 @@ from vtreetrm.release.assets import (
 from ..utils import UserError, atomic_dir, iter_jsonl, path_component, read_json, stable_uniform, write_json
 
 # %% auto #0
-__all__ = ['MAX_LISTED', 'resolve_record', 'canonical', 'split_of', 'split', 'SyntheticChain', 'synthetic_chain']
+__all__ = ['MAX_LISTED', 'resolve_record', 'CanonicalConfig', 'canonical', 'split_of', 'split', 'SyntheticChain',
+           'synthetic_chain']
 
 # %% ../../nbs/release/03_canonical.ipynb #2fa41e41
 MAX_LISTED = 1000  # unresolved records listed one by one in a report (the count is always exact)
@@ -123,20 +124,36 @@ def _fail_unresolved(rep: dict, dest: Path, dataset: str):
     )
 
 # %% ../../nbs/release/03_canonical.ipynb #fdfeed47
+@dataclasses.dataclass
+class CanonicalConfig:
+    "The datasets config and the folders of the registries and corpora it names."
+
+    config_file: str = None  # datasets config (CFG/datasets.json)
+    registry_dir: str = None  # folder of registries named in the config
+    corpus_dir: str = None  # folder of corpora named in the config
+
+
 @requires("processed_dir", "canonical_dir", "config_file", "registry_dir", "corpus_dir")
 def canonical(
     processed_dir: str = None,  # folder holding <dataset>/all.json from preprocess
     canonical_dir: str = None,  # output folder; <dataset>/ is published atomically
-    config_file: str = None,  # datasets config (CFG/datasets.json)
-    registry_dir: str = None,  # folder of registries named in the config
-    corpus_dir: str = None,  # folder of corpora named in the config
+    config: CanonicalConfig = None,  # --config-file, --registry-dir, --corpus-dir (CanonicalConfig)
     dataset: str = FORMAL_DATASET,  # dataset name
     grading_config: str = None,  # grading config (default: the config file's `grading` entry)
     allow_unresolved: bool = False,  # drop unresolved records instead of stopping
     progress: bool = True,  # show a progress bar
 ):
     "Resolve processed records to registry leaves; publish canonical/<dataset>/all.json and canonical_report.json."
-    params = {k: v for k, v in locals().items() if k != "progress"}  # every flag but progress
+    c = config or CanonicalConfig()
+    params = {
+        "processed_dir": processed_dir,
+        "canonical_dir": canonical_dir,
+        **dataclasses.asdict(c),
+        "dataset": dataset,
+        "grading_config": grading_config,
+        "allow_unresolved": allow_unresolved,
+    }  # every flag but progress, in order
+    config_file, registry_dir, corpus_dir = c.config_file, c.registry_dir, c.corpus_dir
     path_component(dataset, "dataset")  # it names processed/<dataset>/ and canonical/<dataset>/
     assets, asset_paths = _canonical_assets(config_file, registry_dir, corpus_dir, dataset, grading_config)
     src = Path(processed_dir) / dataset / "all.json"
@@ -339,7 +356,8 @@ def synthetic_chain(
         c.run / "processed" / c.dataset / "all.json",
         progress=False,
     )
-    canonical(c.run / "processed", c.run / "canonical", c.syn / "CFG/datasets.json", c.syn / "ASSETS/registries",
-              c.syn / "ASSETS/corpora", progress=False)  # fmt: skip
+    canonical(c.run / "processed", c.run / "canonical",
+              CanonicalConfig(c.syn / "CFG/datasets.json", c.syn / "ASSETS/registries", c.syn / "ASSETS/corpora"),
+              progress=False)  # fmt: skip
     split(c.run / "canonical", seed=split_seed, progress=False)
     return c

@@ -5,44 +5,58 @@
 # %% ../../nbs/release/30_cli.ipynb #9afcaca8
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from .assets import FORMAL_DATASET, NATIVE_PROMPT_FIELDS
-from .audit import audit_prompt_conflicts
-from .canonical import canonical, split
-from .launch import verl_merge, verl_rl, verl_sft
-from .mixture import mixture
-from .preprocess import preprocess
-from .rl import rl_export, rl_validate_cascade
-from .rollout import rollout_gate
-from .sft import sft_export, sft_validate
-from .synthetic import make_synthetic
-from .trajectory import trajectory_collect, trajectory_export, trajectory_stats, trajectory_validate
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS', 'chain_commands']
+__all__ = ['CLI_COMMANDS', 'LazyCommands', 'chain_commands']
 
 # %% ../../nbs/release/30_cli.ipynb #1c60cf3f
-CLI_COMMANDS = {
-    "make-synthetic": make_synthetic,
-    "preprocess": preprocess,
-    "canonical": canonical,
-    "split": split,
-    "audit": audit_prompt_conflicts,
-    "sft-export": sft_export,
-    "sft-validate": sft_validate,
-    "rl-export": rl_export,
-    "mixture": mixture,
-    "rl-validate-cascade": rl_validate_cascade,
-    "trajectory-collect": trajectory_collect,
-    "trajectory-export": trajectory_export,
-    "trajectory-validate": trajectory_validate,
-    "trajectory-stats": trajectory_stats,
-    "verl-sft": verl_sft,
-    "verl-rl": verl_rl,
-    "verl-merge": verl_merge,
-    "rollout-gate": rollout_gate,
-}
+class LazyCommands(Mapping):
+    "`{command: function}` importing a command's module only when that command is looked up."
+
+    def __init__(self, refs: dict):
+        self.refs = refs  # command -> "module:function"
+
+    def __getitem__(self, name: str):
+        mod, _, fn = self.refs[name].partition(":")
+        return getattr(importlib.import_module(mod), fn)
+
+    def __contains__(self, name) -> bool:  # without importing
+        return name in self.refs
+
+    def __iter__(self):
+        return iter(self.refs)
+
+    def __len__(self):
+        return len(self.refs)
+
+
+CLI_COMMANDS = LazyCommands(
+    {
+        "make-synthetic": "vtreetrm.release.synthetic:make_synthetic",
+        "preprocess": "vtreetrm.release.preprocess:preprocess",
+        "canonical": "vtreetrm.release.canonical:canonical",
+        "split": "vtreetrm.release.canonical:split",
+        "audit": "vtreetrm.release.audit:audit_prompt_conflicts",
+        "sft-export": "vtreetrm.release.sft:sft_export",
+        "sft-validate": "vtreetrm.release.sft:sft_validate",
+        "rl-export": "vtreetrm.release.rl:rl_export",
+        "mixture": "vtreetrm.release.mixture:mixture",
+        "rl-validate-cascade": "vtreetrm.release.rl:rl_validate_cascade",
+        "trajectory-collect": "vtreetrm.release.trajectory:trajectory_collect",
+        "trajectory-export": "vtreetrm.release.trajectory:trajectory_export",
+        "trajectory-validate": "vtreetrm.release.trajectory:trajectory_validate",
+        "trajectory-stats": "vtreetrm.release.trajectory:trajectory_stats",
+        "verl-sft": "vtreetrm.release.launch:verl_sft",
+        "verl-rl": "vtreetrm.release.launch:verl_rl",
+        "verl-merge": "vtreetrm.release.launch:verl_merge",
+        "rollout-gate": "vtreetrm.release.rollout:rollout_gate",
+    }
+)
 
 # %% ../../nbs/release/30_cli.ipynb #a4f00213
 def chain_commands(syn: str | Path, run: str | Path, records: int = 400, conflicts: int = 0) -> dict:

@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .assets import SPLITS, ToolAssets, flat_params, make_report, release_report, requires
@@ -33,8 +34,8 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASETS', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl',
-           'compose_verl_config', 'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge',
-           'release_canonical', 'check_audit_report', 'rl_gates', 'verl_rl']
+           'compose_verl_config', 'SftOptions', 'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge',
+           'release_canonical', 'check_audit_report', 'rl_gates', 'RLChecks', 'RLOptions', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #1c7d6501
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
@@ -271,23 +272,31 @@ def _sft_report(p: dict, files: dict, kind: str, verl, think: str, rows: int, cm
     return _launch_report("verl-sft", p, [*files.values()], verl, "sft_trainer_engine", checks, cmd, **body)
 
 # %% ../../nbs/release/13_launch.ipynb #85ff44a4
+@dataclass
+class SftOptions:
+    "verl's SFT settings and the launch's row check."
+
+    max_length: int = 4096  # data.max_length (choose it with trajectory-stats)
+    n_gpus: int = 1  # GPUs on this node (torchrun --nproc_per_node)
+    project: str = "vtreetrm-release"  # trainer.project_name
+    experiment: str = None  # trainer.experiment_name (default sft-KIND: sft-trajectory or sft-legacy)
+    check_rows: int = 8  # rows loaded through the launch's dataset class (data.custom_cls) as a gate
+
+
 @requires("release", "model", "output_dir")
 def verl_sft(
     release: str = None,  # validated SFT release: legacy or native-tool trajectory, exported or mixed (train/val parquet)
     model: str = None,  # local model folder (config.json, weights, tokenizer with a chat template)
     output_dir: str = None,  # launch folder: launch_report.json, config.yaml, command.sh; checkpoints under it
-    max_length: int = 4096,  # data.max_length (choose it with trajectory-stats)
-    n_gpus: int = 1,  # GPUs on this node (torchrun --nproc_per_node)
-    project: str = "vtreetrm-release",  # trainer.project_name
-    experiment: str = None,  # trainer.experiment_name (default sft-KIND: sft-trajectory or sft-legacy)
-    check_rows: int = 8,  # rows loaded through the launch's dataset class (data.custom_cls) as a gate
+    opts: SftOptions = None,  # --max-length, --n-gpus, --project, --experiment, --check-rows (SftOptions)
     dry_run: bool = True,  # print the command instead of running it
     smoke: bool = False,  # accept a mock-think release (a CPU smoke, never a formal SFT); the experiment name says smoke
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
     device: str = "cuda",  # cuda: verl's own entry point; cpu: the same trainer on a CPU (release.verl_cpu), a smoke
 ):
     "Gate and launch verl's SFT trainer on a legacy or native-tool trajectory release (or their mixture)."
-    params = {k: v for k, v in locals().items() if k != "smoke"}
+    params = flat_params({**locals(), "opts": opts or SftOptions()}, drop=("smoke",))
+    n_gpus, experiment, check_rows = params["n_gpus"], params["experiment"], params["check_rows"]
     if device not in SFT_ENTRY:
         raise UserError(f"--device must be one of {', '.join(SFT_ENTRY)}, not {device}", field="device")
     verl = check_verl()
@@ -702,32 +711,47 @@ def _publish_rl(out: Path, cfg, tools_yaml: Path, cmd: list, report: dict, nnode
         tools_yaml.unlink(missing_ok=True)
 
 # %% ../../nbs/release/13_launch.ipynb #37be4f9c
+@dataclass
+class RLChecks:
+    "The reports and the reference an RL launch is gated on."
+
+    rollout_gate: str = None  # the post-SFT rollout gate report of --sft-model (must have passed)
+    audit: str = None  # the prompt-conflict audit report of the release's canonical data (passed, 0 conflict keys)
+    reference: str = None  # reference model folder (its identity is recorded)
+
+
+@dataclass
+class RLOptions:
+    "verl's data, rollout and trainer settings of an RL launch."
+
+    rollout_n: int = 4  # samples per prompt (RLOO needs at least 2)
+    train_batch_size: int = 32  # data.train_batch_size
+    max_prompt_length: int = 2048  # data.max_prompt_length
+    max_response_length: int = 1024  # data.max_response_length
+    rollout_engine: str = "vllm"  # actor_rollout_ref.rollout.name: vllm or sglang
+    nnodes: int = 1  # trainer.nnodes (a Ray cluster of this many nodes)
+    gpus_per_node: int = 1  # trainer.n_gpus_per_node
+    logger: str = "console"  # trainer.logger: comma list of console, wandb, tensorboard, mlflow
+    project: str = "vtreetrm-release"  # trainer.project_name
+    experiment: str = "rloo"  # trainer.experiment_name
+
+
 @requires("release", "sft_model", "registry", "corpus", "task_config", "output_dir")
 def verl_rl(
     release: str = None,  # validated rl-cascade release (five-field parquet)
     sft_model: str = None,  # local model folder: the merged post-SFT checkpoint RL starts from
-    rollout_gate: str = None,  # the post-SFT rollout gate report of --sft-model (must have passed)
-    audit: str = None,  # the prompt-conflict audit report of the release's canonical data (passed, 0 conflict keys)
-    reference: str = None,  # reference model folder (its identity is recorded)
+    checks: RLChecks = None,  # --rollout-gate, --audit, --reference (RLChecks)
     assets: ToolAssets = None,  # --registry, --corpus, --task-config (for the tools)
     output_dir: str = None,  # launch folder: launch_report.json, config.yaml, command.sh, tools.yaml
-    rollout_n: int = 4,  # samples per prompt (RLOO needs at least 2)
-    train_batch_size: int = 32,  # data.train_batch_size
-    max_prompt_length: int = 2048,  # data.max_prompt_length
-    max_response_length: int = 1024,  # data.max_response_length
-    rollout_engine: str = "vllm",  # actor_rollout_ref.rollout.name: vllm or sglang
-    nnodes: int = 1,  # trainer.nnodes (a Ray cluster of this many nodes)
-    gpus_per_node: int = 1,  # trainer.n_gpus_per_node
-    logger: str = "console",  # trainer.logger: comma list of console, wandb, tensorboard, mlflow
-    project: str = "vtreetrm-release",  # trainer.project_name
-    experiment: str = "rloo",  # trainer.experiment_name
+    opts: RLOptions = None,  # verl's data, rollout and trainer settings (RLOptions)
     dry_run: bool = True,  # print the command instead of running it
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
 ):
     "Gate and launch verl's PPO trainer with RLOO, our reward and our tools on an rl-cascade release."
-    params = flat_params(locals(), drop=())
-    loggers = _check_rl_flags(rollout_n, rollout_engine, logger, nnodes, gpus_per_node)
-    gates = rl_gates(release, sft_model, rollout_gate, audit, reference)
+    c, o = checks or RLChecks(), opts or RLOptions()
+    params = flat_params({**locals(), "checks": c, "opts": o}, drop=("c", "o"))
+    loggers = _check_rl_flags(o.rollout_n, o.rollout_engine, o.logger, o.nnodes, o.gpus_per_node)
+    gates = rl_gates(release, sft_model, c.rollout_gate, c.audit, c.reference)
     verl = check_verl()
     files, _ = _release_files(release, "rl")
     _tokenizer(sft_model)
@@ -739,6 +763,6 @@ def verl_rl(
     _check_rl_config(cfg, reward_py, overrides)
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     rep = _rl_report(params, files, verl, gates, [t.name for t in tools], reward_py, cmd)
-    _publish_rl(out, cfg, tools_yaml, cmd, rep, nnodes)
+    _publish_rl(out, cfg, tools_yaml, cmd, rep, o.nnodes)
     print(shlex.join(cmd))
     return 0 if dry_run else subprocess.run(cmd).returncode

@@ -15,7 +15,7 @@ from .assets import SPLITS
 from ..utils import UserError
 
 # %% auto #0
-__all__ = ['MESSAGE', 'BATCH_ROWS', 'SplitWriter', 'open_parquet', 'iter_parquet']
+__all__ = ['MESSAGE', 'BATCH_ROWS', 'SplitWriter', 'open_parquet', 'iter_batches', 'iter_parquet']
 
 # %% ../../nbs/release/05a_parquet.ipynb #7b3da877
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -27,8 +27,9 @@ BATCH_ROWS = 8192
 class SplitWriter:
     "Batched parquet writers, one `<split>.parquet` per split, all with `schema`."
 
-    def __init__(self, folder, schema: pa.Schema, batch_rows: int = BATCH_ROWS, splits=SPLITS):
+    def __init__(self, folder, schema: pa.Schema, batch_rows: int = BATCH_ROWS, splits=SPLITS, to_table=None):
         self.folder, self.schema, self.batch_rows = Path(folder), schema, batch_rows
+        self.to_table = to_table or (lambda rows: pa.Table.from_pylist(rows, schema=schema))  # a batch of rows -> table
         self.buf = {s: [] for s in splits}
         self.counts = Counter()
         self.writers = {s: pq.ParquetWriter(self.folder / f"{s}.parquet", schema, compression="zstd") for s in splits}
@@ -42,7 +43,7 @@ class SplitWriter:
 
     def _flush(self, split):
         if self.buf[split]:
-            self.writers[split].write_table(pa.Table.from_pylist(self.buf[split], schema=self.schema))
+            self.writers[split].write_table(self.to_table(self.buf[split]))
             self.buf[split] = []
 
     def close(self):
@@ -62,14 +63,19 @@ def open_parquet(path) -> pq.ParquetFile:
         raise UserError(f"not a readable parquet file ({e}); corrupted or truncated?", path) from None
 
 
-def iter_parquet(path, columns=None, batch_rows: int = BATCH_ROWS):
-    "Yield `(row_number, dict)` (1-based) from a parquet file, batch by batch."
+def iter_batches(path, columns=None, batch_rows: int = BATCH_ROWS):
+    "Yield `(row_number, pa.RecordBatch)` from a parquet file, the number (1-based) that of the batch's first row."
     pf = open_parquet(path)
     i = 0
     try:
         for b in pf.iter_batches(batch_size=batch_rows, columns=columns):
-            for row in b.to_pylist():
-                i += 1
-                yield i, row
+            yield i + 1, b
+            i += len(b)
     except (pa.ArrowInvalid, OSError) as e:
         raise UserError(f"unreadable parquet data after row {i} ({e}); corrupted?", path, i) from None
+
+
+def iter_parquet(path, columns=None, batch_rows: int = BATCH_ROWS):
+    "Yield `(row_number, dict)` (1-based) from a parquet file, batch by batch."
+    for i, b in iter_batches(path, columns, batch_rows):
+        yield from enumerate(b.to_pylist(), i)

@@ -15,8 +15,9 @@ from ..utils import UserError
 
 # %% auto #0
 __all__ = ['SYSTEM_STAGE1', 'SYSTEM_STAGE2', 'SYSTEM_NATIVE', 'render_metadata', 'prompt_key', 'candidates_for', 'candidate_line',
-           'level_lines', 'stage1_answer', 'stage2_answer', 'native_answer', 'stage1_messages', 'stage2_messages',
-           'native_messages', 'parse_user', 'metadata_mismatch', 'parse_answer', 'leaked_ids']
+           'level_lines', 'stage1_answer', 'stage2_answer', 'native_answer', 'stage1_user', 'stage2_user',
+           'stage1_messages', 'stage2_messages', 'native_messages', 'parse_user', 'metadata_mismatch', 'parse_answer',
+           'leaked_ids']
 
 # %% ../../nbs/release/04_prompts.ipynb #8384078c
 SYSTEM_STAGE1 = (
@@ -68,26 +69,30 @@ def _cache(ctx: ReleaseContext) -> dict:
                 for l in ctx.grading.approved
             ),
             "index": {l: i for i, l in enumerate(reg.leaves)},
+            "pool": list(range(len(reg.leaves) - 1)),
         }
     return c
+
+
+_U16X32 = struct.Struct(">32H")
 
 
 def _draws(seed, source_id, n: int) -> list:
     "`n` 16-bit pseudo-random integers from a keyed hash of `seed` and `source_id`."
     out, c = [], 0
     while len(out) < n:
-        out += struct.unpack(">32H", hashlib.blake2b(f"{seed}\x1f{source_id}\x1f{c}".encode(), digest_size=64).digest())
+        out += _U16X32.unpack(hashlib.blake2b(f"{seed}\x1f{source_id}\x1f{c}".encode(), digest_size=64).digest())
         c += 1
     return out
 
 # %% ../../nbs/release/04_prompts.ipynb #0214e382
 def candidates_for(ctx: ReleaseContext, gold: str, source_id: str, seed: int) -> list:
     "Gold leaf plus `num_candidates-1` others, drawn and shuffled from `seed` and `source_id` (partial Fisher-Yates)."
-    leaves = ctx.registry.leaves
-    gi = _cache(ctx)["index"][gold]
+    leaves, c = ctx.registry.leaves, _cache(ctx)
+    gi = c["index"][gold]
     k = ctx.task.num_candidates - 1
     d = _draws(seed, source_id, 2 * k + 1)
-    pool = list(range(len(leaves) - 1))
+    pool = c["pool"][:]
     for i in range(k):
         j = i + d[i] % (len(pool) - i)
         pool[i], pool[j] = pool[j], pool[i]
@@ -120,11 +125,21 @@ def native_answer(choice_id: str, level: str) -> str:
     return json.dumps({"choice_id": choice_id, "data_level": level}, ensure_ascii=False)
 
 # %% ../../nbs/release/04_prompts.ipynb #f1d3aa2a
+def stage1_user(ctx: ReleaseContext, block: str, cands: list) -> str:
+    "The stage1 user prompt for the metadata `block` (`render_metadata`'s text) and the candidate leaves `cands`."
+    full = _cache(ctx)["full"]
+    return "字段元数据：\n" + block + "\n\n候选类别：\n" + "\n".join([full[c] for c in cands])
+
+
+def stage2_user(ctx: ReleaseContext, block: str, category: str) -> str:
+    "The stage2 user prompt for the metadata `block` and the known `category`."
+    c = _cache(ctx)
+    return f"字段元数据：\n{block}\n\n已确定类别：\n{c['full'][category]}\n\n级别定义：\n{c['levels']}"
+
+
 def stage1_messages(ctx: ReleaseContext, metadata: dict, cands: list, gold: str | None) -> list:
     "`[system, user, assistant]` of a stage1 (category) row; no assistant when `gold` is None."
-    user = f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n候选类别：\n" + "\n".join(
-        candidate_line(ctx, c) for c in cands
-    )
+    user = stage1_user(ctx, render_metadata(metadata, ctx.task.metadata_fields), cands)
     msgs = [{"role": "system", "content": SYSTEM_STAGE1}, {"role": "user", "content": user}]
     if gold is not None:
         msgs.append({"role": "assistant", "content": stage1_answer(ctx.choices.to_choice[gold])})
@@ -133,10 +148,7 @@ def stage1_messages(ctx: ReleaseContext, metadata: dict, cands: list, gold: str 
 
 def stage2_messages(ctx: ReleaseContext, metadata: dict, category: str, level: str | None) -> list:
     "`[system, user, assistant]` of a stage2 (level) row for a known category."
-    user = (
-        f"字段元数据：\n{render_metadata(metadata, ctx.task.metadata_fields)}\n\n已确定类别：\n{candidate_line(ctx, category)}"
-        f"\n\n级别定义：\n{level_lines(ctx)}"
-    )
+    user = stage2_user(ctx, render_metadata(metadata, ctx.task.metadata_fields), category)
     msgs = [{"role": "system", "content": SYSTEM_STAGE2}, {"role": "user", "content": user}]
     if level is not None:
         msgs.append({"role": "assistant", "content": stage2_answer(level)})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -20,7 +21,7 @@ from ..utils import UserError, iter_jsonl, model_identity, sha256_file, write_js
 
 # %% auto #0
 __all__ = ['GATE_RANGE', 'PARSER', 'EPISODES_KEPT', 'parse_tool_calls', 'gate_identity', 'diagnose', 'summarize',
-           'check_gate_report', 'rollout_episode', 'rollout_gate']
+           'check_gate_report', 'rollout_episode', 'GateRecord', 'RolloutSampling', 'rollout_gate']
 
 # %% ../../nbs/release/14_rollout.ipynb #271169a9
 GATE_RANGE = (0.05, 0.30)
@@ -347,6 +348,26 @@ def _verdict(body: dict) -> str:
     )
 
 # %% ../../nbs/release/14_rollout.ipynb #56ed3854
+@dataclass
+class GateRecord:
+    "A dump to score instead of a live rollout, the identities the report records, and the report."
+
+    from_dump: str = None  # score this rollout dump JSONL instead (lines with response and ground_truth)
+    model_sha256: str = None  # with --from-dump and no --model: the identity of the model that produced the dump (`utils.model_identity`: config, weights, tokenizer, chat template)
+    reference: str = None  # reference model folder, recorded by identity
+    report: str = None  # gate report JSON to write
+
+
+@dataclass
+class RolloutSampling:
+    "How each live episode is sampled."
+
+    max_turns: int = 6  # assistant turns per episode
+    max_new_tokens: int = 256  # tokens per assistant turn
+    temperature: float = 0.0  # sampling temperature (0 = greedy)
+    seed: int = 0  # torch seed
+
+
 @requires("report")
 def rollout_gate(
     model: str = None,  # local model folder (merged checkpoint) for a live rollout
@@ -354,25 +375,23 @@ def rollout_gate(
     n: int = 64,  # episodes (the denominator)
     split: str = "val",  # release split to draw from
     assets: ToolAssets = None,  # --registry, --corpus, --task-config (for the tools)
-    from_dump: str = None,  # score this rollout dump JSONL instead (lines with response and ground_truth)
-    model_sha256: str = None,  # with --from-dump and no --model: the identity of the model that produced the dump (`utils.model_identity`: config, weights, tokenizer, chat template)
-    reference: str = None,  # reference model folder, recorded by identity
-    report: str = None,  # gate report JSON to write
-    max_turns: int = 6,  # assistant turns per episode
-    max_new_tokens: int = 256,  # tokens per assistant turn
-    temperature: float = 0.0,  # sampling temperature (0 = greedy)
-    seed: int = 0,  # torch seed
+    record: GateRecord = None,  # --from-dump, --model-sha256, --reference, --report (GateRecord)
+    sampling: RolloutSampling = None,  # --max-turns, --max-new-tokens, --temperature, --seed (RolloutSampling)
     progress: bool = True,  # show a progress bar
 ) -> int:
     "Post-SFT rollout gate: exit 0 only for 5% <= nonzero-reward rate <= 30%."
-    params = flat_params({**locals(), "assets": assets or ToolAssets()})  # a dump is scored without the tools
+    r, s = record or GateRecord(), sampling or RolloutSampling()
+    params = flat_params(
+        {**locals(), "assets": assets or ToolAssets(), "record": r, "sampling": s}, drop=("progress", "r", "s")
+    )  # a dump is scored without the tools
+    from_dump, model_sha256, reference, report = r.from_dump, r.model_sha256, r.reference, r.report
     params = {"model": model, "model_sha256": model_sha256, **params}  # the model's identity first, as reports list it
     if from_dump and model is None and model_sha256 is None:
         raise UserError(
             "--from-dump needs the identity of the model that produced the dump: --model HF_DIR or --model-sha256 HEX"
         )
     ident = gate_identity(model, model_sha256)  # checked before any rollout
-    loop = _agent_loop(max_turns, max_new_tokens, temperature)
+    loop = _agent_loop(s.max_turns, s.max_new_tokens, s.temperature)
     if from_dump:
         episodes, inputs = _dump_episodes(from_dump), [from_dump]
         loop["agent_loop"] = "external (dump)"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from vtreetrm.release.assets import (
@@ -27,21 +28,29 @@ from vtreetrm.release.assets import (
     requires,
     validate_command,
 )
-from .parquet import MESSAGE, SplitWriter, iter_parquet, open_parquet
+from .parquet import MESSAGE, SplitWriter, iter_batches, iter_parquet, open_parquet
 from vtreetrm.release.prompts import (
+    SYSTEM_STAGE1,
+    SYSTEM_STAGE2,
     candidates_for,
     leaked_ids,
     metadata_mismatch,
     parse_answer,
     parse_user,
+    render_metadata,
+    stage1_answer,
     stage1_messages,
+    stage1_user,
+    stage2_answer,
     stage2_messages,
+    stage2_user,
 )
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'sft_rows', 'check_canonical_record', 'export_records', 'sft_export', 'malformed',
-           'Errors', 'require_valid', 'check_sft_row', 'StagePairs', 'validate_sft_dataset', 'sft_validate']
+__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'SftRows', 'sft_table', 'sft_rows', 'check_canonical_record', 'export_records',
+           'sft_export', 'malformed', 'Errors', 'require_valid', 'check_sft_row', 'StagePairs', 'SftRowCheck',
+           'validate_sft_dataset', 'sft_validate']
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
 SFT_SCHEMA = pa.schema(
@@ -64,23 +73,56 @@ def _label(ctx, rec):
     return json.dumps({"choice_id": ctx.choices.to_choice[rec.target.category_id], "data_level": rec.target.data_level})
 
 
-def sft_rows(ctx: ReleaseContext, rec: Record, seed: int) -> tuple[dict, dict]:
-    "The stage1 and stage2 rows of one canonical record."
-    cid, lvl = rec.target.category_id, rec.target.data_level
-    cands = candidates_for(ctx, cid, rec.id, seed)
-    base = {
-        "data_source": rec.dataset,
-        "source_id": rec.id,
-        "split": rec.split,
-        "label": _label(ctx, rec),
-        "metadata": json.dumps({f: rec.metadata.get(f, "") for f in ctx.task.metadata_fields}, ensure_ascii=False),
-        "prompt_seed": seed,
-    }
-    m1, m2 = stage1_messages(ctx, rec.metadata, cands, cid), stage2_messages(ctx, rec.metadata, cid, lvl)
-    return (
-        {**base, "sample_id": f"{rec.id}:stage1", "stage": "stage1", "messages": m1, "answer": m1[-1]["content"]},
-        {**base, "sample_id": f"{rec.id}:stage2", "stage": "stage2", "messages": m2, "answer": m2[-1]["content"]},
+_ROLES = ("system", "user", "assistant")
+
+
+class SftRows:
+    "The stage1 and stage2 rows of canonical records as tuples in `SFT_SCHEMA`'s order, the three message texts in place of `messages`."
+
+    def __init__(self, ctx: ReleaseContext, seed: int):
+        self.ctx, self.seed, self.fields = ctx, seed, ctx.task.metadata_fields
+        self.answers = {}  # (category id, level) -> (label, stage1 answer, stage2 answer), built once each
+        self.encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), built once
+
+    def rows(self, rec: Record) -> tuple[tuple, tuple]:
+        ctx, cid, lvl, rid = self.ctx, rec.target.category_id, rec.target.data_level, rec.id
+        ans = self.answers.get((cid, lvl))
+        if ans is None:
+            ans = self.answers[cid, lvl] = (
+                _label(ctx, rec),
+                stage1_answer(ctx.choices.to_choice[cid]),
+                stage2_answer(lvl),
+            )
+        label, a1, a2 = ans
+        block = render_metadata(rec.metadata, self.fields)
+        md = self.encode({f: rec.metadata.get(f, "") for f in self.fields})
+        u1 = stage1_user(ctx, block, candidates_for(ctx, cid, rid, self.seed))
+        u2 = stage2_user(ctx, block, cid)
+        return (
+            (rec.dataset, rid, f"{rid}:stage1", "stage1", rec.split, SYSTEM_STAGE1, u1, a1, md, label, self.seed),
+            (rec.dataset, rid, f"{rid}:stage2", "stage2", rec.split, SYSTEM_STAGE2, u2, a2, md, label, self.seed),
+        )
+
+
+def sft_table(rows: list) -> pa.Table:
+    "A batch of `SftRows` tuples as an `SFT_SCHEMA` table, built column by column."
+    ds, sid, sample, stage, split, system, user, assistant, md, label, seed = zip(*rows)
+    n = len(rows)
+    order = np.arange(3 * n).reshape(3, n).T.ravel()  # system, user, assistant of row 0, then of row 1, ...
+    text = pa.concat_arrays([pa.array(m, pa.string()) for m in (system, user, assistant)]).take(order)
+    roles = pa.array(_ROLES, pa.string()).take(np.tile(np.arange(3), n))
+    msgs = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)),
+        pa.StructArray.from_arrays([roles, text], fields=[MESSAGE.field(0), MESSAGE.field(1)]),
     )
+    cols = [ds, sid, sample, stage, split, msgs, assistant, md, label, seed]
+    arrays = [c if isinstance(c, pa.Array) else pa.array(c, f.type) for c, f in zip(cols, SFT_SCHEMA)]
+    return pa.Table.from_arrays(arrays, schema=SFT_SCHEMA)
+
+
+def sft_rows(ctx: ReleaseContext, rec: Record, seed: int) -> tuple[dict, dict]:
+    "The stage1 and stage2 rows of one canonical record, as dicts."
+    return tuple(sft_table([r]).to_pylist()[0] for r in SftRows(ctx, seed).rows(rec))
 
 # %% ../../nbs/release/06_sft.ipynb #6df93e8b
 def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
@@ -122,10 +164,10 @@ def sft_export(
     ctx = assets.context()
     t0 = time.time()
     with atomic_dir(output_dir) as d:
-        w = SplitWriter(d, SFT_SCHEMA)
+        w, rows = SplitWriter(d, SFT_SCHEMA, to_table=sft_table), SftRows(ctx, ctx.task.prompt_seed)
         try:
             for rec in export_records(ctx, canonical, "sft-export", progress):
-                for row in sft_rows(ctx, rec, ctx.task.prompt_seed):
+                for row in rows.rows(rec):
                     w.write(rec.split, row)
         finally:
             w.close()
@@ -393,16 +435,24 @@ def _place_sft_row(ctx: ReleaseContext, errs: Errors, pairs: _SftPairs, path, i:
     sid = sample[: -len(st) - 1]  # the pair key: the source id, or name:source:copy in a mixture
     lab = json.loads(row["label"])
     choice = lab["choice_id"]
-    if not pairs.pair(path, i, s, st, sid, choice):
+    if not _pair_sft_row(pairs, path, i, s, st, sid, choice, lab.get("data_level")):
         return
+    if st == "stage2":
+        stage2_choice = parse_user(row["messages"][1]["content"], ctx.task.metadata_fields)["choices"][0]
+        if stage2_choice != choice:
+            errs.add(path, i, "messages", f"stage2 prompt names {stage2_choice}, label says {choice}")
+
+
+def _pair_sft_row(pairs: _SftPairs, path, i: int, s: str, st: str, sid: str, choice: str, level: str) -> bool:
+    "Pair a checked row and count it; False when it cannot pair."
+    if not pairs.pair(path, i, s, st, sid, choice):
+        return False
     pairs.counts[s][st] += 1
     if st == "stage1":
         pairs.per_cat[choice] += 1
     else:
-        pairs.per_lvl[lab["data_level"]] += 1
-        stage2_choice = parse_user(row["messages"][1]["content"], ctx.task.metadata_fields)["choices"][0]
-        if stage2_choice != choice:
-            errs.add(path, i, "messages", f"stage2 prompt names {stage2_choice}, label says {choice}")
+        pairs.per_lvl[level] += 1
+    return True
 
 
 def _open_sft_split(path: Path):
@@ -414,6 +464,100 @@ def _open_sft_split(path: Path):
     ]
     if missing:
         raise UserError(f"missing column(s) {', '.join(missing)}", path, None, missing[0])
+    return pf
+
+# %% ../../nbs/release/06_sft.ipynb #b7e2f0a2
+class SftRowCheck:
+    "The common case of `check_sft_row` from columns: a row equal to what the assets render for its label, metadata, source id and seed."
+
+    def __init__(self, ctx: ReleaseContext):
+        self.ctx, self.fields, self.approved = ctx, ctx.task.metadata_fields, set(ctx.grading.approved)
+        self.labels = {}  # label text -> (choice id, category id, level or None), or None when not a usable label
+        self.last = (None, None)  # (metadata column, its rendered block) of the previous row
+
+    def label(self, text: str):
+        v = self.labels.get(text, False)
+        if v is False:
+            v = None
+            try:
+                lab = json.loads(text)
+                ch, lvl = lab["choice_id"], lab.get("data_level")
+                if isinstance(ch, str) and ch in self.ctx.choices.to_category:
+                    v = (ch, self.ctx.choices.to_category[ch], lvl if isinstance(lvl, str) else None)
+            except (TypeError, ValueError, KeyError, AttributeError):
+                pass
+            if len(self.labels) < 65536:
+                self.labels[text] = v
+        return v
+
+    def __call__(self, s: str, row: tuple):
+        "`(pair key, choice id, level)` of a row (`SftRows` order) that passes every row check in split `s`, else None."
+        ds, sid, sample, st, split, system, user, asst, answer, md, label, seed = row
+        lab = self.label(label)
+        if lab is None or ds != self.ctx.dataset or split != s or answer != asst or not sample.endswith(":" + st):
+            return None
+        choice, cat, lvl = lab
+        if md != self.last[0]:  # the two rows of a source are neighbours and share their metadata
+            self.last = (md, render_metadata(json.loads(md), self.fields))
+        block = self.last[1]
+        if st == "stage1":
+            cats = candidates_for(self.ctx, cat, sid, seed or 0)
+            ok = (
+                system == SYSTEM_STAGE1 and asst == stage1_answer(choice) and user == stage1_user(self.ctx, block, cats)
+            )
+        elif st == "stage2" and lvl in self.approved:
+            cats = [cat]
+            ok = system == SYSTEM_STAGE2 and asst == stage2_answer(lvl) and user == stage2_user(self.ctx, block, cat)
+        else:
+            return None
+        if not ok or leaked_ids(self.ctx, user, cats):
+            return None
+        return sample[: -len(st) - 1], choice, lvl
+
+
+_SFT_COLUMNS = ("data_source", "source_id", "sample_id", "stage", "split", "answer", "metadata", "label", "prompt_seed")
+
+
+def _sft_columns(b: pa.RecordBatch):
+    "The rows of a batch as `SftRowCheck` tuples, or None when its messages are not all three non-null messages."
+    m = b.column("messages")
+    flat = m.flatten()
+    if (
+        m.null_count
+        or flat.null_count
+        or len(flat) != 3 * len(b)
+        or pc.any(pc.not_equal(pc.list_value_length(m), 3)).as_py()
+    ):
+        return None
+    role, text = flat.field("role").to_pylist(), flat.field("content").to_pylist()
+    roles_ok = [r == _ROLES for r in zip(role[0::3], role[1::3], role[2::3])]
+    ds, sid, sample, st, split, answer, md, label, seed = (b.column(c).to_pylist() for c in _SFT_COLUMNS)
+    return roles_ok, zip(ds, sid, sample, st, split, text[0::3], text[1::3], text[2::3], answer, md, label, seed)
+
+
+def _place_sft_rows(check: SftRowCheck, errs: Errors, pairs: _SftPairs, path, s: str, pf):
+    "Check, pair and count the rows of `s`.parquet batch by batch; yields the rows done. A row the column check does not pass goes through `_place_sft_row`, which names its problem."
+    names = pf.schema_arrow.names
+    if any(c not in names or pf.schema_arrow.field(c).type != SFT_SCHEMA.field(c).type for c in SFT_SCHEMA.names):
+        for i, row in iter_parquet(path):  # another layout: row by row
+            _place_sft_row(check.ctx, errs, pairs, path, i, s, row)
+            yield 1
+        return
+    for i0, b in iter_batches(path, columns=SFT_SCHEMA.names):
+        cols = _sft_columns(b)
+        for j, (role_ok, row) in enumerate(zip(*cols)) if cols else ():
+            try:
+                got = check(s, row) if role_ok else None
+            except (TypeError, AttributeError, KeyError, IndexError, ValueError):
+                got = None
+            if got:
+                _pair_sft_row(pairs, path, i0 + j, s, row[3], *got)
+            else:
+                _place_sft_row(check.ctx, errs, pairs, path, i0 + j, s, b.slice(j, 1).to_pylist()[0])
+        if cols is None:
+            for j, row in enumerate(b.to_pylist()):
+                _place_sft_row(check.ctx, errs, pairs, path, i0 + j, s, row)
+        yield len(b)
 
 # %% ../../nbs/release/06_sft.ipynb #75aed427
 def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True) -> dict:
@@ -422,12 +566,14 @@ def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True
     errs = Errors()
     pairs = _SftPairs(errs)
     rows = 0
+    fast = SftRowCheck(ctx)
     for s in SPLITS:
         path = d / f"{s}.parquet"
-        _open_sft_split(path)
-        for i, row in tqdm(iter_parquet(path), desc=f"sft-validate {s}", disable=not progress, mininterval=1):
-            rows += 1
-            _place_sft_row(ctx, errs, pairs, path, i, s, row)
+        pf = _open_sft_split(path)
+        with tqdm(total=pf.metadata.num_rows, desc=f"sft-validate {s}", disable=not progress, mininterval=1) as bar:
+            for n in _place_sft_rows(fast, errs, pairs, path, s, pf):
+                rows += n
+                bar.update(n)
     if rows == 0:
         errs.add(d, None, "rows", "the release has no rows: an empty release never validates")
     pairs.unpaired(d, _sft_keys)

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -35,7 +36,7 @@ from vtreetrm.utils import (
 # %% auto #0
 __all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'skip_iri_grammar', 'kernel_stderr_to', 'project_root', 'notebooks_dir',
            'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'gather_params', 'check_params',
-           'render_html', 'run_notebook', 'kernel_config', 'run_cmd']
+           'render_html', 'ExecOptions', 'run_notebook', 'kernel_config', 'ParamFlags', 'run_cmd']
 
 # %% ../../nbs/runs/00_papermill.ipynb #7f3a91c1
 def skip_iri_grammar():
@@ -209,6 +210,16 @@ def _safe_name(name: str) -> str:
     return s
 
 # %% ../../nbs/runs/00_papermill.ipynb #e5a7ab14
+@dataclass
+class ExecOptions:
+    "How a run's notebook executes and what its caller is called in refusals."
+
+    kernel: str = "python3"  # Jupyter kernel that executes it
+    log_output: bool = False  # stream the cells' outputs to stderr as they run (papermill --log-output)
+    run_fields: dict = None  # more fields for run.json (a sweep point's executor, job id and node)
+    flags: tuple = ("--name", "--force")  # the caller's options for another run name and for a re-run, in refusals
+
+
 def run_notebook(
     notebook: str | Path,  # notebook path or name in nbs/experiments
     name: str,  # run name: the folder under runs_dir
@@ -217,12 +228,11 @@ def run_notebook(
     force: bool = False,  # re-run even when a done run has the same params
     html: bool = True,  # render NAME.html without code cells
     progress: bool = True,  # papermill's cell progress bar
-    kernel: str = "python3",  # Jupyter kernel that executes it
-    log_output: bool = False,  # stream the cells' outputs to stderr as they run (papermill --log-output)
-    run_fields: dict = None,  # more fields for run.json (a sweep point's executor, job id and node)
-    flags: tuple = ("--name", "--force"),  # the caller's options for another run name and for a re-run, in refusals
+    opts: ExecOptions = None,  # kernel, cell log, run.json fields, the caller's flag names
 ) -> dict:
     "Execute a notebook into `runs_dir/name/`; returns its run.json (status `done`, `failed` or `skipped`)."
+    opts = opts or ExecOptions()
+    flags = opts.flags
     nb = resolve_notebook(notebook)
     declared = notebook_parameters(nb)
     full = check_params(nb, dict(params or {}), declared)
@@ -237,13 +247,10 @@ def run_notebook(
             f"run {name!r} exists with other parameters; choose another {flags[0]} or pass {flags[1]}", dest
         )
 
-    inputs = [nb] + [Path(v) for v in full.values() if isinstance(v, str) and len(v) < 4096 and Path(v).is_file()]
     check_replaceable(Path(os.path.abspath(dest)))  # a folder this tool did not write is refused before running
     try:
         with _run_lock(dest, flags[0]):
-            return _execute(
-                nb, name, dest, full, declared, inputs, prev, html, progress, kernel, log_output, run_fields
-            )
+            return _execute(nb, dest, full, declared, prev, html, progress, opts)
     except _Kept as k:
         return k.args[0]
 
@@ -274,20 +281,20 @@ def kernel_config():
     return Config({"KernelManager": {"transport_encryption": "auto"}})
 
 # %% ../../nbs/runs/00_papermill.ipynb #39d7662a
-def _execute(
-    nb, name, dest, full, declared, inputs, prev, html, progress, kernel="python3", log_output=False, run_fields=None
-) -> dict:
+def _execute(nb, dest, full, declared, prev, html, progress, opts: ExecOptions) -> dict:
     skip_iri_grammar()
     import papermill as pm
 
+    name = dest.name
+    inputs = [nb] + [Path(v) for v in full.values() if isinstance(v, str) and len(v) < 4096 and Path(v).is_file()]
     work, resumed = _running_dir(dest, full)
     rf = RunFolder(work, full, inputs)
     rf.start(resumed=resumed, name=name, notebook=str(nb), run_dir=str(dest.resolve()),
-             running_dir=str(work.resolve()), pid=os.getpid(), **(run_fields or {}))  # fmt: skip
+             running_dir=str(work.resolve()), pid=os.getpid(), **(opts.run_fields or {}))  # fmt: skip
     exec_params = dict(full)
     if "run_dir" in declared:
         exec_params["run_dir"] = str(work.resolve())
-    if log_output:
+    if opts.log_output:
         _log_to_stderr()
     try:
         pm.execute_notebook(
@@ -295,9 +302,9 @@ def _execute(
             str(work / f"{name}.ipynb"),
             parameters=exec_params,
             progress_bar=progress,
-            kernel_name=kernel,
+            kernel_name=opts.kernel,
             cwd=str(Path.cwd()),
-            log_output=log_output,
+            log_output=opts.log_output,
             config=kernel_config(),
         )
         ended = dict(status="done")
@@ -348,18 +355,25 @@ def _keep_done(work: Path, dest: Path, run: dict) -> dict:
     raise _Kept(run)
 
 # %% ../../nbs/runs/00_papermill.ipynb #5e57a3d3
-def run_cmd(
-    notebook: Param("notebook path, or a name in nbs/experiments/"),
-    name: str = None,  # run name (folder under --runs-dir); default: the notebook's name
+@dataclass
+class ParamFlags:
+    "The notebook's parameters: files (-f), then YAML (-y), then -p, then -r; later ones win."
+
     p: Param(
         "a parameter, as papermill takes it: -p NAME VALUE (True/False/None/numbers typed, else text); "
         "or -p KEY=VALUE ... (values read as YAML); repeatable",
         nargs="+",
         action="append",
-    ) = None,
-    r: Param("a parameter kept as text: -r NAME VALUE; repeatable", nargs=2, action="append") = None,
-    f: Param("a YAML file of parameters; repeatable", action="append") = None,
-    y: Param("parameters as a YAML mapping, e.g. -y 'epochs: 3'; repeatable", action="append") = None,
+    ) = None
+    r: Param("a parameter kept as text: -r NAME VALUE; repeatable", nargs=2, action="append") = None
+    f: Param("a YAML file of parameters; repeatable", action="append") = None
+    y: Param("parameters as a YAML mapping, e.g. -y 'epochs: 3'; repeatable", action="append") = None
+
+
+def run_cmd(
+    notebook: Param("notebook path, or a name in nbs/experiments/"),
+    name: str = None,  # run name (folder under --runs-dir); default: the notebook's name
+    params: ParamFlags = None,  # -p, -r, -f, -y (ParamFlags)
     k: str = "python3",  # Jupyter kernel to execute with
     log_output: bool = False,  # stream the cells' outputs to stderr as they run
     runs_dir: str = "papermill_runs",  # where run folders are written
@@ -371,12 +385,11 @@ def run_cmd(
     r = run_notebook(
         nb,
         name or nb.stem,
-        gather_params(p, r, f, y),
+        gather_params(**vars(params or ParamFlags())),
         runs_dir,
         force=force,
         html=not no_html,
-        kernel=k,
-        log_output=log_output,
+        opts=ExecOptions(kernel=k, log_output=log_output),
     )
     print(
         f"{r['status']}: {Path(runs_dir) / _safe_name(name or nb.stem)}"

@@ -25,7 +25,14 @@ from typing import Literal
 
 from ..cli import Param
 from .folder import FINAL, RunFolder, check_number, read_run
-from .papermill import _safe_name, check_params, notebook_parameters, resolve_notebook, run_notebook
+from vtreetrm.runs.papermill import (
+    ExecOptions,
+    _safe_name,
+    check_params,
+    notebook_parameters,
+    resolve_notebook,
+    run_notebook,
+)
 from ..utils import UserError, load_yaml, now_iso, provenance, read_json, sha256_file, write_json
 
 # %% auto #0
@@ -326,7 +333,7 @@ class SweepPoint:
                 if self.sha256:
                     check_notebook_sha(self.notebook, self.sha256)
                 r = run_notebook(self.notebook, name, params, self.sweep_dir, force=self.force, progress=False,
-                                 run_fields=_job_env(self.executor), flags=("--runs-dir", "--force"))  # fmt: skip
+                                 opts=ExecOptions(run_fields=_job_env(self.executor), flags=("--runs-dir", "--force")))  # fmt: skip
             except UserError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return "failed"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..utils import UserError, provenance, write_json
-from .config import DEFAULT_CACHE, FeatureSpec, Phase2Config
+from .config import DEFAULT_CACHE, FeatureSpec, Phase1TrainConfig, Phase2Config
 
 # %% auto #0
 __all__ = ['CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd', 'export_cmd',
@@ -70,24 +70,21 @@ def features_cmd(
 def phase1_cmd(
     datasets: list[str],  # dataset folders (several: joint training)
     out: str = "papermill_runs/video/phase1",  # run folder
-    epochs: int = 60,  # training epochs
-    batch_size: int = 32,  # clips per batch (in-batch contrastive negatives)
-    lr: float = 1e-3,  # AdamW learning rate
-    seed: int = 0,  # random seed
     width: int = 64,  # Phase-1 width (= width of the tokens Phase-2 reads)
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
     resume: bool = False,  # continue the run in --out from its last/ checkpoint
     features: FeatureSpec = None,  # the feature options (FeatureSpec)
+    train: Phase1TrainConfig = None,  # the training options (Phase1TrainConfig)
 ):
     "Train the three-branch contrastive Phase-1 module; keeps best/ by validation loss."
-    from vtreetrm.video.phase1 import Phase1Config, Phase1TrainConfig, train_phase1
+    from vtreetrm.video.phase1 import Phase1Config, train_phase1
 
     s = train_phase1(
         datasets,
         out,
         features or FeatureSpec(),
         Phase1Config(width=width),
-        Phase1TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed),
+        train or Phase1TrainConfig(),
         skip_bad,
         resume,
     )

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from transformers import Blip2QFormerConfig
 
 # %% auto #0
-__all__ = ['DEFAULT_CACHE', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS', 'FeatureSpec', 'Phase2Config']
+__all__ = ['DEFAULT_CACHE', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS', 'FeatureSpec', 'Phase1TrainConfig', 'Phase2Config']
 
 # %% ../../nbs/video/03a_config.ipynb #f3a7c0d1
 DEFAULT_CACHE = ".cache/vtreetrm/features"
@@ -49,6 +49,26 @@ class FeatureSpec:
         "The features a run was trained on, from its params.json (or checkpoint meta) `params`, read from `cache`."
         sampling = (params.get("features") or {}).get("sampling") or {}
         return cls(cache, params["vision"], params["frames"], params["grid"], sampling.get("image_size"))
+
+# %% ../../nbs/video/03a_config.ipynb #024f0a00
+@dataclass
+class Phase1TrainConfig:
+    "Training knobs of Phase-1."
+
+    epochs: int = 60  # training epochs
+    batch_size: int = 32  # clips per batch (in-batch contrastive negatives)
+    lr: float = 1e-3  # AdamW learning rate
+    weight_decay: float = 0.05  # AdamW weight decay
+    seed: int = 0  # random seed
+
+    def __post_init__(self):
+        for f in ("epochs", "batch_size"):
+            if getattr(self, f) < 1:
+                raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
+        for f in ("lr", "weight_decay"):
+            v = getattr(self, f)
+            if not math.isfinite(v) or v < 0 or (f == "lr" and v == 0):
+                raise UserError(f"--{f.replace('_', '-')} must be a finite positive number, got {v}")
 
 # %% ../../nbs/video/03a_config.ipynb #7634da72
 LR_SCHEDULES = ("constant", "linear", "cosine")

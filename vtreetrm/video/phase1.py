@@ -28,13 +28,13 @@ from vtreetrm.video.checkpoints import (
     set_rng_state,
     training_lock,
 )
-from .config import FeatureSpec
+from .config import FeatureSpec, Phase1TrainConfig
 from .features import FeatureCache, Sampling, load_vision_encoder
 from .labels import Dataset, load_dataset
 
 # %% auto #0
 __all__ = ['BRANCHES', 'dataset_features', 'open_cache', 'Phase1Config', 'Phase1Output', 'Phase1Encoder', 'supcon_loss',
-           'prototype_loss', 'label_matrix', 'Phase1TrainConfig', 'load_phase1', 'train_phase1']
+           'prototype_loss', 'label_matrix', 'load_phase1', 'train_phase1']
 
 # %% ../../nbs/video/03_phase1.ipynb #bfabf358
 def dataset_features(
@@ -187,26 +187,6 @@ def label_matrix(groups: list) -> torch.Tensor:
     return torch.tensor([[bool(a & b) for b in groups] for a in groups])
 
 # %% ../../nbs/video/03_phase1.ipynb #48a633ad
-@dataclass
-class Phase1TrainConfig:
-    "Training knobs of Phase-1."
-
-    epochs: int = 60
-    batch_size: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 0.05
-    seed: int = 0
-
-    def __post_init__(self):
-        for f in ("epochs", "batch_size"):
-            if getattr(self, f) < 1:
-                raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {getattr(self, f)}")
-        for f in ("lr", "weight_decay"):
-            v = getattr(self, f)
-            if not math.isfinite(v) or v < 0 or (f == "lr" and v == 0):
-                raise UserError(f"--{f.replace('_', '-')} must be a finite positive number, got {v}")
-
-
 def _groups(clips):
     return {
         "behaviour": [{f"{c.dataset}:{l}" for l in c.labels} for c in clips],
