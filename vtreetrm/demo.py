@@ -16,9 +16,9 @@ from .utils import atomic_dir, sha256_json, write_json, write_jsonl
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
-__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'PROBE', 'ANSWER', 'synthetic_conditions', 'synthetic_run', 'run_name',
-           'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'demo_summary', 'comparisons', 'summary_markdown',
-           'write_demo_summary', 'DemoParts', 'demo_cmd']
+__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'DIVERSITY', 'PROBE', 'ANSWER', 'synthetic_conditions', 'synthetic_run', 'run_name',
+           'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'query_diversity_by_run', 'demo_summary', 'comparisons',
+           'summary_markdown', 'write_demo_summary', 'DemoParts', 'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -278,26 +278,58 @@ def seed_verdict(a: list, b: list) -> str:
         return "one seed: no spread"
     return "within seed noise" if abs(ma - mb) < 2 * max(sds) else "separated"
 
+# %% ../nbs/90_demo.ipynb #d1e44a02
+DIVERSITY = {"R_eff/M": "effective_rank_ratio", "Gini": "gini"}  # the query-diversity figures of the rank-reg pair
+
+
+def query_diversity_by_run(
+    analysis: Path,  # a query-diversity folder (summary.json of `eval_and_analyze`'s analysis)
+) -> dict:
+    "{run: {'R_eff/M': x, 'Gini': y}} for each checkpoint in the folder's summary.json, named by its run folder."
+    from vtreetrm.runs.folder import check_number
+    from vtreetrm.runs.report import read_summary
+    from vtreetrm.utils import UserError
+
+    if analysis is None:
+        raise UserError("no query-diversity analysis was given")
+    f, s = Path(analysis) / "summary.json", read_summary(analysis)
+    if not isinstance(s.get("checkpoints"), list):
+        raise UserError("must be a list of the checkpoints measured", f, field="checkpoints")
+    out = {}
+    for i, e in enumerate(s["checkpoints"]):
+        if not isinstance(e, dict) or not isinstance(e.get("path"), str):
+            raise UserError("must name its checkpoint's path", f, field=f"checkpoints.{i}.path")
+        out[Path(e["path"]).parent.name] = {
+            k: check_number(e.get(key), f, f"checkpoints.{i}.{key}", unit=True) for k, key in DIVERSITY.items()
+        }
+    return out
+
 # %% ../nbs/90_demo.ipynb #f1fcc208
 def demo_summary(
     vdir: Path,  # the video demo's folder (its summary.json, runs/<headline>/ladder.json)
     seconds: float,  # the whole demo's wall time
     quick: bool,
+    analysis: Path = None,  # the run's query-diversity folder (summary.json), for the rank-reg pair's R_eff/M and Gini
 ) -> dict:
     "What a demo run measured: each video run's scores, the headline run's ladder, and what produced them."
     import os
 
     import torch
 
-    from vtreetrm.utils import provenance, read_json
+    from vtreetrm.utils import UserError, provenance, read_json
 
     v = read_json(vdir / "summary.json")
     rows = [{k: r.get(k) for k in ("run", "train_dataset", "dataset", "top1", "macro_f1", "majority_top1")}
             | {"variant": r.get("variant", r["run"]), "seed": r.get("seed", 0)} for r in v["rows"]]  # fmt: skip
     ladders = {f.parent.name: read_json(f)["rungs"] for f in sorted((vdir / "runs").glob("*/ladder.json"))}
+    try:
+        diversity = {"runs": query_diversity_by_run(analysis)}
+    except UserError as e:
+        diversity = {"missing": str(e)}
     machine = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
     s = {"quick": quick, "seconds": round(seconds), "machine": machine, "rows": rows, "ladders": ladders,
-         "seeds": v.get("seeds", 1), "jobs": v.get("jobs", 1), "provenance": provenance()}  # fmt: skip
+         "seeds": v.get("seeds", 1), "jobs": v.get("jobs", 1), "query_diversity": diversity,
+         "provenance": provenance()}  # fmt: skip
     return {**s, "comparisons": comparisons(s)}
 
 
@@ -326,11 +358,28 @@ def _ladders_by_variant(s: dict) -> dict:
     return groups
 
 
+def _diversity(s: dict, a_runs: list, b_runs: list) -> dict:
+    "{'diversity': {figure: both arms' values per seed, difference, verdict}}, or {'diversity_missing': why}."
+    d = s.get("query_diversity") or {"missing": "the summary holds no query-diversity analysis"}
+    if "missing" in d:
+        return {"diversity_missing": d["missing"]}
+    lost = [r for r in a_runs + b_runs if r not in d["runs"]]
+    if lost:
+        return {"diversity_missing": f"no query-diversity figures for {', '.join(lost)} in the analysis"}
+    out = {}
+    for k in DIVERSITY:
+        a, b = [d["runs"][r][k] for r in a_runs], [d["runs"][r][k] for r in b_runs]
+        diff = mean_sd(a)[0] - mean_sd(b)[0]
+        out[k] = {"a": a, "b": b, "difference": diff, "verdict": seed_verdict(a, b)}
+    return {"diversity": out}
+
+
 def comparisons(s: dict) -> list[dict]:
     "The demo's pairs, each with both arms' Top1 per seed and its verdict: X_shuffled vs X, X_rankreg vs X, a ladder's answer vs probe."
-    by = {}
+    by, runs = {}, {}
     for r in s["rows"]:
         by.setdefault((r["variant"], r["dataset"]), []).append(r["top1"])
+        runs.setdefault((r["variant"], r["dataset"]), []).append(r["run"])
     out = []
     for (v, ds), xs in by.items():
         for suffix, what in (
@@ -341,6 +390,8 @@ def comparisons(s: dict) -> list[dict]:
                 out.append(
                     {"a": v, "b": v[: -len(suffix)], "what": what, "a_top1": xs, "b_top1": by[v[: -len(suffix)], ds]}
                 )
+                if suffix == "_rankreg":
+                    out[-1] |= _diversity(s, runs[v, ds], runs[v[: -len(suffix)], ds])
     for v, seeds in _ladders_by_variant(s).items():
         tops = [{g.get("stage"): g.get("top1") for g in rungs} for rungs in seeds]
         pairs = [(top.get(ANSWER), top.get(PROBE)) for top in tops]
@@ -380,10 +431,18 @@ def summary_markdown(s: dict) -> str:
                 for (v, ds), g in groups.items() if len(g) > 1]  # fmt: skip
     cs = comparisons(s)
     if cs:
-        out += ["", "Comparisons (Top1; a difference smaller than 2 sd of the seeds is within seed noise):", "",
-                "| comparison | A | B | A − B | verdict |", "|---|---|---|---|---|"]  # fmt: skip
-        out += [f"| {c['what']}: `{c['a']}` vs `{c['b']}` | {_msd(c['a_top1'])} | {_msd(c['b_top1'])} | "
-                f"{_diff(c['difference'])} | {c['verdict']} |" for c in cs]  # fmt: skip
+        out += ["", "Comparisons (Top1 unless named; a difference smaller than 2 sd of the seeds is within seed noise):",
+                "", "| comparison | A | B | A − B | verdict |", "|---|---|---|---|---|"]  # fmt: skip
+        for c in cs:
+            out.append(f"| {c['what']}: `{c['a']}` vs `{c['b']}` | {_msd(c['a_top1'])} | {_msd(c['b_top1'])} | "
+                       f"{_diff(c['difference'])} | {c['verdict']} |")  # fmt: skip
+            for k, x in c.get("diversity", {}).items():
+                out.append(f"| {c['what']}, query {k}: `{c['a']}` vs `{c['b']}` | {_msd(x['a'])} | {_msd(x['b'])} | "
+                           f"{_diff(x['difference'])} | {x['verdict']} |")  # fmt: skip
+            if "diversity_missing" in c:
+                why = c["diversity_missing"].replace("|", "/")
+                out.append(f"| {c['what']}, query {' and '.join(DIVERSITY)}: `{c['a']}` vs `{c['b']}` | - | - | - | "
+                           f"no figure: {why} |")  # fmt: skip
     out += _ladder_tables(s)
     m, pv = s["machine"], s["provenance"]
     jobs = f", {s['jobs']} Phase-2 runs at a time of 1 thread each" if s.get("jobs", 1) > 1 else ""
@@ -448,7 +507,7 @@ def demo_cmd(
     )
     for d in extra:
         print(f"{d.name}: {(d / (d.name + '.html')).resolve()}")
-    s = demo_summary(vdir, time.time() - t0, quick)
+    s = demo_summary(vdir, time.time() - t0, quick, analysis=ana / "analysis")
     _, md = write_demo_summary(s, p.parent)
     print(summary_markdown(s), end="")
     print(f"summary: {md.resolve()}")
