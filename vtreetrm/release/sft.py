@@ -498,7 +498,10 @@ class SftRowCheck:
             return None
         choice, cat, lvl = lab
         if md != self.last[0]:  # the two rows of a source are neighbours and share their metadata
-            self.last = (md, render_metadata(json.loads(md), self.fields))
+            try:
+                self.last = (md, render_metadata(json.loads(md), self.fields))
+            except (UserError, TypeError, ValueError, AttributeError):
+                return None  # metadata the prompts cannot show: the row-by-row check words the problem
         block = self.last[1]
         if st == "stage1":
             cats = candidates_for(self.ctx, cat, sid, seed or 0)
