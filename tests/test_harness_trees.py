@@ -240,7 +240,7 @@ class SlowCaptioner:
     def __init__(self, seed: int, delay: float):
         from vtreetrm.harness.trees import SimulatedCaptioner
 
-        self.sim, self.identity, self.rng, self.delay = SimulatedCaptioner(), SimulatedCaptioner.identity, None, delay
+        self.sim, self.identity, self.delay = SimulatedCaptioner(), SimulatedCaptioner.identity, delay
         self.rng, self.now, self.most = np.random.default_rng(seed), 0, 0
 
     async def _wait(self):
