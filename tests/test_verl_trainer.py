@@ -12,7 +12,7 @@ from conftest import one_line
 from verl_chain import TRAINED_QWEN2, verl_chain
 
 from vtreetrm.cli import main
-from vtreetrm.utils import model_identity, read_json
+from vtreetrm.utils import model_identity, read_json, sha256_file
 
 pytest.importorskip("verl", reason="needs the optional verl extra")
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,3 +81,71 @@ def test_verl_sft_trains_on_cpu_then_merges_and_gates(tmp_path, capfd, monkeypat
     rc, out, err = run(capfd, *launch, "--output-dir", tmp_path / "rl-launch")
     one_line(err, rc, "the rollout gate did not pass", "nonzero_reward_rate", str(gate))
     assert not (tmp_path / "rl-launch").exists()
+
+
+# the accepting chain: a direct-answer trajectory release (thoughts filled by the reviewed-generator step), verl's own
+# trainer long enough to answer in the release's format, its checkpoint merged, gated live and launched
+ACCEPT_STEPS = 300
+THINK = "依据字段描述与表名选定类别。"
+
+
+@pytest.mark.slow
+@pytest.mark.verl
+def test_verl_sft_checkpoint_passes_the_gate_and_launches_rl(tmp_path, capfd, monkeypatch):
+    from verl_chain import validated_launch
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    c = verl_chain(tmp_path, records=500, classes=["direct"], think=THINK, **TRAINED_QWEN2)
+    r, a = c.run, c.assets
+    assert read_json(r / "traj/export_report.json")["classes"] == ["direct"]
+    extra = [
+        f"trainer.total_training_steps={ACCEPT_STEPS}",
+        f"trainer.save_freq={ACCEPT_STEPS}",
+        "trainer.test_freq=-1",
+    ]
+    extra += [
+        "trainer.total_epochs=1000",
+        "data.train_batch_size=4",
+        "data.micro_batch_size_per_gpu=4",
+        "optim.lr=5e-3",
+    ]
+    sft = ["verl-sft", "--release", r / "traj", "--model", tmp_path / "model", "--output-dir", tmp_path / "sft"]
+    rc, out, err = run(
+        capfd, *sft, "--device", "cpu", "--no-dry-run", "--extra", *extra
+    )  # a filled release: no --smoke
+    assert rc == 0, err[-3000:]
+    losses = {int(s): float(v) for s, v in re.findall(r"step:(\d+) - .*?train/loss:(\S+)", out + err)}
+    assert sorted(losses) == list(range(1, ACCEPT_STEPS + 1)) and losses[ACCEPT_STEPS] < losses[1] / 4, losses
+    ck = tmp_path / f"sft/checkpoints/global_step_{ACCEPT_STEPS}"
+    rc, out, err = run(capfd, "verl-merge", "--checkpoint", ck, "--out", tmp_path / "merged")
+    assert rc == 0, err[-3000:]
+
+    gate = tmp_path / "gate.json"
+    tools = ["--registry", a.registry, "--corpus", a.corpus, "--task-config", a.task_config]
+    live = ["--n", 64, "--max-turns", 2, "--max-new-tokens", 48, "--report", gate]
+    rc, out, err = run(capfd, "rollout-gate", "--model", tmp_path / "merged", "--release", r / "rl", *tools, *live)
+    g = read_json(gate)
+    with capfd.disabled():  # the gate's figures in the test log (pytest -s)
+        keys = ("denominator", "nonzero_reward_numerator", "nonzero_reward_rate", "answer_parsed_rate")
+        print("rollout gate:", {k: g[k] for k in keys}, "model", g["model"]["sha256"])
+    # every answer parses (the format is learnt), and some are right: the band RL can learn from
+    assert rc == 0 and g["status"] == "passed" and g["answer_parsed_rate"] == 1.0, (g, err[-2000:])
+    assert (
+        0.05 <= g["nonzero_reward_rate"] <= 0.30
+        and g["model"]["sha256"] == model_identity(tmp_path / "merged")["sha256"]
+    )
+
+    audit = tmp_path / "audit.json"
+    std = [f"--{k}-standard=shougang={c.syn}/STANDARDS/shougang.{k}.json" for k in ("classification", "grading")]
+    rc, out, err = run(capfd, "audit", "--bundle", "--canonical", f"shougang={r}/canonical/shougang/all.json", *std,
+                       "--report", audit, "--no-progress")  # fmt: skip
+    assert rc == 0, err[-3000:]
+    launch = ["verl-rl", "--release", r / "rl", "--sft-model", tmp_path / "merged", "--rollout-gate", gate, *tools]
+    launch += ["--audit", audit, "--reference", tmp_path / "model", "--output-dir", tmp_path / "rl-launch"]
+    rc, out, err = run(capfd, *launch)
+    assert rc == 0, err[-3000:]
+    rep = read_json(tmp_path / "rl-launch/launch_report.json")
+    assert rep["gates"]["rollout_gate"]["sha256"] == sha256_file(gate) and rep["checks"]["rollout_gate_passed"], rep
+    cfg = validated_launch(tmp_path / "rl-launch/command.sh")  # verl's own validate_config passed on it
+    assert cfg.actor_rollout_ref.model.path == str(tmp_path / "merged")

@@ -16,29 +16,43 @@ TRAINED_QWEN2 = dict(
 )  # fmt: skip
 
 
-def verl_chain(t: Path, records: int = 80, **model):
-    """The synthetic chain (`records` field records) in `t` with its rl-cascade release (run/rl) and trajectory release (run/traj),
-    and a tiny Qwen2 in t/model with a tokenizer trained on the trajectories (`model`: Qwen2Config sizes to change)."""
+def verl_chain(t: Path, records: int = 80, classes=None, think: str = None, **model):
+    """The synthetic chain (`records` field records) in `t` with its rl-cascade release (run/rl) and trajectory release
+    (run/traj: the trajectory `classes`, all when None; thoughts mock, or when `think` is given, the think shards
+    collected and filled with that text as a reviewed generator would, then exported from the filled files), and a tiny
+    Qwen2 in t/model (`model`: Qwen2Config sizes to change) with a tokenizer trained on the trajectories and the RL
+    prompts, each of the release's choice ids one token (a byte-level BPE splits them into letters and digits)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from vtreetrm.release.canonical import synthetic_chain
     from vtreetrm.release.chat import build_chat_tokenizer
     from vtreetrm.release.mixture import mixture
     from vtreetrm.release.rl import rl_export
-    from vtreetrm.release.trajectory import _clean, trajectory_export
+    from vtreetrm.release.trajectory import ThinkSource, _clean, trajectory_collect, trajectory_export
 
     c = synthetic_chain(t, records=records)
     r, a = c.run, c.assets
-    rl_export(r / "canonical/shougang/all.json", r / "rl-source", "shougang", progress=False, assets=a)
+    can = r / "canonical/shougang/all.json"
+    rl_export(can, r / "rl-source", "shougang", progress=False, assets=a)
     shutil.copy(c.syn / "STANDARDS/shougang.grading.json", r / "grading.json")
     write_grading_manifest(r / "grading-manifest.json", {"shougang": "grading.json"})
     mixture("rl-cascade", [f"shougang={r}/rl-source"], r / "grading-manifest.json", output_dir=r / "rl",
             progress=False, assets=a)  # fmt: skip
-    trajectory_export("shougang", r / "canonical/shougang/all.json", output_dir=r / "traj", progress=False, assets=a)
+    source = ThinkSource()
+    if think is not None:
+        trajectory_collect("shougang", can, a, collect_dir=r / "collect", progress=False)
+        (r / "filled").mkdir()
+        for f in sorted((r / "collect").glob("think-*.jsonl")):
+            lines = [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines()]
+            filled = [{**x, "think": think, "tool_think": [think] * len(x["tool_think"])} for x in lines]
+            (r / "filled" / f.name).write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in filled))
+        source = ThinkSource("file:filled", r)
+    trajectory_export("shougang", can, a, source, output_dir=r / "traj", classes=classes, progress=False)
     rows = pq.read_table(r / "traj/train.parquet").to_pylist()
-    tok = build_chat_tokenizer(
-        [json.dumps([_clean(m) for m in x["messages"]], ensure_ascii=False) for x in rows] * 2, vocab_size=1500
-    )
+    prompts = [json.dumps(x["prompt"], ensure_ascii=False) for x in pq.read_table(r / "rl/train.parquet").to_pylist()]
+    texts = [json.dumps([_clean(m) for m in x["messages"]], ensure_ascii=False) for x in rows] * 2 + prompts
+    tok = build_chat_tokenizer(texts, vocab_size=1500)
+    tok.add_tokens(sorted(a.context().choices.to_choice.values()))
     sizes = dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
     )

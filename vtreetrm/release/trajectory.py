@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +37,8 @@ from ..utils import UserError, atomic_dir, iter_jsonl, stable_uniform, write_jso
 __all__ = ['TRAJECTORY_STAGE', 'TRAJECTORY_FORMAT', 'TRAJECTORY_CLASSES', 'NO_RESULT_FALLBACK', 'TRAJECTORY_SCHEMA',
            'TRAJ_SCHEMA_CACHE', 'trajectory_class', 'build_context', 'iter_contexts', 'trajectory_collect',
            'mock_think', 'resolve_think_file', 'load_think_file', 'assemble', 'to_row', 'check_trajectory_row',
-           'validate_trajectory_dataset', 'trajectory_export', 'release_think_source', 'trajectory_validate',
-           'trajectory_stats']
+           'validate_trajectory_dataset', 'ThinkSource', 'trajectory_export', 'release_think_source',
+           'trajectory_validate', 'trajectory_stats']
 
 # %% ../../nbs/release/11_trajectory.ipynb #6a2a5c28
 TRAJECTORY_STAGE = "tool_trajectory"
@@ -544,6 +545,26 @@ def _write_trajectories(out: SplitWriter, contexts, thinks: dict | None, failed:
     return used
 
 
+def _of_classes(contexts, classes: frozenset | None, skipped: set):
+    "The `(record, context)` pairs of `classes` (all when None); the sample ids of the others are added to `skipped`."
+    for rec, c in contexts:
+        if classes is None or c["trajectory_class"] in classes:
+            yield rec, c
+        else:
+            skipped.add(c["sample_id"])
+
+
+def _check_classes(classes) -> frozenset | None:
+    "`--classes` as a set (None: every class), refused when empty or naming an unknown class."
+    if classes is None:
+        return None
+    unknown = [k for k in classes if k not in TRAJECTORY_CLASSES]
+    if unknown or not classes:
+        what = f"unknown class {unknown[0]!r}" if unknown else "no class given"
+        raise UserError(f"--classes: {what}; choose from {', '.join(TRAJECTORY_CLASSES)}", field="classes")
+    return frozenset(classes)
+
+
 def _extra_thinks(thinks: dict, used: set) -> list:
     "Audit entries for the think-file lines no trajectory asked for."
     return [
@@ -575,6 +596,15 @@ def _fail_think_source(failed: list, audit: Path, params: dict, inputs: list, da
     )
 
 # %% ../../nbs/release/11_trajectory.ipynb #2f8035cc
+@dataclass
+class ThinkSource:
+    "Where the thoughts come from, and where their problems are listed."
+
+    think_source: str = "mock"  # mock, or file:PATH (filled JSONL file or folder of shards)
+    think_root: str = "."  # folder a file: think source must stay inside
+    failed_audit: str = None  # JSON listing think-source problems (default OUTPUT_DIR.failed.json)
+
+
 @requires(
     "dataset", "canonical", "registry", "corpus", "metadata_fields", "task_config", "grading_config", "output_dir"
 )
@@ -582,16 +612,20 @@ def trajectory_export(
     dataset: str = None,  # dataset name
     canonical: str = None,  # canonical all.json (with embedded split)
     assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
-    think_source: str = "mock",  # mock, or file:PATH (filled JSONL file or folder of shards)
-    think_root: str = ".",  # folder a file: think source must stay inside
+    think: ThinkSource = None,  # --think-source, --think-root, --failed-audit (ThinkSource)
     output_dir: str = None,  # trajectory release folder to publish
-    failed_audit: str = None,  # JSON listing think-source problems (default OUTPUT_DIR.failed.json)
+    classes: list[
+        str
+    ] = None,  # trajectory classes to export (default: all of direct, single_tool, multi_tool, no_result)
     progress: bool = True,  # show a progress bar
 ):
     "Assemble contexts and thoughts, re-execute tools, validate and publish the trajectory parquet."
-    params = flat_params(locals())  # every flag but progress
+    th = think or ThinkSource()
+    params = flat_params({**locals(), "think": th}, drop=("progress", "th"))  # every flag but progress
+    think_source, failed_audit = th.think_source, th.failed_audit
+    keep = _check_classes(classes)
     ctx = _load_context(dataset, assets)
-    think_files, thinks, failed = _read_think_source(think_source, think_root)
+    think_files, thinks, failed = _read_think_source(think_source, th.think_root)
     failed_audit = Path(
         failed_audit or f"{output_dir.rstrip('/') if isinstance(output_dir, str) else output_dir}.failed.json"
     )
@@ -600,13 +634,15 @@ def trajectory_export(
     with atomic_dir(output_dir) as d:
         out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)  # every split gets a file, empty ones too
         try:
-            contexts = iter_contexts(ctx, tools, canonical, progress, "trajectory-export")
+            skipped = set()  # sample ids of the classes left out: their think-file lines are not extra
+            contexts = _of_classes(iter_contexts(ctx, tools, canonical, progress, "trajectory-export"), keep, skipped)
             used = _write_trajectories(out, contexts, thinks if think_files else None, failed)
-            failed += _extra_thinks(thinks, used)
+            failed += _extra_thinks(thinks, used | skipped)
             if failed:
                 _fail_think_source(failed, failed_audit, params, [canonical, *think_files], ctx.dataset, think_source)
             if not sum(out.counts.values()):
-                raise UserError("no trajectories to export", canonical)
+                of = f" of classes {', '.join(sorted(keep))}" if keep else ""
+                raise UserError(f"no trajectories{of} to export", canonical)
         finally:
             out.close()
         counts = out.counts
@@ -621,6 +657,7 @@ def trajectory_export(
             stage=TRAJECTORY_STAGE,
             trajectory_format=TRAJECTORY_FORMAT,
             think_source=think_source.split(":", 1)[0],
+            classes=sorted(keep or TRAJECTORY_CLASSES, key=list(TRAJECTORY_CLASSES).index),
             rows={s: counts[s] for s in SPLITS},
             validation={k: val[k] for k in ("valid", "rows", "counts", "seconds", "tool_reexecution_seconds")},
             export_seconds=round(t1 - t0, 3),
