@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import one_line
 from verl_chain import TRAINED_QWEN2, verl_chain
@@ -85,7 +86,7 @@ def test_verl_sft_trains_on_cpu_then_merges_and_gates(tmp_path, capfd, monkeypat
 
 # the accepting chain: a direct-answer trajectory release (thoughts filled by the reviewed-generator step), verl's own
 # trainer long enough to answer in the release's format, its checkpoint merged, gated live and launched
-ACCEPT_STEPS = 300
+ACCEPT_STEPS = 600
 THINK = "依据字段描述与表名选定类别。"
 
 
@@ -96,7 +97,7 @@ def test_verl_sft_checkpoint_passes_the_gate_and_launches_rl(tmp_path, capfd, mo
 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    c = verl_chain(tmp_path, records=500, classes=["direct"], think=THINK, **TRAINED_QWEN2)
+    c = verl_chain(tmp_path, records=1000, classes=["direct"], think=THINK, **TRAINED_QWEN2)
     r, a = c.run, c.assets
     assert read_json(r / "traj/export_report.json")["classes"] == ["direct"]
     extra = [
@@ -123,7 +124,7 @@ def test_verl_sft_checkpoint_passes_the_gate_and_launches_rl(tmp_path, capfd, mo
 
     gate = tmp_path / "gate.json"
     tools = ["--registry", a.registry, "--corpus", a.corpus, "--task-config", a.task_config]
-    live = ["--n", 64, "--max-turns", 2, "--max-new-tokens", 48, "--report", gate]
+    live = ["--n", 200, "--max-turns", 2, "--max-new-tokens", 48, "--report", gate]  # every val episode
     rc, out, err = run(capfd, "rollout-gate", "--model", tmp_path / "merged", "--release", r / "rl", *tools, *live)
     g = read_json(gate)
     with capfd.disabled():  # the gate's figures in the test log (pytest -s)
@@ -131,6 +132,7 @@ def test_verl_sft_checkpoint_passes_the_gate_and_launches_rl(tmp_path, capfd, mo
         print("rollout gate:", {k: g[k] for k in keys}, "model", g["model"]["sha256"])
     # every answer parses (the format is learnt), and some are right: the band RL can learn from
     assert rc == 0 and g["status"] == "passed" and g["answer_parsed_rate"] == 1.0, (g, err[-2000:])
+    assert g["denominator"] == pq.read_metadata(r / "rl/val.parquet").num_rows > 64, g
     assert (
         0.05 <= g["nonzero_reward_rate"] <= 0.30
         and g["model"]["sha256"] == model_identity(tmp_path / "merged")["sha256"]
