@@ -28,7 +28,16 @@ from vtreetrm.release.assets import (
     requires,
     validate_command,
 )
-from .parquet import BATCH_ROWS, MESSAGE, SplitWriter, iter_batches, iter_parquet, open_parquet
+from vtreetrm.release.parquet import (
+    BATCH_ROWS,
+    MESSAGE,
+    SplitWriter,
+    ints,
+    iter_batches,
+    iter_parquet,
+    open_parquet,
+    texts,
+)
 from vtreetrm.release.prompts import (
     SYSTEM_STAGE1,
     SYSTEM_STAGE2,
@@ -80,12 +89,22 @@ _ROLES = ("system", "user", "assistant")
 def _interleave(*cols: pa.Array) -> pa.Array:
     "Row 0 of each column, then row 1 of each, ...: `_interleave(a, b)` is a0, b0, a1, b1, ..."
     n, k = len(cols[0]), len(cols)
-    return pa.concat_arrays(cols).take(np.arange(k * n).reshape(k, n).T.ravel())
+    return pa.concat_arrays(cols).take(ints(np.arange(k * n).reshape(k, n).T.ravel()))
 
 
 def _twice(col: pa.Array) -> pa.Array:
     "Each row of `col` twice: the value of a source on both its stage rows."
-    return col.take(np.arange(len(col)).repeat(2))
+    return col.take(ints(np.arange(len(col)).repeat(2)))
+
+
+def _cycle(values, n: int) -> pa.Array:
+    "`values` (texts) repeated `n` times."
+    return texts(values).take(ints(np.tile(np.arange(len(values)), n)))
+
+
+def _lists(values: pa.Array, width: int) -> pa.ListArray:
+    "`values` cut into lists of `width` values each."
+    return pa.ListArray.from_arrays(ints(np.arange(0, len(values) + 1, width, dtype=np.int32)), values)
 
 
 class SftTexts:
@@ -94,26 +113,28 @@ class SftTexts:
     def __init__(self, ctx: ReleaseContext):
         self.ctx, leaves = ctx, ctx.registry.leaves
         self.position = {l: i for i, l in enumerate(leaves)}  # leaf -> its position in the registry's leaves
-        self.lines = pa.array([candidate_line(ctx, l) for l in leaves], pa.string())
-        self.levels = level_lines(ctx)
+        self.lines = texts([candidate_line(ctx, l) for l in leaves])
+        # the prompts' fixed pieces, as Arrow scalars (a Python text would be converted on each call)
+        parts = [
+            "字段元数据：\n",
+            "\n\n候选类别：\n",
+            "\n\n已确定类别：\n",
+            "\n\n级别定义：\n" + level_lines(ctx),
+            "\n",
+            "",
+        ]
+        self.head, self.cands, self.known, self.levels, self.nl, self.empty = texts(parts)
 
     def stage1(self, blocks: pa.Array, gold: np.ndarray, source_ids: list, seeds: list) -> tuple[pa.Array, np.ndarray]:
         "(the stage1 user prompts, each row's candidates as leaf positions) of metadata `blocks` and gold leaf positions."
         cands = candidate_matrix(self.ctx, gold, source_ids, seeds)
-        n, w = cands.shape
-        lists = pa.ListArray.from_arrays(
-            pa.array(np.arange(0, n * w + 1, w, dtype=np.int32)), self.lines.take(cands.ravel())
-        )
-        text = pc.binary_join_element_wise(
-            "字段元数据：\n", blocks, "\n\n候选类别：\n", pc.binary_join(lists, "\n"), ""
-        )
-        return text, cands
+        lines = pc.binary_join(_lists(self.lines.take(ints(cands.ravel())), cands.shape[1]), self.nl)
+        return pc.binary_join_element_wise(self.head, blocks, self.cands, lines, self.empty), cands
 
     def stage2(self, blocks: pa.Array, gold: np.ndarray) -> pa.Array:
         "The stage2 user prompts of metadata `blocks` and known leaf positions `gold`."
-        return pc.binary_join_element_wise(
-            "字段元数据：\n", blocks, "\n\n已确定类别：\n", self.lines.take(gold), "\n\n级别定义：\n" + self.levels, ""
-        )
+        known = self.lines.take(ints(gold))
+        return pc.binary_join_element_wise(self.head, blocks, self.known, known, self.levels, self.empty)
 
 
 class SftRows:
@@ -123,6 +144,7 @@ class SftRows:
         self.ctx, self.seed, self.fields, self.texts = ctx, seed, ctx.task.metadata_fields, SftTexts(ctx)
         self.answers = {}  # (category id, level) -> (label, stage1 answer, stage2 answer), built once each
         self.encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), built once
+        self.colon = texts([":"])[0]
 
     def _answers(self, rec: Record) -> tuple:
         cid, lvl = rec.target.category_id, rec.target.data_level
@@ -140,29 +162,19 @@ class SftRows:
         n, f = len(recs), self.fields
         sid = [r.id for r in recs]
         label, a1, a2 = zip(*map(self._answers, recs))
-        blocks = pa.array([render_metadata(r.metadata, f) for r in recs], pa.string())
+        blocks = texts([render_metadata(r.metadata, f) for r in recs])
         gold = np.array([self.texts.position[r.target.category_id] for r in recs], np.int64)
         u1, _ = self.texts.stage1(blocks, gold, sid, [self.seed] * n)
         user = _interleave(u1, self.texts.stage2(blocks, gold))
-        system = pa.array([SYSTEM_STAGE1, SYSTEM_STAGE2], pa.string()).take(np.tile([0, 1], n))
-        assistant = _interleave(pa.array(a1, pa.string()), pa.array(a2, pa.string()))
-        msgs = pa.ListArray.from_arrays(
-            pa.array(np.arange(0, 6 * n + 1, 3, dtype=np.int32)),
-            pa.StructArray.from_arrays(
-                [
-                    pa.array(_ROLES, pa.string()).take(np.tile(np.arange(3), 2 * n)),
-                    _interleave(system, user, assistant),
-                ],
-                fields=[MESSAGE.field(0), MESSAGE.field(1)],
-            ),
-        )
-        source = _twice(pa.array(sid, pa.string()))
-        stage = pa.array(["stage1", "stage2"], pa.string()).take(np.tile([0, 1], n))
+        assistant = _interleave(texts(a1), texts(a2))
+        text = _interleave(_cycle([SYSTEM_STAGE1, SYSTEM_STAGE2], n), user, assistant)
+        msgs = _lists(pa.StructArray.from_arrays([_cycle(_ROLES, 2 * n), text], fields=list(MESSAGE)), 3)
+        source, stage = _twice(texts(sid)), _cycle(["stage1", "stage2"], n)
         md = [self.encode({k: r.metadata.get(k, "") for k in f}) for r in recs]
         per_source = [[r.dataset for r in recs], [r.split for r in recs], md, label]
-        ds, split, md, label = (_twice(pa.array(c, pa.string())) for c in per_source)
-        seed = pa.array(np.full(2 * n, self.seed, np.int64))
-        sample = pc.binary_join_element_wise(source, stage, ":")
+        ds, split, md, label = (_twice(texts(c)) for c in per_source)
+        seed = ints(np.full(2 * n, self.seed, np.int64))
+        sample = pc.binary_join_element_wise(source, stage, self.colon)
         cols = [ds, source, sample, stage, split, msgs, assistant, md, label, seed]
         return pa.Table.from_arrays(cols, schema=SFT_SCHEMA)
 
@@ -574,23 +586,20 @@ class SftRowCheck:
             return [None] * len(b)
         roles_ok, user, rows = cols
         found = [self._row(s, r) if ok else None for ok, r in zip(roles_ok, rows)]
-        got = [None] * len(b)
+        got, leaves = [None] * len(b), self.ctx.registry.leaves
         for st in ("stage1", "stage2"):
             idx = [j for j, f in enumerate(found) if f and f[0] == st]
             if not idx:
                 continue
-            blocks = pa.array([found[j][2] for j in idx], pa.string())
-            gold = np.array([found[j][1][1] for j in idx], object)
-            gold = np.array([self.texts.position[c] for c in gold], np.int64)
+            blocks = texts([found[j][2] for j in idx])
+            gold = np.array([self.texts.position[found[j][1][1]] for j in idx], np.int64)
             if st == "stage1":
                 want, cands = self.texts.stage1(blocks, gold, [rows[j][1] for j in idx], [rows[j][10] for j in idx])
             else:
                 want, cands = self.texts.stage2(blocks, gold), gold[:, None]
-            have = user.take(np.array(idx))
-            same = pc.fill_null(pc.equal(have, want), False).to_numpy(zero_copy_only=False)
-            leaves = self.ctx.registry.leaves
-            for j, ok, text, row_cands in zip(idx, same, have.to_pylist(), cands):
-                if ok and not leaked_ids(self.ctx, text, [leaves[c] for c in row_cands]):
+            have = user.take(ints(np.array(idx)))
+            for j, same, text, row_cands in zip(idx, pc.equal(have, want).to_pylist(), have.to_pylist(), cands):
+                if same and not leaked_ids(self.ctx, text, [leaves[c] for c in row_cands]):
                     sample, (choice, _, lvl, _, _) = rows[j][2], found[j][1]
                     got[j] = (st, sample[: -len(st) - 1], choice, lvl)
         return got
@@ -603,26 +612,16 @@ def _sft_columns(b: pa.RecordBatch):
     "(roles right, the user prompts, the rows' other fields as `SftRowCheck._row` tuples) of a batch, or None when its messages are not all three non-null messages."
     m = b.column("messages")
     flat = m.flatten()
-    if (
-        m.null_count
-        or flat.null_count
-        or len(flat) != 3 * len(b)
-        or pc.any(pc.not_equal(pc.list_value_length(m), 3)).as_py()
-    ):
+    if m.null_count or flat.null_count or len(flat) != 3 * len(b):
         return None
-    role, text = flat.field("role"), flat.field("content")
-    n = len(b)
-    roles_ok = pc.and_(
-        pc.and_(
-            pc.equal(role.take(np.arange(0, 3 * n, 3)), "system"), pc.equal(role.take(np.arange(1, 3 * n, 3)), "user")
-        ),
-        pc.equal(role.take(np.arange(2, 3 * n, 3)), "assistant"),
-    )
-    roles_ok = pc.fill_null(roles_ok, False).to_numpy(zero_copy_only=False)
-    system, asst = text.take(np.arange(0, 3 * n, 3)).to_pylist(), text.take(np.arange(2, 3 * n, 3)).to_pylist()
+    if not pc.all(pc.equal(pc.list_value_length(m), ints(np.full(len(b), 3, np.int32)))).as_py():
+        return None
+    role, text = flat.field("role").to_pylist(), flat.field("content")
+    roles_ok = [r == _ROLES for r in zip(role[0::3], role[1::3], role[2::3])]
+    system, user, asst = (text.take(ints(np.arange(k, len(flat), 3))) for k in range(3))
     ds, sid, sample, st, split, answer, md, label, seed = (b.column(c).to_pylist() for c in _SFT_COLUMNS)
-    rows = list(zip(ds, sid, sample, st, split, system, asst, answer, md, label, seed))
-    return roles_ok, text.take(np.arange(1, 3 * n, 3)), rows
+    rows = list(zip(ds, sid, sample, st, split, system.to_pylist(), asst.to_pylist(), answer, md, label, seed))
+    return roles_ok, user, rows
 
 
 def _place_sft_rows(check: SftRowCheck, errs: Errors, pairs: _SftPairs, path, s: str, pf):
