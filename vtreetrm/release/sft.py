@@ -54,6 +54,7 @@ from vtreetrm.release.prompts import (
     stage1_messages,
     stage2_answer,
     stage2_messages,
+    stage2_user,
 )
 from ..utils import UserError, atomic_dir, write_json
 
@@ -538,6 +539,12 @@ class SftRowCheck:
         )
         self.labels = {}  # label text -> (choice id, category id, level or None, stage1 answer, stage2 answer), or None when not usable
         self.last = (None, None)  # (metadata column, its rendered block) of the previous row
+        # a canonical id in a prompt the assets render is in its metadata block, unless it is in their fixed text
+        # (candidate lines, headings, levels) or holds a line break (every piece of a prompt meets the next at one)
+        fixed = "\n".join(
+            [*(candidate_line(ctx, l) for l in ctx.registry.leaves), stage2_user(ctx, "", ctx.registry.leaves[0])]
+        )
+        self.suspect = {c for c in ctx.registry.leaves if "\n" in c or c in fixed}  # ids checked in the whole prompt
 
     def label(self, text: str):
         v = self.labels.get(text, False)
@@ -563,6 +570,12 @@ class SftRowCheck:
             except (UserError, TypeError, ValueError, AttributeError):
                 self.last = (md, None)  # metadata the prompts cannot show: the row-by-row check words the problem
         return self.last[1]
+
+    def leaks(self, cats: list, block: str, prompts: pa.Array, k: int) -> bool:
+        "Whether a canonical id of `cats` is in prompt `k` of `prompts`, which the assets render from metadata `block`."
+        if self.suspect.intersection(cats):
+            return bool(leaked_ids(self.ctx, prompts[k].as_py(), cats))
+        return any(c in block for c in cats)
 
     def _row(self, s: str, row: tuple):
         "`(stage, label, block)` of a row whose every field but its user prompt passes in split `s`, else None."
@@ -598,8 +611,8 @@ class SftRowCheck:
             else:
                 want, cands = self.texts.stage2(blocks, gold), gold[:, None]
             have = user.take(ints(np.array(idx)))
-            for j, same, text, row_cands in zip(idx, pc.equal(have, want).to_pylist(), have.to_pylist(), cands):
-                if same and not leaked_ids(self.ctx, text, [leaves[c] for c in row_cands]):
+            for k, (j, same, row_cands) in enumerate(zip(idx, pc.equal(have, want).to_pylist(), cands)):
+                if same and not self.leaks([leaves[c] for c in row_cands], found[j][2], have, k):
                     sample, (choice, _, lvl, _, _) = rows[j][2], found[j][1]
                     got[j] = (st, sample[: -len(st) - 1], choice, lvl)
         return got
