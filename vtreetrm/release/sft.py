@@ -166,9 +166,10 @@ class SftRows:
         blocks = texts([render_metadata(r.metadata, f) for r in recs])
         gold = np.array([self.texts.position[r.target.category_id] for r in recs], np.int64)
         u1, _ = self.texts.stage1(blocks, gold, sid, [self.seed] * n)
-        user = _interleave(u1, self.texts.stage2(blocks, gold))
-        assistant = _interleave(texts(a1), texts(a2))
-        text = _interleave(_cycle([SYSTEM_STAGE1, SYSTEM_STAGE2], n), user, assistant)
+        a1, a2 = texts(a1), texts(a2)
+        system1, system2 = _cycle([SYSTEM_STAGE1], n), _cycle([SYSTEM_STAGE2], n)
+        text = _interleave(system1, u1, a1, system2, self.texts.stage2(blocks, gold), a2)  # the prompts copied once
+        assistant = _interleave(a1, a2)
         msgs = _lists(pa.StructArray.from_arrays([_cycle(_ROLES, 2 * n), text], fields=list(MESSAGE)), 3)
         source, stage = _twice(texts(sid)), _cycle(["stage1", "stage2"], n)
         md = [self.encode({k: r.metadata.get(k, "") for k in f}) for r in recs]
