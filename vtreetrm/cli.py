@@ -18,8 +18,6 @@ import types
 import typing
 from pathlib import Path
 
-from fastcore.docments import docments
-
 from .utils import UserError
 
 # %% auto #0
@@ -92,13 +90,27 @@ def _add_option(p, name: str, anno, default, help_: str, required: bool = False)
         p.add_argument(name, help=help_, **kw)
 
 # %% ../nbs/01_cli.ipynb #5552cc1f
-def config_fields(cls) -> dict:
-    "`{field: (type, default, comment)}` of a config dataclass, types resolved."
+def _docments(obj, **kw) -> dict:
+    "fastcore's `docments` of `obj` (imported only when a command's help is wanted: it reads the source, slowly)."
+    from fastcore.docments import docments
+
+    return docments(obj, full=True, returns=False, **kw)
+
+
+def _arguments(func, comments: bool = True) -> dict:
+    "`{parameter: (annotation, default, comment)}` of `func`; the comments, read from its source, only when `comments`."
+    if comments:
+        return {k: (d.anno, d.default, d.docment or "") for k, d in _docments(func, eval_str=True).items()}
+    return {k: (p.annotation, p.default, "") for k, p in inspect.signature(func, eval_str=True).parameters.items()}
+
+
+def config_fields(cls, comments: bool = True) -> dict:
+    "`{field: (type, default, comment)}` of a config dataclass, types resolved; the comments only when `comments`."
     hints = typing.get_type_hints(cls)
     docs = {}  # a field's comment is in the source of the class that declares it: walk the dataclass bases too
-    for c in reversed([c for c in cls.__mro__ if dataclasses.is_dataclass(c)]):
+    for c in reversed([c for c in cls.__mro__ if dataclasses.is_dataclass(c)] if comments else []):
         with contextlib.suppress(OSError, TypeError):  # a generated class (`flags_of`) has no source: metadata help
-            docs.update({k: v for k, v in docments(c, full=True, returns=False).items() if v.docment})
+            docs.update({k: v for k, v in _docments(c).items() if v.docment})
     out = {}
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -161,8 +173,8 @@ def notebook_of(func) -> str | None:
     return None
 
 # %% ../nbs/01_cli.ipynb #5a90019b
-def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
-    "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help."
+def command_parser(func, prog: str = None, comments: bool = True) -> argparse.ArgumentParser:
+    "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help (unless not `comments`)."
     nb = notebook_of(func)
     p = argparse.ArgumentParser(
         prog=prog,
@@ -173,17 +185,17 @@ def command_parser(func, prog: str = None) -> argparse.ArgumentParser:
     p.configs = {}  # parameter -> (dataclass, its field names)
     required = set(getattr(func, "required_flags", ()))  # set by vtreetrm.release.assets.requires
     params = inspect.signature(inspect.unwrap(func)).parameters
-    for name, d in docments(inspect.unwrap(func), full=True, returns=False, eval_str=True).items():
+    for name, (anno, default, comment) in _arguments(inspect.unwrap(func), comments).items():
         if name in params and params[name].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             continue  # *args / **kwargs are for Python callers, not flags
-        if _is_config(d.anno):
-            fields = config_fields(d.anno)
-            g = p.add_argument_group(f"{d.anno.__name__}", (d.anno.__doc__ or "").strip())
-            for fname, (anno, default, help_) in fields.items():
-                _add_option(g, fname, anno, default, help_, required=fname in required)
-            p.configs[name] = (d.anno, list(fields))
+        if _is_config(anno):
+            fields = config_fields(anno, comments)
+            g = p.add_argument_group(f"{anno.__name__}", (anno.__doc__ or "").strip())
+            for fname, (fanno, fdefault, help_) in fields.items():
+                _add_option(g, fname, fanno, fdefault, help_, required=fname in required)
+            p.configs[name] = (anno, list(fields))
         else:
-            _add_option(p, name, d.anno, d.default, d.docment or "", required=name in required)
+            _add_option(p, name, anno, default, comment, required=name in required)
     return p
 
 # %% ../nbs/01_cli.ipynb #980b710f
@@ -232,8 +244,8 @@ def _usage() -> str:
 
 # %% ../nbs/01_cli.ipynb #a0aa065b
 def run_command(func, argv: list, prog: str):
-    "Parse `argv` for `func` and call it."
-    p = command_parser(func, prog=prog)
+    "Parse `argv` for `func` and call it (the arguments' comments, read from the source, only for `--help`)."
+    p = command_parser(func, prog=prog, comments=any(a in ("-h", "--help") for a in argv))
     ns = vars(p.parse_args(argv))
     for name, (cls, fields) in p.configs.items():
         ns[name] = cls(**{f: ns.pop(f) for f in fields})

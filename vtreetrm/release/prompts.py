@@ -10,14 +10,16 @@ import json
 import re
 import struct
 
+import numpy as np
+
 from .assets import ReleaseContext, normalize_cell
 from ..utils import UserError
 
 # %% auto #0
 __all__ = ['SYSTEM_STAGE1', 'SYSTEM_STAGE2', 'SYSTEM_NATIVE', 'render_metadata', 'prompt_key', 'candidates_for', 'candidate_line',
-           'level_lines', 'stage1_answer', 'stage2_answer', 'native_answer', 'stage1_user', 'stage2_user',
-           'stage1_messages', 'stage2_messages', 'native_messages', 'parse_user', 'metadata_mismatch', 'parse_answer',
-           'leaked_ids']
+           'level_lines', 'candidate_matrix', 'stage1_answer', 'stage2_answer', 'native_answer', 'stage1_user',
+           'stage2_user', 'stage1_messages', 'stage2_messages', 'native_messages', 'parse_user', 'metadata_mismatch',
+           'parse_answer', 'leaked_ids']
 
 # %% ../../nbs/release/04_prompts.ipynb #8384078c
 SYSTEM_STAGE1 = (
@@ -111,6 +113,29 @@ def candidate_line(ctx: ReleaseContext, cid: str, describe: bool = True) -> str:
 def level_lines(ctx: ReleaseContext) -> str:
     "One `level name：description` line per approved level."
     return _cache(ctx)["levels"]
+
+# %% ../../nbs/release/04_prompts.ipynb #8b503f48
+def candidate_matrix(ctx: ReleaseContext, gold: np.ndarray, source_ids: list, seeds: list) -> np.ndarray:
+    "`candidates_for` of many rows at once: the positions in `ctx.registry.leaves` of each row's candidates, one row each."
+    n, k, c = len(source_ids), ctx.task.num_candidates - 1, _cache(ctx)
+    pool_size = len(c["pool"])
+    d = np.array([_draws(s, sid, 2 * k + 1)[: 2 * k + 1] for s, sid in zip(seeds, source_ids)], np.int64)
+    d = d.reshape(n, 2 * k + 1)
+    out = np.empty((n, k + 1), np.int64)
+    step = max(1, 2**22 // max(pool_size, 1))  # rows per chunk: the pools of a chunk hold at most 4 Mi positions
+    for a in range(0, n, step):
+        dd, r = d[a : a + step], np.arange(min(step, n - a))
+        pool = np.tile(np.arange(pool_size), (len(r), 1))
+        for i in range(k):  # the partial Fisher-Yates of `candidates_for`, every row at once
+            j = i + dd[:, i] % (pool_size - i)
+            pool[r, i], pool[r, j] = pool[r, j], pool[r, i].copy()
+        g = gold[a : a + step]
+        picks = np.concatenate([pool[:, :k] + (pool[:, :k] >= g[:, None]), g[:, None]], axis=1)
+        for i in range(k, 0, -1):
+            j = dd[:, k + i] % (i + 1)
+            picks[r, i], picks[r, j] = picks[r, j], picks[r, i].copy()
+        out[a : a + step] = picks
+    return out
 
 # %% ../../nbs/release/04_prompts.ipynb #1db00515
 def stage1_answer(choice_id: str) -> str:

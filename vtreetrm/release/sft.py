@@ -28,19 +28,30 @@ from vtreetrm.release.assets import (
     requires,
     validate_command,
 )
-from .parquet import MESSAGE, SplitWriter, iter_batches, iter_parquet, open_parquet
+from vtreetrm.release.parquet import (
+    BATCH_ROWS,
+    MESSAGE,
+    SplitWriter,
+    ints,
+    iter_batches,
+    iter_parquet,
+    open_parquet,
+    texts,
+)
 from vtreetrm.release.prompts import (
     SYSTEM_STAGE1,
     SYSTEM_STAGE2,
+    candidate_line,
+    candidate_matrix,
     candidates_for,
     leaked_ids,
+    level_lines,
     metadata_mismatch,
     parse_answer,
     parse_user,
     render_metadata,
     stage1_answer,
     stage1_messages,
-    stage1_user,
     stage2_answer,
     stage2_messages,
     stage2_user,
@@ -48,7 +59,7 @@ from vtreetrm.release.prompts import (
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'SftRows', 'sft_table', 'sft_rows', 'check_canonical_record', 'export_records',
+__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'SftTexts', 'SftRows', 'sft_rows', 'check_canonical_record', 'export_records',
            'sft_export', 'malformed', 'Errors', 'require_valid', 'check_sft_row', 'StagePairs', 'SftRowCheck',
            'validate_sft_dataset', 'sft_validate']
 
@@ -76,53 +87,103 @@ def _label(ctx, rec):
 _ROLES = ("system", "user", "assistant")
 
 
+def _interleave(*cols: pa.Array) -> pa.Array:
+    "Row 0 of each column, then row 1 of each, ...: `_interleave(a, b)` is a0, b0, a1, b1, ..."
+    n, k = len(cols[0]), len(cols)
+    return pa.concat_arrays(cols).take(ints(np.arange(k * n).reshape(k, n).T.ravel()))
+
+
+def _twice(col: pa.Array) -> pa.Array:
+    "Each row of `col` twice: the value of a source on both its stage rows."
+    return col.take(ints(np.arange(len(col)).repeat(2)))
+
+
+def _cycle(values, n: int) -> pa.Array:
+    "`values` (texts) repeated `n` times."
+    return texts(values).take(ints(np.tile(np.arange(len(values)), n)))
+
+
+def _lists(values: pa.Array, width: int) -> pa.ListArray:
+    "`values` cut into lists of `width` values each."
+    return pa.ListArray.from_arrays(ints(np.arange(0, len(values) + 1, width, dtype=np.int32)), values)
+
+
+class SftTexts:
+    "The user prompts the assets render for many rows at once, as Arrow columns (`stage1_user`, `stage2_user` of each)."
+
+    def __init__(self, ctx: ReleaseContext):
+        self.ctx, leaves = ctx, ctx.registry.leaves
+        self.position = {l: i for i, l in enumerate(leaves)}  # leaf -> its position in the registry's leaves
+        self.lines = texts([candidate_line(ctx, l) for l in leaves])
+        # the prompts' fixed pieces, as Arrow scalars (a Python text would be converted on each call)
+        parts = [
+            "字段元数据：\n",
+            "\n\n候选类别：\n",
+            "\n\n已确定类别：\n",
+            "\n\n级别定义：\n" + level_lines(ctx),
+            "\n",
+            "",
+        ]
+        self.head, self.cands, self.known, self.levels, self.nl, self.empty = texts(parts)
+
+    def stage1(self, blocks: pa.Array, gold: np.ndarray, source_ids: list, seeds: list) -> tuple[pa.Array, np.ndarray]:
+        "(the stage1 user prompts, each row's candidates as leaf positions) of metadata `blocks` and gold leaf positions."
+        cands = candidate_matrix(self.ctx, gold, source_ids, seeds)
+        lines = pc.binary_join(_lists(self.lines.take(ints(cands.ravel())), cands.shape[1]), self.nl)
+        return pc.binary_join_element_wise(self.head, blocks, self.cands, lines, self.empty), cands
+
+    def stage2(self, blocks: pa.Array, gold: np.ndarray) -> pa.Array:
+        "The stage2 user prompts of metadata `blocks` and known leaf positions `gold`."
+        known = self.lines.take(ints(gold))
+        return pc.binary_join_element_wise(self.head, blocks, self.known, known, self.levels, self.empty)
+
+
 class SftRows:
-    "The stage1 and stage2 rows of canonical records as tuples in `SFT_SCHEMA`'s order, the three message texts in place of `messages`."
+    "The stage1 and stage2 rows of canonical records, each record's two rows together, as `SFT_SCHEMA` tables."
 
     def __init__(self, ctx: ReleaseContext, seed: int):
-        self.ctx, self.seed, self.fields = ctx, seed, ctx.task.metadata_fields
+        self.ctx, self.seed, self.fields, self.texts = ctx, seed, ctx.task.metadata_fields, SftTexts(ctx)
         self.answers = {}  # (category id, level) -> (label, stage1 answer, stage2 answer), built once each
         self.encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), built once
+        self.colon = texts([":"])[0]
 
-    def rows(self, rec: Record) -> tuple[tuple, tuple]:
-        ctx, cid, lvl, rid = self.ctx, rec.target.category_id, rec.target.data_level, rec.id
+    def _answers(self, rec: Record) -> tuple:
+        cid, lvl = rec.target.category_id, rec.target.data_level
         ans = self.answers.get((cid, lvl))
         if ans is None:
             ans = self.answers[cid, lvl] = (
-                _label(ctx, rec),
-                stage1_answer(ctx.choices.to_choice[cid]),
+                _label(self.ctx, rec),
+                stage1_answer(self.ctx.choices.to_choice[cid]),
                 stage2_answer(lvl),
             )
-        label, a1, a2 = ans
-        block = render_metadata(rec.metadata, self.fields)
-        md = self.encode({f: rec.metadata.get(f, "") for f in self.fields})
-        u1 = stage1_user(ctx, block, candidates_for(ctx, cid, rid, self.seed))
-        u2 = stage2_user(ctx, block, cid)
-        return (
-            (rec.dataset, rid, f"{rid}:stage1", "stage1", rec.split, SYSTEM_STAGE1, u1, a1, md, label, self.seed),
-            (rec.dataset, rid, f"{rid}:stage2", "stage2", rec.split, SYSTEM_STAGE2, u2, a2, md, label, self.seed),
-        )
+        return ans
 
-
-def sft_table(rows: list) -> pa.Table:
-    "A batch of `SftRows` tuples as an `SFT_SCHEMA` table, built column by column."
-    ds, sid, sample, stage, split, system, user, assistant, md, label, seed = zip(*rows)
-    n = len(rows)
-    order = np.arange(3 * n).reshape(3, n).T.ravel()  # system, user, assistant of row 0, then of row 1, ...
-    text = pa.concat_arrays([pa.array(m, pa.string()) for m in (system, user, assistant)]).take(order)
-    roles = pa.array(_ROLES, pa.string()).take(np.tile(np.arange(3), n))
-    msgs = pa.ListArray.from_arrays(
-        pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)),
-        pa.StructArray.from_arrays([roles, text], fields=[MESSAGE.field(0), MESSAGE.field(1)]),
-    )
-    cols = [ds, sid, sample, stage, split, msgs, assistant, md, label, seed]
-    arrays = [c if isinstance(c, pa.Array) else pa.array(c, f.type) for c, f in zip(cols, SFT_SCHEMA)]
-    return pa.Table.from_arrays(arrays, schema=SFT_SCHEMA)
+    def table(self, recs: list) -> pa.Table:
+        "The rows of `recs` (stage1 then stage2 of each record, in order) as an `SFT_SCHEMA` table, built column by column."
+        n, f = len(recs), self.fields
+        sid = [r.id for r in recs]
+        label, a1, a2 = zip(*map(self._answers, recs))
+        blocks = texts([render_metadata(r.metadata, f) for r in recs])
+        gold = np.array([self.texts.position[r.target.category_id] for r in recs], np.int64)
+        u1, _ = self.texts.stage1(blocks, gold, sid, [self.seed] * n)
+        a1, a2 = texts(a1), texts(a2)
+        system1, system2 = _cycle([SYSTEM_STAGE1], n), _cycle([SYSTEM_STAGE2], n)
+        text = _interleave(system1, u1, a1, system2, self.texts.stage2(blocks, gold), a2)  # the prompts copied once
+        assistant = _interleave(a1, a2)
+        msgs = _lists(pa.StructArray.from_arrays([_cycle(_ROLES, 2 * n), text], fields=list(MESSAGE)), 3)
+        source, stage = _twice(texts(sid)), _cycle(["stage1", "stage2"], n)
+        md = [self.encode({k: r.metadata.get(k, "") for k in f}) for r in recs]
+        per_source = [[r.dataset for r in recs], [r.split for r in recs], md, label]
+        ds, split, md, label = (_twice(texts(c)) for c in per_source)
+        seed = ints(np.full(2 * n, self.seed, np.int64))
+        sample = pc.binary_join_element_wise(source, stage, self.colon)
+        cols = [ds, source, sample, stage, split, msgs, assistant, md, label, seed]
+        return pa.Table.from_arrays(cols, schema=SFT_SCHEMA)
 
 
 def sft_rows(ctx: ReleaseContext, rec: Record, seed: int) -> tuple[dict, dict]:
     "The stage1 and stage2 rows of one canonical record, as dicts."
-    return tuple(sft_table([r]).to_pylist()[0] for r in SftRows(ctx, seed).rows(rec))
+    return tuple(SftRows(ctx, seed).table([rec]).to_pylist())
 
 # %% ../../nbs/release/06_sft.ipynb #6df93e8b
 def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
@@ -164,11 +225,11 @@ def sft_export(
     ctx = assets.context()
     t0 = time.time()
     with atomic_dir(output_dir) as d:
-        w, rows = SplitWriter(d, SFT_SCHEMA, to_table=sft_table), SftRows(ctx, ctx.task.prompt_seed)
+        rows = SftRows(ctx, ctx.task.prompt_seed)
+        w = SplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=rows.table)  # two rows per record
         try:
             for rec in export_records(ctx, canonical, "sft-export", progress):
-                for row in rows.rows(rec):
-                    w.write(rec.split, row)
+                w.write(rec.split, rec)
         finally:
             w.close()
         t1 = time.time()
@@ -180,8 +241,8 @@ def sft_export(
             ctx.dataset,
             status="ok",
             line="legacy-stage1-stage2",
-            rows={s: w.counts[s] for s in SPLITS},
-            sources=sum(w.counts.values()) // 2,
+            rows={s: 2 * w.counts[s] for s in SPLITS},
+            sources=sum(w.counts.values()),
             validation={k: val[k] for k in ("valid", "rows", "sources", "counts")},
             export_seconds=round(t1 - t0, 3),
             validate_seconds=round(time.time() - t1, 3),
@@ -468,12 +529,23 @@ def _open_sft_split(path: Path):
 
 # %% ../../nbs/release/06_sft.ipynb #b7e2f0a2
 class SftRowCheck:
-    "The common case of `check_sft_row` from columns: a row equal to what the assets render for its label, metadata, source id and seed."
+    "The common case of `check_sft_row`, a batch at a time from its columns: rows equal to what the assets render for their label, metadata, source id and seed."
 
     def __init__(self, ctx: ReleaseContext):
-        self.ctx, self.fields, self.approved = ctx, ctx.task.metadata_fields, set(ctx.grading.approved)
-        self.labels = {}  # label text -> (choice id, category id, level or None), or None when not a usable label
+        self.ctx, self.fields, self.approved, self.texts = (
+            ctx,
+            ctx.task.metadata_fields,
+            set(ctx.grading.approved),
+            SftTexts(ctx),
+        )
+        self.labels = {}  # label text -> (choice id, category id, level or None, stage1 answer, stage2 answer), or None when not usable
         self.last = (None, None)  # (metadata column, its rendered block) of the previous row
+        # a canonical id in a prompt the assets render is in its metadata block, unless it is in their fixed text
+        # (candidate lines, headings, levels) or holds a line break (every piece of a prompt meets the next at one)
+        fixed = "\n".join(
+            [*(candidate_line(ctx, l) for l in ctx.registry.leaves), stage2_user(ctx, "", ctx.registry.leaves[0])]
+        )
+        self.suspect = {c for c in ctx.registry.leaves if "\n" in c or c in fixed}  # ids checked in the whole prompt
 
     def label(self, text: str):
         v = self.labels.get(text, False)
@@ -483,59 +555,87 @@ class SftRowCheck:
                 lab = json.loads(text)
                 ch, lvl = lab["choice_id"], lab.get("data_level")
                 if isinstance(ch, str) and ch in self.ctx.choices.to_category:
-                    v = (ch, self.ctx.choices.to_category[ch], lvl if isinstance(lvl, str) else None)
+                    lvl = lvl if isinstance(lvl, str) else None
+                    v = (ch, self.ctx.choices.to_category[ch], lvl, stage1_answer(ch), lvl and stage2_answer(lvl))
             except (TypeError, ValueError, KeyError, AttributeError):
                 pass
             if len(self.labels) < 65536:
                 self.labels[text] = v
         return v
 
-    def __call__(self, s: str, row: tuple):
-        "`(pair key, choice id, level)` of a row (`SftRows` order) that passes every row check in split `s`, else None."
-        ds, sid, sample, st, split, system, user, asst, answer, md, label, seed = row
-        lab = self.label(label)
-        if lab is None or ds != self.ctx.dataset or split != s or answer != asst or not sample.endswith(":" + st):
-            return None
-        choice, cat, lvl = lab
+    def block(self, md: str):
+        "The metadata block of a row's metadata column, or None when the prompts cannot show it."
         if md != self.last[0]:  # the two rows of a source are neighbours and share their metadata
             try:
                 self.last = (md, render_metadata(json.loads(md), self.fields))
             except (UserError, TypeError, ValueError, AttributeError):
-                return None  # metadata the prompts cannot show: the row-by-row check words the problem
-        block = self.last[1]
+                self.last = (md, None)  # metadata the prompts cannot show: the row-by-row check words the problem
+        return self.last[1]
+
+    def leaks(self, cats: list, block: str, prompts: pa.Array, k: int) -> bool:
+        "Whether a canonical id of `cats` is in prompt `k` of `prompts`, which the assets render from metadata `block`."
+        if self.suspect.intersection(cats):
+            return bool(leaked_ids(self.ctx, prompts[k].as_py(), cats))
+        return any(c in block for c in cats)
+
+    def _row(self, s: str, row: tuple):
+        "`(stage, label, block)` of a row whose every field but its user prompt passes in split `s`, else None."
+        ds, sid, sample, st, split, system, asst, answer, md, label, seed = row
+        lab = self.label(label)
+        if lab is None or ds != self.ctx.dataset or split != s or answer != asst or not isinstance(sid, str):
+            return None
+        if not isinstance(seed, int) or not sample.endswith(":" + st):
+            return None
         if st == "stage1":
-            cats = candidates_for(self.ctx, cat, sid, seed or 0)
-            ok = (
-                system == SYSTEM_STAGE1 and asst == stage1_answer(choice) and user == stage1_user(self.ctx, block, cats)
-            )
-        elif st == "stage2" and lvl in self.approved:
-            cats = [cat]
-            ok = system == SYSTEM_STAGE2 and asst == stage2_answer(lvl) and user == stage2_user(self.ctx, block, cat)
+            ok = system == SYSTEM_STAGE1 and asst == lab[3]
         else:
-            return None
-        if not ok or leaked_ids(self.ctx, user, cats):
-            return None
-        return sample[: -len(st) - 1], choice, lvl
+            ok = st == "stage2" and lab[2] in self.approved and system == SYSTEM_STAGE2 and asst == lab[4]
+        block = self.block(md) if ok else None
+        return None if block is None else (st, lab, block)
+
+    def __call__(self, s: str, b: pa.RecordBatch) -> list:
+        "For each row of batch `b` of split `s`: `(stage, pair key, choice id, level)` when it passes every row check, else None."
+        cols = _sft_columns(b)
+        if cols is None:
+            return [None] * len(b)
+        roles_ok, user, rows = cols
+        found = [self._row(s, r) if ok else None for ok, r in zip(roles_ok, rows)]
+        got, leaves = [None] * len(b), self.ctx.registry.leaves
+        for st in ("stage1", "stage2"):
+            idx = [j for j, f in enumerate(found) if f and f[0] == st]
+            if not idx:
+                continue
+            blocks = texts([found[j][2] for j in idx])
+            gold = np.array([self.texts.position[found[j][1][1]] for j in idx], np.int64)
+            if st == "stage1":
+                want, cands = self.texts.stage1(blocks, gold, [rows[j][1] for j in idx], [rows[j][10] for j in idx])
+            else:
+                want, cands = self.texts.stage2(blocks, gold), gold[:, None]
+            have = user.take(ints(np.array(idx)))
+            for k, (j, same, row_cands) in enumerate(zip(idx, pc.equal(have, want).to_pylist(), cands)):
+                if same and not self.leaks([leaves[c] for c in row_cands], found[j][2], have, k):
+                    sample, (choice, _, lvl, _, _) = rows[j][2], found[j][1]
+                    got[j] = (st, sample[: -len(st) - 1], choice, lvl)
+        return got
 
 
 _SFT_COLUMNS = ("data_source", "source_id", "sample_id", "stage", "split", "answer", "metadata", "label", "prompt_seed")
 
 
 def _sft_columns(b: pa.RecordBatch):
-    "The rows of a batch as `SftRowCheck` tuples, or None when its messages are not all three non-null messages."
+    "(roles right, the user prompts, the rows' other fields as `SftRowCheck._row` tuples) of a batch, or None when its messages are not all three non-null messages."
     m = b.column("messages")
     flat = m.flatten()
-    if (
-        m.null_count
-        or flat.null_count
-        or len(flat) != 3 * len(b)
-        or pc.any(pc.not_equal(pc.list_value_length(m), 3)).as_py()
-    ):
+    if m.null_count or flat.null_count or len(flat) != 3 * len(b):
         return None
-    role, text = flat.field("role").to_pylist(), flat.field("content").to_pylist()
+    if not pc.all(pc.equal(pc.list_value_length(m), ints(np.full(len(b), 3, np.int32)))).as_py():
+        return None
+    role, text = flat.field("role").to_pylist(), flat.field("content")
     roles_ok = [r == _ROLES for r in zip(role[0::3], role[1::3], role[2::3])]
+    system, user, asst = (text.take(ints(np.arange(k, len(flat), 3))) for k in range(3))
     ds, sid, sample, st, split, answer, md, label, seed = (b.column(c).to_pylist() for c in _SFT_COLUMNS)
-    return roles_ok, zip(ds, sid, sample, st, split, text[0::3], text[1::3], text[2::3], answer, md, label, seed)
+    rows = list(zip(ds, sid, sample, st, split, system.to_pylist(), asst.to_pylist(), answer, md, label, seed))
+    return roles_ok, user, rows
 
 
 def _place_sft_rows(check: SftRowCheck, errs: Errors, pairs: _SftPairs, path, s: str, pf):
@@ -547,19 +647,15 @@ def _place_sft_rows(check: SftRowCheck, errs: Errors, pairs: _SftPairs, path, s:
             yield 1
         return
     for i0, b in iter_batches(path, columns=SFT_SCHEMA.names):
-        cols = _sft_columns(b)
-        for j, (role_ok, row) in enumerate(zip(*cols)) if cols else ():
-            try:
-                got = check(s, row) if role_ok else None
-            except (TypeError, AttributeError, KeyError, IndexError, ValueError):
-                got = None
+        try:
+            found = check(s, b)
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError, pa.ArrowException):
+            found = [None] * len(b)
+        for j, got in enumerate(found):
             if got:
-                _pair_sft_row(pairs, path, i0 + j, s, row[3], *got)
+                _pair_sft_row(pairs, path, i0 + j, s, *got)
             else:
                 _place_sft_row(check.ctx, errs, pairs, path, i0 + j, s, b.slice(j, 1).to_pylist()[0])
-        if cols is None:
-            for j, row in enumerate(b.to_pylist()):
-                _place_sft_row(check.ctx, errs, pairs, path, i0 + j, s, row)
         yield len(b)
 
 # %% ../../nbs/release/06_sft.ipynb #75aed427
