@@ -7,7 +7,7 @@ default tiny model (Q-former + the tiny LLM with peft LoRA):
 
 - "trainer": `Phase2Trainer.train_epoch` capped at `--steps` optimizer steps (`max_steps`), the code path
   `vtreetrm video phase2` runs per step: the epoch order, `Batcher` (prompts, targets, features from the cached
-  tensor, multi-hot labels), accelerate's backward, gradient clipping, AdamW + the LR schedule, the step row in
+  tensor, multi-hot labels; on its worker thread), accelerate's backward, gradient clipping, AdamW + the LR schedule, the step row in
   steps.jsonl, the progress bar (disabled output);
 - "bare": the same `VideoQFormerLM` built the same way, the same batches with their inputs built before the
   clock starts, `loss.backward()` and a plain `torch.optim.AdamW` step, no run folder.
@@ -16,8 +16,28 @@ Each repeat times `--steps` steps of each variant after one warm-up step of each
 variant goes first, and the figures are the medians over the repeats. The last line is the ratio
 trainer / bare of the median time per step (goal <= 1.15x).
 
-Profile of the trainer's step (cProfile, 2 cores, CPU, batch 8, default tiny model), top costs beyond the bare
-step: see PROFILE below (filled in from the runs before and after the changes).
+Profile of the trainer's step (`--profile`: cProfile of 3 x 12 steps after a warm-up step, CPU, 2 cores, 1 torch
+thread, batch 8), what it spent per step beyond the model's forward and backward, which the bare loop spends too:
+
+    before                                             after
+    Batcher: prompts, targets, multi-hot    4.3 ms     1.0-1.2 ms (2.0 ms in a clip's first epoch) and on a worker
+      24 tokenizer calls + 8 chat renders                thread while the step before trains: prompts in one
+      (2.8 ms timed alone)                               tokenizer call, each target tokenized once per clip
+    clip_grad_norm_(model.parameters())     2.3 ms     1.0 ms: over the trainable parameters only
+    AdamW step + LR schedule                4.2 ms     4.5 ms: unchanged (the bare loop's AdamW step costs as much)
+    steps.jsonl: an open + write per step   0.2 ms     ten rows per write
+    loss.item() x 2, float(grad norm),      5 syncs    none: the losses summed on the device (in float64, as the
+      reduce(...).item() x 2 per step                    Python floats were), the figures of 10 steps read off
+                                                         together (one sync, one reduce across processes)
+
+(Batcher "timed alone": 16 batches of an epoch built outside the loop, per-sample tokenization as before
+against `Batcher.build`.) On the CPU a `.item()` costs no wait, so there the gain is the Python work; on a GPU
+each of the 5 per-step syncs also stalled the host until the device had finished the step.
+
+Ratio on this CPU (2 cores shared with other jobs, one run each, default arguments): 1.051x with the per-step
+code (commit 4f80a94), 1.067x after (569eb56). On the CPU the step is ~50 ms of arithmetic, so the few ms taken
+off the trainer's step sit inside the run-to-run spread (repeats of one variant differ by up to 10 %); the
+per-step syncs removed matter on a GPU, where no run has been made yet.
 """
 
 import argparse
