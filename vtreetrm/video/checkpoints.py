@@ -521,12 +521,12 @@ class TrainingRun(RunFolder):
         if self.main:
             write_jsonl(self.dir / "history.jsonl", self.history)
 
-    def log_step(self, row: dict):
-        "One row per optimizer step, appended to steps.jsonl."
-        if not self.main:
+    def log_step(self, *rows: dict):
+        "Rows of optimizer steps (one per step), appended to steps.jsonl in one write."
+        if not self.main or not rows:
             return
         with open(self.dir / "steps.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
 
     def _trim_steps(self, rows: list, step: int):
         "On resume, keep the step rows (`rows`, read back checked) up to the checkpoint being resumed."

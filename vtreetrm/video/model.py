@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +31,9 @@ from .tiny_llm import VIDEO_MARKER, load_base_llm, question, resolve_dtype, targ
 
 # %% auto #0
 __all__ = ['OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'rank_entropy', 'VideoQFormerLM', 'read_blip2_qformer', 'blip2_sizes',
-           'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompt',
-           'encode_target', 'mirrored_samples', 'Batcher', 'predict_samples', 'compute_rows_metrics', 'baselines',
-           'check_llm', 'base_identity', 'build_phase2']
+           'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompts',
+           'encode_prompt', 'encode_target', 'mirrored_samples', 'Batcher', 'predict_samples', 'compute_rows_metrics',
+           'baselines', 'check_llm', 'base_identity', 'build_phase2']
 
 # %% ../../nbs/video/04b_model.ipynb #9b9489de
 def rank_entropy(h: torch.Tensor) -> torch.Tensor:
@@ -367,13 +367,22 @@ def stop_ids_for(tok) -> list:
     return sorted(i for i in ids if i is not None)
 
 
+def encode_prompts(tok, candidate_lists: list) -> list[tuple[list, list]]:
+    "(token ids before, after the visual tokens) of the prompt of each candidate list: one tokenizer call for all their distinct texts."
+    parts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": question(c)}], tokenize=False, add_generation_prompt=True
+        ).split(VIDEO_MARKER)
+        for c in candidate_lists
+    ]
+    texts = list(dict.fromkeys(t for p in parts for t in p))  # the text before the video is mostly the same
+    ids = dict(zip(texts, tok(texts, add_special_tokens=False)["input_ids"]))  # each text tokenized on its own
+    return [(list(ids[pre]), list(ids[post])) for pre, post in parts]
+
+
 def encode_prompt(tok, candidates: list) -> tuple[list, list]:
     "Token ids before and after the visual tokens."
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": question(candidates)}], tokenize=False, add_generation_prompt=True
-    )
-    pre, post = text.split(VIDEO_MARKER)
-    return tok(pre, add_special_tokens=False)["input_ids"], tok(post, add_special_tokens=False)["input_ids"]
+    return encode_prompts(tok, [candidates])[0]
 
 
 def encode_target(tok, s: Sample, order: str) -> list:
@@ -393,30 +402,47 @@ def mirrored_samples(samples: list, ds: Dataset, mode: str, start: int) -> dict:
 # %% ../../nbs/video/04b_model.ipynb #00fc4e68
 @dataclass
 class Batcher:
-    "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels."
+    "Turns a list of (sample, mirrored) into model inputs: prompts, targets cut to --max-length, features, multi-hot labels (with --cls-head)."
 
     tok: object
     cfg: Phase2Config
     cand: list
     feats: torch.Tensor
     truncated: int = 0
+    targets: dict = field(default_factory=dict, repr=False)  # a target's token ids, tokenized once
+
+    def target(self, s: Sample) -> list:
+        "`encode_target` of `s`, tokenized on its first use only (a clip's target never changes)."
+        key = (tuple(s.labels), s.species, s.environment, self.cfg.answer_order)
+        if key not in self.targets:
+            self.targets[key] = encode_target(self.tok, s, self.cfg.answer_order)
+        return self.targets[key]
 
     def __call__(self, batch: list, epoch: int, device) -> tuple:
+        inputs, truncated = self.build(batch, epoch, device)
+        self.truncated += truncated
+        return inputs
+
+    def build(self, batch: list, epoch: int, device) -> tuple[tuple, int]:
+        "(the model inputs of `batch`, how many of its targets were cut); counts nothing (a batch built ahead may go unused)."
         cands = [candidates_for(self.cand, f"{s.id}:{epoch}", self.cfg.seed) for s, _ in batch]
-        enc = [encode_prompt(self.tok, c) for c in cands]
-        tgt = []
+        enc = encode_prompts(self.tok, cands)
+        tgt, truncated = [], 0
         for (s, _), (pre, post) in zip(batch, enc):
-            t = encode_target(self.tok, s, self.cfg.answer_order)
+            t = self.target(s)
             room = self.cfg.max_length - len(pre) - self.cfg.num_queries - len(post)
-            self.truncated += len(t) > room
+            truncated += len(t) > room
             tgt.append(t[:room])
         fb = self.feats[[s.index for s, _ in batch]]  # a mirrored sample's index points at its mirrored features
-        index = {l: i for i, l in enumerate(self.cand)}
-        mh = torch.zeros(len(batch), len(self.cand))
-        for i, (s, _) in enumerate(batch):
-            for l in s.labels:
-                mh[i, index[l]] = 1.0
-        return fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh.to(device)
+        mh = None
+        if self.cfg.cls_head:  # only the cls head reads the labels as a multi-hot
+            index = {l: i for i, l in enumerate(self.cand)}
+            mh = torch.zeros(len(batch), len(self.cand))
+            for i, (s, _) in enumerate(batch):
+                for l in s.labels:
+                    mh[i, index[l]] = 1.0
+            mh = mh.to(device)
+        return (fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh), truncated
 
 # %% ../../nbs/video/04b_model.ipynb #f3717859
 @torch.no_grad()
@@ -438,7 +464,7 @@ def predict_samples(
     for b in tqdm(range(0, len(samples), batch_size), desc="predict", disable=not progress, leave=False):
         chunk = samples[b : b + batch_size]
         cands = [candidates_for(candidates, s.id, seed) for s in chunk]
-        enc = [encode_prompt(tok, c) for c in cands]
+        enc = encode_prompts(tok, cands)
         ids = model.generate(
             feats[[s.index for s in chunk]].to(device),
             [e[0] for e in enc],

@@ -10,6 +10,7 @@ import importlib.util
 import math
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 from accelerate import Accelerator
-from accelerate.utils import gather_object
+from accelerate.utils import DistributedType, gather_object
 from peft import set_peft_model_state_dict
 from safetensors.torch import save_file
 from torch.utils.data import DistributedSampler
@@ -68,8 +69,8 @@ from .phase1 import Phase1Encoder, dataset_features, load_phase1, open_cache
 from .tiny_llm import load_base_llm, resolve_dtype
 
 # %% auto #0
-__all__ = ['TRACKER_PACKAGES', 'make_optimizer', 'rank_batches', 'make_accelerator', 'state_for_saving', 'RunOptions',
-           'train_phase2', 'Phase2Trainer']
+__all__ = ['TRACKER_PACKAGES', 'LOG_EVERY', 'make_optimizer', 'rank_batches', 'make_accelerator', 'state_for_saving',
+           'RunOptions', 'train_phase2', 'Phase2Trainer']
 
 # %% ../../nbs/video/04_phase2.ipynb #0c448b84
 def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = None) -> list:
@@ -128,6 +129,7 @@ def _print_counts(c: dict):
 
 
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+LOG_EVERY = 10  # optimizer steps whose figures are read off the device together and written to steps.jsonl at once
 
 
 def make_accelerator(dtype, report_to: str = "none", project_dir: Path = None) -> Accelerator:
@@ -431,6 +433,10 @@ class Phase2Trainer:
         self.trackers = _start_trackers(cfg, run, acc)
         self.meta = _checkpoint_meta(cfg, inputs, opts, self.core, self.counts, self.init, acc.num_processes)
         self.batcher = Batcher(inputs.tok, cfg, inputs.cand, inputs.feats)
+        # what the gradient norm is taken over: the trainable parameters (the frozen ones have no gradient); FSDP
+        # clips through its own wrapper, which accelerate uses when it is given all of the model's parameters
+        fsdp = acc.distributed_type == DistributedType.FSDP
+        self.clipped = [p for p in self.model.parameters() if fsdp or p.requires_grad]
 
     def fit(self) -> dict:
         "Every epoch not trained yet (--max-steps may stop them early), then the test predictions; returns the test metrics."
@@ -475,39 +481,73 @@ class Phase2Trainer:
         order = _epoch_order(self.inputs.train, cfg, epoch, self.inputs.mirrored)
         batches = rank_batches(order, cfg.batch_size, acc.process_index, acc.num_processes)
         model.train()
-        tot, n, win_loss, t0 = 0.0, 0, 0.0, time.perf_counter()
+        # the losses stay on the device, summed in float64 (as Python floats would be); the step figures are read
+        # off it every LOG_EVERY steps, so a step waits for the device only when its rows are written
+        tot, n, win, steps = torch.zeros((), dtype=torch.float64, device=acc.device), 0, 0.0, []
+        t0 = time.perf_counter()
         show = self.opts.progress and acc.is_main_process
-        for bi, batch in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not show, leave=False)):
-            start = bi - bi % cfg.grad_accum
-            window = min(cfg.grad_accum, len(batches) - start)  # micro-batches in this optimizer step
-            last = bi == start + window - 1
-            with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
-                loss = model(*self.batcher(batch, epoch, acc.device))
-                acc.backward(loss / window)
-            tot, n, win_loss = tot + loss.item(), n + 1, win_loss + loss.item() / window
-            if not last:
-                continue
-            norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip else float("inf"))
-            self.opt.step()
-            self.sched.step()
-            self.opt.zero_grad(set_to_none=True)
-            self.step += 1
-            row = {
-                "step": self.step,
-                "epoch": epoch,
-                "loss": acc.reduce(torch.tensor(win_loss, device=acc.device), "mean").item(),
-                "lr": self.sched.get_last_lr()[0],
-                "grad_norm": float(norm),
-                "samples_per_s": window * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0),
-                "query_rank_entropy": acc.reduce(self.core.last_rank_entropy.to(acc.device), "mean").item(),
+        with ThreadPoolExecutor(1) as ahead:  # builds the next micro-batch's inputs while this one trains
+            nxt = ahead.submit(self.batcher.build, batches[0], epoch, acc.device) if batches else None
+            for bi, _ in enumerate(tqdm(batches, desc=f"phase2 epoch {epoch}", disable=not show, leave=False)):
+                inputs, truncated = nxt.result()
+                self.batcher.truncated += truncated
+                if bi + 1 < len(batches):
+                    nxt = ahead.submit(self.batcher.build, batches[bi + 1], epoch, acc.device)
+                start = bi - bi % cfg.grad_accum
+                window = min(cfg.grad_accum, len(batches) - start)  # micro-batches in this optimizer step
+                last = bi == start + window - 1
+                with acc.no_sync(model) if not last else contextlib.nullcontext(), acc.autocast():
+                    loss = model(*inputs)
+                    acc.backward(loss / window)
+                loss = loss.detach().double()
+                tot, n, win = tot + loss, n + 1, win + loss / window
+                if not last:
+                    continue
+                norm = acc.clip_grad_norm_(self.clipped, cfg.grad_clip if cfg.grad_clip else float("inf"))
+                self.opt.step()
+                self.sched.step()
+                self.opt.zero_grad(set_to_none=True)
+                self.step += 1
+                lr = self.sched.get_last_lr()[0]
+                steps.append((self.step, epoch, lr, window, win.float(), norm, self.core.last_rank_entropy))
+                win = 0.0
+                stop = bool(cfg.max_steps and self.step >= cfg.max_steps)
+                if len(steps) >= LOG_EVERY or stop:
+                    t0, steps = self.log_steps(steps, t0), []
+                if stop:
+                    break
+        self.log_steps(steps, t0)
+        return acc.reduce((tot / max(n, 1)).float(), "mean").item()
+
+    def log_steps(self, steps: list, t0: float) -> float:
+        """The rows of optimizer steps `steps` ([(step, epoch, lr, micro-batches, loss, grad norm, rank entropy)], the
+        last three on the device), read off it at once and averaged over the processes, into steps.jsonl and the
+        tracker. Their samples/s is the throughput of these steps since `t0` (the device is waited for here).
+        Returns the time they were logged."""
+        if not steps:
+            return t0
+        acc, cfg = self.acc, self.cfg
+        loss, norm, ent = (torch.stack([s[i] for s in steps]) for i in (4, 5, 6))
+        mean = acc.reduce(torch.stack([loss, ent]), "mean")  # (2, steps)
+        figs = torch.cat([mean.double(), norm.double()[None]]).tolist()  # one wait for the device
+        rate = sum(s[3] for s in steps) * cfg.batch_size * acc.num_processes / (time.perf_counter() - t0)
+        rows = [
+            {
+                "step": s[0],
+                "epoch": s[1],
+                "loss": l,
+                "lr": s[2],
+                "grad_norm": g,
+                "samples_per_s": rate,
+                "query_rank_entropy": e,
             }
-            self.run.log_step(row)
-            if self.trackers:
-                acc.log({f"train/{k}": v for k, v in row.items() if k != "step"}, step=self.step)
-            win_loss, t0 = 0.0, time.perf_counter()
-            if cfg.max_steps and self.step >= cfg.max_steps:
-                break
-        return acc.reduce(torch.tensor(tot / max(n, 1), device=acc.device), "mean").item()
+            for s, l, e, g in zip(steps, *figs)
+        ]
+        self.run.log_step(*rows)
+        if self.trackers:
+            for r in rows:
+                acc.log({f"train/{k}": v for k, v in r.items() if k != "step"}, step=r["step"])
+        return time.perf_counter()
 
     def predict(self, samples: list, progress: bool = False) -> list:
         "Rows for `samples`, each process generating every world-th one, gathered in sample order on every process."
