@@ -104,6 +104,7 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/metrics.py
 	$(BIN)/python benchmarks/phase2_step.py
+	$(BIN)/python benchmarks/phase2_train_overhead.py
 	$(BIN)/python benchmarks/phase2_scale.py --procs 2
 	$(BIN)/python benchmarks/release_chain.py --records 100000
 	$(BIN)/python benchmarks/harness_concurrency.py
