@@ -275,3 +275,40 @@ def test_trees_identical_whatever_the_requests_order(videos, tmp_path):
     for v in ("forest_snow.json", "night.json"):
         one, many = ((tmp_path / d / v).read_text() for d in ("one", "many"))
         assert one == many.replace('"jobs": 6', '"jobs": 1')  # the same bytes but the jobs setting they record
+
+
+@pytest.fixture(scope="module")
+def scene_videos(tmp_path_factory):
+    "Videos of 3 to 5 scenes, so that the clustering picks between several cuts."
+    d = tmp_path_factory.mktemp("scenes")
+    envs, sps = ["forest", "snow", "night", "forest", "snow"], list(SPECIES)
+    for i, n in enumerate((3, 4, 5)):
+        scene_video(d / f"s{n}.mp4", [(envs[(k + i) % 5], sps[(k + 2 * i) % len(sps)]) for k in range(n)], secs=6)
+    return d
+
+
+def tree_digests(trees):
+    "sha256 of each tree's bytes, its source path (a temporary folder) replaced by the file's name."
+    import hashlib
+
+    out = {}
+    for f in sorted(trees.glob("s*.json")):
+        t = json.loads(f.read_text())
+        t["source"]["path"] = os.path.basename(t["source"]["path"])
+        out[f.name] = hashlib.sha256(json.dumps(t, indent=1, ensure_ascii=False).encode()).hexdigest()[:16]
+    return out
+
+
+PINNED_TREES = {"s3.json": "fcfdc1e7046f525f", "s4.json": "1e590f010a0256dd", "s5.json": "17758493ab2c5a0a"}
+
+
+def test_tree_bytes_pinned(scene_videos, tmp_path):
+    "The trees of fixed videos (simulated captioner, default cuts) keep their bytes: scheduling and clustering changes must not move them."
+    from vtreetrm.harness.config import BuildOptions, FrameSampling, TreeParams
+    from vtreetrm.harness.trees import build_trees
+
+    rep = build_trees(scene_videos, tmp_path / "t", SlowCaptioner(2, 0.01), TreeParams(), FrameSampling(fps=2), BuildOptions(cache_dir=tmp_path / "c"), progress=False)  # fmt: skip
+    assert rep["counts"]["built"] == 3, rep
+    clips = {f.name: len(json.loads(f.read_text())["clips"]) for f in sorted((tmp_path / "t").glob("s*.json"))}
+    assert clips == {"s3.json": 3, "s4.json": 4, "s5.json": 5}  # a clip per scene, cut where the scene changes
+    assert tree_digests(tmp_path / "t") == PINNED_TREES
