@@ -279,11 +279,37 @@ class FrameFeatures:
         return times, feats, dur
 
 # %% ../../nbs/harness/11_trees.ipynb #2a0ec49f
+def _distances(x: np.ndarray) -> np.ndarray:
+    "Euclidean distances between the rows of `x` (N, D) as `sklearn.metrics.pairwise_distances` computes them for float32 rows, in float64."
+    x64 = x.astype(np.float64)
+    sq = np.einsum("ij,ij->i", x64, x64)
+    d = (-2 * (x64 @ x64.T) + sq[:, None] + sq[None, :]).astype(np.float32)  # as its float32 path: float64, then cast
+    np.maximum(d, 0, out=d)
+    np.fill_diagonal(d, 0)
+    return np.sqrt(d).astype(np.float64)
+
+
+def _runs_silhouette(d: np.ndarray, cuts: list) -> float:
+    "`sklearn.metrics.silhouette_score` of the contiguous runs starting at `cuts` (and 0), from the distances `d` (N, N)."
+    n = len(d)
+    starts = np.array([0, *cuts])
+    sizes = np.diff([*starts, n])
+    runs = np.repeat(np.arange(len(sizes)), sizes)  # each row's run
+    rows = np.arange(n)
+    mean = np.add.reduceat(d, starts, axis=1) / sizes  # (N, k): each row's mean distance to each run
+    intra = mean[rows, runs] * sizes[runs] / np.maximum(sizes[runs] - 1, 1)  # its own run, itself left out
+    mean[rows, runs] = np.inf
+    inter = mean.min(1)  # the nearest other run
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (inter - intra) / np.maximum(intra, inter)
+    s[sizes[runs] == 1] = 0  # a row alone in its run scores 0, as in sklearn
+    return float(np.mean(np.nan_to_num(s)))
+
+
 def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05) -> list[tuple[int, int]]:
     "Contiguous runs `[(start, end), ...]` of the rows of `x` (N, D), at most `k_max`, cut where the rows change."
     from scipy.sparse import diags
     from sklearn.cluster import ward_tree
-    from sklearn.metrics import pairwise_distances, silhouette_score
 
     n = len(x)
     if n < 3 or k_max < 2 or float(np.ptp(x, axis=0).max()) < 1e-6:
@@ -294,11 +320,11 @@ def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05)
     for j, (a, b) in enumerate(children):
         start[n + j] = min(start[a], start[b])
         gone.append(max(start[a], start[b]))  # two neighbouring runs join: the later one's start is no cut any more
-    d = pairwise_distances(x)  # once, not once per k
+    d = _distances(x)  # once, not once per k
     best, best_cuts = min_silhouette, None
     for k in range(2, min(k_max, n - 1) + 1):
         cuts = sorted(gone[n - k :])  # undoing the last k - 1 merges leaves k runs
-        s = silhouette_score(d, np.searchsorted(cuts, np.arange(n), side="right"), metric="precomputed")
+        s = _runs_silhouette(d, cuts)
         if s > best + 1e-9:
             best, best_cuts = s, cuts
     if best_cuts is None:
