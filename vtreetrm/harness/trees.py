@@ -13,6 +13,7 @@ import io
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -438,6 +439,9 @@ class OpenAICaptioner:
     async def summarize(self, captions: list) -> str:
         return await self._ask(self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions))
 
+    async def warm(self):
+        await self.backend.warm()
+
     async def aclose(self):
         await self.backend.aclose()
 
@@ -588,8 +592,8 @@ def tree_plan(x: np.ndarray, p: TreeParams) -> list:
     return plan
 
 # %% ../../nbs/harness/11_trees.ipynb #45b7e96e
-def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
-    "The tree's clips (summaries still None): spans in seconds, keyframe times and their captions."
+def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict, summaries: list) -> list:
+    "The tree's clips: spans in seconds, summaries, keyframe times and their captions (`texts` by keyframe time)."
     clips = []
     for ci, ((ca, cb), segs) in enumerate(plan):
         segments = [
@@ -605,7 +609,7 @@ def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
             {
                 "id": f"c{ci}",
                 **dict(zip(("start", "end"), _span(t, ca, cb, dur))),
-                "summary": None,
+                "summary": summaries[ci],
                 "segments": segments,
             }
         )
@@ -617,29 +621,28 @@ async def _caption_clips(
 ) -> list:
     "The tree's clips of `plan`, every keyframe captioned and every clip summarised (through the cache), `sem` at a time."
     loop = asyncio.get_running_loop()
-    texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}
-    clips = _tree_clips(t, dur, plan, texts)  # each caption's text is its future until the caption is in
+    texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}  # set as each is in
+    summaries = [None] * len(plan)
+
+    async def request(make):  # a slot for the request alone: the cache writes its answer after the slot is freed
+        async with sem:
+            return await make()
 
     async def caption(tt, img):
         key = cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape)
-        async with sem:
-            text = await cache.get(key, lambda: captioner.caption(img))
-        texts[tt].set_result(text)
+        texts[tt].set_result(await cache.get(key, lambda: request(lambda: captioner.caption(img))))
 
     async def captions():
         await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, sorted(texts), p.caption_side))
         if missing := sorted(tt for tt, f in texts.items() if not f.done()):
             raise UserError(f"the decoder never reached the keyframe at {missing[0]} s", path)
 
-    async def summary(c):
-        for x in (x for s in c["segments"] for x in s["captions"]):
-            x["text"] = await x["text"]
-        caps = [x["text"] for s in c["segments"] for x in s["captions"]]
-        async with sem:
-            c["summary"] = await cache.get(cache.key("summary", caps), lambda: captioner.summarize(caps))
+    async def summary(ci, segs):  # as soon as this clip's own captions are in
+        caps = [await texts[float(t[i])] for _, ks in segs for i in ks]
+        summaries[ci] = await cache.get(cache.key("summary", caps), lambda: request(lambda: captioner.summarize(caps)))
 
-    await _gather_all([captions(), *(summary(c) for c in clips)])
-    return clips
+    await _gather_all([captions(), *(summary(ci, segs) for ci, (_, segs) in enumerate(plan))])
+    return _tree_clips(t, dur, plan, {tt: f.result() for tt, f in texts.items()}, summaries)
 
 # %% ../../nbs/harness/11_trees.ipynb #b1d7a3c3
 VIDEOS_IN_FLIGHT = 8  # videos begun at once (each holds its sampled frames' features until its tree is written)
@@ -801,6 +804,10 @@ class TreeBuild:
     async def all(self, todo: list, bar) -> list:
         "Every video's row, within the build's limits (`BuildLimits`); the captioner is closed at the end."
         lim = BuildLimits.of(self.p)
+        # worker threads for every stage at its limit at once: the videos being decoded for captions, the ones being
+        # prepared, and each request's JPEG and cache write (an fsync), so none queues behind another stage's work
+        workers = CAPTIONED_AT_ONCE + PREPARED_AT_ONCE + 2 * self.p.jobs
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers, "build-trees"))
 
         async def one(vid, path):
             async with lim.videos:
@@ -809,8 +816,9 @@ class TreeBuild:
                 finally:
                     bar.update()
 
+        warm = [self.captioner.warm()] if hasattr(self.captioner, "warm") else []  # while the first videos decode
         try:
-            return await asyncio.gather(*(one(vid, path) for vid, path in todo))
+            return (await asyncio.gather(*warm, *(one(vid, path) for vid, path in todo)))[len(warm) :]
         finally:
             if hasattr(self.captioner, "aclose"):
                 await self.captioner.aclose()
