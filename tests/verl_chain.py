@@ -16,12 +16,13 @@ TRAINED_QWEN2 = dict(
 )  # fmt: skip
 
 
-def verl_chain(t: Path, records: int = 80, classes=None, think: str = None, **model):
+def verl_chain(t: Path, records: int = 80, classes=None, think: str = None, seed: int = 0, **model):
     """The synthetic chain (`records` field records) in `t` with its rl-cascade release (run/rl) and trajectory release
     (run/traj: the trajectory `classes`, all when None; thoughts mock, or when `think` is given, the think shards
     collected and filled with that text as a reviewed generator would, then exported from the filled files), and a tiny
-    Qwen2 in t/model (`model`: Qwen2Config sizes to change) with a tokenizer trained on the trajectories and the RL
+    Qwen2 in t/model (`model`: Qwen2Config sizes to change; its initial weights drawn from torch seed `seed`) with a tokenizer trained on the trajectories and the RL
     prompts, each of the release's choice ids one token (a byte-level BPE splits them into letters and digits)."""
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from vtreetrm.release.canonical import synthetic_chain
@@ -56,6 +57,7 @@ def verl_chain(t: Path, records: int = 80, classes=None, think: str = None, **mo
     sizes = dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
     )
+    torch.manual_seed(seed)  # the same initial weights in every process, so the training that follows is repeatable
     Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), **{**sizes, **model})).save_pretrained(t / "model")
     tok.save_pretrained(t / "model")
     return c
