@@ -614,9 +614,7 @@ def trajectory_export(
     assets: ReleaseAssets = None,  # --registry, --corpus, --task-config, --metadata-fields, --grading-config
     think: ThinkSource = None,  # --think-source, --think-root, --failed-audit (ThinkSource)
     output_dir: str = None,  # trajectory release folder to publish
-    classes: list[
-        str
-    ] = None,  # trajectory classes to export (default: all of direct, single_tool, multi_tool, no_result)
+    classes: list[str] = None,  # trajectory classes to export (default: every class)
     progress: bool = True,  # show a progress bar
 ):
     "Assemble contexts and thoughts, re-execute tools, validate and publish the trajectory parquet."
