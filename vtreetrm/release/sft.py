@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from array import array
 from collections import Counter
@@ -90,7 +89,12 @@ _ROLES = ("system", "user", "assistant")
 def _interleave(*cols: pa.Array) -> pa.Array:
     "Row 0 of each column, then row 1 of each, ...: `_interleave(a, b)` is a0, b0, a1, b1, ..."
     n, k = len(cols[0]), len(cols)
-    return pa.concat_arrays(cols).take(ints(np.arange(k * n).reshape(k, n).T.ravel()))
+    return _array(pa.chunked_array(cols).take(ints(np.arange(k * n).reshape(k, n).T.ravel())))
+
+
+def _array(col: pa.ChunkedArray) -> pa.Array:
+    "A column as one array (not copied when it is one already)."
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _twice(col: pa.Array) -> pa.Array:
@@ -130,9 +134,7 @@ class SftTexts:
         )  # the block's pieces around its values: `f: ` before each, a line break between
         self.fields = texts([("\n" if i else "") + f"{f}: " for i, f in enumerate(fields)])
         self.leaves = texts(leaves)
-        self.last = (
-            None  # (gold, source ids, seeds, candidates) of the last `stage1`: the same draws are not made twice
-        )
+        self.last = None  # (gold, source ids, seeds, candidates, their lines) of the last `candidates`
 
     def block(self, values: list) -> pa.Array:
         "The metadata blocks (`render_metadata`) of the values of each metadata field, one array per field, none null or holding a line break."
@@ -144,22 +146,18 @@ class SftTexts:
         pos = np.array([self.position[c] for c in enc.dictionary.to_pylist()], np.int64)
         return pos[to_ints(enc.indices)]
 
-    def draws(self, gold: np.ndarray, source_ids: list, seeds: list) -> np.ndarray:
-        "`candidate_matrix` of the rows, drawn once for the same rows: the export's and its validation's draws of a batch are one."
+    def candidates(self, gold: np.ndarray, source_ids: list, seeds: list) -> tuple[np.ndarray, pa.Array]:
+        "(`candidate_matrix` of the rows, their candidate lines joined), made once for the same rows: a function of these arguments, so the export's and its check's draws and lines of a batch are one."
         last = self.last
         if last is None or not (np.array_equal(last[0], gold) and last[1] == source_ids and last[2] == seeds):
-            last = self.last = (
-                gold.copy(),
-                list(source_ids),
-                list(seeds),
-                candidate_matrix(self.ctx, gold, source_ids, seeds),
-            )
-        return last[3]
+            cands = candidate_matrix(self.ctx, gold, source_ids, seeds)
+            lines = pc.binary_join(_lists(self.lines.take(ints(cands.ravel())), cands.shape[1]), self.nl)
+            last = self.last = (gold.copy(), list(source_ids), list(seeds), cands, lines)
+        return last[3], last[4]
 
     def stage1(self, blocks: pa.Array, gold: np.ndarray, source_ids: list, seeds: list) -> tuple[pa.Array, np.ndarray]:
         "(the stage1 user prompts, each row's candidates as leaf positions) of metadata `blocks` and gold leaf positions."
-        cands = self.draws(gold, source_ids, seeds)
-        lines = pc.binary_join(_lists(self.lines.take(ints(cands.ravel())), cands.shape[1]), self.nl)
+        cands, lines = self.candidates(gold, source_ids, seeds)
         return pc.binary_join_element_wise(self.head, blocks, self.cands, lines, self.empty), cands
 
     def stage2(self, blocks: pa.Array, gold: np.ndarray) -> pa.Array:
@@ -168,9 +166,9 @@ class SftTexts:
         return pc.binary_join_element_wise(self.head, blocks, self.known, known, self.levels, self.empty)
 
 
-_JSON_ESCAPED = (
-    r'[\x00-\x1f"\\]'  # what `json.dumps(..., ensure_ascii=False)` writes escaped: control characters, quote, backslash
-)
+# what `json.dumps(..., ensure_ascii=False)` writes escaped (control characters, quote, backslash), in a metadata block
+# (its values hold no line break; the block's own line breaks are left alone)
+_JSON_ESCAPED_IN_BLOCK = r'[\x00-\x09\x0b-\x1f"\\]'
 
 
 class SftRows:
@@ -205,9 +203,9 @@ class SftRows:
         cols = zip(*(self._answers(leaves[c // len(lv)], lv[c % len(lv)]) for c in uniq.tolist()))
         return tuple(texts(c).take(ints(inv.ravel())) for c in cols)
 
-    def metadata_json(self, values: list) -> pa.Array:
-        "The metadata column (`json.dumps` of the task fields, not ASCII-escaped) of the values of each field."
-        if any(pc.any(pc.match_substring_regex(v, _JSON_ESCAPED)).as_py() for v in values):  # JSON's own escapes
+    def metadata_json(self, values: list, blocks: pa.Array) -> pa.Array:
+        "The metadata column (`json.dumps` of the task fields, not ASCII-escaped) of the values of each field, whose metadata blocks are `blocks`."
+        if pc.any(pc.match_substring_regex(blocks, _JSON_ESCAPED_IN_BLOCK)).as_py():  # JSON's own escapes
             return texts(self.encode(dict(zip(self.fields, row))) for row in zip(*(v.to_pylist() for v in values)))
         parts = [x for pair in zip(self.md_parts, values) for x in pair]
         return pc.binary_join_element_wise(*parts, self.md_parts[-1], self.texts.empty)
@@ -220,9 +218,9 @@ class SftRows:
         "The rows of a `record_table` (stage1 then stage2 of each record, in order) as an `SFT_SCHEMA` table, built column by column."
         n = rt.num_rows
         sid, ds, split, cid, lvl = (
-            rt.column(c).combine_chunks() for c in ("id", "dataset", "split", "category_id", "data_level")
+            _array(rt.column(c)) for c in ("id", "dataset", "split", "category_id", "data_level")
         )
-        values = [rt.column("metadata." + f).combine_chunks() for f in self.fields]
+        values = [_array(rt.column("metadata." + f)) for f in self.fields]
         blocks = self.texts.block(values)
         gold = self.texts.positions(cid)
         u1, _ = self.texts.stage1(blocks, gold, sid.to_pylist(), [self.seed] * n)
@@ -232,7 +230,7 @@ class SftRows:
         assistant = _interleave(a1, a2)
         msgs = _lists(pa.StructArray.from_arrays([_cycle(_ROLES, 2 * n), text], fields=list(MESSAGE)), 3)
         source, stage = _twice(sid), _cycle(["stage1", "stage2"], n)
-        ds, split, md, label = (_twice(c) for c in (ds, split, self.metadata_json(values), label))
+        ds, split, md, label = (_twice(c) for c in (ds, split, self.metadata_json(values, blocks), label))
         seed = ints(np.full(2 * n, self.seed, np.int64))
         sample = pc.binary_join_element_wise(source, stage, self.colon)
         cols = [ds, source, sample, stage, split, msgs, assistant, md, label, seed]
@@ -368,7 +366,8 @@ def _fast_records(ctx: ReleaseContext, canonical, chunk_bytes: int):
             if t.num_rows != body.count(b"\n") or any(c.null_count for c in t.columns):
                 break
             md = [t.column("metadata." + f) for f in fields]
-            if any(pc.any(pc.match_substring_regex(c, "[\n\r]")).as_py() for c in md):
+            escaped = b"\\" in body  # a line break in a value is escaped in JSON text: none without a backslash
+            if escaped and any(pc.any(pc.match_substring_regex(c, "[\n\r]")).as_py() for c in md):
                 break
             if (
                 _values(t.column("dataset")) != {ctx.dataset}
@@ -860,6 +859,11 @@ def _place_sft_rows(check: SftRowCheck, errs: Errors, pairs: _SftPairs, path, s:
         yield len(b)
 
 
+def _literal(text: str) -> str:
+    "`text` as a regular expression (RE2's, Arrow's) matching it: ASCII punctuation escaped."
+    return "".join("\\" + c if c.isascii() and not c.isalnum() and c.isprintable() and c != " " else c for c in text)
+
+
 def _same(a: pa.Array, b) -> bool:
     "Whether every value of `a` equals the one of `b` beside it (or `b`, a scalar); a null is never equal."
     return pc.all(pc.equal(a, b), skip_nulls=False).as_py() is True
@@ -884,7 +888,10 @@ class SftTableCheck:
             and parse_user(stage1_user(ctx, probe, leaves), self.fields)["choices"] == [to_choice[l] for l in leaves]
             and parse_user(stage2_user(ctx, probe, leaves[0]), self.fields)["choices"] == [to_choice[leaves[0]]]
         )
-        self.ids = "|".join(re.escape(l) for l in leaves)
+        self.ids = "|".join(map(_literal, leaves))
+        # a stage1 prompt's metadata values: `f: value` lines after its heading, the last one ending a line
+        lines = "\n".join(f"{_literal(f)}: (?P<v{i}>[^\n]*)" for i, f in enumerate(self.fields))
+        self.block_pattern = f"^{_literal('字段元数据：')}\n{lines}\n"
 
     def __call__(self, s: str, t: pa.Table) -> pa.Table:
         "Check table `t` of split `s` on its way to the file; returns it."
@@ -901,14 +908,15 @@ class SftTableCheck:
         n2, n = t.num_rows, t.num_rows // 2
         if n2 == 0 or n2 % 2 or t.schema != SFT_SCHEMA or any(c.null_count for c in t.columns):
             return False
-        col = {c: t.column(c).combine_chunks() for c in SFT_SCHEMA.names}
+        col = {c: _array(t.column(c)) for c in SFT_SCHEMA.names}
         m = col["messages"]
         if not _same(pc.list_value_length(m), ints(np.full(n2, 3, np.int32))):
             return False
         role, text = m.flatten().flatten()
         if role.null_count or text.null_count:
             return False
-        system, user, asst = (text.take(ints(np.arange(k, 3 * n2, 3))) for k in range(3))
+        # the messages of the stage1 rows (system, user, assistant), then those of the stage2 rows
+        sys1, u1, asst1, sys2, u2, asst2 = (text.take(ints(np.arange(k, 3 * n2, 6))) for k in range(6))
         ev, od = ints(np.arange(0, n2, 2)), ints(np.arange(1, n2, 2))
         stage, src, label, md = col["stage"], col["source_id"], col["label"], col["metadata"]
         same = [
@@ -918,8 +926,10 @@ class SftTableCheck:
             (col["split"], texts([s])[0]),
             (src.take(ev), src.take(od)),
             (col["sample_id"], pc.binary_join_element_wise(src, stage, self.render.colon)),
-            (system, _cycle([SYSTEM_STAGE1, SYSTEM_STAGE2], n)),
-            (col["answer"], asst),
+            (sys1, texts([SYSTEM_STAGE1])[0]),
+            (sys2, texts([SYSTEM_STAGE2])[0]),
+            (col["answer"].take(ev), asst1),
+            (col["answer"].take(od), asst2),
             (label.take(ev), label.take(od)),
             (md.take(ev), md.take(od)),
         ]
@@ -934,20 +944,16 @@ class SftTableCheck:
         gold = np.array([self.texts.position[r[1]] for r in read], np.int64)[idx]
         a1, a2 = (texts([r[k] for r in read]).take(ints(idx)) for k in (3, 4))
         # the metadata values as the stage1 prompt shows them, which the metadata column must hold as its JSON
-        u1, u2 = user.take(ev), user.take(od)
-        lines = pc.split_pattern(u1, "\n", max_splits=len(self.fields) + 1)
-        values = [
-            pc.utf8_slice_codeunits(pc.list_element(lines, ints(np.array([i + 1]))[0]), len(f) + 2)
-            for i, f in enumerate(self.fields)
-        ]
-        if any(pc.any(pc.match_substring_regex(v, _JSON_ESCAPED)).as_py() for v in values):
+        found = pc.extract_regex(u1, self.block_pattern)
+        if found.null_count:
             return False
+        values = found.flatten()
         blocks = self.texts.block(values)
         want1, _ = self.texts.stage1(blocks, gold, src.take(ev).to_pylist(), col["prompt_seed"].take(ev).to_pylist())
         same = [
-            (asst.take(ev), a1),
-            (asst.take(od), a2),
-            (md.take(ev), self.render.metadata_json(values)),
+            (asst1, a1),
+            (asst2, a2),
+            (md.take(ev), self.render.metadata_json(values, blocks)),
             (u1, want1),
             (u2, self.texts.stage2(blocks, gold)),
         ]
