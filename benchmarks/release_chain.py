@@ -33,12 +33,27 @@ profiler, so only their proportions carry over), what it showed and what changed
   render in one `pc.equal`, canonical ids looked for in the metadata block only (the assets' fixed text is checked
   once); Arrow arrays made with Arrow's builder (`release.parquet.texts`, `ints`), so pandas is never imported; the
   parser built from the signature unless `--help` is asked (0.01 s).
-- what is left (per run, outside the profiler, with other jobs on the machine): process start and imports about
-  0.3 s (numpy 0.08 s, pyarrow and pyarrow.compute 0.07 s, tqdm.auto 0.02 s); the canonical read and its checks
-  about 0.18 s (orjson per line, `Record.from_dict`); the per-record Python of `SftRows.table` about 0.2 s (the
-  blake2b draws, `render_metadata`, the metadata JSON); zstd writing 0.065 s; validation about 0.6 s (reading 0.12 s,
-  per-row label, metadata block and pairing in Python, the batch rendering). Process start and imports alone are
-  about 5x the bare write, so the 8x goal for the whole command leaves about 0.15 s for export and validation.
+- then, 1.1 s under the profiler (2.30 s before, the same machine, other jobs beside it): the canonical records read
+  by Arrow's JSON reader a chunk at a time (`sft.export_tables`; `export_records` reads on row by row from the first
+  chunk whose columns do not pass its checks, so its messages are unchanged): 0.07 s, was 0.48 s; rows built
+  column by column from those columns (`SftRows.columns_table`: metadata blocks and the metadata column joined by
+  pyarrow.compute, labels and answers rendered once per (category, level), the candidate draws' blake2b digests
+  read by numpy in one buffer): 0.23 s with the tables' interleaving 0.12 s; each table checked on its way to its
+  file (`SftTableCheck`, 0.11 s: the same equalities as `SftRowCheck` from the columns, the draws and candidate
+  lines of a batch made once for export and check) instead of the files read back and checked (0.96 s): the
+  files are read again (`validate_sft_dataset`, messages unchanged) only when a table does not pass, and their
+  footers are checked to hold the rows that passed; tqdm (with asyncio, 0.02 s) imported only to show a bar;
+  pandas (0.2 s) no longer imported by pyarrow (`Array.to_numpy`, Python scalars and `pc.index_in` imported it:
+  `parquet.to_ints`, Arrow scalars and dictionary encoding instead); `parquet.texts` builds an array from its
+  buffers instead of pyarrow's internal `StringBuilder` (the same time for the small arrays it now makes). A
+  writing thread beside the builder was tried: no faster on 2 cores shared with other jobs, so left out.
+- what is left (20,000 records, best of repeated runs in one process, other jobs on the machine): process start and
+  imports about 0.25 s (`-X importtime`: numpy 0.056 s, pyarrow 0.034 s, pyarrow.compute 0.033 s, pyarrow.parquet
+  0.011 s, vtreetrm.cli with vtreetrm.utils 0.057 s, site and the editable install's finder 0.017 s; the vtreetrm
+  modules are compiled on every run where PYTHONDONTWRITEBYTECODE is set, about 0.035 s of that); the canonical
+  read 0.075 s (Arrow's JSON reader 0.035 s, the trailing commas replaced 0.013 s); building the rows about 0.06 s
+  (57 MB of message text: the prompts joined, then interleaved into one column); checking them about 0.06 s;
+  zstd writing 0.065 s (the bare write); the report's provenance 0.04 s (git, package versions, input sha256).
 """
 
 import argparse

@@ -16,7 +16,8 @@ from .assets import SPLITS
 from ..utils import UserError
 
 # %% auto #0
-__all__ = ['MESSAGE', 'BATCH_ROWS', 'SplitWriter', 'texts', 'ints', 'open_parquet', 'iter_batches', 'iter_parquet']
+__all__ = ['MESSAGE', 'BATCH_ROWS', 'SplitWriter', 'TableSplitWriter', 'texts', 'ints', 'to_ints', 'open_parquet', 'iter_batches',
+           'iter_parquet']
 
 # %% ../../nbs/release/05a_parquet.ipynb #7b3da877
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -52,18 +53,59 @@ class SplitWriter:
             self._flush(s)
             self.writers[s].close()
 
+
+class TableSplitWriter(SplitWriter):
+    "A `SplitWriter` fed tables of rows (`write(split, table)`): `to_table(split, rows)` gets `batch_rows` of a split's rows at a time, as one table, and returns the table to write, so the files are those `SplitWriter` writes from the same rows one by one."
+
+    def __init__(self, folder, schema: pa.Schema, batch_rows: int = BATCH_ROWS, splits=SPLITS, to_table=None):
+        super().__init__(folder, schema, batch_rows, splits, to_table or (lambda split, rows: rows))
+
+    def write(self, split: str, rows: pa.Table):
+        if not rows.num_rows:
+            return
+        self.buf[split].append(rows)
+        self.counts[split] += rows.num_rows
+        have = sum(t.num_rows for t in self.buf[split])
+        if have >= self.batch_rows:
+            t = pa.concat_tables(self.buf[split])
+            done = have - have % self.batch_rows
+            for a in range(0, done, self.batch_rows):
+                self.writers[split].write_table(self.to_table(split, t.slice(a, self.batch_rows).combine_chunks()))
+            self.buf[split] = [t.slice(done)] if done < have else []
+
+    def _flush(self, split):
+        if self.buf[split]:
+            self.writers[split].write_table(self.to_table(split, pa.concat_tables(self.buf[split]).combine_chunks()))
+            self.buf[split] = []
+
 # %% ../../nbs/release/05a_parquet.ipynb #25c78a43
 def texts(values) -> pa.StringArray:
-    "A string array of Python texts (None a null), built without `pa.array`: its first call imports pandas (0.15 s of a release step's start)."
-    b = pa.lib.StringBuilder()
-    b.append_values(list(values))
-    return b.finish()
+    "A string array of Python texts (None a null), built from its buffers: `pa.array` would import pandas on its first call (0.15 s of a release step's start)."
+    v = list(values)
+    valid = [s is not None for s in v] if None in v else None
+    data = [s.encode() for s in v] if valid is None else [s.encode() if s is not None else b"" for s in v]
+    offsets = np.zeros(len(data) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"{offsets[-1]} bytes of text in one array: more than an Arrow string array holds")
+    mask = None if valid is None else pa.py_buffer(np.packbits(np.array(valid, bool), bitorder="little"))
+    return pa.StringArray.from_buffers(
+        len(data), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data)), mask
+    )
 
 
 def ints(a) -> pa.Array:
     "An Arrow array of a numpy array of integers, without `pa.array` (see `texts`)."
     a = np.ascontiguousarray(a)
     return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+
+
+def to_ints(a: pa.Array) -> np.ndarray:
+    "The values of an Arrow signed integer array without nulls, as a numpy array (a view): `Array.to_numpy` imports pandas (see `texts`)."
+    if a.null_count or not pa.types.is_signed_integer(a.type):
+        raise ValueError(f"expected signed integers without nulls, got {a.type} with {a.null_count} null(s)")
+    width = a.type.bit_width // 8
+    return np.frombuffer(a.buffers()[1], f"<i{width}", len(a), a.offset * width)
 
 # %% ../../nbs/release/05a_parquet.ipynb #4acf927f
 def open_parquet(path) -> pq.ParquetFile:

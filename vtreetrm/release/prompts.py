@@ -119,8 +119,14 @@ def candidate_matrix(ctx: ReleaseContext, gold: np.ndarray, source_ids: list, se
     "`candidates_for` of many rows at once: the positions in `ctx.registry.leaves` of each row's candidates, one row each."
     n, k, c = len(source_ids), ctx.task.num_candidates - 1, _cache(ctx)
     pool_size = len(c["pool"])
-    d = np.array([_draws(s, sid, 2 * k + 1)[: 2 * k + 1] for s, sid in zip(seeds, source_ids)], np.int64)
-    d = d.reshape(n, 2 * k + 1)
+    m = -(-(2 * k + 1) // 32)  # 64-byte digests per row, as `_draws` takes them: 32 big-endian 16-bit numbers each
+    h = hashlib.blake2b
+    raw = b"".join(
+        h(f"{s}\x1f{sid}\x1f{c}".encode(), digest_size=64).digest()
+        for s, sid in zip(seeds, source_ids)
+        for c in range(m)
+    )
+    d = np.frombuffer(raw, ">u2").reshape(n, 32 * m)[:, : 2 * k + 1].astype(np.int64)
     out = np.empty((n, k + 1), np.int64)
     step = max(1, 2**22 // max(pool_size, 1))  # rows per chunk: the pools of a chunk hold at most 4 Mi positions
     for a in range(0, n, step):

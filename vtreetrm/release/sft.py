@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 
 from vtreetrm.release.assets import (
     SPLITS,
@@ -31,12 +32,13 @@ from vtreetrm.release.assets import (
 from vtreetrm.release.parquet import (
     BATCH_ROWS,
     MESSAGE,
-    SplitWriter,
+    TableSplitWriter,
     ints,
     iter_batches,
     iter_parquet,
     open_parquet,
     texts,
+    to_ints,
 )
 from vtreetrm.release.prompts import (
     SYSTEM_STAGE1,
@@ -52,6 +54,7 @@ from vtreetrm.release.prompts import (
     render_metadata,
     stage1_answer,
     stage1_messages,
+    stage1_user,
     stage2_answer,
     stage2_messages,
     stage2_user,
@@ -59,9 +62,9 @@ from vtreetrm.release.prompts import (
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'SftTexts', 'SftRows', 'sft_rows', 'check_canonical_record', 'export_records',
-           'sft_export', 'malformed', 'Errors', 'require_valid', 'check_sft_row', 'StagePairs', 'SftRowCheck',
-           'validate_sft_dataset', 'sft_validate']
+__all__ = ['SFT_SCHEMA', 'TRAJECTORY_STAGE', 'SftTexts', 'SftRows', 'record_table', 'sft_rows', 'check_canonical_record',
+           'progress_bar', 'export_records', 'export_tables', 'sft_export', 'malformed', 'Errors', 'require_valid',
+           'check_sft_row', 'StagePairs', 'SftRowCheck', 'SftTableCheck', 'validate_sft_dataset', 'sft_validate']
 
 # %% ../../nbs/release/06_sft.ipynb #a5122d24
 SFT_SCHEMA = pa.schema(
@@ -80,17 +83,18 @@ SFT_SCHEMA = pa.schema(
 )
 
 # %% ../../nbs/release/06_sft.ipynb #81805bec
-def _label(ctx, rec):
-    return json.dumps({"choice_id": ctx.choices.to_choice[rec.target.category_id], "data_level": rec.target.data_level})
-
-
 _ROLES = ("system", "user", "assistant")
 
 
 def _interleave(*cols: pa.Array) -> pa.Array:
     "Row 0 of each column, then row 1 of each, ...: `_interleave(a, b)` is a0, b0, a1, b1, ..."
     n, k = len(cols[0]), len(cols)
-    return pa.concat_arrays(cols).take(ints(np.arange(k * n).reshape(k, n).T.ravel()))
+    return _array(pa.chunked_array(cols).take(ints(np.arange(k * n).reshape(k, n).T.ravel())))
+
+
+def _array(col: pa.ChunkedArray) -> pa.Array:
+    "A column as one array (not copied when it is one already)."
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _twice(col: pa.Array) -> pa.Array:
@@ -125,11 +129,35 @@ class SftTexts:
             "",
         ]
         self.head, self.cands, self.known, self.levels, self.nl, self.empty = texts(parts)
+        fields = (
+            ctx.task.metadata_fields
+        )  # the block's pieces around its values: `f: ` before each, a line break between
+        self.fields = texts([("\n" if i else "") + f"{f}: " for i, f in enumerate(fields)])
+        self.leaves = texts(leaves)
+        self.last = None  # (gold, source ids, seeds, candidates, their lines) of the last `candidates`
+
+    def block(self, values: list) -> pa.Array:
+        "The metadata blocks (`render_metadata`) of the values of each metadata field, one array per field, none null or holding a line break."
+        return pc.binary_join_element_wise(*(x for pair in zip(self.fields, values) for x in pair), self.empty)
+
+    def positions(self, category_ids: pa.Array) -> np.ndarray:
+        "The positions in the registry's leaves of `category_ids` (leaves all of them)."
+        enc = category_ids.dictionary_encode()
+        pos = np.array([self.position[c] for c in enc.dictionary.to_pylist()], np.int64)
+        return pos[to_ints(enc.indices)]
+
+    def candidates(self, gold: np.ndarray, source_ids: list, seeds: list) -> tuple[np.ndarray, pa.Array]:
+        "(`candidate_matrix` of the rows, their candidate lines joined), made once for the same rows: a function of these arguments, so the export's and its check's draws and lines of a batch are one."
+        last = self.last
+        if last is None or not (np.array_equal(last[0], gold) and last[1] == source_ids and last[2] == seeds):
+            cands = candidate_matrix(self.ctx, gold, source_ids, seeds)
+            lines = pc.binary_join(_lists(self.lines.take(ints(cands.ravel())), cands.shape[1]), self.nl)
+            last = self.last = (gold.copy(), list(source_ids), list(seeds), cands, lines)
+        return last[3], last[4]
 
     def stage1(self, blocks: pa.Array, gold: np.ndarray, source_ids: list, seeds: list) -> tuple[pa.Array, np.ndarray]:
         "(the stage1 user prompts, each row's candidates as leaf positions) of metadata `blocks` and gold leaf positions."
-        cands = candidate_matrix(self.ctx, gold, source_ids, seeds)
-        lines = pc.binary_join(_lists(self.lines.take(ints(cands.ravel())), cands.shape[1]), self.nl)
+        cands, lines = self.candidates(gold, source_ids, seeds)
         return pc.binary_join_element_wise(self.head, blocks, self.cands, lines, self.empty), cands
 
     def stage2(self, blocks: pa.Array, gold: np.ndarray) -> pa.Array:
@@ -138,47 +166,90 @@ class SftTexts:
         return pc.binary_join_element_wise(self.head, blocks, self.known, known, self.levels, self.empty)
 
 
+# what `json.dumps(..., ensure_ascii=False)` writes escaped (control characters, quote, backslash), in a metadata block
+# (its values hold no line break; the block's own line breaks are left alone)
+_JSON_ESCAPED_IN_BLOCK = r'[\x00-\x09\x0b-\x1f"\\]'
+
+
 class SftRows:
     "The stage1 and stage2 rows of canonical records, each record's two rows together, as `SFT_SCHEMA` tables."
 
-    def __init__(self, ctx: ReleaseContext, seed: int):
-        self.ctx, self.seed, self.fields, self.texts = ctx, seed, ctx.task.metadata_fields, SftTexts(ctx)
+    def __init__(self, ctx: ReleaseContext, seed: int, texts_: SftTexts = None):
+        self.ctx, self.seed, self.fields = ctx, seed, ctx.task.metadata_fields
+        self.texts = texts_ or SftTexts(ctx)
         self.answers = {}  # (category id, level) -> (label, stage1 answer, stage2 answer), built once each
         self.encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), built once
         self.colon = texts([":"])[0]
+        # the metadata column's JSON around its values, when no value needs escaping: {"f": "v", "g": "w"}
+        keys = [json.dumps(f, ensure_ascii=False) for f in self.fields]
+        self.md_parts = texts(["{" + keys[0] + ': "', *(f'", {k}: "' for k in keys[1:]), '"}'])
 
-    def _answers(self, rec: Record) -> tuple:
-        cid, lvl = rec.target.category_id, rec.target.data_level
+    def _answers(self, cid: str, lvl: str) -> tuple:
         ans = self.answers.get((cid, lvl))
         if ans is None:
             ans = self.answers[cid, lvl] = (
-                _label(self.ctx, rec),
+                json.dumps({"choice_id": self.ctx.choices.to_choice[cid], "data_level": lvl}),
                 stage1_answer(self.ctx.choices.to_choice[cid]),
                 stage2_answer(lvl),
             )
         return ans
 
+    def answer_columns(self, gold: np.ndarray, levels: pa.Array) -> tuple:
+        "(label, stage1 answer, stage2 answer) columns of records with gold leaf positions `gold` and `levels`, each (category, level) rendered once."
+        enc = levels.dictionary_encode()
+        lv = enc.dictionary.to_pylist()
+        uniq, inv = np.unique(gold * len(lv) + to_ints(enc.indices), return_inverse=True)
+        leaves = self.ctx.registry.leaves
+        cols = zip(*(self._answers(leaves[c // len(lv)], lv[c % len(lv)]) for c in uniq.tolist()))
+        return tuple(texts(c).take(ints(inv.ravel())) for c in cols)
+
+    def metadata_json(self, values: list, blocks: pa.Array) -> pa.Array:
+        "The metadata column (`json.dumps` of the task fields, not ASCII-escaped) of the values of each field, whose metadata blocks are `blocks`."
+        if pc.any(pc.match_substring_regex(blocks, _JSON_ESCAPED_IN_BLOCK)).as_py():  # JSON's own escapes
+            return texts(self.encode(dict(zip(self.fields, row))) for row in zip(*(v.to_pylist() for v in values)))
+        parts = [x for pair in zip(self.md_parts, values) for x in pair]
+        return pc.binary_join_element_wise(*parts, self.md_parts[-1], self.texts.empty)
+
     def table(self, recs: list) -> pa.Table:
         "The rows of `recs` (stage1 then stage2 of each record, in order) as an `SFT_SCHEMA` table, built column by column."
-        n, f = len(recs), self.fields
-        sid = [r.id for r in recs]
-        label, a1, a2 = zip(*map(self._answers, recs))
-        blocks = texts([render_metadata(r.metadata, f) for r in recs])
-        gold = np.array([self.texts.position[r.target.category_id] for r in recs], np.int64)
-        u1, _ = self.texts.stage1(blocks, gold, sid, [self.seed] * n)
-        a1, a2 = texts(a1), texts(a2)
+        return self.columns_table(record_table(recs, self.fields))
+
+    def columns_table(self, rt: pa.Table) -> pa.Table:
+        "The rows of a `record_table` (stage1 then stage2 of each record, in order) as an `SFT_SCHEMA` table, built column by column."
+        n = rt.num_rows
+        sid, ds, split, cid, lvl = (
+            _array(rt.column(c)) for c in ("id", "dataset", "split", "category_id", "data_level")
+        )
+        values = [_array(rt.column("metadata." + f)) for f in self.fields]
+        blocks = self.texts.block(values)
+        gold = self.texts.positions(cid)
+        u1, _ = self.texts.stage1(blocks, gold, sid.to_pylist(), [self.seed] * n)
+        label, a1, a2 = self.answer_columns(gold, lvl)
         system1, system2 = _cycle([SYSTEM_STAGE1], n), _cycle([SYSTEM_STAGE2], n)
         text = _interleave(system1, u1, a1, system2, self.texts.stage2(blocks, gold), a2)  # the prompts copied once
         assistant = _interleave(a1, a2)
         msgs = _lists(pa.StructArray.from_arrays([_cycle(_ROLES, 2 * n), text], fields=list(MESSAGE)), 3)
-        source, stage = _twice(texts(sid)), _cycle(["stage1", "stage2"], n)
-        md = [self.encode({k: r.metadata.get(k, "") for k in f}) for r in recs]
-        per_source = [[r.dataset for r in recs], [r.split for r in recs], md, label]
-        ds, split, md, label = (_twice(texts(c)) for c in per_source)
+        source, stage = _twice(sid), _cycle(["stage1", "stage2"], n)
+        ds, split, md, label = (_twice(c) for c in (ds, split, self.metadata_json(values, blocks), label))
         seed = ints(np.full(2 * n, self.seed, np.int64))
         sample = pc.binary_join_element_wise(source, stage, self.colon)
         cols = [ds, source, sample, stage, split, msgs, assistant, md, label, seed]
         return pa.Table.from_arrays(cols, schema=SFT_SCHEMA)
+
+
+def record_table(recs: list, fields) -> pa.Table:
+    "Canonical records as the columns `SftRows.columns_table` reads: id, dataset, split, category_id, data_level and `metadata.<field>` of each prompt field (`render_metadata` refuses a record the prompts cannot show)."
+    for r in recs:
+        render_metadata(r.metadata, fields)
+    cols = {
+        "id": [r.id for r in recs],
+        "dataset": [r.dataset for r in recs],
+        "split": [r.split for r in recs],
+        "category_id": [r.target.category_id for r in recs],
+        "data_level": [r.target.data_level for r in recs],
+        **{"metadata." + f: [r.metadata[f] for r in recs] for f in fields},
+    }
+    return pa.Table.from_arrays([texts(v) for v in cols.values()], names=list(cols))
 
 
 def sft_rows(ctx: ReleaseContext, rec: Record, seed: int) -> tuple[dict, dict]:
@@ -205,12 +276,134 @@ def check_canonical_record(ctx: ReleaseContext, rec: Record, path, line):
         raise UserError(f"metadata lacks {', '.join(missing)}", path, line, "metadata")
 
 
+class _NoBar:
+    "What a progress bar offers, doing nothing."
+
+    def __init__(self, iterable=None, **kw):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
+
+
+def progress_bar(progress: bool, iterable=None, **kw):
+    "A tqdm progress bar when `progress`, else one that does nothing: tqdm (and asyncio, which tqdm.auto imports) is imported only to show one."
+    if not progress:
+        return _NoBar(iterable)
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, mininterval=1, **kw)
+
+
 def export_records(ctx: ReleaseContext, canonical, desc: str, progress: bool = True):
     "Yield the records of `canonical` (all.json), each checked for export, behind a progress bar named `desc`."
-    for line, dct in tqdm(iter_records(canonical), desc=desc, disable=not progress, mininterval=1):
+    for line, dct in progress_bar(progress, iter_records(canonical), desc=desc):
         rec = Record.from_dict(dct, canonical, line)
         check_canonical_record(ctx, rec, canonical, line)
         yield rec
+
+
+def _json_schema(fields) -> pa.Schema:
+    "A canonical record as Arrow's JSON reader is to read it: every field `Record.from_dict` reads, and no other."
+    s = pa.string()
+    return pa.schema(
+        [
+            ("id", s),
+            ("dataset", s),
+            ("metadata", pa.struct([(f, s) for f in fields])),
+            ("target", pa.struct([("category", s), ("data_level", s), ("category_id", s)])),
+            ("source", pa.struct([("file", s), ("sheet", s), ("row", pa.int64())])),
+            ("split", s),
+        ]
+    )
+
+
+def _values(a) -> set:
+    "The distinct values of an Arrow array or column."
+    return set(pc.unique(a).to_pylist())
+
+
+def _fast_records(ctx: ReleaseContext, canonical, chunk_bytes: int):
+    "`record_table`s of the records of `canonical`, read by Arrow's JSON reader about `chunk_bytes` at a time while each chunk passes, from its columns, every check `export_records` makes; None, once, where one does not (the rest is then for `export_records`)."
+    fields, path = ctx.task.metadata_fields, Path(canonical)
+    opts = pj.ParseOptions(explicit_schema=_json_schema(fields), unexpected_field_behavior="error")
+    leaves, approved = set(ctx.registry.leaves), set(ctx.grading.approved)
+    names = ["id", "dataset", "split", "category_id", "data_level", *("metadata." + f for f in fields)]
+    if not path.is_file():
+        yield None
+        return
+    with open(path, "rb") as f:
+        if f.readline().strip() != b"[":
+            yield None
+            return
+        while True:
+            body = f.read(chunk_bytes)
+            body += f.readline() if body[-1:] != b"\n" else b""
+            if not body:
+                break  # no closing ']'
+            if body in (b"]\n", b"]") and not f.read(1):
+                return
+            end = body.endswith((b"\n]\n", b"\n]")) and not f.read(1)  # the records' last lines and the closing ']'
+            body = body[: body.rindex(b"\n]") + 1] if end else body
+            # one record a line (a raw line break is never inside JSON text), each `{...},` or `{...}`: as Arrow's
+            # reader wants them, one per row (a blank line, two on a line or one over lines is left to `export_records`)
+            try:
+                t = pj.read_json(pa.BufferReader(body.replace(b"},\n", b"}\n")), parse_options=opts).flatten()
+            except (pa.ArrowException, ValueError):
+                break
+            if t.num_rows != body.count(b"\n") or any(c.null_count for c in t.columns):
+                break
+            md = [t.column("metadata." + f) for f in fields]
+            escaped = b"\\" in body  # a line break in a value is escaped in JSON text: none without a backslash
+            if escaped and any(pc.any(pc.match_substring_regex(c, "[\n\r]")).as_py() for c in md):
+                break
+            if (
+                _values(t.column("dataset")) != {ctx.dataset}
+                or not _values(t.column("split")) <= set(SPLITS)
+                or not _values(t.column("target.category_id")) <= leaves
+                or not _values(t.column("target.data_level")) <= approved
+            ):
+                break
+            cols = [t.column(c) for c in ("id", "dataset", "split", "target.category_id", "target.data_level")]
+            yield pa.Table.from_arrays([*cols, *md], names=names)
+            if end:
+                return
+    yield None
+
+
+def export_tables(ctx: ReleaseContext, canonical, progress: bool = True, chunk_bytes: int = 1 << 24):
+    "The records of `canonical` (all.json), each checked for export, as `record_table`s: Arrow reads the file while every record passes from its columns; from the first chunk that does not, `export_records` reads it row by row, naming the first problem as it does."
+    done = 0
+    with progress_bar(progress, desc="sft-export") as bar:
+        for t in _fast_records(ctx, canonical, chunk_bytes):
+            if t is None:
+                break
+            done += t.num_rows
+            bar.update(t.num_rows)
+            yield t
+        else:
+            return
+    recs = []
+    for i, rec in enumerate(export_records(ctx, canonical, "sft-export", progress)):
+        if i >= done:
+            recs.append(rec)
+        if len(recs) == BATCH_ROWS:
+            yield record_table(recs, ctx.task.metadata_fields)
+            recs = []
+    if recs:
+        yield record_table(recs, ctx.task.metadata_fields)
 
 # %% ../../nbs/release/06_sft.ipynb #a4b27997
 @requires("canonical", "output_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
@@ -225,15 +418,22 @@ def sft_export(
     ctx = assets.context()
     t0 = time.time()
     with atomic_dir(output_dir) as d:
-        rows = SftRows(ctx, ctx.task.prompt_seed)
-        w = SplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=rows.table)  # two rows per record
+        texts_ = SftTexts(ctx)
+        rows, check = SftRows(ctx, ctx.task.prompt_seed, texts_), SftTableCheck(ctx, texts_)
+        to_table = lambda s, t: check(s, rows.columns_table(t))  # noqa: E731
+        w = TableSplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=to_table)  # two rows per record
         try:
-            for rec in export_records(ctx, canonical, "sft-export", progress):
-                w.write(rec.split, rec)
+            for rt in export_tables(ctx, canonical, progress):
+                split = rt.column("split")
+                for s, name in zip(SPLITS, texts(SPLITS)):
+                    w.write(s, rt.filter(pc.equal(split, name)))
         finally:
             w.close()
         t1 = time.time()
-        val = require_valid(validate_sft_dataset(d, ctx, progress=progress))
+        val = check.body(d, w.counts)  # what was written, checked as it was built, when its files hold those rows
+        if val is None:  # a table the column checks could not pass: the validator reads the files and names the problem
+            val = validate_sft_dataset(d, ctx, progress=progress)
+        val = require_valid(val)
         rep = make_report(
             "sft-export",
             params,
@@ -244,8 +444,8 @@ def sft_export(
             rows={s: 2 * w.counts[s] for s in SPLITS},
             sources=sum(w.counts.values()),
             validation={k: val[k] for k in ("valid", "rows", "sources", "counts")},
-            export_seconds=round(t1 - t0, 3),
-            validate_seconds=round(time.time() - t1, 3),
+            export_seconds=round(t1 - t0 - check.seconds, 3),  # the tables' checks are validation's time
+            validate_seconds=round(time.time() - t1 + check.seconds, 3),
         )
         write_json(d / "export_report.json", rep)
     return rep
@@ -658,6 +858,140 @@ def _place_sft_rows(check: SftRowCheck, errs: Errors, pairs: _SftPairs, path, s:
                 _place_sft_row(check.ctx, errs, pairs, path, i0 + j, s, b.slice(j, 1).to_pylist()[0])
         yield len(b)
 
+
+def _literal(text: str) -> str:
+    "`text` as a regular expression (RE2's, Arrow's) matching it: ASCII punctuation escaped."
+    return "".join("\\" + c if c.isascii() and not c.isalnum() and c.isprintable() and c != " " else c for c in text)
+
+
+def _same(a: pa.Array, b) -> bool:
+    "Whether every value of `a` equals the one of `b` beside it (or `b`, a scalar); a null is never equal."
+    return pc.all(pc.equal(a, b), skip_nulls=False).as_py() is True
+
+
+class SftTableCheck:
+    "The tables an export writes, checked from their columns as they are built: each row as `check_sft_row` and `_place_sft_row` check it and its pair as `StagePairs` does, for tables whose rows are the stage1 and stage2 rows of one source each in turn; `body` is then `validate_sft_dataset`'s report of the files, or None at any doubt (the validator reads the files)."
+
+    def __init__(self, ctx: ReleaseContext, texts_: SftTexts = None):
+        self.ctx, self.fields = ctx, ctx.task.metadata_fields
+        self.texts = texts_ or SftTexts(ctx)
+        self.render, self.labels = SftRows(ctx, 0, self.texts), SftRowCheck(ctx)  # its label cache and suspect ids
+        self.ok, self.sources, self.rows = True, [], Counter()  # tables passed; their stage1 source ids; rows per split
+        self.counts = {s: Counter() for s in SPLITS}
+        self.per_cat, self.per_lvl = Counter(), Counter()
+        self.seconds = 0.0  # time spent checking
+        leaves, to_choice = ctx.registry.leaves, ctx.choices.to_choice
+        # the prompts read back as `parse_user` reads them, and a canonical id in one is in its metadata block only
+        probe = "\n".join(f"{f}: x" for f in self.fields)
+        self.usable = (
+            not self.labels.suspect
+            and parse_user(stage1_user(ctx, probe, leaves), self.fields)["choices"] == [to_choice[l] for l in leaves]
+            and parse_user(stage2_user(ctx, probe, leaves[0]), self.fields)["choices"] == [to_choice[leaves[0]]]
+        )
+        self.ids = "|".join(map(_literal, leaves))
+        # a stage1 prompt's metadata values: `f: value` lines after its heading, the last one ending a line
+        lines = "\n".join(f"{_literal(f)}: (?P<v{i}>[^\n]*)" for i, f in enumerate(self.fields))
+        self.block_pattern = f"^{_literal('字段元数据：')}\n{lines}\n"
+
+    def __call__(self, s: str, t: pa.Table) -> pa.Table:
+        "Check table `t` of split `s` on its way to the file; returns it."
+        t0 = time.perf_counter()
+        if self.ok:
+            try:
+                self.ok = self.usable and self._check(s, t)
+            except (pa.ArrowException, ValueError, TypeError, KeyError, IndexError):
+                self.ok = False
+        self.seconds += time.perf_counter() - t0
+        return t
+
+    def _check(self, s: str, t: pa.Table) -> bool:
+        n2, n = t.num_rows, t.num_rows // 2
+        if n2 == 0 or n2 % 2 or t.schema != SFT_SCHEMA or any(c.null_count for c in t.columns):
+            return False
+        col = {c: _array(t.column(c)) for c in SFT_SCHEMA.names}
+        m = col["messages"]
+        if not _same(pc.list_value_length(m), ints(np.full(n2, 3, np.int32))):
+            return False
+        role, text = m.flatten().flatten()
+        if role.null_count or text.null_count:
+            return False
+        # the messages of the stage1 rows (system, user, assistant), then those of the stage2 rows
+        sys1, u1, asst1, sys2, u2, asst2 = (text.take(ints(np.arange(k, 3 * n2, 6))) for k in range(6))
+        ev, od = ints(np.arange(0, n2, 2)), ints(np.arange(1, n2, 2))
+        stage, src, label, md = col["stage"], col["source_id"], col["label"], col["metadata"]
+        same = [
+            (role, _cycle(_ROLES, n2)),
+            (stage, _cycle(["stage1", "stage2"], n)),
+            (col["data_source"], texts([self.ctx.dataset])[0]),
+            (col["split"], texts([s])[0]),
+            (src.take(ev), src.take(od)),
+            (col["sample_id"], pc.binary_join_element_wise(src, stage, self.render.colon)),
+            (sys1, texts([SYSTEM_STAGE1])[0]),
+            (sys2, texts([SYSTEM_STAGE2])[0]),
+            (col["answer"].take(ev), asst1),
+            (col["answer"].take(od), asst2),
+            (label.take(ev), label.take(od)),
+            (md.take(ev), md.take(od)),
+        ]
+        if not all(_same(a, b) for a, b in same):
+            return False
+        # the labels (one per pair), each read once: a known choice id and an approved level
+        enc = label.take(ev).dictionary_encode()
+        read = [self.labels.label(x) for x in enc.dictionary.to_pylist()]
+        if any(r is None or r[2] not in self.labels.approved for r in read):
+            return False
+        idx = to_ints(enc.indices)
+        gold = np.array([self.texts.position[r[1]] for r in read], np.int64)[idx]
+        a1, a2 = (texts([r[k] for r in read]).take(ints(idx)) for k in (3, 4))
+        # the metadata values as the stage1 prompt shows them, which the metadata column must hold as its JSON
+        found = pc.extract_regex(u1, self.block_pattern)
+        if found.null_count:
+            return False
+        values = found.flatten()
+        blocks = self.texts.block(values)
+        want1, _ = self.texts.stage1(blocks, gold, src.take(ev).to_pylist(), col["prompt_seed"].take(ev).to_pylist())
+        same = [
+            (asst1, a1),
+            (asst2, a2),
+            (md.take(ev), self.render.metadata_json(values, blocks)),
+            (u1, want1),
+            (u2, self.texts.stage2(blocks, gold)),
+        ]
+        if not all(_same(a, b) for a, b in same) or pc.any(pc.match_substring_regex(blocks, self.ids)).as_py():
+            return False
+        self.sources.append(src.take(ev))
+        self.rows[s] += n2
+        self.counts[s]["stage1"] += n
+        self.counts[s]["stage2"] += n
+        for r, k in zip(read, np.bincount(idx, minlength=len(read)).tolist()):
+            self.per_cat[r[0]] += k
+            self.per_lvl[r[2]] += k
+        return True
+
+    def body(self, d: Path, counts) -> dict | None:
+        "`validate_sft_dataset`'s report of release folder `d`, when every table passed, no source has two pairs, and each file (its footer) holds the `2 * counts[split]` rows that passed; else None."
+        total = sum(counts.values())
+        if not self.ok or not total or any(self.rows[s] != 2 * counts[s] for s in SPLITS):
+            return None
+        if pc.count_distinct(pa.chunked_array(self.sources, pa.string())).as_py() != total:
+            return None
+        for s in SPLITS:
+            meta = pq.read_metadata(d / f"{s}.parquet")
+            if meta.num_rows != 2 * counts[s] or not meta.schema.to_arrow_schema().equals(SFT_SCHEMA):
+                return None
+        return {
+            "valid": True,
+            "line": "legacy-stage1-stage2",
+            "error_count": 0,
+            "errors": [],
+            "rows": 2 * total,
+            "sources": total,
+            "counts": {s: dict(c) for s, c in self.counts.items()},
+            "per_category": {self.ctx.choices.to_category[k]: v for k, v in sorted(self.per_cat.items())},
+            "per_level": dict(sorted(self.per_lvl.items())),
+            "_errors": Errors(),
+        }
+
 # %% ../../nbs/release/06_sft.ipynb #75aed427
 def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True) -> dict:
     "Validate a legacy stage1/stage2 release folder; returns the report body (`valid`, errors, counts)."
@@ -669,7 +1003,7 @@ def validate_sft_dataset(dataset_dir, ctx: ReleaseContext, progress: bool = True
     for s in SPLITS:
         path = d / f"{s}.parquet"
         pf = _open_sft_split(path)
-        with tqdm(total=pf.metadata.num_rows, desc=f"sft-validate {s}", disable=not progress, mininterval=1) as bar:
+        with progress_bar(progress, total=pf.metadata.num_rows, desc=f"sft-validate {s}") as bar:
             for n in _place_sft_rows(fast, errs, pairs, path, s, pf):
                 rows += n
                 bar.update(n)
