@@ -220,8 +220,11 @@ def _synthetic_eval_report(out: str, runs_dir: Path, seed: int, fresh: bool) -> 
     )
 
 # %% ../nbs/90_demo.ipynb #0db1a3dd
-def _video_runs(runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, jobs: int = 1) -> tuple[Path, Path]:
-    "Steps 1 and 2: (the video demo's folder, the papermill run that scored its runs and analysed their query tokens)."
+def _video_runs(
+    runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, jobs: int = 1, also: list = ()
+) -> tuple[Path, Path, list]:
+    """Steps 1 and 2: (the video demo's folder, the papermill run that scored its runs and analysed their query tokens,
+    the results of `also`: [(function, args)] run in the Phase-2 runs' processes, beside the last runs)."""
     import shutil
 
     from vtreetrm.video.demo import run_video_demo
@@ -230,7 +233,7 @@ def _video_runs(runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, job
     if fresh and vdir.exists():
         shutil.rmtree(vdir)
     print("[1/5] video: synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions", flush=True)
-    run_video_demo(vdir, quick=quick, seeds=seeds, jobs=jobs)
+    extra = run_video_demo(vdir, quick=quick, seeds=seeds, jobs=jobs, also=also).get("also", [])
     print("[2/5] metrics and query diversity (papermill)", flush=True)
     ana = _run_or_fail(
         "eval_and_analyze",
@@ -243,21 +246,30 @@ def _video_runs(runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, job
         runs_dir,
         True,
     )
-    return vdir, ana
+    return vdir, ana, extra
+
+
+def _extra_step(what: str, nb: str, name: str, params: dict, runs_dir: Path, fresh: bool) -> Path:
+    "One of steps 3 and 4: say which, then run its notebook."
+    print(what, flush=True)
+    return _run_or_fail(nb, name, params, runs_dir, fresh)
+
+
+def _extra_jobs(runs_dir: Path, quick: bool, fresh: bool, skip_release: bool, skip_harness: bool) -> list:
+    "Steps 3 and 4, unless skipped, as [(function, args)]: the release chain and the skill-evolution harness notebooks."
+    jobs = []
+    if not skip_release:
+        release = ("release_smoke", "demo-release", {"records": 400 if quick else 2000})
+        jobs.append((_extra_step, ("[3/5] classification data-release chain (papermill)", *release, runs_dir, fresh)))
+    if not skip_harness:
+        harness = ("harness_train", "demo-harness", {"epochs": 1 if quick else 3})
+        jobs.append((_extra_step, ("[4/5] skill-evolution harness (papermill)", *harness, runs_dir, fresh)))
+    return jobs
 
 
 def _extra_runs(runs_dir: Path, quick: bool, fresh: bool, skip_release: bool, skip_harness: bool) -> list[Path]:
-    "Steps 3 and 4, unless skipped: the release chain and the skill-evolution harness notebooks."
-    extra = []
-    if not skip_release:
-        print("[3/5] classification data-release chain (papermill)", flush=True)
-        extra.append(
-            _run_or_fail("release_smoke", "demo-release", {"records": 400 if quick else 2000}, runs_dir, fresh)
-        )
-    if not skip_harness:
-        print("[4/5] skill-evolution harness (papermill)", flush=True)
-        extra.append(_run_or_fail("harness_train", "demo-harness", {"epochs": 1 if quick else 3}, runs_dir, fresh))
-    return extra
+    "Steps 3 and 4, unless skipped, one after the other: the release chain and the skill-evolution harness notebooks."
+    return [f(*a) for f, a in _extra_jobs(runs_dir, quick, fresh, skip_release, skip_harness)]
 
 # %% ../nbs/90_demo.ipynb #cca52129
 def mean_sd(xs: list) -> tuple:
@@ -496,8 +508,9 @@ def demo_cmd(
         p = _synthetic_eval_report(out, runs_dir, seed, fresh)
         print(f"report: {p.resolve()}")
         return 0
-    vdir, ana = _video_runs(runs_dir, quick, fresh, seeds, jobs or min(2, os.cpu_count() or 1))
-    extra = _extra_runs(runs_dir, quick, fresh, parts.skip_release, parts.skip_harness)
+    # steps 3 and 4 need nothing of the video line: they run in its Phase-2 processes, beside its last runs
+    also = _extra_jobs(runs_dir, quick, fresh, parts.skip_release, parts.skip_harness)
+    vdir, ana, extra = _video_runs(runs_dir, quick, fresh, seeds, jobs or min(2, os.cpu_count() or 1), also)
     print("[5/5] group-meeting report", flush=True)
     p = build_report(
         [vdir / "runs"],
