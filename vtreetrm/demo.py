@@ -16,9 +16,10 @@ from .utils import atomic_dir, sha256_json, write_json, write_jsonl
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
-__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'DIVERSITY', 'PROBE', 'ANSWER', 'synthetic_conditions', 'synthetic_run', 'run_name',
-           'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'query_diversity_by_run', 'demo_summary', 'comparisons',
-           'summary_markdown', 'write_demo_summary', 'DemoParts', 'demo_cmd']
+__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'DIVERSITY', 'PROBE', 'ANSWER', 'RERUN_FREE', 'synthetic_conditions',
+           'synthetic_run', 'run_name', 'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'query_diversity_by_run',
+           'demo_summary', 'comparisons', 'summary_markdown', 'write_demo_summary', 'figure_changes', 'DemoParts',
+           'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -469,6 +470,19 @@ def write_demo_summary(s: dict, folder: Path) -> tuple[Path, Path]:
     from vtreetrm.utils import atomic_write, write_json
 
     return write_json(folder / "demo_summary.json", s), atomic_write(folder / "demo_summary.md", summary_markdown(s))
+
+# %% ../nbs/90_demo.ipynb #729a58bc
+RERUN_FREE = ("seconds", "provenance")  # what a rerun of the demo changes by itself
+
+
+def figure_changes(a, b, where: str = "") -> list[str]:
+    "Where demo summaries `a` and `b` differ (`rows.3.top1: 0.91 != 0.92`), `RERUN_FREE` left out; empty when they agree."
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = [k for k in {**a, **b} if where or k not in RERUN_FREE]
+        return [x for k in keys for x in figure_changes(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{where}{k}.")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [x for i, (p, q) in enumerate(zip(a, b)) for x in figure_changes(p, q, f"{where}{i}.")]
+    return [] if a == b and type(a) is type(b) else [f"{where[:-1] or 'summary'}: {a!r} != {b!r}"]
 
 # %% ../nbs/90_demo.ipynb #ad3cac3b
 @dataclass
