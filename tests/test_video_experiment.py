@@ -57,7 +57,11 @@ def test_phase2_notebook_run(tmp_path):
 def test_video_demo_quick(tmp_path):
     from vtreetrm.video.demo import run_video_demo
 
-    s = run_video_demo(tmp_path / "demo", quick=True, threads=1, progress=False, seeds=2, jobs=2)  # two processes
+    # two processes; `also` runs in them, beside the last runs
+    s = run_video_demo(
+        tmp_path / "demo", quick=True, threads=1, progress=False, seeds=2, jobs=2, also=[(sum, ([1, 2],))]
+    )
+    assert s["also"] == [3]
     from vtreetrm.video.demo import demo_runs
 
     assert len(s["rows"]) == len(demo_runs(quick=True, seeds=2)) + 1 and (tmp_path / "demo" / "summary.json").is_file()
@@ -77,6 +81,15 @@ def test_video_demo_quick(tmp_path):
     head = tmp_path / "demo" / "runs" / s["rows"][0]["run"]
     stages = [r["stage"] for r in json.loads((head / "ladder.json").read_text())["rungs"]]
     assert stages[0] == "linear probe: frozen encoder features" and stages[-1] == "Phase-2 generated answer"
+    # each seed's ladder (its probes fitted once for both seeds) is what one `ladder` call with both writes
+    from vtreetrm.video.config import FeatureSpec
+    from vtreetrm.video.ladder import ladder
+
+    d = tmp_path / "demo"
+    for run in ("lote_m8_simple_actions_first", "lote_m8_simple_actions_first_seed1"):
+        one = ladder(d / "data" / "lote", FeatureSpec(d / "cache"), d / "runs" / "phase1_joint" / "best",
+                     d / "runs" / run / "best", progress=False)  # fmt: skip
+        assert json.loads((d / "runs" / run / "ladder.json").read_text()) == json.loads(json.dumps(one)), run
     # the report: the rankreg pair side by side with its query figures, and the headline's ladder
     from vtreetrm.runs.report import build_report, collect_runs, rankreg_table
 

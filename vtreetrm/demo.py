@@ -16,9 +16,10 @@ from .utils import atomic_dir, sha256_json, write_json, write_jsonl
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
-__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'DIVERSITY', 'PROBE', 'ANSWER', 'synthetic_conditions', 'synthetic_run', 'run_name',
-           'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'query_diversity_by_run', 'demo_summary', 'comparisons',
-           'summary_markdown', 'write_demo_summary', 'DemoParts', 'demo_cmd']
+__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'DIVERSITY', 'PROBE', 'ANSWER', 'RERUN_FREE', 'synthetic_conditions',
+           'synthetic_run', 'run_name', 'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'query_diversity_by_run',
+           'demo_summary', 'comparisons', 'summary_markdown', 'write_demo_summary', 'figure_changes', 'DemoParts',
+           'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -220,8 +221,11 @@ def _synthetic_eval_report(out: str, runs_dir: Path, seed: int, fresh: bool) -> 
     )
 
 # %% ../nbs/90_demo.ipynb #0db1a3dd
-def _video_runs(runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, jobs: int = 1) -> tuple[Path, Path]:
-    "Steps 1 and 2: (the video demo's folder, the papermill run that scored its runs and analysed their query tokens)."
+def _video_runs(
+    runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, jobs: int = 1, also: list = ()
+) -> tuple[Path, Path, list]:
+    """Steps 1 and 2: (the video demo's folder, the papermill run that scored its runs and analysed their query tokens,
+    the results of `also`: [(function, args)] run in the Phase-2 runs' processes, beside the last runs)."""
     import shutil
 
     from vtreetrm.video.demo import run_video_demo
@@ -230,7 +234,7 @@ def _video_runs(runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, job
     if fresh and vdir.exists():
         shutil.rmtree(vdir)
     print("[1/5] video: synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions", flush=True)
-    run_video_demo(vdir, quick=quick, seeds=seeds, jobs=jobs)
+    extra = run_video_demo(vdir, quick=quick, seeds=seeds, jobs=jobs, also=also).get("also", [])
     print("[2/5] metrics and query diversity (papermill)", flush=True)
     ana = _run_or_fail(
         "eval_and_analyze",
@@ -243,21 +247,30 @@ def _video_runs(runs_dir: Path, quick: bool, fresh: bool, seeds: int = None, job
         runs_dir,
         True,
     )
-    return vdir, ana
+    return vdir, ana, extra
+
+
+def _extra_step(what: str, nb: str, name: str, params: dict, runs_dir: Path, fresh: bool) -> Path:
+    "One of steps 3 and 4: say which, then run its notebook."
+    print(what, flush=True)
+    return _run_or_fail(nb, name, params, runs_dir, fresh)
+
+
+def _extra_jobs(runs_dir: Path, quick: bool, fresh: bool, skip_release: bool, skip_harness: bool) -> list:
+    "Steps 3 and 4, unless skipped, as [(function, args)]: the release chain and the skill-evolution harness notebooks."
+    jobs = []
+    if not skip_release:
+        release = ("release_smoke", "demo-release", {"records": 400 if quick else 2000})
+        jobs.append((_extra_step, ("[3/5] classification data-release chain (papermill)", *release, runs_dir, fresh)))
+    if not skip_harness:
+        harness = ("harness_train", "demo-harness", {"epochs": 1 if quick else 3})
+        jobs.append((_extra_step, ("[4/5] skill-evolution harness (papermill)", *harness, runs_dir, fresh)))
+    return jobs
 
 
 def _extra_runs(runs_dir: Path, quick: bool, fresh: bool, skip_release: bool, skip_harness: bool) -> list[Path]:
-    "Steps 3 and 4, unless skipped: the release chain and the skill-evolution harness notebooks."
-    extra = []
-    if not skip_release:
-        print("[3/5] classification data-release chain (papermill)", flush=True)
-        extra.append(
-            _run_or_fail("release_smoke", "demo-release", {"records": 400 if quick else 2000}, runs_dir, fresh)
-        )
-    if not skip_harness:
-        print("[4/5] skill-evolution harness (papermill)", flush=True)
-        extra.append(_run_or_fail("harness_train", "demo-harness", {"epochs": 1 if quick else 3}, runs_dir, fresh))
-    return extra
+    "Steps 3 and 4, unless skipped, one after the other: the release chain and the skill-evolution harness notebooks."
+    return [f(*a) for f, a in _extra_jobs(runs_dir, quick, fresh, skip_release, skip_harness)]
 
 # %% ../nbs/90_demo.ipynb #cca52129
 def mean_sd(xs: list) -> tuple:
@@ -458,6 +471,19 @@ def write_demo_summary(s: dict, folder: Path) -> tuple[Path, Path]:
 
     return write_json(folder / "demo_summary.json", s), atomic_write(folder / "demo_summary.md", summary_markdown(s))
 
+# %% ../nbs/90_demo.ipynb #729a58bc
+RERUN_FREE = ("seconds", "provenance")  # what a rerun of the demo changes by itself
+
+
+def figure_changes(a, b, where: str = "") -> list[str]:
+    "Where demo summaries `a` and `b` differ (`rows.3.top1: 0.91 != 0.92`), `RERUN_FREE` left out; empty when they agree."
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = [k for k in {**a, **b} if where or k not in RERUN_FREE]
+        return [x for k in keys for x in figure_changes(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{where}{k}.")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [x for i, (p, q) in enumerate(zip(a, b)) for x in figure_changes(p, q, f"{where}{i}.")]
+    return [] if a == b and type(a) is type(b) else [f"{where[:-1] or 'summary'}: {a!r} != {b!r}"]
+
 # %% ../nbs/90_demo.ipynb #ad3cac3b
 @dataclass
 class DemoParts:
@@ -496,8 +522,9 @@ def demo_cmd(
         p = _synthetic_eval_report(out, runs_dir, seed, fresh)
         print(f"report: {p.resolve()}")
         return 0
-    vdir, ana = _video_runs(runs_dir, quick, fresh, seeds, jobs or min(2, os.cpu_count() or 1))
-    extra = _extra_runs(runs_dir, quick, fresh, parts.skip_release, parts.skip_harness)
+    # steps 3 and 4 need nothing of the video line: they run in its Phase-2 processes, beside its last runs
+    also = _extra_jobs(runs_dir, quick, fresh, parts.skip_release, parts.skip_harness)
+    vdir, ana, extra = _video_runs(runs_dir, quick, fresh, seeds, jobs or min(2, os.cpu_count() or 1), also)
     print("[5/5] group-meeting report", flush=True)
     p = build_report(
         [vdir / "runs"],

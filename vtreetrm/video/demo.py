@@ -107,8 +107,9 @@ def _summary_row(run_dir: Path, ds: str, evaluated: str, data: Path, r: dict) ->
     }
 
 # %% ../../nbs/video/07_demo.ipynb #af4ee08a
-def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int, progress: bool) -> list:
-    "Train (or resume, or skip when done) one Phase-2 run of `demo_runs`, its ladder and cross-dataset predictions; its rows."
+def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int, progress: bool) -> tuple:
+    """Train (or resume, or skip when done) one Phase-2 run of `demo_runs` and its cross-dataset predictions: (its rows,
+    its ladder's Phase-2 rungs, or None where it has no ladder to write; `_probe_rungs_of` fits the probes once)."""
     r = dict(r)
     name, data, ds, cross = r.pop("name"), dirs[r.pop("data")], r.pop("dataset"), r.pop("cross_to", None)
     with_ladder, variant = r.pop("ladder", False), r.pop("variant", name)
@@ -119,11 +120,9 @@ def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int
     if not (run_dir / "metrics.json").is_file():
         opts = RunOptions(data / ds, FeatureSpec(cache), phase1=p1 / "best", progress=progress)
         train_phase2(opts, run_dir, cfg, resume=(run_dir / "last").is_dir())
+    part = None
     if with_ladder and not (run_dir / "ladder.json").is_file():  # where the headline loses accuracy, for the report
-        write_json(
-            run_dir / "ladder.json",
-            ladder(data / ds, FeatureSpec(cache), phase1=p1 / "best", phase2=run_dir / "best", progress=progress),
-        )
+        part = ladder(data / ds, FeatureSpec(cache), phase2=run_dir / "best", progress=progress, probes=False)
     r = {"variant": variant, "seed": cfg.seed, **r}
     rows = [_summary_row(run_dir, ds, ds, data, r)]
     if cross:
@@ -131,21 +130,44 @@ def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int
         if not (xdir / "metrics.json").is_file():
             predict(run_dir / "best", data / cross, xdir, "test", cache, progress=progress)
         rows.append(_summary_row(xdir, ds, cross, data, {**r, "variant": f"{variant}_to_{cross}"}))
-    return rows
+    return rows, part
+
+
+def _probe_rungs_of(data: Path, cache: Path, p1: Path, progress: bool = False) -> list:
+    "The probe rungs of dataset folder `data`'s ladder on Phase-1 `p1`: the same for every seed of a run, so fitted once."
+    return ladder(data, FeatureSpec(cache), phase1=p1 / "best", progress=progress)["rungs"]
 
 # %% ../../nbs/video/07_demo.ipynb #f88d8bf7
-def _run_all(runs: list, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int, progress: bool, jobs: int) -> list:
-    "The summary rows of every run of `runs`, in their order: run here, or `jobs` at a time in processes of one torch thread."
+def _run_all(
+    runs: list, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int, progress: bool, jobs: int, also: list = ()
+) -> tuple[list, list]:
+    """(The summary rows of every run of `runs`, in their order; the results of `also`, [(function, args)] run after
+    them): here one after another, or `jobs` at a time in processes of one torch thread, where `also` and the ladders'
+    probes (fitted once per dataset, for all of its seeds) fill the processes that the last runs leave idle."""
+    need = sorted({(r["data"], r["dataset"]) for r in runs
+                   if r.get("ladder") and not (out / "runs" / r["name"] / "ladder.json").is_file()})  # fmt: skip
+    probes = [(dirs[d] / ds, cache, p1) for d, ds in need]
     if jobs <= 1:
-        return [row for r in runs for row in _demo_run(r, out, dirs, cache, p1, epochs, progress)]
-    import concurrent.futures as cf
-    import multiprocessing as mp
+        done = [_demo_run(r, out, dirs, cache, p1, epochs, progress) for r in runs]
+        probes = [_probe_rungs_of(*a, progress) for a in probes]
+        extra = [f(*a) for f, a in also]
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
 
-    # spawned, not forked: a forked torch can hang on the thread pool its parent started
-    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=torch.set_num_threads,
-                                initargs=(1,)) as ex:  # fmt: skip
-        futures = [ex.submit(_demo_run, r, out, dirs, cache, p1, epochs, False) for r in runs]
-        return [row for f in futures for row in f.result()]
+        # spawned, not forked: a forked torch can hang on the thread pool its parent started
+        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=torch.set_num_threads,
+                                    initargs=(1,)) as ex:  # fmt: skip
+            futures = [ex.submit(_demo_run, r, out, dirs, cache, p1, epochs, False) for r in runs]
+            futures += [ex.submit(_probe_rungs_of, *a) for a in probes] + [ex.submit(f, *a) for f, a in also]
+            res = [f.result() for f in futures]
+        done, probes, extra = res[: len(runs)], res[len(runs) : len(runs) + len(probes)], res[len(runs) + len(probes) :]
+    probes = dict(zip(need, probes))
+    for r, (_, part) in zip(runs, done):
+        if part is not None:  # the ladder as one `ladder` call with both would write it
+            rungs = probes[r["data"], r["dataset"]] + part["rungs"]
+            write_json(out / "runs" / r["name"] / "ladder.json", {**part, "rungs": rungs})
+    return [row for rows, _ in done for row in rows], extra
 
 
 def run_video_demo(
@@ -156,6 +178,7 @@ def run_video_demo(
     progress: bool = True,
     seeds: int = None,  # seeds of the headline and the rank-reg pair (default 3; quick: 1)
     jobs: int = 1,  # Phase-2 runs at a time, each in a process of one torch thread (1: one after another, here)
+    also: list = (),  # [(function, args)] run beside the last runs (after them where jobs is 1); results in "also"
 ) -> dict:
     "Synthetic clips -> features -> Phase-1 -> Phase-2 sweep -> predictions + metrics; returns the summary."
     t0 = time.time()
@@ -167,8 +190,8 @@ def run_video_demo(
     cache, p1 = out / "cache", out / "runs" / "phase1_joint"
     dirs = _demo_data(out, quick, progress)
     _demo_phase1(dirs, p1, cache, quick, progress)
-    rows = _run_all(runs, out, dirs, cache, p1, epochs, progress, jobs)
+    rows, extra = _run_all(runs, out, dirs, cache, p1, epochs, progress, jobs, also)
     summary = {"rows": rows, "phase1": str(p1 / "best"), "seconds": round(time.time() - t0, 1), "quick": quick,
                "seeds": seeds, "jobs": jobs}  # fmt: skip
     write_json(out / "summary.json", summary)
-    return summary
+    return {**summary, "also": extra} if also else summary

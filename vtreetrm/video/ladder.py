@@ -99,6 +99,7 @@ def ladder(
     phase2: str | Path = None,  # Phase-2 checkpoint (RUN/best, or RUN): adds its cls head and its generated answer
     split: str = "test",  # the split scored
     progress: bool = True,
+    probes: bool = True,  # the linear-probe rungs (False: the Phase-2 rungs alone, for probes fitted once elsewhere)
 ) -> dict:
     "The rungs of the ladder for one dataset's `split` (see above)."
     if phase2:  # a damaged or tampered checkpoint is refused before any feature is encoded
@@ -121,15 +122,20 @@ def ladder(
         "majority_top1": base.get("majority_top1"),
         "rungs": [],
     }
+    if probes:
+        out["rungs"] += _probe_rungs(feats, tr, ev, ytr, gold, phase1)
+    if phase2:
+        out["rungs"] += phase2_rungs(phase2, ds, clips, feats, ev, split, progress)
+    return out
+
+
+def _probe_rungs(feats: torch.Tensor, tr: list, ev: list, ytr: list, gold: list, phase1=None) -> list:
+    "Rungs 1 and 2: a linear probe on the frozen features and (with a Phase-1 checkpoint) on its behaviour embedding."
     X = feats.flatten(1).numpy()
-    out["rungs"].append({"stage": "linear probe: frozen encoder features", **linear_probe(X[tr], ytr, X[ev], gold)})
+    rungs = [{"stage": "linear probe: frozen encoder features", **linear_probe(X[tr], ytr, X[ev], gold)}]
     if phase1:
         p1 = load_phase1(phase1, tuple(feats.shape[1:]))
         with torch.no_grad():
             E = torch.cat([p1(feats[i : i + 256]).embeddings["behaviour"] for i in range(0, len(feats), 256)]).numpy()
-        out["rungs"].append(
-            {"stage": "linear probe: Phase-1 behaviour embedding", **linear_probe(E[tr], ytr, E[ev], gold)}
-        )
-    if phase2:
-        out["rungs"] += phase2_rungs(phase2, ds, clips, feats, ev, split, progress)
-    return out
+        rungs.append({"stage": "linear probe: Phase-1 behaviour embedding", **linear_probe(E[tr], ytr, E[ev], gold)})
+    return rungs
