@@ -138,12 +138,18 @@ def _probe_rungs_of(data: Path, cache: Path, p1: Path, progress: bool = False) -
     return ladder(data, FeatureSpec(cache), phase1=p1 / "best", progress=progress)["rungs"]
 
 # %% ../../nbs/video/07_demo.ipynb #f88d8bf7
+def _demo_paths(out: Path) -> tuple[Path, Path]:
+    "(The feature cache, the Phase-1 run) of the video demo in `out`."
+    return out / "cache", out / "runs" / "phase1_joint"
+
+
 def _run_all(
-    runs: list, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int, progress: bool, jobs: int, also: list = ()
+    runs: list, out: Path, dirs: dict, epochs: int, progress: bool, jobs: int, also: list = ()
 ) -> tuple[list, list]:
     """(The summary rows of every run of `runs`, in their order; the results of `also`, [(function, args)] run after
     them): here one after another, or `jobs` at a time in processes of one torch thread, where `also` and the ladders'
     probes (fitted once per dataset, for all of its seeds) fill the processes that the last runs leave idle."""
+    cache, p1 = _demo_paths(out)
     need = sorted({(r["data"], r["dataset"]) for r in runs
                    if r.get("ladder") and not (out / "runs" / r["name"] / "ladder.json").is_file()})  # fmt: skip
     probes = [(dirs[d] / ds, cache, p1) for d, ds in need]
@@ -187,10 +193,10 @@ def run_video_demo(
     runs = demo_runs(quick, seeds)  # a wrong --seeds is refused before anything is rendered
     if threads:
         torch.set_num_threads(threads)
-    cache, p1 = out / "cache", out / "runs" / "phase1_joint"
+    cache, p1 = _demo_paths(out)
     dirs = _demo_data(out, quick, progress)
     _demo_phase1(dirs, p1, cache, quick, progress)
-    rows, extra = _run_all(runs, out, dirs, cache, p1, epochs, progress, jobs, also)
+    rows, extra = _run_all(runs, out, dirs, epochs, progress, jobs, also)
     summary = {"rows": rows, "phase1": str(p1 / "best"), "seconds": round(time.time() - t0, 1), "quick": quick,
                "seeds": seeds, "jobs": jobs}  # fmt: skip
     write_json(out / "summary.json", summary)
