@@ -16,8 +16,14 @@
    decoded and clustered when a slot of 4 freed) and each video's summaries waiting for all its captions: videos
    are now prepared 2 at a time ahead of the 4 being captioned, and a clip is summarised when its own captions are
    in (`harness.trees.BuildLimits`, `_caption_clips`). Build CPU 2.4 -> 1.6 s; ratio to the ideal 1.44-1.47 ->
-   1.33-1.37 on this machine. What is left is the start (the first request waits ~0.2 s for its connection, as the
-   baseline's does) and gaps while the event loop shares 2 cores with decoding and the stub.
+   1.33-1.37 on this machine. Then (a timeline of requests in flight every 50 ms, stage timings, py-spy): planning
+   still took ~75 ms of a worker thread per video, most of it sklearn's argument checks in `silhouette_score` and
+   `pairwise_distances` holding the GIL the event loop needs (now numpy: ~25 ms); a request slot stayed held while
+   the caption cache wrote its answer with an fsync (~2.5 ms per request; now written after the slot is freed); the
+   first request waited ~0.1-0.3 s for `import aiohttp` (now imported on a thread, with the session made, while the
+   first videos are prepared). Ratio to the ideal 1.29-1.41 -> 1.19-1.24 in the profiling runs on this machine
+   (2 cores shared with other work, so +-0.03 between runs); the rest is the import still outlasting the first
+   video's preparation, the tail after the last captions, and the stub's own ~2.5 ms per request.
 3. Memory: peak RSS of a child process building one tree from a short and from a 4x longer video of the same frame
    size (simulated captioner); frames are never all held, so the peak should not grow with the length.
 

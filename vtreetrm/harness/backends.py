@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import re
@@ -157,6 +158,14 @@ def _get_session(self: OpenAIBackend):
             json_serialize=lambda o: orjson.dumps(o).decode(),
         )
     return self._session
+
+
+@patch
+async def warm(self: OpenAIBackend):
+    "Import the HTTP client on a worker thread and make the session, while the caller prepares its first requests."
+    for m in ("aiohttp", "orjson"):  # importing aiohttp takes 0.1-0.3 s: the first requests need not wait for it
+        await asyncio.to_thread(importlib.import_module, m)
+    self._get_session()
 
 
 @patch
