@@ -424,20 +424,25 @@ class OpenAICaptioner:
         self.prompt, self.summary_prompt = prompt, summary_prompt
         self.identity = {"kind": "openai", "model": model, "prompt": prompt, "summary_prompt": summary_prompt}
 
-    async def _ask(self, content) -> str:
+    def prepare(self, image: np.ndarray) -> list:
+        "The caption request's content (the frame as a JPEG): CPU work, done before the request takes a slot."
+        return [
+            {"type": "text", "text": self.prompt},
+            {"type": "image_url", "image_url": {"url": jpeg_data_url(image)}},
+        ]
+
+    async def ask(self, content) -> str:
+        "One request with the user message `content`: the reply's text, its whitespace collapsed."
         r = await self.backend.chat([{"role": "user", "content": content}])
         if not r.content.strip():
             raise BackendError("the captioner replied with no text")
         return " ".join(r.content.split())
 
     async def caption(self, image: np.ndarray) -> str:
-        url = await asyncio.to_thread(jpeg_data_url, image)
-        return await self._ask(
-            [{"type": "text", "text": self.prompt}, {"type": "image_url", "image_url": {"url": url}}]
-        )
+        return await self.ask(await asyncio.to_thread(self.prepare, image))
 
     async def summarize(self, captions: list) -> str:
-        return await self._ask(self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions))
+        return await self.ask(self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions))
 
     async def warm(self):
         await self.backend.warm()
@@ -628,9 +633,15 @@ async def _caption_clips(
         async with sem:
             return await make()
 
+    async def ask(img):  # a captioner with `prepare` (a JPEG) makes the request's content before it takes a slot
+        if not hasattr(captioner, "prepare"):
+            return await request(lambda: captioner.caption(img))
+        content = await asyncio.to_thread(captioner.prepare, img)
+        return await request(lambda: captioner.ask(content))
+
     async def caption(tt, img):
         key = cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape)
-        texts[tt].set_result(await cache.get(key, lambda: request(lambda: captioner.caption(img))))
+        texts[tt].set_result(await cache.get(key, lambda: ask(img)))
 
     async def captions():
         await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, sorted(texts), p.caption_side))
