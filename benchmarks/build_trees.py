@@ -24,6 +24,13 @@
    first videos are prepared). Ratio to the ideal 1.29-1.41 -> 1.19-1.24 in the profiling runs on this machine
    (2 cores shared with other work, so +-0.03 between runs); the rest is the import still outlasting the first
    video's preparation, the tail after the last captions, and the stub's own ~2.5 ms per request.
+   Then (a client-side timeline of every request over several builds after one set-up): each request's slot still
+   covered its frame's JPEG, made on a worker thread, ~2.3 ms of a ~55 ms slot (now `OpenAICaptioner.prepare` makes
+   the content before the slot is taken, `_caption_clips`). A shorter `sys.setswitchinterval` (0.5-1 ms instead of
+   5 ms) moved nothing beyond the noise, so it is left as it is. The first build in a process starts its first
+   request ~0.05-0.1 s later than a later build: importing aiohttp takes ~0.09 s (0.04 s of it its connector making
+   the default SSL context) and holds the GIL the first video's preparation needs; the ratio here includes it.
+   Ratio to the ideal 1.233-1.253 -> 1.168-1.209 (3 runs each on this machine, 2 shared cores).
 3. Memory: peak RSS of a child process building one tree from a short and from a 4x longer video of the same frame
    size (simulated captioner); frames are never all held, so the peak should not grow with the length.
 
