@@ -16,8 +16,24 @@
    decoded and clustered when a slot of 4 freed) and each video's summaries waiting for all its captions: videos
    are now prepared 2 at a time ahead of the 4 being captioned, and a clip is summarised when its own captions are
    in (`harness.trees.BuildLimits`, `_caption_clips`). Build CPU 2.4 -> 1.6 s; ratio to the ideal 1.44-1.47 ->
-   1.33-1.37 on this machine. What is left is the start (the first request waits ~0.2 s for its connection, as the
-   baseline's does) and gaps while the event loop shares 2 cores with decoding and the stub.
+   1.33-1.37 on this machine. Then (a timeline of requests in flight every 50 ms, stage timings, py-spy): planning
+   still took ~75 ms of a worker thread per video, most of it sklearn's argument checks in `silhouette_score` and
+   `pairwise_distances` holding the GIL the event loop needs (now numpy: ~25 ms); a request slot stayed held while
+   the caption cache wrote its answer with an fsync (~2.5 ms per request; now written after the slot is freed); the
+   first request waited ~0.1-0.3 s for `import aiohttp` (now imported on a thread, with the session made, while the
+   first videos are prepared). Ratio to the ideal 1.29-1.41 -> 1.19-1.24 in the profiling runs on this machine
+   (2 cores shared with other work, so +-0.03 between runs); the rest is the import still outlasting the first
+   video's preparation, the tail after the last captions, and the stub's own ~2.5 ms per request.
+   Then (a client-side timeline of every request over several builds after one set-up): each request's slot still
+   covered its frame's JPEG, made on a worker thread, ~2.3 ms of a ~55 ms slot (now `OpenAICaptioner.prepare` makes
+   the content before the slot is taken, `_caption_clips`). A shorter `sys.setswitchinterval` (0.5-1 ms instead of
+   5 ms) moved nothing beyond the noise, so it is left as it is. The first build in a process starts its first
+   request ~0.05-0.1 s later than a later build: importing aiohttp takes ~0.09 s (0.04 s of it its connector making
+   the default SSL context) and holds the GIL the first video's preparation needs; the ratio here includes it.
+   Ratio to the ideal on this machine (2 cores, runs one at a time): 1.233-1.253 before, 1.168-1.209 in the first 3
+   runs after, 1.224-1.288 in the next 3; side by side, alternating, 1.199/1.243 against 1.186/1.253 without it and
+   1.313/1.282 for the code before any of this profile's changes. Run to run spread (~0.1) is larger than what the
+   JPEG move saves (~0.04), so the goal <= 1.2 is reached in some runs, not reliably.
 3. Memory: peak RSS of a child process building one tree from a short and from a 4x longer video of the same frame
    size (simulated captioner); frames are never all held, so the peak should not grow with the length.
 

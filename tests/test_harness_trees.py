@@ -97,9 +97,12 @@ def test_openai_captioner_retries_faults_and_resumes(videos, tmp_path, capsys, m
         assert run(*args, "--base-url", s.url, "--max-retries", "1") == 1
     assert "HTTP 500" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "trees").iterdir()] == ["trees_build_report.json"]  # no tree
-    with StubServer(garbage_every=3, fail_429_every=5) as s:  # non-JSON bodies and 429s are retried
+    # non-JSON bodies and 429s are retried: each distinct request's first arrival is the one that can fault, so every
+    # request meets at most one fault whatever order the requests in flight arrive in
+    with StubServer(garbage_every=3, fail_429_every=5, faults_per_request=True) as s:
         assert run(*args, "--base-url", s.url) == 0
-        assert s.stats["ok"] > 0 and s.stats["requests"] > s.stats["ok"]
+        st = s.stats
+        assert st["ok"] > 0 and st["faults"] > 0 and st["requests"] == st["ok"] + st["faults"]  # each fault retried
     t = json.loads((tmp_path / "trees/night.json").read_text())
     assert t["clips"][0]["segments"][0]["captions"][0]["text"].startswith("A frame whose image hash is")
     assert t["clips"][0]["summary"].startswith("Summary: ") and t["source"]["captioner"]["model"] == "stub"
@@ -275,3 +278,96 @@ def test_trees_identical_whatever_the_requests_order(videos, tmp_path):
     for v in ("forest_snow.json", "night.json"):
         one, many = ((tmp_path / d / v).read_text() for d in ("one", "many"))
         assert one == many.replace('"jobs": 6', '"jobs": 1')  # the same bytes but the jobs setting they record
+
+
+@pytest.fixture(scope="module")
+def scene_videos(tmp_path_factory):
+    "Videos of 3 to 5 scenes, so that the clustering picks between several cuts."
+    d = tmp_path_factory.mktemp("scenes")
+    envs, sps = ["forest", "snow", "night", "forest", "snow"], list(SPECIES)
+    for i, n in enumerate((3, 4, 5)):
+        scene_video(d / f"s{n}.mp4", [(envs[(k + i) % 5], sps[(k + 2 * i) % len(sps)]) for k in range(n)], secs=6)
+    return d
+
+
+def tree_digests(trees):
+    "sha256 of each tree's bytes, its source path (a temporary folder) replaced by the file's name."
+    import hashlib
+
+    out = {}
+    for f in sorted(trees.glob("s*.json")):
+        t = json.loads(f.read_text())
+        t["source"]["path"] = os.path.basename(t["source"]["path"])
+        out[f.name] = hashlib.sha256(json.dumps(t, indent=1, ensure_ascii=False).encode()).hexdigest()[:16]
+    return out
+
+
+PINNED_TREES = {"s3.json": "fcfdc1e7046f525f", "s4.json": "1e590f010a0256dd", "s5.json": "17758493ab2c5a0a"}
+
+
+def test_tree_bytes_pinned(scene_videos, tmp_path):
+    "The trees of fixed videos (simulated captioner, default cuts) keep their bytes: scheduling and clustering changes must not move them."
+    from vtreetrm.harness.config import BuildOptions, FrameSampling, TreeParams
+    from vtreetrm.harness.trees import build_trees
+
+    rep = build_trees(scene_videos, tmp_path / "t", SlowCaptioner(2, 0.01), TreeParams(), FrameSampling(fps=2), BuildOptions(cache_dir=tmp_path / "c"), progress=False)  # fmt: skip
+    assert rep["counts"]["built"] == 3, rep
+    clips = {f.name: len(json.loads(f.read_text())["clips"]) for f in sorted((tmp_path / "t").glob("s*.json"))}
+    assert clips == {"s3.json": 3, "s4.json": 4, "s5.json": 5}  # a clip per scene, cut where the scene changes
+    assert tree_digests(tmp_path / "t") == PINNED_TREES
+
+
+class WaitsForOthers:
+    "The simulated captions, each answered only once what a build without barriers would have asked for first was asked."
+
+    def __init__(self, timeout: float = 10.0):
+        import asyncio
+
+        from vtreetrm.harness.trees import SimulatedCaptioner
+
+        self.sim, self.identity, self.timeout = SimulatedCaptioner(), SimulatedCaptioner.identity, timeout
+        self.summarised, self.night_seen = asyncio.Event(), asyncio.Event()
+
+    async def _after(self, event, what):
+        import asyncio
+
+        try:
+            await asyncio.wait_for(event.wait(), self.timeout)
+        except asyncio.TimeoutError:
+            raise AssertionError(
+                f"a caption waited {self.timeout} s for {what}: the scheduling has a barrier"
+            ) from None
+
+    async def caption(self, image):
+        text = await self.sim.caption(image)
+        light, background = text.split()[1:3]  # "A {light} {background} scene ..."
+        if light == "dark":
+            self.night_seen.set()
+        elif (
+            background == "white"
+        ):  # forest_snow's last scene: the forest clip's summary is asked for before it is answered
+            await self._after(self.summarised, "the first clip's summary")
+        elif background == "green":  # forest_snow's first scene: the other video is being captioned at the same time
+            await self._after(self.night_seen, "the other video's captions")
+        return text
+
+    async def summarize(self, captions):
+        if any(c.split()[2] == "green" for c in captions):  # forest_snow's first clip
+            self.summarised.set()
+        return await self.sim.summarize(captions)
+
+
+def test_no_barrier_between_clips_or_videos(videos, tmp_path):
+    "A clip is summarised before its video's later clips are captioned, and two videos are captioned at once: a build that waits for a whole video's captions, or for one video before the next, fails here."
+    from vtreetrm.harness.config import BuildOptions, FrameSampling, TreeParams
+    from vtreetrm.harness.trees import build_trees
+
+    p = TreeParams(clips=3, segments_per_clip=2, frames_per_segment=2, jobs=32)  # waiting requests fill no slot limit
+    rep = build_trees(videos, tmp_path / "t", WaitsForOthers(), p, FrameSampling(fps=4), BuildOptions(cache_dir=tmp_path / "c"), progress=False)  # fmt: skip
+    assert rep["counts"]["built"] == 2, rep
+    ref = build_trees(videos, tmp_path / "r", SlowCaptioner(0, 0.0), p, FrameSampling(fps=4), BuildOptions(cache_dir=tmp_path / "c2"), progress=False)  # fmt: skip
+    assert ref["counts"]["built"] == 2
+    for v in ("forest_snow.json", "night.json"):
+        assert (tmp_path / "t" / v).read_text() == (tmp_path / "r" / v).read_text().replace(
+            str(tmp_path / "r"), str(tmp_path / "t")
+        )

@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
+import random
 import re
 import threading
 from dataclasses import dataclass, field
@@ -103,10 +105,16 @@ OPENAI_URL = "https://api.openai.com/v1"  # used when only a key is given
 
 @dataclass
 class Backoff:
-    "The wait before retry k: `first` * 2**k seconds, at most `cap` (also the cap on a server's Retry-After)."
+    "Exponential backoff with full jitter: the wait before retry k is uniform in [0, `first` * 2**k] seconds, at most `cap`."
 
-    first: float = 0.5  # seconds before the first retry
-    cap: float = 8.0  # the longest wait
+    first: float = 0.5  # the bound on the wait before the first retry
+    cap: float = 8.0  # the longest wait (a server's Retry-After included)
+
+    def wait(self, k: int, retry_after: float = None, rng=random) -> float:
+        "Seconds before retry `k` (0 = the first); a server's Retry-After is the least wait."
+        # a random draw: requests that failed together do not retry together, nor in step with a periodic fault
+        w = rng.uniform(0.0, min(self.cap, self.first * 2**k))
+        return min(self.cap, max(w, retry_after or 0.0))
 
 
 class OpenAIBackend:
@@ -138,7 +146,7 @@ class OpenAIBackend:
         self.url, self.model, self.key = (base_url or OPENAI_URL).rstrip("/") + "/chat/completions", model, api_key
         backoff = backoff or Backoff()
         self.timeout, self.max_retries, self.temperature = timeout, max_retries, temperature
-        self.backoff, self.max_backoff = backoff.first, backoff.cap
+        self.backoff = backoff
         self.max_connections = max_connections
         self._session = None
         self.stats = {"calls": 0, "retries": 0, "failures": 0}
@@ -160,6 +168,14 @@ def _get_session(self: OpenAIBackend):
 
 
 @patch
+async def warm(self: OpenAIBackend):
+    "Import the HTTP client on a worker thread and make the session, while the caller prepares its first requests."
+    for m in ("aiohttp", "orjson"):  # importing aiohttp takes 0.1-0.3 s: the first requests need not wait for it
+        await asyncio.to_thread(importlib.import_module, m)
+    self._get_session()
+
+
+@patch
 async def aclose(self: OpenAIBackend):
     if self._session is not None:
         await self._session.close()
@@ -177,7 +193,7 @@ async def chat(self: OpenAIBackend, messages: list, tools: list = None) -> ChatR
     last = ""
     for attempt in range(self.max_retries + 1):
         self.stats["calls"] += 1
-        wait = min(self.max_backoff, self.backoff * 2**attempt)
+        retry_after = None
         try:
             async with self._get_session().post(self.url, json=body, headers=headers) as resp:
                 if resp.status == 200:
@@ -188,7 +204,7 @@ async def chat(self: OpenAIBackend, messages: list, tools: list = None) -> ChatR
                 ra = resp.headers.get("Retry-After")
                 if ra:
                     try:
-                        wait = min(self.max_backoff, float(ra))
+                        retry_after = float(ra)
                     except ValueError:
                         pass
         except asyncio.TimeoutError:
@@ -199,7 +215,7 @@ async def chat(self: OpenAIBackend, messages: list, tools: list = None) -> ChatR
             last = "reply is not JSON"
         if attempt < self.max_retries:
             self.stats["retries"] += 1
-            await asyncio.sleep(wait)
+            await asyncio.sleep(self.backoff.wait(attempt, retry_after))
     self.stats["failures"] += 1
     raise BackendError(f"{self.url}: {last} (after {attempt + 1} attempts)")
 

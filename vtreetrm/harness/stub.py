@@ -68,21 +68,29 @@ def make_stub_app(
     hang_s: float = 5.0,
     garbage_every: int = 0,  # every n-th request gets HTTP 200 with a body that is not JSON
     api_key: str = None,  # required bearer token (None = any)
+    faults_per_request: bool = False,  # n counts distinct bodies, and only a body's first arrival can fault
 ) -> web.Application:
     "An aiohttp app serving simulated chat completions with faults."
-    sim, stats = SimulatedBackend(), {"requests": 0, "ok": 0, "in_flight": 0, "max_in_flight": 0}
+    sim, seen = SimulatedBackend(), {}
+    stats = {"requests": 0, "ok": 0, "faults": 0, "in_flight": 0, "max_in_flight": 0}
 
     async def chat(request):
         stats["requests"] += 1
         n = stats["requests"]
         if api_key and request.headers.get("Authorization") != f"Bearer {api_key}":
             return web.json_response({"error": {"message": "bad key"}}, status=401)
-        body = await request.json()
+        body, first = await request.json(), True
+        if faults_per_request:
+            key = hashlib.sha256(await request.read()).digest()
+            first, n = key not in seen, seen.setdefault(key, len(seen) + 1)
         stats["in_flight"] += 1
         stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
         try:
-            fault = await _fault(n, fail_500_every, fail_429_every, hang_every, hang_s, garbage_every)
+            fault = (
+                await _fault(n, fail_500_every, fail_429_every, hang_every, hang_s, garbage_every) if first else None
+            )
             if fault is not None:
+                stats["faults"] += 1
                 return fault
             if latency_s:
                 await asyncio.sleep(latency_s)

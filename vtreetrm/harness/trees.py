@@ -13,6 +13,7 @@ import io
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -279,11 +280,37 @@ class FrameFeatures:
         return times, feats, dur
 
 # %% ../../nbs/harness/11_trees.ipynb #2a0ec49f
+def _distances(x: np.ndarray) -> np.ndarray:
+    "Euclidean distances between the rows of `x` (N, D) as `sklearn.metrics.pairwise_distances` computes them for float32 rows, in float64."
+    x64 = x.astype(np.float64)
+    sq = np.einsum("ij,ij->i", x64, x64)
+    d = (-2 * (x64 @ x64.T) + sq[:, None] + sq[None, :]).astype(np.float32)  # as its float32 path: float64, then cast
+    np.maximum(d, 0, out=d)
+    np.fill_diagonal(d, 0)
+    return np.sqrt(d).astype(np.float64)
+
+
+def _runs_silhouette(d: np.ndarray, cuts: list) -> float:
+    "`sklearn.metrics.silhouette_score` of the contiguous runs starting at `cuts` (and 0), from the distances `d` (N, N)."
+    n = len(d)
+    starts = np.array([0, *cuts])
+    sizes = np.diff([*starts, n])
+    runs = np.repeat(np.arange(len(sizes)), sizes)  # each row's run
+    rows = np.arange(n)
+    mean = np.add.reduceat(d, starts, axis=1) / sizes  # (N, k): each row's mean distance to each run
+    intra = mean[rows, runs] * sizes[runs] / np.maximum(sizes[runs] - 1, 1)  # its own run, itself left out
+    mean[rows, runs] = np.inf
+    inter = mean.min(1)  # the nearest other run
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (inter - intra) / np.maximum(intra, inter)
+    s[sizes[runs] == 1] = 0  # a row alone in its run scores 0, as in sklearn
+    return float(np.mean(np.nan_to_num(s)))
+
+
 def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05) -> list[tuple[int, int]]:
     "Contiguous runs `[(start, end), ...]` of the rows of `x` (N, D), at most `k_max`, cut where the rows change."
     from scipy.sparse import diags
     from sklearn.cluster import ward_tree
-    from sklearn.metrics import pairwise_distances, silhouette_score
 
     n = len(x)
     if n < 3 or k_max < 2 or float(np.ptp(x, axis=0).max()) < 1e-6:
@@ -294,11 +321,11 @@ def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05)
     for j, (a, b) in enumerate(children):
         start[n + j] = min(start[a], start[b])
         gone.append(max(start[a], start[b]))  # two neighbouring runs join: the later one's start is no cut any more
-    d = pairwise_distances(x)  # once, not once per k
+    d = _distances(x)  # once, not once per k
     best, best_cuts = min_silhouette, None
     for k in range(2, min(k_max, n - 1) + 1):
         cuts = sorted(gone[n - k :])  # undoing the last k - 1 merges leaves k runs
-        s = silhouette_score(d, np.searchsorted(cuts, np.arange(n), side="right"), metric="precomputed")
+        s = _runs_silhouette(d, cuts)
         if s > best + 1e-9:
             best, best_cuts = s, cuts
     if best_cuts is None:
@@ -397,20 +424,28 @@ class OpenAICaptioner:
         self.prompt, self.summary_prompt = prompt, summary_prompt
         self.identity = {"kind": "openai", "model": model, "prompt": prompt, "summary_prompt": summary_prompt}
 
-    async def _ask(self, content) -> str:
+    def prepare(self, image: np.ndarray) -> list:
+        "The caption request's content (the frame as a JPEG): CPU work, done before the request takes a slot."
+        return [
+            {"type": "text", "text": self.prompt},
+            {"type": "image_url", "image_url": {"url": jpeg_data_url(image)}},
+        ]
+
+    async def ask(self, content) -> str:
+        "One request with the user message `content`: the reply's text, its whitespace collapsed."
         r = await self.backend.chat([{"role": "user", "content": content}])
         if not r.content.strip():
             raise BackendError("the captioner replied with no text")
         return " ".join(r.content.split())
 
     async def caption(self, image: np.ndarray) -> str:
-        url = await asyncio.to_thread(jpeg_data_url, image)
-        return await self._ask(
-            [{"type": "text", "text": self.prompt}, {"type": "image_url", "image_url": {"url": url}}]
-        )
+        return await self.ask(await asyncio.to_thread(self.prepare, image))
 
     async def summarize(self, captions: list) -> str:
-        return await self._ask(self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions))
+        return await self.ask(self.summary_prompt + "\n" + "\n".join(f"- {c}" for c in captions))
+
+    async def warm(self):
+        await self.backend.warm()
 
     async def aclose(self):
         await self.backend.aclose()
@@ -562,8 +597,8 @@ def tree_plan(x: np.ndarray, p: TreeParams) -> list:
     return plan
 
 # %% ../../nbs/harness/11_trees.ipynb #45b7e96e
-def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
-    "The tree's clips (summaries still None): spans in seconds, keyframe times and their captions."
+def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict, summaries: list) -> list:
+    "The tree's clips: spans in seconds, summaries, keyframe times and their captions (`texts` by keyframe time)."
     clips = []
     for ci, ((ca, cb), segs) in enumerate(plan):
         segments = [
@@ -579,7 +614,7 @@ def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict) -> list:
             {
                 "id": f"c{ci}",
                 **dict(zip(("start", "end"), _span(t, ca, cb, dur))),
-                "summary": None,
+                "summary": summaries[ci],
                 "segments": segments,
             }
         )
@@ -591,29 +626,34 @@ async def _caption_clips(
 ) -> list:
     "The tree's clips of `plan`, every keyframe captioned and every clip summarised (through the cache), `sem` at a time."
     loop = asyncio.get_running_loop()
-    texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}
-    clips = _tree_clips(t, dur, plan, texts)  # each caption's text is its future until the caption is in
+    texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}  # set as each is in
+    summaries = [None] * len(plan)
+
+    async def request(make):  # a slot for the request alone: the cache writes its answer after the slot is freed
+        async with sem:
+            return await make()
+
+    async def ask(img):  # a captioner with `prepare` (a JPEG) makes the request's content before it takes a slot
+        if not hasattr(captioner, "prepare"):
+            return await request(lambda: captioner.caption(img))
+        content = await asyncio.to_thread(captioner.prepare, img)
+        return await request(lambda: captioner.ask(content))
 
     async def caption(tt, img):
         key = cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape)
-        async with sem:
-            text = await cache.get(key, lambda: captioner.caption(img))
-        texts[tt].set_result(text)
+        texts[tt].set_result(await cache.get(key, lambda: ask(img)))
 
     async def captions():
         await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, sorted(texts), p.caption_side))
         if missing := sorted(tt for tt, f in texts.items() if not f.done()):
             raise UserError(f"the decoder never reached the keyframe at {missing[0]} s", path)
 
-    async def summary(c):
-        for x in (x for s in c["segments"] for x in s["captions"]):
-            x["text"] = await x["text"]
-        caps = [x["text"] for s in c["segments"] for x in s["captions"]]
-        async with sem:
-            c["summary"] = await cache.get(cache.key("summary", caps), lambda: captioner.summarize(caps))
+    async def summary(ci, segs):  # as soon as this clip's own captions are in
+        caps = [await texts[float(t[i])] for _, ks in segs for i in ks]
+        summaries[ci] = await cache.get(cache.key("summary", caps), lambda: request(lambda: captioner.summarize(caps)))
 
-    await _gather_all([captions(), *(summary(c) for c in clips)])
-    return clips
+    await _gather_all([captions(), *(summary(ci, segs) for ci, (_, segs) in enumerate(plan))])
+    return _tree_clips(t, dur, plan, {tt: f.result() for tt, f in texts.items()}, summaries)
 
 # %% ../../nbs/harness/11_trees.ipynb #b1d7a3c3
 VIDEOS_IN_FLIGHT = 8  # videos begun at once (each holds its sampled frames' features until its tree is written)
@@ -775,6 +815,10 @@ class TreeBuild:
     async def all(self, todo: list, bar) -> list:
         "Every video's row, within the build's limits (`BuildLimits`); the captioner is closed at the end."
         lim = BuildLimits.of(self.p)
+        # worker threads for every stage at its limit at once: the videos being decoded for captions, the ones being
+        # prepared, and each request's JPEG and cache write (an fsync), so none queues behind another stage's work
+        workers = CAPTIONED_AT_ONCE + PREPARED_AT_ONCE + 2 * self.p.jobs
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers, "build-trees"))
 
         async def one(vid, path):
             async with lim.videos:
@@ -783,8 +827,9 @@ class TreeBuild:
                 finally:
                     bar.update()
 
+        warm = [self.captioner.warm()] if hasattr(self.captioner, "warm") else []  # while the first videos decode
         try:
-            return await asyncio.gather(*(one(vid, path) for vid, path in todo))
+            return (await asyncio.gather(*warm, *(one(vid, path) for vid, path in todo)))[len(warm) :]
         finally:
             if hasattr(self.captioner, "aclose"):
                 await self.captioner.aclose()
