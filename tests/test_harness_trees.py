@@ -238,19 +238,30 @@ def test_transformers_captioner_tiny_llava(videos, tmp_path, capsys):
 
 
 class SlowCaptioner:
-    "The simulated captioner's texts after a random delay, counting the requests in flight (its peak is `most`)."
+    """The simulated captioner's texts after a random delay, counting the requests in flight (its peak is `most`).
+    With `fill`, the first requests are held until `fill` are in flight at once (or `timeout` s passed, after which
+    none is held): a scheduler that can keep `fill` requests in flight reaches that peak however busy the machine."""
 
-    def __init__(self, seed: int, delay: float):
+    def __init__(self, seed: int, delay: float, fill: int = 0, timeout: float = 10.0):
         from vtreetrm.harness.trees import SimulatedCaptioner
 
         self.sim, self.identity, self.delay = SimulatedCaptioner(), SimulatedCaptioner.identity, delay
         self.rng, self.now, self.most = np.random.default_rng(seed), 0, 0
+        self.fill, self.timeout, self.full = fill, timeout, None
 
     async def _wait(self):
         import asyncio
 
         self.now += 1
         self.most = max(self.most, self.now)
+        if self.fill:
+            self.full = self.full or asyncio.Event()
+            if self.now >= self.fill:
+                self.full.set()
+            try:
+                await asyncio.wait_for(self.full.wait(), self.timeout)
+            except TimeoutError:
+                self.full.set()  # the peak was not reached: the rest go on unheld, and `most` says how far it got
         await asyncio.sleep(self.delay * self.rng.random())
         self.now -= 1
 
@@ -270,7 +281,7 @@ def test_trees_identical_whatever_the_requests_order(videos, tmp_path):
 
     p = dict(clips=3, segments_per_clip=2, frames_per_segment=2)
     fr = FrameSampling(fps=4)
-    slow = SlowCaptioner(seed=1, delay=0.05)
+    slow = SlowCaptioner(seed=1, delay=0.05, fill=6)
     for name, cap, jobs in (("one", SlowCaptioner(0, 0.0), 1), ("many", slow, 6)):
         rep = build_trees(videos, tmp_path / name, cap, TreeParams(**p, jobs=jobs), fr, BuildOptions(cache_dir=tmp_path / f"c-{name}"), progress=False)  # fmt: skip
         assert rep["counts"]["built"] == 2, rep
