@@ -28,7 +28,12 @@ $(STAMP): setup.py settings.ini
 	$(call retry,$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]')
 	touch $@
 
+# the package byte-compiled: a run where PYTHONDONTWRITEBYTECODE is set still reads a current .pyc instead of compiling
+# every module it imports (about 0.035 s of each `vtreetrm release` command); compileall skips what is up to date
+compile = $(BIN)/python -m compileall -q vtreetrm
+
 env: $(STAMP)
+	$(compile)
 
 # The RL environment (.venv-rl), vtreetrm on top without its own pins. On a GPU node: verl 0.9.1 with its vllm extra and
 # the torch/transformers it pins (CUDA wheels), requirements/verl-rl.txt. Without CUDA (no nvidia-smi, or RL_DEVICE=cpu):
@@ -102,6 +107,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=nbs
 
 bench: $(STAMP)
+	$(compile)
 	$(BIN)/python benchmarks/metrics.py
 	$(BIN)/python benchmarks/phase2_step.py
 	$(BIN)/python benchmarks/phase2_train_overhead.py
@@ -120,6 +126,7 @@ gpu-check: $(if $(findstring .venv-rl,$(GPU_CHECK_PYTHON)),,$(STAMP))
 
 export: $(STAMP)
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python .ci/readme.py
+	$(compile)
 
 # ruff formats the notebooks (the source) and what is not exported; the library is nbdev_export's output as it is
 # (the export check compares byte for byte), so it is linted but not reformatted

@@ -47,8 +47,16 @@ profiler, so only their proportions carry over), what it showed and what changed
   `parquet.to_ints`, Arrow scalars and dictionary encoding instead); `parquet.texts` builds an array from its
   buffers instead of pyarrow's internal `StringBuilder` (the same time for the small arrays it now makes). A
   writing thread beside the builder was tried: no faster on 2 cores shared with other jobs, so left out.
-- what is left (20,000 records, best of repeated runs in one process, other jobs on the machine): process start and
-  imports about 0.25 s (`-X importtime`: numpy 0.056 s, pyarrow 0.034 s, pyarrow.compute 0.033 s, pyarrow.parquet
+- then: the package byte-compiled (`make env`, `make export` and `make bench` run `python -m compileall -q vtreetrm`;
+  the environment sets PYTHONDONTWRITEBYTECODE, so a run reads a .pyc only where one was made): process start and the
+  imports of `vtreetrm.cli` and `vtreetrm.release.sft` 0.19 s (0.27 s without the .pyc, best of 6, the same machine);
+  the parser reads the command's notebook for its epilog only for --help (0.007 s); provenance 0.021 s, was 0.029 s
+  (best of 8): the git sha and uncommitted changes from one `git status --porcelain=v2 --branch`, package versions
+  from each distribution's `Version:` header (`utils.dist_version`) without the e-mail parser. Runs measured from this
+  step on had the .pyc made (whole command 0.67-0.77 s, 12.2-13.8x, three runs; the step before in the same job
+  without it: 0.75-0.90 s, 13.4-15.6x); a checkout without `make env` compiles the vtreetrm modules on every command.
+- what is left (20,000 records, best of repeated runs in one process, other jobs on the machine; before the step
+  above): process start and imports about 0.25 s (`-X importtime`: numpy 0.056 s, pyarrow 0.034 s, pyarrow.compute 0.033 s, pyarrow.parquet
   0.011 s, vtreetrm.cli with vtreetrm.utils 0.057 s, site and the editable install's finder 0.017 s; the vtreetrm
   modules are compiled on every run where PYTHONDONTWRITEBYTECODE is set, about 0.035 s of that); the canonical
   read 0.075 s (Arrow's JSON reader 0.035 s, the trailing commas replaced 0.013 s); building the rows about 0.06 s

@@ -175,7 +175,7 @@ def notebook_of(func) -> str | None:
 # %% ../nbs/01_cli.ipynb #5a90019b
 def command_parser(func, prog: str = None, comments: bool = True) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: positional args have no default, bools become flags, comments become help (unless not `comments`)."
-    nb = notebook_of(func)
+    nb = notebook_of(func) if comments else None  # the epilog, like the comments, is for --help
     p = argparse.ArgumentParser(
         prog=prog,
         description=(func.__doc__ or "").strip(),

@@ -32,7 +32,7 @@ __all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FI
            'publish_dir', 'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock',
            'path_component', 'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl',
            'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files',
-           'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync', 'train_byte_bpe']
+           'dist_version', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync', 'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -619,12 +619,25 @@ TRACKED_PACKAGES = (
 )
 
 
+def dist_version(dist: metadata.Distribution) -> str | None:
+    "`dist.version`, read from the `Version:` header of its metadata file without parsing the whole file as e-mail."
+    lines = (dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            break  # the headers end at the first blank line
+        if line[:8].lower() == "version:":
+            if lines[i + 1 : i + 2] and lines[i + 1][:1] in (" ", "\t"):
+                break  # a folded header: as importlib.metadata reads it
+            return line[8:].lstrip(" \t")
+    return dist.version
+
+
 def package_versions(names=TRACKED_PACKAGES) -> dict:
     "Installed versions of the packages that shape results (absent ones omitted)."
     out = {"python": platform.python_version()}
     for n in names:
         with contextlib.suppress(metadata.PackageNotFoundError):
-            out[n] = metadata.version(n)
+            out[n] = dist_version(metadata.distribution(n))
     return out
 
 # %% ../nbs/00_utils.ipynb #e1054307
@@ -634,14 +647,18 @@ def git_info(path: str | Path = ".") -> dict:
     def _git(*args):
         return subprocess.run(["git", *args], cwd=path, capture_output=True, text=True, timeout=10).stdout.strip()
 
+    # one process for both: the sha from the status's `# branch.oid` line, changes from its other lines;
+    # --no-optional-locks: a provenance probe never takes index.lock (a killed probe would leave the lock behind)
     try:
-        sha = _git("rev-parse", "HEAD")
+        lines = _git("--no-optional-locks", "status", "--porcelain=v2", "--branch", "-uno").splitlines()
+        sha = next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), "")
+        if sha == "(initial)":  # no commit yet: what `git rev-parse HEAD` says there
+            sha = _git("rev-parse", "HEAD")
     except (OSError, subprocess.SubprocessError):
         sha = ""
     if not sha:
         return {"git_sha": None, "git_dirty": None}
-    # --no-optional-locks: a provenance probe never takes index.lock (a killed probe would leave the lock behind)
-    return {"git_sha": sha, "git_dirty": bool(_git("--no-optional-locks", "status", "--porcelain", "-uno"))}
+    return {"git_sha": sha, "git_dirty": any(not ln.startswith("#") for ln in lines)}
 
 # %% ../nbs/00_utils.ipynb #bc2ada6e
 def now_iso() -> str:
