@@ -51,8 +51,9 @@ profiler, so only their proportions carry over), what it showed and what changed
   the environment sets PYTHONDONTWRITEBYTECODE, so a run reads a .pyc only where one was made): process start and the
   imports of `vtreetrm.cli` and `vtreetrm.release.sft` 0.19 s (0.27 s without the .pyc, best of 6, the same machine);
   the parser reads the command's notebook for its epilog only for --help (0.007 s); provenance 0.021 s, was 0.029 s
-  (best of 8): the git sha and uncommitted changes from one `git status --porcelain=v2 --branch`, package versions
-  from each distribution's `Version:` header (`utils.dist_version`) without the e-mail parser. Runs measured from this
+  (best of 8): the git sha and uncommitted changes from one `git status --porcelain=v2 --branch`, and package versions
+  read from each distribution's `Version:` header by hand, a step later taken back (it saved ~4 ms of the 0.7 s
+  command, not worth a hand-written metadata parser; `importlib.metadata.version` again). Runs measured from this
   step on had the .pyc made (whole command 0.67-0.77 s, 12.2-13.8x, three runs; the step before in the same job
   without it: 0.75-0.90 s, 13.4-15.6x); a checkout without `make env` compiles the vtreetrm modules on every command.
 - what is left (20,000 records, best of repeated runs in one process, other jobs on the machine; before the step

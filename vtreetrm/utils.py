@@ -32,7 +32,7 @@ __all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FI
            'publish_dir', 'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock',
            'path_component', 'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl',
            'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files',
-           'dist_version', 'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync', 'train_byte_bpe']
+           'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync', 'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -619,25 +619,12 @@ TRACKED_PACKAGES = (
 )
 
 
-def dist_version(dist: metadata.Distribution) -> str | None:
-    "`dist.version`, read from the `Version:` header of its metadata file without parsing the whole file as e-mail."
-    lines = (dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            break  # the headers end at the first blank line
-        if line[:8].lower() == "version:":
-            if lines[i + 1 : i + 2] and lines[i + 1][:1] in (" ", "\t"):
-                break  # a folded header: as importlib.metadata reads it
-            return line[8:].lstrip(" \t")
-    return dist.version
-
-
 def package_versions(names=TRACKED_PACKAGES) -> dict:
     "Installed versions of the packages that shape results (absent ones omitted)."
     out = {"python": platform.python_version()}
     for n in names:
         with contextlib.suppress(metadata.PackageNotFoundError):
-            out[n] = dist_version(metadata.distribution(n))
+            out[n] = metadata.version(n)
     return out
 
 # %% ../nbs/00_utils.ipynb #e1054307
