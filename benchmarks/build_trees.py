@@ -41,6 +41,22 @@
    runs after, 1.224-1.288 in the next 3; side by side, alternating, 1.199/1.243 against 1.186/1.253 without it and
    1.313/1.282 for the code before any of this profile's changes. Run to run spread (~0.1) is larger than what the
    JPEG move saves (~0.04), so the goal <= 1.2 is reached in some runs, not reliably.
+   Then (a timeline of every request's start and end, of each keyframe decoded and JPEG made, over fresh-process
+   builds): from the first requests to the last the slots stayed full (< 0.02 slot-s idle per 100 ms), and after
+   the last caption one round of summaries was left; what was lost was the start, with no request in flight for
+   ~0.2 s. `import aiohttp` (~0.12 s alone; 0.04-0.05 s of it the SSL contexts its connector module makes when it
+   is imported, whatever the URL, so a connector with ssl=False for http:// URLs would not avoid it) ran beside
+   the first videos' planning, which imported `sklearn.cluster` (~70 ms) for `ward_tree`, and beside the next
+   videos' decoding, all holding the GIL: it ended at 0.21-0.24 s and the first requests went out then. Now the
+   Ward tree is `harness.trees._chain_ward` (numpy, ward_tree's own steps, the same merges: tested against it),
+   the videos after the first wait for the client's import (`TreeBuild.all`), and a video holds its caption slot
+   of `BuildLimits` while its keyframes are decoded and captioned, not while its summaries wait: the client is
+   ready and the first 8 requests out at 0.16-0.19 s. Giving a freed slot to a waiting caption before a summary
+   (Hu's highest level first; a summary waits on its clip's captions) was measured and dropped: median ratio 1.208
+   and 1.198 against 1.194 and 1.188 first come, first served, in the same runs. Ratio to the ideal side by side
+   in one run (4 builds each, the machine loaded by other work): 1.285 before, 1.177 after. This benchmark, 2 runs
+   after: builds 2.758-2.806 s, median 2.781 s = 1.141x (bare client 1.060x); builds 2.742-2.798 s, median
+   2.784 s = 1.142x (bare client 1.066x).
 3. Memory: peak RSS of a child process building one tree from a short and from a 4x longer video of the same frame
    size (simulated captioner); frames are never all held, so the peak should not grow with the length.
 

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import heapq
 import io
 import sys
 import threading
@@ -307,16 +308,53 @@ def _runs_silhouette(d: np.ndarray, cuts: list) -> float:
     return float(np.mean(np.nan_to_num(s)))
 
 
+def _chain_ward(x: np.ndarray) -> np.ndarray:
+    "The merges (n - 1, 2) of `sklearn.cluster.ward_tree(x, connectivity=chain)`, where row i neighbours rows i - 1 and i + 1."
+    n = len(x)
+    m1 = np.zeros(2 * n - 1)  # each node's size and summed rows, in float64 as ward_tree keeps them
+    m1[:n] = 1
+    m2 = np.zeros((2 * n - 1, x.shape[1]))
+    m2[:n] = x
+
+    def inertia(r, c):  # its compute_ward_dist: the squares summed in order, then scaled
+        d = m2[r] / m1[r] - m2[c] / m1[c]
+        return float(np.add.accumulate(d * d)[-1] * ((m1[r] * m1[c]) / (m1[r] + m1[c])))
+
+    heap = [(inertia(i, i - 1), i, i - 1) for i in range(1, n)]
+    heapq.heapify(heap)
+    nbrs = [[j for j in (i - 1, i + 1) if 0 <= j < n] for i in range(n)]  # its connectivity rows, then merged nodes
+    parent, live, children = list(range(2 * n - 1)), [True] * (2 * n - 1), []
+    for k in range(n, 2 * n - 1):
+        while True:  # the cheapest merge of two nodes not merged yet
+            _, i, j = heapq.heappop(heap)
+            if live[i] and live[j]:
+                break
+        parent[i] = parent[j] = k
+        children.append((j, i))
+        live[i] = live[j] = False
+        m1[k], m2[k] = m1[i] + m1[j], m2[i] + m2[j]
+        heads, seen = [], {k}  # the top nodes of i's and j's neighbours, in the order ward_tree finds them
+        for node in (*nbrs[i], *nbrs[j]):
+            while parent[node] != node:
+                node = parent[node]
+            if node not in seen:
+                seen.add(node)
+                heads.append(node)
+        for c in heads:
+            nbrs[c].append(k)
+        nbrs.append(heads)
+        for c in heads:
+            heapq.heappush(heap, (inertia(k, c), k, c))
+    return np.array(children)
+
+
 def contiguous_clusters(x: np.ndarray, k_max: int, min_silhouette: float = 0.05) -> list[tuple[int, int]]:
     "Contiguous runs `[(start, end), ...]` of the rows of `x` (N, D), at most `k_max`, cut where the rows change."
-    from scipy.sparse import diags
-    from sklearn.cluster import ward_tree
-
     n = len(x)
     if n < 3 or k_max < 2 or float(np.ptp(x, axis=0).max()) < 1e-6:
         return [(0, n)]
     # one Ward tree for every k (what AgglomerativeClustering(n_clusters=k) builds and cuts for each k)
-    children = ward_tree(x, connectivity=diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1]))[0]
+    children = _chain_ward(x)
     start, gone = list(range(n)) + [0] * len(children), []  # a node's first row; the cut each merge removes
     for j, (a, b) in enumerate(children):
         start[n + j] = min(start[a], start[b])
@@ -622,9 +660,17 @@ def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict, summaries: l
 
 # %% ../../nbs/harness/11_trees.ipynb #fe6b65c4
 async def _caption_clips(
-    path: Path, t: np.ndarray, dur: float, plan: list, captioner, cache: CaptionCache, p: TreeParams, sem
+    path: Path,
+    t: np.ndarray,
+    dur: float,
+    plan: list,
+    captioner,
+    cache: CaptionCache,
+    p: TreeParams,
+    sem,
+    decoding=None,
 ) -> list:
-    "The tree's clips of `plan`, every keyframe captioned and every clip summarised (through the cache), `sem` at a time."
+    "The tree's clips of `plan`, every keyframe captioned and every clip summarised (through the cache), `sem` at a time; `decoding` (a lock) is held while the keyframes are decoded and captioned."
     loop = asyncio.get_running_loop()
     texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}  # set as each is in
     summaries = [None] * len(plan)
@@ -643,8 +689,10 @@ async def _caption_clips(
         key = cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape)
         texts[tt].set_result(await cache.get(key, lambda: ask(img)))
 
-    async def captions():
-        await _gather_all(caption(tt, img) async for tt, img in _frames_in_thread(path, sorted(texts), p.caption_side))
+    async def captions():  # the decoded keyframes are let go once captioned; the summaries need only the texts
+        async with decoding or contextlib.nullcontext():
+            frames = _frames_in_thread(path, sorted(texts), p.caption_side)
+            await _gather_all(caption(tt, img) async for tt, img in frames)
         if missing := sorted(tt for tt, f in texts.items() if not f.done()):
             raise UserError(f"the decoder never reached the keyframe at {missing[0]} s", path)
 
@@ -692,8 +740,9 @@ async def build_tree(
         sha = sha or await asyncio.to_thread(sha256_file, path)
         t, x, dur = await asyncio.to_thread(features, path, sha)
         plan = await asyncio.to_thread(tree_plan, x, p)
-    async with lim.caption:  # meanwhile the next videos are prepared, so their requests go out as soon as a slot frees
-        clips = await _caption_clips(path, t, dur, plan, captioner, cache, p, lim.requests)
+    # meanwhile the next videos are prepared, so their requests go out as soon as a slot frees; `lim.caption` is held
+    # while the keyframes are decoded and captioned, not while the last summaries wait for their slots
+    clips = await _caption_clips(path, t, dur, plan, captioner, cache, p, lim.requests, lim.caption)
     return {
         "schema": TREE_SCHEMA,
         "video_id": video_id,
@@ -820,16 +869,20 @@ class TreeBuild:
         workers = CAPTIONED_AT_ONCE + PREPARED_AT_ONCE + 2 * self.p.jobs
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers, "build-trees"))
 
-        async def one(vid, path):
+        warm = [asyncio.ensure_future(self.captioner.warm())] if hasattr(self.captioner, "warm") else []
+
+        async def one(i, vid, path):
+            if i and warm:  # importing the HTTP client holds the GIL: meanwhile the first video alone is prepared
+                await asyncio.wait(warm)
             async with lim.videos:
                 try:
                     return await self.one(vid, path, lim)
                 finally:
                     bar.update()
 
-        warm = [self.captioner.warm()] if hasattr(self.captioner, "warm") else []  # while the first videos decode
+        videos = (one(i, vid, path) for i, (vid, path) in enumerate(todo))
         try:
-            return (await asyncio.gather(*warm, *(one(vid, path) for vid, path in todo)))[len(warm) :]
+            return (await asyncio.gather(*warm, *videos))[len(warm) :]
         finally:
             if hasattr(self.captioner, "aclose"):
                 await self.captioner.aclose()
