@@ -129,6 +129,11 @@ class SftTexts:
             "",
         ]
         self.head, self.cands, self.known, self.levels, self.nl, self.empty = texts(parts)
+        self.system1, self.system2 = texts([SYSTEM_STAGE1, SYSTEM_STAGE2])
+        # the byte lengths of those pieces and of each leaf's candidate line, for the messages' ends in `messages`
+        self.size = {k: len(v.encode()) for k, v in zip(("head", "cands", "known", "levels"), parts)}
+        self.size.update(system1=len(SYSTEM_STAGE1.encode()), system2=len(SYSTEM_STAGE2.encode()))
+        self.line_size = _sizes(self.lines)
         fields = (
             ctx.task.metadata_fields
         )  # the block's pieces around its values: `f: ` before each, a line break between
@@ -164,6 +169,42 @@ class SftTexts:
         "The stage2 user prompts of metadata `blocks` and known leaf positions `gold`."
         known = self.lines.take(ints(gold))
         return pc.binary_join_element_wise(self.head, blocks, self.known, known, self.levels, self.empty)
+
+    def messages(self, blocks, gold, source_ids, seeds, a1: pa.Array, a2: pa.Array) -> tuple[pa.Array, np.ndarray]:
+        "(the texts of the six messages of each row pair in turn (stage1 system, user, assistant, then stage2's) as one array, each row's candidates as leaf positions) of metadata `blocks`, gold leaf positions, source ids, seeds and answers `a1`, `a2`: each pair's six texts joined into one (the prompts copied once), then cut at the messages' ends."
+        cands, lines = self.candidates(gold, source_ids, seeds)
+        known = self.lines.take(ints(gold))
+        pieces = [self.system1, self.head, blocks, self.cands, lines, a1]
+        pieces += [self.system2, self.head, blocks, self.known, known, self.levels, a2]
+        joined = pc.binary_join_element_wise(*pieces, self.empty)
+        z, block = self.size, _sizes(blocks)
+        ends = np.stack(
+            [
+                np.full(len(gold), z["system1"]),
+                z["head"] + block + z["cands"] + _sizes(lines),  # the stage1 user prompt
+                _sizes(a1),
+                np.full(len(gold), z["system2"]),
+                z["head"] + block + z["known"] + self.line_size[gold] + z["levels"],  # the stage2 user prompt
+                _sizes(a2),
+            ],
+            axis=1,
+        ).ravel()
+        offsets = np.zeros(len(ends) + 1, np.int64)
+        np.cumsum(ends, out=offsets[1:])
+        if joined.null_count or not np.array_equal(offsets[::6], _offsets(joined)):
+            raise ValueError("the messages' lengths do not add up to the joined texts")
+        text = pa.StringArray.from_buffers(len(ends), pa.py_buffer(offsets.astype(np.int32)), joined.buffers()[2])
+        return text, cands
+
+
+def _sizes(a: pa.Array) -> np.ndarray:
+    "The byte length of each text of `a` (no nulls)."
+    return to_ints(pc.binary_length(a)).astype(np.int64)
+
+
+def _offsets(a: pa.StringArray) -> np.ndarray:
+    "The `len(a) + 1` offsets of a string array into its data buffer (a view)."
+    return np.frombuffer(a.buffers()[1], "<i4", len(a) + 1, a.offset * 4)
 
 
 # what `json.dumps(..., ensure_ascii=False)` writes escaped (control characters, quote, backslash), in a metadata block
@@ -223,10 +264,8 @@ class SftRows:
         values = [_array(rt.column("metadata." + f)) for f in self.fields]
         blocks = self.texts.block(values)
         gold = self.texts.positions(cid)
-        u1, _ = self.texts.stage1(blocks, gold, sid.to_pylist(), [self.seed] * n)
         label, a1, a2 = self.answer_columns(gold, lvl)
-        system1, system2 = _cycle([SYSTEM_STAGE1], n), _cycle([SYSTEM_STAGE2], n)
-        text = _interleave(system1, u1, a1, system2, self.texts.stage2(blocks, gold), a2)  # the prompts copied once
+        text, _ = self.texts.messages(blocks, gold, sid.to_pylist(), [self.seed] * n, a1, a2)
         assistant = _interleave(a1, a2)
         msgs = _lists(pa.StructArray.from_arrays([_cycle(_ROLES, 2 * n), text], fields=list(MESSAGE)), 3)
         source, stage = _twice(sid), _cycle(["stage1", "stage2"], n)
@@ -421,7 +460,8 @@ def sft_export(
         texts_ = SftTexts(ctx)
         rows, check = SftRows(ctx, ctx.task.prompt_seed, texts_), SftTableCheck(ctx, texts_)
         to_table = lambda s, t: check(s, rows.columns_table(t))  # noqa: E731
-        w = TableSplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=to_table)  # two rows per record
+        # two rows per record; a thread writes each table while the next is made and checked
+        w = TableSplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=to_table, background=2)
         try:
             for rt in export_tables(ctx, canonical, progress):
                 split = rt.column("split")
@@ -915,51 +955,44 @@ class SftTableCheck:
         role, text = m.flatten().flatten()
         if role.null_count or text.null_count:
             return False
-        # the messages of the stage1 rows (system, user, assistant), then those of the stage2 rows
-        sys1, u1, asst1, sys2, u2, asst2 = (text.take(ints(np.arange(k, 3 * n2, 6))) for k in range(6))
         ev, od = ints(np.arange(0, n2, 2)), ints(np.arange(1, n2, 2))
         stage, src, label, md = col["stage"], col["source_id"], col["label"], col["metadata"]
+        src1, label1, md1 = src.take(ev), label.take(ev), md.take(ev)  # those of each pair's stage1 row
         same = [
             (role, _cycle(_ROLES, n2)),
             (stage, _cycle(["stage1", "stage2"], n)),
             (col["data_source"], texts([self.ctx.dataset])[0]),
             (col["split"], texts([s])[0]),
-            (src.take(ev), src.take(od)),
+            (src1, src.take(od)),
             (col["sample_id"], pc.binary_join_element_wise(src, stage, self.render.colon)),
-            (sys1, texts([SYSTEM_STAGE1])[0]),
-            (sys2, texts([SYSTEM_STAGE2])[0]),
-            (col["answer"].take(ev), asst1),
-            (col["answer"].take(od), asst2),
-            (label.take(ev), label.take(od)),
-            (md.take(ev), md.take(od)),
+            (label1, label.take(od)),
+            (md1, md.take(od)),
         ]
         if not all(_same(a, b) for a, b in same):
             return False
         # the labels (one per pair), each read once: a known choice id and an approved level
-        enc = label.take(ev).dictionary_encode()
+        enc = label1.dictionary_encode()
         read = [self.labels.label(x) for x in enc.dictionary.to_pylist()]
         if any(r is None or r[2] not in self.labels.approved for r in read):
             return False
         idx = to_ints(enc.indices)
         gold = np.array([self.texts.position[r[1]] for r in read], np.int64)[idx]
         a1, a2 = (texts([r[k] for r in read]).take(ints(idx)) for k in (3, 4))
-        # the metadata values as the stage1 prompt shows them, which the metadata column must hold as its JSON
-        found = pc.extract_regex(u1, self.block_pattern)
+        if not _same(col["answer"], _interleave(a1, a2)):  # each row's answer as its label renders it
+            return False
+        # the metadata values as each stage1 user prompt shows them, which the metadata column must hold as its JSON
+        found = pc.extract_regex(text.take(ints(np.arange(1, 3 * n2, 6))), self.block_pattern)
         if found.null_count:
             return False
         values = found.flatten()
         blocks = self.texts.block(values)
-        want1, _ = self.texts.stage1(blocks, gold, src.take(ev).to_pylist(), col["prompt_seed"].take(ev).to_pylist())
-        same = [
-            (asst1, a1),
-            (asst2, a2),
-            (md.take(ev), self.render.metadata_json(values, blocks)),
-            (u1, want1),
-            (u2, self.texts.stage2(blocks, gold)),
-        ]
-        if not all(_same(a, b) for a, b in same) or pc.any(pc.match_substring_regex(blocks, self.ids)).as_py():
+        if not _same(md1, self.render.metadata_json(values, blocks)):
             return False
-        self.sources.append(src.take(ev))
+        # every message (the system prompts, the user prompts, the assistant's answers) as the assets render them
+        want, _ = self.texts.messages(blocks, gold, src1.to_pylist(), col["prompt_seed"].take(ev).to_pylist(), a1, a2)
+        if not text.equals(want) or pc.any(pc.match_substring_regex(blocks, self.ids)).as_py():
+            return False
+        self.sources.append(src1)
         self.rows[s] += n2
         self.counts[s]["stage1"] += n
         self.counts[s]["stage2"] += n
