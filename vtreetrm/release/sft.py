@@ -23,6 +23,7 @@ from vtreetrm.release.assets import (
     Record,
     ReleaseAssets,
     ReleaseContext,
+    begin_provenance,
     flat_params,
     iter_records,
     make_report,
@@ -455,6 +456,7 @@ def sft_export(
     "Export the legacy stage1/stage2 SFT release (three messages per row), validated before publication."
     params = flat_params(locals())
     ctx = assets.context()
+    prov = begin_provenance("sft-export", params, [canonical, *ctx.asset_paths()])  # on a thread meanwhile
     t0 = time.time()
     with atomic_dir(output_dir) as d:
         texts_ = SftTexts(ctx)
@@ -477,7 +479,7 @@ def sft_export(
         rep = make_report(
             "sft-export",
             params,
-            [canonical, *ctx.asset_paths()],
+            prov,
             ctx.dataset,
             status="ok",
             line="legacy-stage1-stage2",
