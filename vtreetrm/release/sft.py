@@ -931,9 +931,9 @@ class SftTableCheck:
             and parse_user(stage2_user(ctx, probe, leaves[0]), self.fields)["choices"] == [to_choice[leaves[0]]]
         )
         self.ids = "|".join(map(_literal, leaves))
-        # a stage1 prompt's metadata values: `f: value` lines after its heading, the last one ending a line
-        lines = "\n".join(f"{_literal(f)}: (?P<v{i}>[^\n]*)" for i, f in enumerate(self.fields))
-        self.block_pattern = f"^{_literal('字段元数据：')}\n{lines}\n"
+        # the metadata column as Arrow's JSON reader is to read it: an object of the prompt fields' texts, no other
+        schema = pa.schema([(f, pa.string()) for f in self.fields])
+        self.md_options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
 
     def __call__(self, s: str, t: pa.Table) -> pa.Table:
         "Check table `t` of split `s` on its way to the file; returns it."
@@ -982,11 +982,10 @@ class SftTableCheck:
         a1, a2 = (texts([r[k] for r in read]).take(ints(idx)) for k in (3, 4))
         if not _same(col["answer"], _interleave(a1, a2)):  # each row's answer as its label renders it
             return False
-        # the metadata values as each stage1 user prompt shows them, which the metadata column must hold as its JSON
-        found = pc.extract_regex(text.take(ints(np.arange(1, 3 * n2, 6))), self.block_pattern)
-        if found.null_count:
+        # the metadata values: the metadata column must be their JSON as the export writes it, the prompts show them
+        values = self.metadata_values(md1)
+        if values is None:
             return False
-        values = found.flatten()
         blocks = self.texts.block(values)
         if not _same(md1, self.render.metadata_json(values, blocks)):
             return False
@@ -1002,6 +1001,18 @@ class SftTableCheck:
             self.per_cat[r[0]] += k
             self.per_lvl[r[2]] += k
         return True
+
+    def metadata_values(self, md: pa.Array) -> list | None:
+        "The texts of each prompt field (one array per field) in metadata column `md`, read by Arrow's JSON reader; None when a field is missing or a value holds a line break (a prompt shows each on a line)."
+        lines = pc.binary_join_element_wise(md, self.texts.nl, self.texts.empty)  # one JSON text a line
+        body = lines.buffers()[2].slice(0, int(_offsets(lines)[-1]))
+        t = pj.read_json(pa.BufferReader(body), pj.ReadOptions(use_threads=False), self.md_options)
+        if t.num_rows != len(md):
+            return None
+        values = [_array(t.column(f)) for f in self.fields]
+        if any(v.null_count or pc.any(pc.match_substring(v, "\n")).as_py() for v in values):
+            return None
+        return values
 
     def body(self, d: Path, counts) -> dict | None:
         "`validate_sft_dataset`'s report of release folder `d`, when every table passed, no source has two pairs, and each file (its footer) holds the `2 * counts[split]` rows that passed; else None."
