@@ -10,6 +10,7 @@ import json
 import time
 from array import array
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -445,6 +446,16 @@ def export_tables(ctx: ReleaseContext, canonical, progress: bool = True, chunk_b
     if recs:
         yield record_table(recs, ctx.task.metadata_fields)
 
+
+def _read_ahead(items):
+    "The items of iterator `items`, each next one made on a thread while the caller works on the one it has (Arrow's JSON reader parses without the GIL); what `items` raises is raised here."
+    end = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as ex:
+        ahead = ex.submit(next, items, end)
+        while (item := ahead.result()) is not end:
+            ahead = ex.submit(next, items, end)
+            yield item
+
 # %% ../../nbs/release/06_sft.ipynb #a4b27997
 @requires("canonical", "output_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_export(
@@ -465,7 +476,8 @@ def sft_export(
         # two rows per record; a thread writes each table while the next is made and checked
         w = TableSplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=to_table, background=2)
         try:
-            for rt in export_tables(ctx, canonical, progress):
+            # about 2 MB of records at a time, the next read on a thread while this one's rows are made
+            for rt in _read_ahead(export_tables(ctx, canonical, progress, chunk_bytes=1 << 21)):
                 split = rt.column("split")
                 for s, name in zip(SPLITS, texts(SPLITS)):
                     w.write(s, rt.filter(pc.equal(split, name)))
