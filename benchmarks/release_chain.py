@@ -56,13 +56,37 @@ profiler, so only their proportions carry over), what it showed and what changed
   command, not worth a hand-written metadata parser; `importlib.metadata.version` again). Runs measured from this
   step on had the .pyc made (whole command 0.67-0.77 s, 12.2-13.8x, three runs; the step before in the same job
   without it: 0.75-0.90 s, 13.4-15.6x); a checkout without `make env` compiles the vtreetrm modules on every command.
-- what is left (20,000 records, best of repeated runs in one process, other jobs on the machine; before the step
-  above): process start and imports about 0.25 s (`-X importtime`: numpy 0.056 s, pyarrow 0.034 s, pyarrow.compute 0.033 s, pyarrow.parquet
-  0.011 s, vtreetrm.cli with vtreetrm.utils 0.057 s, site and the editable install's finder 0.017 s; the vtreetrm
-  modules are compiled on every run where PYTHONDONTWRITEBYTECODE is set, about 0.035 s of that); the canonical
-  read 0.075 s (Arrow's JSON reader 0.035 s, the trailing commas replaced 0.013 s); building the rows about 0.06 s
-  (57 MB of message text: the prompts joined, then interleaved into one column); checking them about 0.06 s;
-  zstd writing 0.065 s (the bare write); the report's provenance 0.04 s (git, package versions, input sha256).
+- then: each record's six messages joined by one `binary_join_element_wise` and cut at the messages' ends
+  (`SftTexts.messages`: offsets from the pieces' byte lengths over the joined text's buffer), where the user prompts
+  were joined, then interleaved with the system prompts and answers by a `take` over a chunked array (`take` was
+  the costliest compute call under the profiler); `SftTableCheck` compares the whole content column with what the
+  assets render (`Array.equals`, about 0.4 ms for a batch's 11.7 MB) instead of six `take`s of the messages and
+  their comparisons one by one, and reads the metadata values from the metadata column by Arrow's JSON reader
+  instead of a regular expression over each stage1 prompt (per 4,096-record batch, best of 5 in one process, three
+  processes each side, alternating on the same machine, the candidate draws cached: building 8.4-13.3 ms -> 5.9-6.1
+  ms, checking 13.1-13.3 ms -> 10.6 ms, the zstd write 12 ms); the split files written on a thread
+  (`TableSplitWriter(background=2)`) while the next table is built and checked, as the idea above, now measured
+  under `heavy`; the canonical records read about 2 MB at a time, the next chunk parsed on a thread
+  (`_read_ahead`); the report's provenance made on a thread from the command's start
+  (`assets.begin_provenance`); the candidate digests made by a list comprehension (about 3 ms of 20,000 rows).
+  Measured under `heavy` (one job, other workers' light jobs beside it): the command alone
+  (`release sft-export`, 20,000 records, a fresh output folder each run), ten runs each way alternating: with the
+  three threads 0.395-0.809 s, median 0.420 s (export part median 0.157 s), without them 0.393-0.699 s, median
+  0.522 s (0.184 s): the same best run, the threads saving time when the machine is busier; best of five
+  alternating runs: 0.420 s at the step's start (319f3e9), 0.396 s at its end. This benchmark, three runs
+  each side alternating in one job: export part 6.5x, 4.7x, 10.2x -> 3.2x, 3.4x, 8.5x; whole command 13.8x, 10.2x,
+  18.2x -> 8.1x, 8.8x, 15.5x (0.74, 0.55, 1.00 s -> 0.46, 0.49, 0.85 s; bare write 0.053-0.057 s).
+- what is left (20,000 records, five fresh processes in one `heavy` job, the same machine, after the step above;
+  each part timed in its own thread, so they overlap): process start and `site` about 0.025 s; imports 0.14-0.16 s
+  (`-X importtime`: vtreetrm.release.sft with numpy and pyarrow 0.11-0.12 s, vtreetrm.cli 0.04 s, site 0.014 s);
+  the command itself (`main`) 0.20-0.22 s, of it: the canonical read 0.07-0.09 s (on the read-ahead thread; the
+  first chunk is waited for), building the rows 0.08-0.09 s and checking them about 0.06 s (the main thread's path),
+  the zstd writes 0.06-0.075 s (the writer thread; only the last table's write is waited for), provenance 0.03-0.04
+  s (its thread: git 0.005-0.014 s, package versions 0.014-0.017 s, input sha256 0.008-0.015 s), the files' footers
+  and the report about 0.005 s; the interpreter's exit with numpy and pyarrow loaded 0.025-0.035 s (`python -c
+  "import vtreetrm.cli, vtreetrm.release.sft"` 259-274 ms against 229-240 ms ending in `os._exit`, six pairs outside `heavy`). The
+  whole command's floor on a quiet machine is thus about 0.4 s (7-7.5x the bare write), of which 0.2 s is starting,
+  importing and exiting; other jobs on the 2 cores move single runs by 0.1-0.4 s either way.
 """
 
 import argparse
