@@ -73,9 +73,15 @@ profiler, so only their proportions carry over), what it showed and what changed
   (`release sft-export`, 20,000 records, a fresh output folder each run), ten runs each way alternating: with the
   three threads 0.395-0.809 s, median 0.420 s (export part median 0.157 s), without them 0.393-0.699 s, median
   0.522 s (0.184 s): the same best run, the threads saving time when the machine is busier; best of five
-  alternating runs: 0.420 s at the step's start (319f3e9), 0.396 s at its end. This benchmark, three runs
-  each side alternating in one job: export part 6.5x, 4.7x, 10.2x -> 3.2x, 3.4x, 8.5x; whole command 13.8x, 10.2x,
-  18.2x -> 8.1x, 8.8x, 15.5x (0.74, 0.55, 1.00 s -> 0.46, 0.49, 0.85 s; bare write 0.053-0.057 s).
+  alternating runs: 0.420 s at the step's start (319f3e9), 0.396 s at its end. This benchmark in five
+  `heavy` jobs within 20 minutes (bare write 0.053-0.071 s), the step's end, whole command: 8.1x, 8.8x, 15.5x;
+  18.9x, 24.3x, 16.6x; 18.8x, 13.3x, 12.8x; 21.2x, 16.1x, 14.9x; 17.1x, 21.8x, 19.0x, 19.6x (export part 3.2x,
+  3.4x, 8.5x; 9.9x, 13.9x, 7.1x; 9.5x, 5.4x, 5.2x; 11.4x, 8.9x, 6.6x; 7.8x, 11.4x, 9.6x, 11.2x); the step's start
+  alternating with it in four of those jobs: 13.8x, 10.2x, 18.2x; 16.9x, 18.3x, 12.2x; 12.6x, 15.7x, 10.3x; 23.5x,
+  16.3x, 13.8x, 19.3x (export part 6.5x, 4.7x, 10.2x; 8.7x, 10.8x, 5.8x; 6.4x, 7.4x, 4.3x; 13.8x, 6.9x, 6.8x,
+  11.7x); the step's end without its three threads, in the last job: 19.9x, 19.2x, 17.0x, 18.7x. The machine's
+  kernel time moved through those jobs (the same command took 0.1-1.0 s of system time from one run to the next),
+  and so did single runs, by up to 0.7 s: at that spread the benchmark does not tell the versions apart.
 - what is left (20,000 records, five fresh processes in one `heavy` job, the same machine, after the step above;
   each part timed in its own thread, so they overlap): process start and `site` about 0.025 s; imports 0.14-0.16 s
   (`-X importtime`: vtreetrm.release.sft with numpy and pyarrow 0.11-0.12 s, vtreetrm.cli 0.04 s, site 0.014 s);
