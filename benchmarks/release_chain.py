@@ -81,7 +81,11 @@ profiler, so only their proportions carry over), what it showed and what changed
   16.3x, 13.8x, 19.3x (export part 6.5x, 4.7x, 10.2x; 8.7x, 10.8x, 5.8x; 6.4x, 7.4x, 4.3x; 13.8x, 6.9x, 6.8x,
   11.7x); the step's end without its three threads, in the last job: 19.9x, 19.2x, 17.0x, 18.7x. The machine's
   kernel time moved through those jobs (the same command took 0.1-1.0 s of system time from one run to the next),
-  and so did single runs, by up to 0.7 s: at that spread the benchmark does not tell the versions apart.
+  and so did single runs, by up to 0.7 s: at that spread the benchmark does not tell the versions apart. A sixth
+  job, the machine's load 0.5: the step's end 18.1x, 15.8x, 15.7x, its start 12.0x, 22.2x, 17.8x. Inside this
+  benchmark the command takes 0.74-1.2 s where, in the same jobs, it alone takes 0.40-0.6 s; run right after a
+  `split` step 0.50-1.05 s, with `sync` between them 0.47-0.95 s, alone 0.43-0.84 s (three runs each, both
+  versions, one job): where that time goes is not found.
 - what is left (20,000 records, five fresh processes in one `heavy` job, the same machine, after the step above;
   each part timed in its own thread, so they overlap): process start and `site` about 0.025 s; imports 0.14-0.16 s
   (`-X importtime`: vtreetrm.release.sft with numpy and pyarrow 0.11-0.12 s, vtreetrm.cli 0.04 s, site 0.014 s);
