@@ -32,7 +32,7 @@ __all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FI
            'publish_dir', 'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock',
            'path_component', 'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl',
            'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files',
-           'package_versions', 'git_info', 'now_iso', 'provenance', 'run_sync', 'train_byte_bpe']
+           'package_versions', 'git_info', 'now_iso', 'provenance', 'provenance_later', 'run_sync', 'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -669,6 +669,20 @@ def provenance(
         "inputs": {str(p): sha256_file(p) for p in inputs if Path(p).is_file()},
         "created": now_iso(),
     }
+
+
+def provenance_later(
+    params: dict = None,  # every parameter of the run
+    inputs=(),  # input files to hash
+    command: list = None,  # the command line (defaults to sys.argv)
+) -> Callable[[], dict]:
+    "`provenance(params, inputs, command)` begun now on a thread (the git probe, package versions and input sha256s take tens of ms that a command can spend on its work meanwhile): call the result for it, `created` the time of that call."
+    from concurrent.futures import ThreadPoolExecutor
+
+    ex = ThreadPoolExecutor(1, thread_name_prefix="provenance")
+    done = ex.submit(provenance, params, list(inputs), list(sys.argv if command is None else command))
+    ex.shutdown(wait=False)
+    return lambda: {**done.result(), "created": now_iso()}
 
 # %% ../nbs/00_utils.ipynb #5e88d6cd
 def run_sync(coro):

@@ -11,20 +11,29 @@ import inspect
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 
 import orjson
 
-from ..utils import UserError, atomic_open, path_component, provenance, read_json, sha256_file, write_json
+from vtreetrm.utils import (
+    UserError,
+    atomic_open,
+    path_component,
+    provenance,
+    provenance_later,
+    read_json,
+    sha256_file,
+    write_json,
+)
 
 # %% auto #0
 __all__ = ['FORMAL_DATASET', 'NATIVE_PROMPT_FIELDS', 'SPLITS', 'LABEL_FIELDS', 'dataset_note', 'normalize_cell', 'record_id',
            'Source', 'Target', 'Record', 'RecordWriter', 'write_records', 'iter_records', 'Category', 'Registry',
            'Corpus', 'GradingConfig', 'TaskConfig', 'ChoiceMap', 'Mapping', 'DatasetsConfig', 'ReleaseContext',
-           'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report', 'validate_command',
-           'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
+           'required', 'requires', 'cmdline', 'parse_named', 'release_report', 'make_report', 'begin_provenance',
+           'validate_command', 'ToolAssets', 'PromptAssets', 'ReleaseAssets', 'flat_params', 'load_grading_manifest',
            'write_grading_manifest']
 
 # %% ../../nbs/release/00_assets.ipynb #518b3b7e
@@ -635,11 +644,19 @@ def release_report(release) -> tuple[dict, Path]:
     return r, f
 
 
-def make_report(command: str, params: dict, inputs: Iterable, dataset: str = None, **body) -> dict:
-    "A report dict: body, dataset flags and provenance."
+def make_report(command: str, params: dict, inputs: Iterable | Callable, dataset: str = None, **body) -> dict:
+    "A report dict: body, dataset flags and provenance; `inputs`: the input files to hash, or a `begin_provenance` of the command begun earlier."
     rep = {**(dataset_note(dataset) if dataset else {}), **body}
-    rep["provenance"] = provenance(params, [p for p in inputs if p], cmdline(command, params))
+    if callable(inputs):
+        rep["provenance"] = inputs()
+    else:
+        rep["provenance"] = provenance(params, [p for p in inputs if p], cmdline(command, params))
     return rep
+
+
+def begin_provenance(command: str, params: dict, inputs: Iterable) -> Callable[[], dict]:
+    "The provenance `make_report` gives a report of `command` with `params` and `inputs`, begun now on a thread (`provenance_later`): pass it to `make_report` as its `inputs`."
+    return provenance_later(params, [p for p in inputs if p], cmdline(command, params))
 
 # %% ../../nbs/release/00_assets.ipynb #f533877d
 def validate_command(command: str, validate, params: dict, ctx, inputs=(), progress: bool = True) -> dict:

@@ -5,7 +5,8 @@
 # %% ../../nbs/release/05a_parquet.ipynb #f8c22467
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +56,23 @@ class SplitWriter:
 
 
 class TableSplitWriter(SplitWriter):
-    "A `SplitWriter` fed tables of rows (`write(split, table)`): `to_table(split, rows)` gets `batch_rows` of a split's rows at a time, as one table, and returns the table to write, so the files are those `SplitWriter` writes from the same rows one by one."
+    "A `SplitWriter` fed tables of rows (`write(split, table)`): `to_table(split, rows)` gets `batch_rows` of a split's rows at a time, as one table, and returns the table to write, so the files are those `SplitWriter` writes from the same rows one by one. With `background` > 0, one thread writes the tables in turn (pyarrow encodes, compresses and writes without holding the GIL) while the caller makes the next ones, at most `background` of them waiting."
 
-    def __init__(self, folder, schema: pa.Schema, batch_rows: int = BATCH_ROWS, splits=SPLITS, to_table=None):
+    def __init__(
+        self, folder, schema: pa.Schema, batch_rows: int = BATCH_ROWS, splits=SPLITS, to_table=None, background: int = 0
+    ):
         super().__init__(folder, schema, batch_rows, splits, to_table or (lambda split, rows: rows))
+        self.background, self.pending = background, deque()  # the writes handed to the thread, oldest first
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="parquet-writer") if background else None
+
+    def _write(self, split: str, rows: pa.Table):
+        t = self.to_table(split, rows)
+        if self.pool is None:
+            self.writers[split].write_table(t)
+            return
+        self.pending.append(self.pool.submit(self.writers[split].write_table, t))
+        while len(self.pending) > self.background:
+            self.pending.popleft().result()  # a failed write raises here
 
     def write(self, split: str, rows: pa.Table):
         if not rows.num_rows:
@@ -70,13 +84,25 @@ class TableSplitWriter(SplitWriter):
             t = pa.concat_tables(self.buf[split])
             done = have - have % self.batch_rows
             for a in range(0, done, self.batch_rows):
-                self.writers[split].write_table(self.to_table(split, t.slice(a, self.batch_rows).combine_chunks()))
+                self._write(split, t.slice(a, self.batch_rows).combine_chunks())
             self.buf[split] = [t.slice(done)] if done < have else []
 
     def _flush(self, split):
         if self.buf[split]:
-            self.writers[split].write_table(self.to_table(split, pa.concat_tables(self.buf[split]).combine_chunks()))
+            self._write(split, pa.concat_tables(self.buf[split]).combine_chunks())
             self.buf[split] = []
+
+    def close(self):
+        try:
+            for s in self.writers:
+                self._flush(s)
+            while self.pending:
+                self.pending.popleft().result()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown()  # the writes handed over are done before the files close
+            for w in self.writers.values():
+                w.close()
 
 # %% ../../nbs/release/05a_parquet.ipynb #25c78a43
 def texts(values) -> pa.StringArray:

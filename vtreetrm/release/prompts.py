@@ -121,10 +121,13 @@ def candidate_matrix(ctx: ReleaseContext, gold: np.ndarray, source_ids: list, se
     pool_size = len(c["pool"])
     m = -(-(2 * k + 1) // 32)  # 64-byte digests per row, as `_draws` takes them: 32 big-endian 16-bit numbers each
     h = hashlib.blake2b
+    digests = range(m)
     raw = b"".join(
-        h(f"{s}\x1f{sid}\x1f{c}".encode(), digest_size=64).digest()
-        for s, sid in zip(seeds, source_ids)
-        for c in range(m)
+        [
+            h(f"{s}\x1f{sid}\x1f{c}".encode(), digest_size=64).digest()
+            for s, sid in zip(seeds, source_ids)
+            for c in digests
+        ]
     )
     d = np.frombuffer(raw, ">u2").reshape(n, 32 * m)[:, : 2 * k + 1].astype(np.int64)
     out = np.empty((n, k + 1), np.int64)

@@ -10,6 +10,7 @@ import json
 import time
 from array import array
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from vtreetrm.release.assets import (
     Record,
     ReleaseAssets,
     ReleaseContext,
+    begin_provenance,
     flat_params,
     iter_records,
     make_report,
@@ -129,6 +131,11 @@ class SftTexts:
             "",
         ]
         self.head, self.cands, self.known, self.levels, self.nl, self.empty = texts(parts)
+        self.system1, self.system2 = texts([SYSTEM_STAGE1, SYSTEM_STAGE2])
+        # the byte lengths of those pieces and of each leaf's candidate line, for the messages' ends in `messages`
+        self.size = {k: len(v.encode()) for k, v in zip(("head", "cands", "known", "levels"), parts)}
+        self.size.update(system1=len(SYSTEM_STAGE1.encode()), system2=len(SYSTEM_STAGE2.encode()))
+        self.line_size = _sizes(self.lines)
         fields = (
             ctx.task.metadata_fields
         )  # the block's pieces around its values: `f: ` before each, a line break between
@@ -164,6 +171,42 @@ class SftTexts:
         "The stage2 user prompts of metadata `blocks` and known leaf positions `gold`."
         known = self.lines.take(ints(gold))
         return pc.binary_join_element_wise(self.head, blocks, self.known, known, self.levels, self.empty)
+
+    def messages(self, blocks, gold, source_ids, seeds, a1: pa.Array, a2: pa.Array) -> tuple[pa.Array, np.ndarray]:
+        "(the texts of the six messages of each row pair in turn (stage1 system, user, assistant, then stage2's) as one array, each row's candidates as leaf positions) of metadata `blocks`, gold leaf positions, source ids, seeds and answers `a1`, `a2`: each pair's six texts joined into one (the prompts copied once), then cut at the messages' ends."
+        cands, lines = self.candidates(gold, source_ids, seeds)
+        known = self.lines.take(ints(gold))
+        pieces = [self.system1, self.head, blocks, self.cands, lines, a1]
+        pieces += [self.system2, self.head, blocks, self.known, known, self.levels, a2]
+        joined = pc.binary_join_element_wise(*pieces, self.empty)
+        z, block = self.size, _sizes(blocks)
+        ends = np.stack(
+            [
+                np.full(len(gold), z["system1"]),
+                z["head"] + block + z["cands"] + _sizes(lines),  # the stage1 user prompt
+                _sizes(a1),
+                np.full(len(gold), z["system2"]),
+                z["head"] + block + z["known"] + self.line_size[gold] + z["levels"],  # the stage2 user prompt
+                _sizes(a2),
+            ],
+            axis=1,
+        ).ravel()
+        offsets = np.zeros(len(ends) + 1, np.int64)
+        np.cumsum(ends, out=offsets[1:])
+        if joined.null_count or not np.array_equal(offsets[::6], _offsets(joined)):
+            raise ValueError("the messages' lengths do not add up to the joined texts")
+        text = pa.StringArray.from_buffers(len(ends), pa.py_buffer(offsets.astype(np.int32)), joined.buffers()[2])
+        return text, cands
+
+
+def _sizes(a: pa.Array) -> np.ndarray:
+    "The byte length of each text of `a` (no nulls)."
+    return to_ints(pc.binary_length(a)).astype(np.int64)
+
+
+def _offsets(a: pa.StringArray) -> np.ndarray:
+    "The `len(a) + 1` offsets of a string array into its data buffer (a view)."
+    return np.frombuffer(a.buffers()[1], "<i4", len(a) + 1, a.offset * 4)
 
 
 # what `json.dumps(..., ensure_ascii=False)` writes escaped (control characters, quote, backslash), in a metadata block
@@ -223,10 +266,8 @@ class SftRows:
         values = [_array(rt.column("metadata." + f)) for f in self.fields]
         blocks = self.texts.block(values)
         gold = self.texts.positions(cid)
-        u1, _ = self.texts.stage1(blocks, gold, sid.to_pylist(), [self.seed] * n)
         label, a1, a2 = self.answer_columns(gold, lvl)
-        system1, system2 = _cycle([SYSTEM_STAGE1], n), _cycle([SYSTEM_STAGE2], n)
-        text = _interleave(system1, u1, a1, system2, self.texts.stage2(blocks, gold), a2)  # the prompts copied once
+        text, _ = self.texts.messages(blocks, gold, sid.to_pylist(), [self.seed] * n, a1, a2)
         assistant = _interleave(a1, a2)
         msgs = _lists(pa.StructArray.from_arrays([_cycle(_ROLES, 2 * n), text], fields=list(MESSAGE)), 3)
         source, stage = _twice(sid), _cycle(["stage1", "stage2"], n)
@@ -405,6 +446,16 @@ def export_tables(ctx: ReleaseContext, canonical, progress: bool = True, chunk_b
     if recs:
         yield record_table(recs, ctx.task.metadata_fields)
 
+
+def _read_ahead(items):
+    "The items of iterator `items`, each next one made on a thread while the caller works on the one it has (Arrow's JSON reader parses without the GIL); what `items` raises is raised here."
+    end = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as ex:
+        ahead = ex.submit(next, items, end)
+        while (item := ahead.result()) is not end:
+            ahead = ex.submit(next, items, end)
+            yield item
+
 # %% ../../nbs/release/06_sft.ipynb #a4b27997
 @requires("canonical", "output_dir", "registry", "corpus", "metadata_fields", "task_config", "grading_config")
 def sft_export(
@@ -416,14 +467,17 @@ def sft_export(
     "Export the legacy stage1/stage2 SFT release (three messages per row), validated before publication."
     params = flat_params(locals())
     ctx = assets.context()
+    prov = begin_provenance("sft-export", params, [canonical, *ctx.asset_paths()])  # on a thread meanwhile
     t0 = time.time()
     with atomic_dir(output_dir) as d:
         texts_ = SftTexts(ctx)
         rows, check = SftRows(ctx, ctx.task.prompt_seed, texts_), SftTableCheck(ctx, texts_)
         to_table = lambda s, t: check(s, rows.columns_table(t))  # noqa: E731
-        w = TableSplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=to_table)  # two rows per record
+        # two rows per record; a thread writes each table while the next is made and checked
+        w = TableSplitWriter(d, SFT_SCHEMA, batch_rows=BATCH_ROWS // 2, to_table=to_table, background=2)
         try:
-            for rt in export_tables(ctx, canonical, progress):
+            # about 2 MB of records at a time, the next read on a thread while this one's rows are made
+            for rt in _read_ahead(export_tables(ctx, canonical, progress, chunk_bytes=1 << 21)):
                 split = rt.column("split")
                 for s, name in zip(SPLITS, texts(SPLITS)):
                     w.write(s, rt.filter(pc.equal(split, name)))
@@ -437,7 +491,7 @@ def sft_export(
         rep = make_report(
             "sft-export",
             params,
-            [canonical, *ctx.asset_paths()],
+            prov,
             ctx.dataset,
             status="ok",
             line="legacy-stage1-stage2",
@@ -889,9 +943,9 @@ class SftTableCheck:
             and parse_user(stage2_user(ctx, probe, leaves[0]), self.fields)["choices"] == [to_choice[leaves[0]]]
         )
         self.ids = "|".join(map(_literal, leaves))
-        # a stage1 prompt's metadata values: `f: value` lines after its heading, the last one ending a line
-        lines = "\n".join(f"{_literal(f)}: (?P<v{i}>[^\n]*)" for i, f in enumerate(self.fields))
-        self.block_pattern = f"^{_literal('字段元数据：')}\n{lines}\n"
+        # the metadata column as Arrow's JSON reader is to read it: an object of the prompt fields' texts, no other
+        schema = pa.schema([(f, pa.string()) for f in self.fields])
+        self.md_options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
 
     def __call__(self, s: str, t: pa.Table) -> pa.Table:
         "Check table `t` of split `s` on its way to the file; returns it."
@@ -915,51 +969,43 @@ class SftTableCheck:
         role, text = m.flatten().flatten()
         if role.null_count or text.null_count:
             return False
-        # the messages of the stage1 rows (system, user, assistant), then those of the stage2 rows
-        sys1, u1, asst1, sys2, u2, asst2 = (text.take(ints(np.arange(k, 3 * n2, 6))) for k in range(6))
         ev, od = ints(np.arange(0, n2, 2)), ints(np.arange(1, n2, 2))
         stage, src, label, md = col["stage"], col["source_id"], col["label"], col["metadata"]
+        src1, label1, md1 = src.take(ev), label.take(ev), md.take(ev)  # those of each pair's stage1 row
         same = [
             (role, _cycle(_ROLES, n2)),
             (stage, _cycle(["stage1", "stage2"], n)),
             (col["data_source"], texts([self.ctx.dataset])[0]),
             (col["split"], texts([s])[0]),
-            (src.take(ev), src.take(od)),
+            (src1, src.take(od)),
             (col["sample_id"], pc.binary_join_element_wise(src, stage, self.render.colon)),
-            (sys1, texts([SYSTEM_STAGE1])[0]),
-            (sys2, texts([SYSTEM_STAGE2])[0]),
-            (col["answer"].take(ev), asst1),
-            (col["answer"].take(od), asst2),
-            (label.take(ev), label.take(od)),
-            (md.take(ev), md.take(od)),
+            (label1, label.take(od)),
+            (md1, md.take(od)),
         ]
         if not all(_same(a, b) for a, b in same):
             return False
         # the labels (one per pair), each read once: a known choice id and an approved level
-        enc = label.take(ev).dictionary_encode()
+        enc = label1.dictionary_encode()
         read = [self.labels.label(x) for x in enc.dictionary.to_pylist()]
         if any(r is None or r[2] not in self.labels.approved for r in read):
             return False
         idx = to_ints(enc.indices)
         gold = np.array([self.texts.position[r[1]] for r in read], np.int64)[idx]
         a1, a2 = (texts([r[k] for r in read]).take(ints(idx)) for k in (3, 4))
-        # the metadata values as the stage1 prompt shows them, which the metadata column must hold as its JSON
-        found = pc.extract_regex(u1, self.block_pattern)
-        if found.null_count:
+        if not _same(col["answer"], _interleave(a1, a2)):  # each row's answer as its label renders it
             return False
-        values = found.flatten()
+        # the metadata values: the metadata column must be their JSON as the export writes it, the prompts show them
+        values = self.metadata_values(md1)
+        if values is None:
+            return False
         blocks = self.texts.block(values)
-        want1, _ = self.texts.stage1(blocks, gold, src.take(ev).to_pylist(), col["prompt_seed"].take(ev).to_pylist())
-        same = [
-            (asst1, a1),
-            (asst2, a2),
-            (md.take(ev), self.render.metadata_json(values, blocks)),
-            (u1, want1),
-            (u2, self.texts.stage2(blocks, gold)),
-        ]
-        if not all(_same(a, b) for a, b in same) or pc.any(pc.match_substring_regex(blocks, self.ids)).as_py():
+        if not _same(md1, self.render.metadata_json(values, blocks)):
             return False
-        self.sources.append(src.take(ev))
+        # every message (the system prompts, the user prompts, the assistant's answers) as the assets render them
+        want, _ = self.texts.messages(blocks, gold, src1.to_pylist(), col["prompt_seed"].take(ev).to_pylist(), a1, a2)
+        if not text.equals(want) or pc.any(pc.match_substring_regex(blocks, self.ids)).as_py():
+            return False
+        self.sources.append(src1)
         self.rows[s] += n2
         self.counts[s]["stage1"] += n
         self.counts[s]["stage2"] += n
@@ -967,6 +1013,18 @@ class SftTableCheck:
             self.per_cat[r[0]] += k
             self.per_lvl[r[2]] += k
         return True
+
+    def metadata_values(self, md: pa.Array) -> list | None:
+        "The texts of each prompt field (one array per field) in metadata column `md`, read by Arrow's JSON reader; None when a field is missing or a value holds a line break (a prompt shows each on a line)."
+        lines = pc.binary_join_element_wise(md, self.texts.nl, self.texts.empty)  # one JSON text a line
+        body = lines.buffers()[2].slice(0, int(_offsets(lines)[-1]))
+        t = pj.read_json(pa.BufferReader(body), pj.ReadOptions(use_threads=False), self.md_options)
+        if t.num_rows != len(md):
+            return None
+        values = [_array(t.column(f)) for f in self.fields]
+        if any(v.null_count or pc.any(pc.match_substring(v, "\n")).as_py() for v in values):
+            return None
+        return values
 
     def body(self, d: Path, counts) -> dict | None:
         "`validate_sft_dataset`'s report of release folder `d`, when every table passed, no source has two pairs, and each file (its footer) holds the `2 * counts[split]` rows that passed; else None."
