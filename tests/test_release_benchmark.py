@@ -31,4 +31,7 @@ def test_release_benchmark_smoke(tmp_path):
     assert "chain total" in p.stdout and "bare pyarrow write_table" in p.stdout and "tool re-execution" in p.stdout
     last = p.stdout.strip().splitlines()[-2:]  # the figures the README's performance table points at, last
     assert last[0].startswith("chain: 300 records in") and "peak RSS of any step" in last[0], last
-    assert last[1].startswith("sft-export ratio to bare write_table (medians of 5): export part") and "whole command" in last[1], last
+    assert (
+        last[1].startswith("sft-export ratio to bare write_table (medians of 5): export part")
+        and "whole command" in last[1]
+    ), last
