@@ -12,11 +12,13 @@ import torch
 
 from ..utils import UserError, read_json, write_json
 from .config import FeatureSpec
+from .labels import load_dataset
 from .ladder import ladder
 from .phase1 import Phase1TrainConfig, train_phase1
 from .phase2 import Phase2Config, RunOptions, train_phase2
 from .predict import predict
 from .synthetic import SCALES, SyntheticConfig, make_synthetic
+from .tiny_llm import load_base_llm
 
 # %% auto #0
 __all__ = ['HEADLINE', 'seed_name', 'demo_runs', 'run_video_demo']
@@ -133,6 +135,14 @@ def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int
     return rows, part
 
 
+def _base_llm_of(r: dict, dirs: dict) -> None:
+    "Make the base LLM that run `r` of `demo_runs` starts from, unless it was made before (the tiny LLM's text pretraining, cached per seed)."
+    own = ("name", "data", "dataset", "cross_to", "ladder", "variant")  # demo_runs' keys that are not the config's
+    cfg = Phase2Config(**{k: v for k, v in r.items() if k not in own})
+    if cfg.llm == "tiny" and cfg.llm_pretrain_steps:
+        load_base_llm(cfg, load_dataset(dirs[r["data"]] / r["dataset"]))
+
+
 def _probe_rungs_of(data: Path, cache: Path, p1: Path, progress: bool = False) -> list:
     "The probe rungs of dataset folder `data`'s ladder on Phase-1 `p1`: the same for every seed of a run, so fitted once."
     return ladder(data, FeatureSpec(cache), phase1=p1 / "best", progress=progress)["rungs"]
@@ -141,6 +151,15 @@ def _probe_rungs_of(data: Path, cache: Path, p1: Path, progress: bool = False) -
 def _demo_paths(out: Path) -> tuple[Path, Path]:
     "(The feature cache, the Phase-1 run) of the video demo in `out`."
     return out / "cache", out / "runs" / "phase1_joint"
+
+
+def _first_of_each_seed(runs: list, out: Path) -> list:
+    "The first run of each seed among `runs` (of `demo_runs`) not done yet in `out`, in their order."
+    first = {}
+    for r in runs:
+        if not (out / "runs" / r["name"] / "metrics.json").is_file():
+            first.setdefault(r.get("seed", 0), r)
+    return list(first.values())
 
 
 def _run_all(
@@ -164,9 +183,12 @@ def _run_all(
         # spawned, not forked: a forked torch can hang on the thread pool its parent started
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=torch.set_num_threads,
                                     initargs=(1,)) as ex:  # fmt: skip
+            # each seed's base LLM first, in processes of their own: on a first run each pretrains its tiny LLM, where
+            # the runs of one seed would otherwise wait on one another for it
+            llms = [ex.submit(_base_llm_of, r, dirs) for r in _first_of_each_seed(runs, out)]
             futures = [ex.submit(_demo_run, r, out, dirs, cache, p1, epochs, False) for r in runs]
             futures += [ex.submit(_probe_rungs_of, *a) for a in probes] + [ex.submit(f, *a) for f, a in also]
-            res = [f.result() for f in futures]
+            res = [f.result() for f in llms + futures][len(llms) :]
         done, probes, extra = res[: len(runs)], res[len(runs) : len(runs) + len(probes)], res[len(runs) + len(probes) :]
     probes = dict(zip(need, probes))
     for r, (_, part) in zip(runs, done):
