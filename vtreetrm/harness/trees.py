@@ -658,51 +658,6 @@ def _tree_clips(t: np.ndarray, dur: float, plan: list, texts: dict, summaries: l
         )
     return clips
 
-# %% ../../nbs/harness/11_trees.ipynb #fe6b65c4
-async def _caption_clips(
-    path: Path,
-    t: np.ndarray,
-    dur: float,
-    plan: list,
-    captioner,
-    cache: CaptionCache,
-    p: TreeParams,
-    sem,
-    decoding=None,
-) -> list:
-    "The tree's clips of `plan`, every keyframe captioned and every clip summarised (through the cache), `sem` at a time; `decoding` (a lock) is held while the keyframes are decoded and captioned."
-    loop = asyncio.get_running_loop()
-    texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}  # set as each is in
-    summaries = [None] * len(plan)
-
-    async def request(make):  # a slot for the request alone: the cache writes its answer after the slot is freed
-        async with sem:
-            return await make()
-
-    async def ask(img):  # a captioner with `prepare` (a JPEG) makes the request's content before it takes a slot
-        if not hasattr(captioner, "prepare"):
-            return await request(lambda: captioner.caption(img))
-        content = await asyncio.to_thread(captioner.prepare, img)
-        return await request(lambda: captioner.ask(content))
-
-    async def caption(tt, img):
-        key = cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape)
-        texts[tt].set_result(await cache.get(key, lambda: ask(img)))
-
-    async def captions():  # the decoded keyframes are let go once captioned; the summaries need only the texts
-        async with decoding or contextlib.nullcontext():
-            frames = _frames_in_thread(path, sorted(texts), p.caption_side)
-            await _gather_all(caption(tt, img) async for tt, img in frames)
-        if missing := sorted(tt for tt, f in texts.items() if not f.done()):
-            raise UserError(f"the decoder never reached the keyframe at {missing[0]} s", path)
-
-    async def summary(ci, segs):  # as soon as this clip's own captions are in
-        caps = [await texts[float(t[i])] for _, ks in segs for i in ks]
-        summaries[ci] = await cache.get(cache.key("summary", caps), lambda: request(lambda: captioner.summarize(caps)))
-
-    await _gather_all([captions(), *(summary(ci, segs) for ci, (_, segs) in enumerate(plan))])
-    return _tree_clips(t, dur, plan, {tt: f.result() for tt, f in texts.items()}, summaries)
-
 # %% ../../nbs/harness/11_trees.ipynb #b1d7a3c3
 VIDEOS_IN_FLIGHT = 8  # videos begun at once (each holds its sampled frames' features until its tree is written)
 PREPARED_AT_ONCE = 2  # videos hashed, decoded, encoded and planned at once (CPU: the next videos are ready in time)
@@ -723,6 +678,50 @@ class BuildLimits:
         n = (p.jobs, VIDEOS_IN_FLIGHT, PREPARED_AT_ONCE, CAPTIONED_AT_ONCE)
         return cls(*map(asyncio.Semaphore, n))
 
+# %% ../../nbs/harness/11_trees.ipynb #fe6b65c4
+async def _caption_clips(
+    path: Path,
+    t: np.ndarray,
+    dur: float,
+    plan: list,
+    captioner,
+    cache: CaptionCache,
+    p: TreeParams,
+    lim: BuildLimits,
+) -> list:
+    "The tree's clips of `plan`, every keyframe captioned and every clip summarised (through the cache), `lim.requests` at a time; `lim.caption` is held while the keyframes are decoded and captioned."
+    loop = asyncio.get_running_loop()
+    texts = {float(t[i]): loop.create_future() for _, segs in plan for _, ks in segs for i in ks}  # set as each is in
+    summaries = [None] * len(plan)
+
+    async def request(make):  # a slot for the request alone: the cache writes its answer after the slot is freed
+        async with lim.requests:
+            return await make()
+
+    async def ask(img):  # a captioner with `prepare` (a JPEG) makes the request's content before it takes a slot
+        if not hasattr(captioner, "prepare"):
+            return await request(lambda: captioner.caption(img))
+        content = await asyncio.to_thread(captioner.prepare, img)
+        return await request(lambda: captioner.ask(content))
+
+    async def caption(tt, img):
+        key = cache.key("caption", hashlib.sha256(img.tobytes()).hexdigest(), img.shape)
+        texts[tt].set_result(await cache.get(key, lambda: ask(img)))
+
+    async def captions():  # the decoded keyframes are let go once captioned; the summaries need only the texts
+        async with lim.caption:
+            frames = _frames_in_thread(path, sorted(texts), p.caption_side)
+            await _gather_all(caption(tt, img) async for tt, img in frames)
+        if missing := sorted(tt for tt, f in texts.items() if not f.done()):
+            raise UserError(f"the decoder never reached the keyframe at {missing[0]} s", path)
+
+    async def summary(ci, segs):  # as soon as this clip's own captions are in
+        caps = [await texts[float(t[i])] for _, ks in segs for i in ks]
+        summaries[ci] = await cache.get(cache.key("summary", caps), lambda: request(lambda: captioner.summarize(caps)))
+
+    await _gather_all([captions(), *(summary(ci, segs) for ci, (_, segs) in enumerate(plan))])
+    return _tree_clips(t, dur, plan, {tt: f.result() for tt, f in texts.items()}, summaries)
+
 # %% ../../nbs/harness/11_trees.ipynb #45410005
 async def build_tree(
     video_id: str,
@@ -742,7 +741,7 @@ async def build_tree(
         plan = await asyncio.to_thread(tree_plan, x, p)
     # meanwhile the next videos are prepared, so their requests go out as soon as a slot frees; `lim.caption` is held
     # while the keyframes are decoded and captioned, not while the last summaries wait for their slots
-    clips = await _caption_clips(path, t, dur, plan, captioner, cache, p, lim.requests, lim.caption)
+    clips = await _caption_clips(path, t, dur, plan, captioner, cache, p, lim)
     return {
         "schema": TREE_SCHEMA,
         "video_id": video_id,
