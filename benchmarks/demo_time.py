@@ -27,6 +27,10 @@ so it is a lower bound: with 3 seeds it is above the 360 s goal by itself. Start
 notebooks beside the rendering, encoding and Phase-1 (instead of beside the last Phase-2 runs) was tried: the
 encoding's two torch threads then shared the cores with the notebooks' kernels and took 55 s instead of 18 s, and
 `--seeds 1` took 363 s instead of 294 s, so that was left out.
+With an empty tiny-LLM cache (`VTREETRM_CACHE` a new folder; a first `make demo` on a machine), 3 seeds, the same
+machine one after the other, figures as committed in both: 585 s when the first runs of a seed made its tiny LLM
+(pretraining, ~28 s of one thread each) while the seed's other run waited on the cache's lock; 541 s with each seed's
+base LLM made first, one task per seed in the two processes (`video.demo._base_llm_of`).
 """
 
 import argparse
