@@ -259,13 +259,19 @@ ITEMS = {
 }
 
 
+OVER_BUDGET = "TimeoutError: over its time budget"
+_alarm = {"fired": False}  # whether the running item's timer went off
+
+
 def _over_budget(signum, frame):
+    _alarm["fired"] = True
     raise TimeoutError("over its time budget")
 
 
 def run_item(name: str, cuda: bool, budget: float) -> dict:
     "One item's summary entry: its figures and status, `seconds`, `budget_s`."
     t0 = time.perf_counter()
+    _alarm["fired"] = False
     signal.signal(signal.SIGALRM, _over_budget)
     try:
         try:  # the timer is set and cleared inside: an alarm anywhere between is caught below
@@ -278,6 +284,10 @@ def run_item(name: str, cuda: bool, budget: float) -> dict:
         r = {"status": "not run", "reason": str(e)}
     except Exception as e:  # TimeoutError: over its budget
         r = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+    if _alarm["fired"]:
+        # over its budget, whatever came of it: the alarm's TimeoutError raised inside a library (an import, say) can be
+        # caught there and end as another error, or as none
+        r = {**r, "status": "failed", "error": OVER_BUDGET}
     if cuda:
         torch.cuda.empty_cache()
     return {**r, "seconds": round(time.perf_counter() - t0, 2), "budget_s": budget}

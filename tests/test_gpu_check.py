@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +48,30 @@ def test_an_item_over_its_budget_fails_the_run(tmp_path):
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert s["failed"] == ["phase2_7b"] and s["phase2_7b"]["error"] == "TimeoutError: over its time budget"
     assert all(s[n] == {"status": "not run", "reason": "not among --items"} for n in ITEMS if n != "phase2_7b")
+
+
+def test_over_budget_whatever_the_item_made_of_the_alarm(monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check as gc
+
+    def swallowed(cuda, tmp, budget):  # a library that catches the alarm's TimeoutError and fails otherwise
+        try:
+            time.sleep(2)
+        except TimeoutError:
+            pass
+        raise ModuleNotFoundError("No module named 'packaging._structures'")
+
+    def hidden(cuda, tmp, budget):  # ... or goes on as if nothing happened
+        try:
+            time.sleep(2)
+        except TimeoutError:
+            pass
+        return {"figure": 1.0}
+
+    monkeypatch.setitem(gc.ITEMS, "swallowed", (1, swallowed))
+    monkeypatch.setitem(gc.ITEMS, "hidden", (1, hidden))
+    for name in ("swallowed", "hidden"):
+        r = gc.run_item(name, False, 0.05)
+        assert r["status"] == "failed" and r["error"] == "TimeoutError: over its time budget", r
+    monkeypatch.setitem(gc.ITEMS, "quick", (1, lambda cuda, tmp, budget: {"figure": 1.0}))
+    assert gc.run_item("quick", False, 5)["status"] == "ok"  # an item within its budget is not marked
