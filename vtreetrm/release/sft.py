@@ -165,19 +165,24 @@ class SftTexts:
     def stage1(self, blocks: pa.Array, gold: np.ndarray, source_ids: list, seeds: list) -> tuple[pa.Array, np.ndarray]:
         "(the stage1 user prompts, each row's candidates as leaf positions) of metadata `blocks` and gold leaf positions."
         cands, lines = self.candidates(gold, source_ids, seeds)
-        return pc.binary_join_element_wise(self.head, blocks, self.cands, lines, self.empty), cands
+        return pc.binary_join_element_wise(*self._user1(blocks, lines), self.empty), cands
 
     def stage2(self, blocks: pa.Array, gold: np.ndarray) -> pa.Array:
         "The stage2 user prompts of metadata `blocks` and known leaf positions `gold`."
-        known = self.lines.take(ints(gold))
-        return pc.binary_join_element_wise(self.head, blocks, self.known, known, self.levels, self.empty)
+        return pc.binary_join_element_wise(*self._user2(blocks, gold), self.empty)
+
+    def _user1(self, blocks: pa.Array, lines: pa.Array) -> list:
+        "The pieces of the stage1 user prompts: heading, metadata blocks, the candidates' heading, their lines."
+        return [self.head, blocks, self.cands, lines]
+
+    def _user2(self, blocks: pa.Array, gold: np.ndarray) -> list:
+        "The pieces of the stage2 user prompts: heading, metadata blocks, the known category's heading and line, levels."
+        return [self.head, blocks, self.known, self.lines.take(ints(gold)), self.levels]
 
     def messages(self, blocks, gold, source_ids, seeds, a1: pa.Array, a2: pa.Array) -> tuple[pa.Array, np.ndarray]:
         "(the texts of the six messages of each row pair in turn (stage1 system, user, assistant, then stage2's) as one array, each row's candidates as leaf positions) of metadata `blocks`, gold leaf positions, source ids, seeds and answers `a1`, `a2`: each pair's six texts joined into one (the prompts copied once), then cut at the messages' ends."
         cands, lines = self.candidates(gold, source_ids, seeds)
-        known = self.lines.take(ints(gold))
-        pieces = [self.system1, self.head, blocks, self.cands, lines, a1]
-        pieces += [self.system2, self.head, blocks, self.known, known, self.levels, a2]
+        pieces = [self.system1, *self._user1(blocks, lines), a1, self.system2, *self._user2(blocks, gold), a2]
         joined = pc.binary_join_element_wise(*pieces, self.empty)
         z, block = self.size, _sizes(blocks)
         ends = np.stack(
