@@ -110,7 +110,7 @@ def main():
     if a.done:
         reps = [report(d, committed) for d in a.done]
     else:
-        warm = any(tiny_llm_cache().glob("*/pretrain.json")) if tiny_llm_cache().is_dir() else False
+        warm = any(tiny_llm_cache().glob("*/pretrain.json"))  # none where the folder is not made yet
         print(f"tiny-LLM cache {'made before' if warm else 'empty: this run makes it'} ({tiny_llm_cache()})")
         work = Path(tempfile.mkdtemp(prefix="demo-time-"))
         try:
