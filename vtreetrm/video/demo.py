@@ -109,14 +109,17 @@ def _summary_row(run_dir: Path, ds: str, evaluated: str, data: Path, r: dict) ->
     }
 
 # %% ../../nbs/video/07_demo.ipynb #af4ee08a
+def _overrides(r: dict) -> dict:
+    "The `Phase2Config` fields of run `r` of `demo_runs` (its other keys name it and say where it runs)."
+    return {k: v for k, v in r.items() if k not in ("name", "data", "dataset", "cross_to", "ladder", "variant")}
+
+
 def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int, progress: bool) -> tuple:
     """Train (or resume, or skip when done) one Phase-2 run of `demo_runs` and its cross-dataset predictions: (its rows,
     its ladder's Phase-2 rungs, or None where it has no ladder to write; `_probe_rungs_of` fits the probes once)."""
-    r = dict(r)
-    name, data, ds, cross = r.pop("name"), dirs[r.pop("data")], r.pop("dataset"), r.pop("cross_to", None)
-    with_ladder, variant = r.pop("ladder", False), r.pop("variant", name)
-    if epochs:
-        r["epochs"] = epochs
+    name, data, ds, cross = r["name"], dirs[r["data"]], r["dataset"], r.get("cross_to")
+    with_ladder, variant = r.get("ladder", False), r.get("variant", r["name"])
+    r = {**_overrides(r), **({"epochs": epochs} if epochs else {})}
     cfg = Phase2Config(**r)
     run_dir = out / "runs" / name
     if not (run_dir / "metrics.json").is_file():
@@ -137,8 +140,7 @@ def _demo_run(r: dict, out: Path, dirs: dict, cache: Path, p1: Path, epochs: int
 
 def _base_llm_of(r: dict, dirs: dict) -> None:
     "Make the base LLM that run `r` of `demo_runs` starts from, unless it was made before (the tiny LLM's text pretraining, cached per seed)."
-    own = ("name", "data", "dataset", "cross_to", "ladder", "variant")  # demo_runs' keys that are not the config's
-    cfg = Phase2Config(**{k: v for k, v in r.items() if k not in own})
+    cfg = Phase2Config(**_overrides(r))
     if cfg.llm == "tiny" and cfg.llm_pretrain_steps:
         load_base_llm(cfg, load_dataset(dirs[r["data"]] / r["dataset"]))
 
