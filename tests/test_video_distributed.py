@@ -2,13 +2,17 @@
 batches, gathered validation, one writer; the test metrics equal a one-process `video predict` of the same best/;
 --resume with two processes; training curves in steps.jsonl and in tensorboard."""
 
+import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil  # accelerate's dependency
 import pytest
 
 from vtreetrm.video.synthetic import SyntheticConfig, make_synthetic
@@ -17,7 +21,14 @@ EXE = Path(sys.executable).parent / "vtreetrm"
 
 
 def torchrun(n, *args, timeout=280):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    "Run `vtreetrm ARGS` on `n` processes; a launch that outlives `timeout` fails the test with every process's stack."
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONFAULTHANDLER": "1",  # SIGABRT prints each thread's Python stack
+    }
     cmd = [
         sys.executable,
         "-m",
@@ -28,7 +39,27 @@ def torchrun(n, *args, timeout=280):
         str(EXE),
         *map(str, args),
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        launcher = psutil.Process(p.pid)
+        launcher.suspend()  # else it stops the other workers when the first one aborts
+        for q in launcher.children(recursive=True) + [launcher]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                q.send_signal(signal.SIGABRT)  # one at a time, so that their stacks do not interleave
+                time.sleep(1)
+        launcher.resume()
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        stacks = "\n".join(l for l in err.splitlines() if not l.startswith("Extension modules:"))
+        pytest.fail(
+            f"torchrun did not end within {timeout} s; stdout:\n{out[-2000:]}\nstderr (stacks):\n{stacks[-30000:]}"
+        )
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def jl(p):

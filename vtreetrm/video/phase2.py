@@ -445,9 +445,16 @@ class Phase2Trainer:
                 break
             self.epoch(epoch)
         metrics = self.finish()
-        if self.trackers:
-            self.acc.end_training()
+        self.close()
         return metrics
+
+    def close(self):
+        "End the trackers, then, with every process here, the process group: a rank that tears gloo down while another is still in its last steps can leave that one waiting at exit."
+        for tracker in self.acc.trackers:  # the main process's only
+            tracker.finish()
+        if self.acc.num_processes > 1:
+            self.acc.wait_for_everyone()
+            self.acc.state.destroy_process_group()
 
     def epoch(self, epoch: int):
         "Train one epoch, score the val split, save best/ and last/, log."
