@@ -287,6 +287,11 @@ _ENV_ERRNOS = {
 }  # the machine's, not ours
 
 
+def _steady_arrow_memory():
+    "No transparent huge pages for Arrow's memory pool (mimalloc) unless the environment asks for them: where the kernel compacts memory to find one, a short command waits for it (`release sft-export` of 20,000 records took 0.4-1.1 s from run to run with them, 0.45-0.5 s without). Set before pyarrow loads; a no-op after."
+    os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
+
+
 def _quiet_hf_bars():
     "No weight-loading bars from transformers / the hub where stderr is a log or captured: one error stays one line."
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -317,6 +322,7 @@ def _print_os_error(e: OSError) -> int:
 def main(argv: list = None) -> int:
     "The `vtreetrm` console script; returns the exit code."
     argv = list(sys.argv[1:] if argv is None else argv)
+    _steady_arrow_memory()
     if not sys.stderr.isatty():
         _quiet_hf_bars()
     try:
