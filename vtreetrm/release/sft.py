@@ -121,6 +121,8 @@ class SftTexts:
         self.ctx, leaves = ctx, ctx.registry.leaves
         self.position = {l: i for i, l in enumerate(leaves)}  # leaf -> its position in the registry's leaves
         self.lines = texts([candidate_line(ctx, l) for l in leaves])
+        # each leaf's line with its line break, then without: a row's lines, taken from here, are its joined lines
+        self.lines_nl = pa.concat_arrays([texts([candidate_line(ctx, l) + "\n" for l in leaves]), self.lines])
         # the prompts' fixed pieces, as Arrow scalars (a Python text would be converted on each call)
         parts = [
             "字段元数据：\n",
@@ -158,7 +160,7 @@ class SftTexts:
         last = self.last
         if last is None or not (np.array_equal(last[0], gold) and last[1] == source_ids and last[2] == seeds):
             cands = candidate_matrix(self.ctx, gold, source_ids, seeds)
-            lines = pc.binary_join(_lists(self.lines.take(ints(cands.ravel())), cands.shape[1]), self.nl)
+            lines = _joined_lines(self.lines_nl, cands)
             last = self.last = (gold.copy(), list(source_ids), list(seeds), cands, lines)
         return last[3], last[4]
 
@@ -202,6 +204,15 @@ class SftTexts:
             raise ValueError("the messages' lengths do not add up to the joined texts")
         text = pa.StringArray.from_buffers(len(ends), pa.py_buffer(offsets.astype(np.int32)), joined.buffers()[2])
         return text, cands
+
+
+def _joined_lines(lines_nl: pa.StringArray, cands: np.ndarray) -> pa.StringArray:
+    "Each row's candidate lines joined by line breaks, of `cands` (leaf positions, a row each) and `SftTexts.lines_nl`: the lines taken in turn, all but a row's last with its break, lie end to end as the joined texts do, so one `take` makes them (no list join's second copy)."
+    idx = cands.copy()
+    idx[:, -1] += len(lines_nl) // 2  # a row's last line: the one without a break
+    taken = lines_nl.take(ints(idx.ravel()))
+    ends = np.ascontiguousarray(_offsets(taken)[:: cands.shape[1]])  # where each row's first line starts
+    return pa.StringArray.from_buffers(len(cands), pa.py_buffer(ends), taken.buffers()[2])
 
 
 def _sizes(a: pa.Array) -> np.ndarray:
