@@ -415,12 +415,17 @@ def _fast_records(ctx: ReleaseContext, canonical, chunk_bytes: int):
             end = body.endswith((b"\n]\n", b"\n]")) and not f.read(1)  # the records' last lines and the closing ']'
             body = body[: body.rindex(b"\n]") + 1] if end else body
             # one record a line (a raw line break is never inside JSON text), each `{...},` or `{...}`: as Arrow's
-            # reader wants them, one per row (a blank line, two on a line or one over lines is left to `export_records`)
+            # reader wants them, one per row, the comma after a line's closing brace a space (a blank line, two on a
+            # line or one over lines is left to `export_records`); numpy finds the lines without the GIL
+            raw = np.frombuffer(body, np.uint8)
+            last = np.flatnonzero(raw == 10) - 1  # each line's last character before its break
+            ndjson = raw.copy()
+            ndjson[last[(raw[last] == 44) & (raw[np.maximum(last - 1, 0)] == 125)]] = 32  # `},` -> `} `
             try:
-                t = pj.read_json(pa.BufferReader(body.replace(b"},\n", b"}\n")), parse_options=opts).flatten()
+                t = pj.read_json(pa.BufferReader(pa.py_buffer(ndjson)), parse_options=opts).flatten()
             except (pa.ArrowException, ValueError):
                 break
-            if t.num_rows != body.count(b"\n") or any(c.null_count for c in t.columns):
+            if t.num_rows != len(last) or any(c.null_count for c in t.columns):
                 break
             md = [t.column("metadata." + f) for f in fields]
             escaped = b"\\" in body  # a line break in a value is escaped in JSON text: none without a backslash
