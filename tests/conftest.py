@@ -2,6 +2,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,20 @@ skip_iri_grammar()  # test modules import nbformat: without the grammar its json
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_tmpdir(tmp_path_factory):
+    """Temporary files of this process and of the processes the tests start under the session's base folder, which
+    pytest prunes: what a killed writer leaves (openpyxl's sheet files, verl's checkpoint locks) stays out of /tmp."""
+    d, before = tmp_path_factory.mktemp("tmpdir"), os.environ.get("TMPDIR")
+    os.environ["TMPDIR"], tempfile.tempdir = str(d), None  # `tempfile` reads TMPDIR again
+    yield d
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
 
 
 def vtreetrm_argv(*args) -> list:
