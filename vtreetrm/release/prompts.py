@@ -122,13 +122,13 @@ def candidate_matrix(ctx: ReleaseContext, gold: np.ndarray, source_ids: list, se
     m = -(-(2 * k + 1) // 32)  # 64-byte digests per row, as `_draws` takes them: 32 big-endian 16-bit numbers each
     # each seed's prefix hashed once, each row's hash continued from a copy: the digests of `_draws`, ~1/3 sooner
     bases = {s: hashlib.blake2b(f"{s}\x1f".encode(), digest_size=64) for s in set(seeds)}
-    raw = []
+    digests = []
     for s, sid in zip(seeds, source_ids):
         for c in range(m):
             h = bases[s].copy()
             h.update(f"{sid}\x1f{c}".encode())
-            raw.append(h.digest())
-    raw = b"".join(raw)
+            digests.append(h.digest())
+    raw = b"".join(digests)
     d = np.frombuffer(raw, ">u2").reshape(n, 32 * m)[:, : 2 * k + 1].astype(np.int64)
     out = np.empty((n, k + 1), np.int64)
     step = max(1, 2**22 // max(pool_size, 1))  # rows per chunk: the pools of a chunk hold at most 4 Mi positions
