@@ -127,9 +127,10 @@ sys.path.insert(0, str(HERE))
 from vtreetrm.release.assets import write_grading_manifest  # noqa: E402
 from vtreetrm.release.cli import chain_commands  # noqa: E402
 
-RUNNER = (
-    "import resource, sys, json\nfrom vtreetrm.cli import main\nrc = main(sys.argv[2:])\n"
-    "open(sys.argv[1], 'w').write(json.dumps({'rc': rc, 'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
+RUNNER = (  # the console script's entry point, as `vtreetrm` runs it, then the step's peak RSS written to a file
+    "import resource, sys, json\nfrom vtreetrm.cli import console_main\nout, sys.argv = sys.argv[1], ['vtreetrm', *sys.argv[2:]]\n"
+    "try:\n    console_main()\nexcept SystemExit as e:\n    rc = e.code\n"
+    "open(out, 'w').write(json.dumps({'rc': rc, 'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
     "sys.exit(rc)"
 )
 
