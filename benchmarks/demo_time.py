@@ -80,7 +80,7 @@ def same_figures(new: dict, committed: dict) -> list:
     return out
 
 
-def report(folder: Path, committed: dict, wall: float = None) -> dict:
+def report(folder: Path, committed: dict, *, wall: float = None) -> dict:
     "The figures of one finished demo in `folder`."
     s = json.loads((folder / "demo_summary.json").read_text())
     first, spans = phase2_seconds(folder / "runs")
@@ -114,7 +114,7 @@ def main():
         print(f"tiny-LLM cache {'made before' if warm else 'empty: this run makes it'} ({tiny_llm_cache()})")
         work = Path(tempfile.mkdtemp(prefix="demo-time-"))
         try:
-            reps = [report(*run_demo(s, work), committed) for s in a.seeds]
+            reps = [report(d, committed, wall=wall) for d, wall in (run_demo(s, work) for s in a.seeds)]
         finally:
             shutil.rmtree(work, ignore_errors=True)
     for r in reps:

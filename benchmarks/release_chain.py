@@ -107,6 +107,29 @@ profiler, so only their proportions carry over), what it showed and what changed
   default 0.40-1.11 s. The command does not choose its pool: a steadier 0.48 s is still above the 8x goal (~0.45 s).
   Three runs of the benchmark (medians of 5, package byte-compiled, one `heavy` job each): export part 2.8x, 3.8x,
   3.9x; whole command 8.0x, 11.2x, 11.5x (single runs 0.42-0.89 s).
+- then: the pool chosen for steadiness and the rest cut where `perf` and fault counts pointed.
+  - The kernel's huge pages: the command sets `MIMALLOC_ALLOW_THP=0` unless the environment sets it (`cli.main`,
+    before pyarrow loads). Transparent huge pages are `madvise` here, with direct compaction on the regions mimalloc
+    advises, which is where the 0.1-0.9 s of system time came from. Eight runs each, one job: default 0.38-1.10 s
+    (bimodal), without huge pages 0.43-0.51 s; `ARENA_EAGER_COMMIT=0` the same, jemalloc 0.48-0.52 s, the system
+    allocator 0.46-0.52 s.
+  - What is left of the faults: a run touches ~150 MB of fresh pages (40,000 minor faults, ~0.1 s of system time)
+    while Arrow's pool peaks at ~45 MB. Per phase (`RUSAGE_THREAD`): building 71 MB, checking 20 MB, writing 11 MB.
+    The candidate lines of a batch were taken (6.5 MB) and then list-joined into a second copy; now one `take` from
+    the lines with and without their break lays them out joined (`sft._joined_lines`): building 53 MB.
+  - The reader made each chunk newline-delimited with `bytes.replace` under the GIL (3.8 ms a 2 MB chunk); numpy
+    now finds the lines (0.8 ms). The candidate draws hash each seed's prefix once and continue from a copy
+    (17.7 -> 12.1 ms for 20,000 rows, the same digests).
+  - The collector: 7 ms of collections during the imports and more at exit, walking the loaded modules. The console
+    script freezes them (`gc.freeze`) before the command runs; in a caller's process `main` leaves the collector
+    alone. This benchmark now runs each step through `cli.console_main`, as `vtreetrm` does. Alternating runs, one
+    job: 0.437 s -> 0.405 s (medians of 12).
+  - `importlib.metadata` (12 ms) is imported where package versions are read, on the provenance thread.
+  - Tried and left out: checking each table on the writer thread (no faster: both cores are busy, 1.45 CPUs used
+    over the run); the candidate digests made on the read-ahead thread (0.443 s against 0.434 s); one BLAS thread
+    (`import numpy` spins a second core for 60 ms, but beside the serial imports, so the wall time is the same).
+  - Measured at the end (three runs, one `heavy` job each): whole command 7.6x, 7.9x, 8.0x (medians 0.41-0.45 s,
+    bare write 0.054-0.057 s); export part 2.9x, 3.1x, 3.1x. The 100,000-record chain: 52.9 s, peak RSS 0.36 GiB.
 """
 
 import argparse

@@ -47,3 +47,24 @@ def test_demo_time_reads_floor_and_figures(tmp_path):
     assert lines[0].endswith("figures: as committed")
     assert "1 differ" in lines[1] and ".top1:" in lines[1]
     assert lines[-1] == "make demo --seeds 1: 0.56x the goal, 1.67x its floor"
+
+
+def test_demo_time_runs_the_demo_and_reads_it(tmp_path, monkeypatch, capsys):
+    "Without --from: each demo it runs is read with its own wall time (the demo itself replaced by a finished fake)."
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import demo_time
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    ran = []
+
+    def run_demo(seeds, work):
+        ran.append(seeds)
+        return fake_demo(work / f"seeds{seeds}"), 150.0
+
+    monkeypatch.setattr(demo_time, "run_demo", run_demo)
+    monkeypatch.setattr(sys, "argv", ["demo_time.py", "--seeds", "1"])
+    demo_time.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert ran == [1] and "make demo --seeds 1: 150 s (goal <= 360 s)" in lines[1] and lines[1].endswith("as committed")
+    assert lines[-1] == "make demo --seeds 1: 0.42x the goal, 1.25x its floor"
