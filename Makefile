@@ -82,11 +82,13 @@ sysdeps:
 test: $(STAMP) sysdeps
 	$(MAKE) --no-print-directory -j3 check-env-rl check-wheel test-suite
 
+# the notebooks' temporary files in a folder of their own, removed after (cells leave some, a killed run more)
 test-suite: $(STAMP) lint
 	$(BIN)/python .ci/check_notebooks.py
 	$(BIN)/python .ci/readme.py --check
 	$(BIN)/python .ci/import_all.py
-	$(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' $(NBDEV_TEST_FLAGS)
+	tmp=$$(mktemp -d) && TMPDIR=$$tmp $(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' \
+	  $(NBDEV_TEST_FLAGS); rc=$$?; rm -rf $$tmp; exit $$rc
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # the wheel installed (not editable) in a fresh venv, its dependencies resolved from the index, used outside the checkout
@@ -96,8 +98,8 @@ check-wheel:
 # the slow tier alone (what `make test` leaves out): pytest's slow tests, and the notebooks holding `#| slow` cells run
 # with those cells; `.ci/run` runs `make test` and then this
 test-slow: $(STAMP) sysdeps
-	for nb in $$(grep -rl --include='*.ipynb' '"#| *slow' nbs | grep -v -e '^nbs/experiments/' -e '^nbs/reports/'); do \
-	  $(BIN)/nbdev_test --flags slow --path $$nb || exit 1; done
+	tmp=$$(mktemp -d) && for nb in $$(grep -rl --include='*.ipynb' '"#| *slow' nbs | grep -v -e '^nbs/experiments/' -e '^nbs/reports/'); do \
+	  TMPDIR=$$tmp $(BIN)/nbdev_test --flags slow --path $$nb || { rm -rf $$tmp; exit 1; }; done; rm -rf $$tmp
 	$(BIN)/python -m pytest -q -m slow -n 2 -rs
 
 demo: $(STAMP)
