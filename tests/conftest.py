@@ -19,14 +19,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def _session_tmpdir(tmp_path_factory):
     """Temporary files of this process and of the processes the tests start under the session's base folder, which
     pytest prunes: what a killed writer leaves (openpyxl's sheet files, verl's checkpoint locks) stays out of /tmp."""
-    d, before = tmp_path_factory.mktemp("tmpdir"), os.environ.get("TMPDIR")
-    os.environ["TMPDIR"], tempfile.tempdir = str(d), None  # `tempfile` reads TMPDIR again
-    yield d
-    if before is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = before
-    tempfile.tempdir = None
+    d = tmp_path_factory.mktemp("tmpdir")
+    with pytest.MonkeyPatch.context() as mp:  # both put back after the session
+        mp.setenv("TMPDIR", str(d))
+        mp.setattr(tempfile, "tempdir", None)  # `tempfile` reads TMPDIR again
+        yield d
 
 
 def vtreetrm_argv(*args) -> list:
