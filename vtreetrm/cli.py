@@ -244,16 +244,14 @@ def _usage() -> str:
     return "\n".join(lines)
 
 # %% ../nbs/01_cli.ipynb #a0aa065b
-_OWN_PROCESS = {"console": False}  # set by `console_main`: the process is the command's alone
-
-
-def run_command(func, argv: list, prog: str):
-    "Parse `argv` for `func` and call it (the arguments' comments, read from the source, only for `--help`)."
+def run_command(func, argv: list, prog: str, own_process: bool = False):
+    """Parse `argv` for `func` and call it (the arguments' comments, read from the source, only for `--help`).
+    `own_process`: the process is the command's alone (the console script), so what is loaded may be frozen."""
     p = command_parser(func, prog=prog, comments=any(a in ("-h", "--help") for a in argv))
     ns = vars(p.parse_args(argv))
     for name, (cls, fields) in p.configs.items():
         ns[name] = cls(**{f: ns.pop(f) for f in fields})
-    if _OWN_PROCESS["console"]:
+    if own_process:
         # the loaded modules' objects live to the end: the collector skips them from here (its walks over them took
         # ~30 ms of a 0.44 s `release sft-export`, most at exit); never in a caller's process (tests, notebooks)
         gc.freeze()
@@ -307,7 +305,7 @@ def _quiet_hf_bars():
         sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 # %% ../nbs/01_cli.ipynb #44a8b517
-def _run_group(head: str, rest: list):
+def _run_group(head: str, rest: list, own_process: bool = False):
     "Run `vtreetrm <head> <command> [flags]`: the group's list of commands when none is named, else the command."
     cmds = _group_commands(head)
     if not rest or rest[0] in ("-h", "--help"):
@@ -317,7 +315,7 @@ def _run_group(head: str, rest: list):
         return 0 if rest else 2
     if rest[0] not in cmds:
         raise UserError(f"unknown command 'vtreetrm {head} {rest[0]}'; choose from: {', '.join(cmds)}")
-    return run_command(cmds[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}")
+    return run_command(cmds[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}", own_process)
 
 # %% ../nbs/01_cli.ipynb #f89fb810
 def _print_os_error(e: OSError) -> int:
@@ -327,8 +325,8 @@ def _print_os_error(e: OSError) -> int:
     return 2
 
 # %% ../nbs/01_cli.ipynb #f8ea5ce6
-def main(argv: list = None) -> int:
-    "The `vtreetrm` console script; returns the exit code."
+def main(argv: list = None, own_process: bool = False) -> int:
+    "The `vtreetrm` command line; returns the exit code. `own_process`: called by the console script (`console_main`)."
     argv = list(sys.argv[1:] if argv is None else argv)
     _steady_arrow_memory()
     if not sys.stderr.isatty():
@@ -345,11 +343,11 @@ def main(argv: list = None) -> int:
         head, rest = argv[0], argv[1:]
         subs = _load(SUBCOMMANDS[head]) if head in SUBCOMMANDS and rest else {}
         if rest and rest[0] in subs:
-            res = run_command(subs[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}")
+            res = run_command(subs[rest[0]], rest[1:], f"vtreetrm {head} {rest[0]}", own_process)
         elif head in TOP_COMMANDS:
-            res = run_command(_load(TOP_COMMANDS[head]), rest, f"vtreetrm {head}")
+            res = run_command(_load(TOP_COMMANDS[head]), rest, f"vtreetrm {head}", own_process)
         elif head in GROUPS:
-            res = _run_group(head, rest)
+            res = _run_group(head, rest, own_process)
         else:
             raise UserError(f"unknown command {head!r}; run 'vtreetrm --help'")
     except UserError as e:
@@ -370,8 +368,7 @@ def main(argv: list = None) -> int:
 # %% ../nbs/01_cli.ipynb #c2ee7f74
 def console_main():
     "Console-script wrapper around `main`: the process is the command's own (`run_command` freezes its loaded modules for the collector)."
-    _OWN_PROCESS["console"] = True
-    sys.exit(main())
+    sys.exit(main(own_process=True))
 
 # %% ../nbs/01_cli.ipynb #8b3f2a50
 PARAMETERS_HEADER = (

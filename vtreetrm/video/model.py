@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import random
 from dataclasses import dataclass, field, replace
@@ -83,6 +84,10 @@ class VideoQFormerLM(nn.Module):
             self.llm = PeftModel.from_pretrained(llm, str(adapter), is_trainable=True)
         else:
             self.llm = get_peft_model(llm, cfg.lora_config(tiny))
+        # generation asks for the prompt's last logits only where the LLM's forward can (transformers' own test)
+        self.last_logits = (
+            {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(llm.forward).parameters else {}
+        )
         if cfg.gradient_checkpointing:
             kw = {"gradient_checkpointing_kwargs": {"use_reentrant": False}}
             self.llm.gradient_checkpointing_enable(**kw)
@@ -164,11 +169,14 @@ class VideoQFormerLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, feats, pre, post, max_new_tokens: int, stop_ids: list, pad_id: int) -> list:
-        "Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded)."
+        """Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded).
+        Written here rather than through transformers' `generate`, which fills every option left unset from the
+        model's own generation config (a hub `repetition_penalty`, say): these answers are the plain argmax."""
         vis, _ = self.visual(feats)  # (B, M, H_llm)
         emb, mask, _ = self.assemble(vis, pre, post, left_pad=True)  # (B, L, H_llm), (B, L)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-        out = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True)
+        # the prompt's logits at its last position only: (B, 1, V), not (B, L, V)
+        out = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True, **self.last_logits)
         B = emb.shape[0]
         done = torch.zeros(B, dtype=torch.bool, device=emb.device)  # (B,)
         stop, toks = torch.tensor(stop_ids, device=emb.device), []
