@@ -43,13 +43,14 @@ def torchrun(n, *args, timeout=280):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        launcher = psutil.Process(p.pid)
-        launcher.suspend()  # else it stops the other workers when the first one aborts
-        for q in launcher.children(recursive=True) + [launcher]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                q.send_signal(signal.SIGABRT)  # one at a time, so that their stacks do not interleave
-                time.sleep(1)
-        launcher.resume()
+        with contextlib.suppress(psutil.NoSuchProcess):  # the launch may end between the timeout and these lines
+            launcher = psutil.Process(p.pid)
+            launcher.suspend()  # else it stops the other workers when the first one aborts
+            for q in launcher.children(recursive=True) + [launcher]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    q.send_signal(signal.SIGABRT)  # one at a time, so that their stacks do not interleave
+                    time.sleep(1)
+            launcher.resume()
         try:
             out, err = p.communicate(timeout=60)
         except subprocess.TimeoutExpired:
