@@ -122,8 +122,8 @@ profiler, so only their proportions carry over), what it showed and what changed
     (17.7 -> 12.1 ms for 20,000 rows, the same digests).
   - The collector: 7 ms of collections during the imports and more at exit, walking the loaded modules. The console
     script freezes them (`gc.freeze`) before the command runs; in a caller's process `main` leaves the collector
-    alone. This benchmark now runs each step through `cli.console_main`, as `vtreetrm` does. Alternating runs, one
-    job: 0.437 s -> 0.405 s (medians of 12).
+    alone. This benchmark now runs each step as the console script does (`cli.main(..., own_process=True)`).
+    Alternating runs, one job: 0.437 s -> 0.405 s (medians of 12).
   - `importlib.metadata` (12 ms) is imported where package versions are read, on the provenance thread.
   - Tried and left out: checking each table on the writer thread (no faster: both cores are busy, 1.45 CPUs used
     over the run); the candidate digests made on the read-ahead thread (0.443 s against 0.434 s); one BLAS thread
@@ -150,10 +150,9 @@ sys.path.insert(0, str(HERE))
 from vtreetrm.release.assets import write_grading_manifest  # noqa: E402
 from vtreetrm.release.cli import chain_commands  # noqa: E402
 
-RUNNER = (  # the console script's entry point, as `vtreetrm` runs it, then the step's peak RSS written to a file
-    "import resource, sys, json\nfrom vtreetrm.cli import console_main\nout, sys.argv = sys.argv[1], ['vtreetrm', *sys.argv[2:]]\n"
-    "try:\n    console_main()\nexcept SystemExit as e:\n    rc = e.code\n"
-    "open(out, 'w').write(json.dumps({'rc': rc, 'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
+RUNNER = (  # the command as the `vtreetrm` console script runs it (its own process), then its peak RSS to a file
+    "import resource, sys, json\nfrom vtreetrm.cli import main\nrc = main(sys.argv[2:], own_process=True)\n"
+    "open(sys.argv[1], 'w').write(json.dumps({'rc': rc, 'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
     "sys.exit(rc)"
 )
 
