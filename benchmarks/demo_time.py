@@ -35,19 +35,19 @@ Generation asking the LLM for the prompt's last logits only (`VideoQFormerLM.las
 tiny-LLM cache made: 499 s, floor 441 s (serial 85 s + 11 Phase-2 runs' 710 CPU-s / 2), figures as committed (every
 validation and test answer the same); `vtreetrm demo` at 8a50084 before it, the same machine: 502 s. Its gain is
 memory on a real LLM (no (batch, prompt, vocabulary) logits); here the prompts' logits were ~3% of a run.
-At ce907f7 (3 seeds, tiny-LLM cache made; run by hand with the command above and read with `--from`): 496 s (502 s
-from process start to exit), floor 441 s = serial 74 s + 11 Phase-2 runs' 735 CPU-s / 2, figures as committed. Its
-timeline, from the files of its run folders: synthetic data and encoding 0-32 s, Phase-1 32-69 s, the two processes
-started and importing 69-74 s; from 74 s both processes were busy until their last task: one ran 6 Phase-2 runs (to
-479 s), the other 5 runs, the ladder's probes, then the release-chain and harness notebooks (to 486 s); the analysis
-notebook and the report 487-496 s. So the demo is within 1.12x of a floor that leaves out the probes, notebooks and
-report, and the Phase-2 runs by themselves (735 CPU-s of one thread each, 49.7-80.4 s per run: their training steps
-and generation) need 367 s of 2 cores, above the 360 s goal before anything else of the demo. Reaching it would take
-each run's math about a third less CPU time, which moves the weights and with them the figures. A profile of one
-run at ce907f7 (py-spy, 50 samples/s, the headline run alone, one torch thread, 69 s): training steps 75% (forward
-33%, backward 37%, optimizer and clipping 5%), generation for the validation answers of each epoch and the test
-answers 11%, imports 7% (once per process in the demo), everything else under 7% (features read, checkpoints saved on
-a thread, prompts tokenized): no part of a run is left that is not its math.
+At ce907f7 (3 seeds, tiny-LLM cache made; run by hand with the command above and read with `--from`): 496 s (502 s from
+process start to exit), floor 441 s = serial 74 s + 11 Phase-2 runs' 735 CPU-s / 2, figures as committed. Its timeline,
+from the files of its run folders: synthetic data and encoding 0-32 s, Phase-1 32-69 s, nothing written 69-74 s (the
+two processes starting); from 74 s both processes were busy until their last task: one ran 6 Phase-2 runs (to 479 s),
+the other 5 runs (to 412 s), the ladder's probes (the gap before the next files), then the release-chain and harness
+notebooks (to 486 s); the analysis notebook and the report 487-496 s. So the demo is within 1.12x of a floor that
+leaves out the probes, notebooks and report, and the Phase-2 runs by themselves (735 CPU-s of one thread each,
+49.7-80.4 s per run: their training steps and generation) need 367 s of 2 cores, above the 360 s goal before anything
+else of the demo. Reaching it would take each run's math about a third less CPU time, which moves the weights and with
+them the figures. A profile of one run at ce907f7 (py-spy, 50 samples/s, the headline run alone, one torch thread, 69
+s): training steps 75% (forward 33%, backward 37%, optimizer and clipping 5%), generation for the validation answers of
+each epoch and the test answers 11%, imports 7% (once per process in the demo), everything else about 7% (features
+read, checkpoints saved on a thread, prompts tokenized): no part of a run is left that is not its math.
 """
 
 import argparse

@@ -130,15 +130,15 @@ profiler, so only their proportions carry over), what it showed and what changed
     (`import numpy` spins a second core for 60 ms, but beside the serial imports, so the wall time is the same).
   - Measured at the end (three runs, one `heavy` job each): whole command 7.6x, 7.9x, 8.0x (medians 0.41-0.45 s,
     bare write 0.054-0.057 s); export part 2.9x, 3.1x, 3.1x. The 100,000-record chain: 52.9 s, peak RSS 0.36 GiB.
-- then, unchanged code at ce907f7, six runs in one session (each its own `heavy` job): whole command 5.3x, 7.6x,
-  8.4x, 8.1x, 7.6x, 8.5x (medians 0.44-0.51 s; bare write 0.054-0.087 s); export part 2.0-3.2x. The 100,000-record
-  chain: 61.1 s, peak RSS 0.36 GiB. Where the whole command's time goes now (one process, wall times from its start):
-  interpreter start ~0.025 s, imports 0.15-0.21 s (pyarrow imports numpy itself, and `Array.take` imports
-  pyarrow.compute, so neither can be left out), `main` 0.25-0.34 s, exit 0.03-0.04 s. The exit is the interpreter
-  freeing the loaded modules (numpy, pyarrow and pyarrow.compute's generated functions: `import pyarrow,
-  pyarrow.compute` ends 30 ms later than with `os._exit(0)`, medians of 12). Ending the console script with
-  `os._exit` after flushing its streams: 0.491 s -> 0.456 s (medians of 16 alternating pairs, one `heavy` job), not
-  taken: it skips the atexit handlers, thread joins and finalizers that the commands' libraries rely on (temporary
+- then, unchanged code at ce907f7, six runs in one session (under `heavy`, the last three in one job): whole command
+  5.3x, 7.6x, 8.4x, 8.1x, 7.6x, 8.5x (medians 0.44-0.51 s; bare write 0.054-0.087 s); export part 2.0-3.2x. The
+  100,000-record chain: 61.1 s, peak RSS 0.36 GiB. Where the whole command's time goes now (six processes outside
+  `heavy`, wall times from each one's start): interpreter start ~0.025 s, imports 0.15-0.21 s (pyarrow imports numpy
+  itself, and `Array.take` imports pyarrow.compute, so neither can be left out), `main` 0.25-0.34 s, exit 0.03-0.04 s.
+  The exit is the interpreter freeing the loaded modules (numpy, pyarrow and pyarrow.compute's generated functions:
+  `import pyarrow, pyarrow.compute` ends 30 ms later than with `os._exit(0)`, medians of 12). Ending the console script
+  with `os._exit` after flushing its streams: 0.491 s -> 0.456 s (medians of 16 alternating pairs, one `heavy` job),
+  not taken: it skips the atexit handlers, thread joins and finalizers that the commands' libraries rely on (temporary
   folders, files not closed by their owner), which no release step should have to prove absent for 35 ms.
 """
 
