@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
 import torch
 from report import begin
 
-from vtreetrm.utils import read_json, write_json
+from vtreetrm.utils import UserError, check_file_output, read_json, write_output_json
 
 NO_CUDA = "no CUDA device"
 SFT_STEPS = 3
@@ -299,6 +299,12 @@ def main(argv=None) -> int:
     ap.add_argument("--items", nargs="+", choices=list(ITEMS), default=list(ITEMS), help="run only these")
     ap.add_argument("--budget-scale", type=float, default=1.0, help="multiply every item's time budget")
     a = ap.parse_args(argv)
+    if not (math.isfinite(a.budget_scale) and a.budget_scale > 0):
+        ap.error(f"--budget-scale must be a number above 0, got {a.budget_scale}")
+    try:  # before any work: a user's summary.json (or a folder, a link) at that path is never written over
+        check_file_output(Path(a.out) / "summary.json", "gpu-check", "--out")
+    except UserError as e:
+        ap.exit(2, f"gpu_check.py: error: {e}\n")
     t0 = time.time()
     pv = begin(vars(a))
     cuda = torch.cuda.is_available()
@@ -322,7 +328,7 @@ def main(argv=None) -> int:
         "seconds": round(time.time() - t0, 1),
         "provenance": {**pv, "device_name": device, "torch_cuda": torch.version.cuda},
     }
-    path = write_json(Path(a.out) / "summary.json", summary)
+    path = write_output_json(Path(a.out) / "summary.json", summary, "gpu-check", "--out")
     print(json.dumps({k: v for k, v in summary.items() if k != "provenance"}, indent=1, default=str))
     print("wrote", path)
     return 1 if failed else 0

@@ -19,7 +19,7 @@ import types
 import typing
 from pathlib import Path
 
-from .utils import UserError
+from .utils import UserError, running_command
 
 # %% auto #0
 __all__ = ['TOP_COMMANDS', 'SUBCOMMANDS', 'GROUPS', 'PARAMETERS_HEADER', 'Param', 'config_fields', 'flags_of', 'notebook_of',
@@ -255,7 +255,8 @@ def run_command(func, argv: list, prog: str, own_process: bool = False):
         # the loaded modules' objects live to the end: the collector skips them from here (its walks over them took
         # ~30 ms of a 0.44 s `release sft-export`, most at exit); never in a caller's process (tests, notebooks)
         gc.freeze()
-    return func(**ns)
+    with running_command(prog):  # what the outputs' markers name as their writer
+        return func(**ns)
 
 # %% ../nbs/01_cli.ipynb #815faf4c
 def argv_for(func, **values) -> list:

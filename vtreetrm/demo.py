@@ -169,7 +169,7 @@ def _write_checkpoints(tmp: Path, seed: int, d: int):
 def make_synthetic_eval(out: str | Path, seed: int = 0, d: int = 768) -> Path:
     "Write `out/eval_outputs/<run>/{predictions.jsonl, params.json}`, label maps and `out/checkpoints/*.safetensors`."
     out = Path(out)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="synthetic-eval") as tmp:
         for key, mapping, _ in DATASETS.values():
             write_json(tmp / "label_mappings" / f"{key}_simple.json", mapping)
         for c in tqdm(synthetic_conditions(), desc="synthetic runs", unit="run"):

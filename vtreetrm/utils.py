@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['PUBLISHED_MARKER', 'UTF8_BOM', 'YAML_MAX_VALUES', 'MODEL_IDENTITY_FILES', 'MODEL_IDENTITY_GLOBS',
-           'MODEL_WEIGHT_SUFFIXES', 'PACKAGE_DIR', 'TRACKED_PACKAGES', 'UserError', 'check_parent', 'make_parent',
-           'atomic_open', 'atomic_write', 'dumps_json', 'write_json', 'recover_publication', 'check_replaceable',
-           'publish_dir', 'atomic_dir', 'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'folder_lock',
-           'path_component', 'loads_json', 'read_json', 'strip_bom', 'iter_jsonl', 'write_jsonl', 'read_appended_jsonl',
-           'load_yaml', 'sha256_file', 'sha256_json', 'stable_uniform', 'model_identity', 'changed_files',
-           'package_versions', 'git_info', 'now_iso', 'provenance', 'provenance_later', 'run_sync', 'train_byte_bpe']
+__all__ = ['PUBLISHED_MARKER', 'WEIGHT_FILES', 'DERIVED_ENTRIES', 'OUTPUT_KEY', 'UTF8_BOM', 'YAML_MAX_VALUES',
+           'MODEL_IDENTITY_FILES', 'MODEL_IDENTITY_GLOBS', 'MODEL_WEIGHT_SUFFIXES', 'PACKAGE_DIR', 'TRACKED_PACKAGES',
+           'UserError', 'check_parent', 'make_parent', 'atomic_open', 'atomic_write', 'dumps_json', 'write_json',
+           'running_command', 'output_marker', 'read_marker', 'recover_publication', 'check_not_input',
+           'check_replaceable', 'publish_dir', 'folder_lock', 'atomic_dir', 'check_file_output', 'write_output_json',
+           'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'path_component', 'loads_json', 'read_json', 'strip_bom',
+           'iter_jsonl', 'write_jsonl', 'read_appended_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
+           'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'git_info', 'now_iso', 'provenance',
+           'provenance_later', 'run_sync', 'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -164,7 +166,51 @@ def _exchange(a: Path, b: Path) -> bool:
     return f(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
 
 # %% ../nbs/00_utils.ipynb #faf217d3
-PUBLISHED_MARKER = ".vtreetrm-published"  # in every folder atomic_dir publishes: only such folders are ever replaced
+PUBLISHED_MARKER = ".vtreetrm-published"  # in every folder this tool writes: what wrote it (kind, command, version)
+WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "checkpoint.json", "resume.pt")  # trained weights
+
+
+_COMMANDS: list = []  # the `vtreetrm ...` commands running in this process, innermost last
+
+
+@contextlib.contextmanager
+def running_command(
+    prog: str,  # e.g. 'vtreetrm video predict'
+):
+    "Name the command that runs while the block does: its outputs' markers record it."
+    _COMMANDS.append(prog)
+    try:
+        yield
+    finally:
+        _COMMANDS.pop()
+
+
+def _command_words() -> str:
+    "The command that runs (`vtreetrm video predict`), else the program's name."
+    return _COMMANDS[-1] if _COMMANDS else Path((sys.argv or [""])[0]).name or "python"
+
+
+def output_marker(
+    kind: str,  # what the folder holds, e.g. 'video-predictions'; a command replaces only folders of its own kind
+    protected: bool = False,  # trained weights or a rendered dataset: replaced only with --overwrite
+) -> str:
+    "The text of `PUBLISHED_MARKER` for an output of `kind` written by the command that runs now."
+    from vtreetrm import __version__
+
+    m = {"kind": kind, "command": _command_words(), "version": __version__, "protected": protected}
+    return json.dumps(m, ensure_ascii=False) + "\n"
+
+
+def read_marker(folder: Path) -> dict | None:
+    "What `folder`'s marker says (`{}` when it says nothing readable: an older or damaged one); None without a marker."
+    p = Path(folder) / PUBLISHED_MARKER
+    if not p.is_file() or p.is_symlink():
+        return None
+    try:
+        m = json.loads(p.read_bytes()[:4096])
+    except ValueError:
+        return {}
+    return m if isinstance(m, dict) else {}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -191,22 +237,125 @@ def recover_publication(dest: Path):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 # %% ../nbs/00_utils.ipynb #0823dbaf
-def check_replaceable(dest: Path):
-    "Refuse to publish over a file, a symlink, or a non-empty folder this tool did not write."
+DERIVED_ENTRIES = (
+    "metrics.json",
+    "metrics.provenance.json",
+)  # what `eval metrics` adds beside predictions: re-made from them
+
+
+def _ids_up(p: Path) -> list:
+    "(device, inode) of `p` and of each folder above it, for the part of the path that exists."
+    out = []
+    for q in (p, *p.parents):
+        with contextlib.suppress(OSError):
+            st = os.stat(q)
+            out.append((st.st_dev, st.st_ino))
+    return out
+
+
+def check_not_input(
+    dest: Path,  # the output about to be written
+    inputs=(),  # the paths the command reads
+    flag: str = "--out",  # the output's flag, named in the refusal
+):
+    "Refuse an output that is one of the inputs, lies inside one or holds one (by inode: links and other spellings too)."
+    dest = Path(os.path.abspath(dest))
+    above = _ids_up(dest)  # dest itself (when it exists) and every folder above it
+    mine = above[0] if dest.exists() else None
+    for i in inputs:
+        if i is None or not os.path.exists(i):
+            continue
+        chain = _ids_up(Path(os.path.abspath(i)))
+        if chain[0] in above or (mine is not None and mine in chain):
+            raise UserError(
+                f"{flag} is, holds or lies inside an input of this command ({i}); writing it would replace what is "
+                "being read: choose another output",
+                dest,
+            )
+
+
+def _weights_inside(dest: Path, depth: int = 3, budget: int = 20_000) -> str | None:
+    "The first trained-weight file or protected output found within `depth` levels of `dest` (a huge tree counts as one)."
+    seen, level = 0, [dest]
+    for _ in range(depth + 1):
+        nxt = []
+        for d in level:
+            m = read_marker(d) if d != dest else None
+            if m and m.get("protected"):
+                return str(d.relative_to(dest))
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            seen += len(entries)
+            if seen > budget:
+                return f"more than {budget} entries"
+            for e in entries:
+                if e.name in WEIGHT_FILES and e.is_file(follow_symlinks=False):
+                    return str(Path(e.path).relative_to(dest))
+                if e.is_dir(follow_symlinks=False):
+                    nxt.append(Path(e.path))
+        level = nxt
+    return None
+
+
+def check_replaceable(
+    dest: Path,  # the output folder
+    kind: str = None,  # the kind of output the command writes (None: only the user's-folder rules apply)
+    overwrite: bool = False,  # the user passed --overwrite
+    inputs=(),  # paths the command reads: `dest` may not be, hold or lie inside one
+    flag: str = "--overwrite",  # the command's flag for `overwrite`, named in refusals
+):
+    "Refuse to publish over a file, a link, a user's folder, an input, or (without `overwrite`) another command's output."
+    dest = Path(os.path.abspath(dest))
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise UserError("refusing to replace it: the output must be a folder (this path is a file or a link)", dest)
-    if dest.is_dir() and not (dest / PUBLISHED_MARKER).exists() and any(dest.iterdir()):
+    check_not_input(dest, inputs)
+    if not dest.is_dir() or not any(dest.iterdir()):
+        return
+    marker = read_marker(dest)
+    if marker is None:
         raise UserError(
             f"refusing to replace a folder this tool did not write (it has no {PUBLISHED_MARKER}); "
             "move it away or choose another output",
             dest,
         )
+    theirs = marker.get("kind")
+    if kind is None or (overwrite and not theirs):
+        return
+    if theirs and theirs != kind:  # never, not even with --overwrite: a typo in --out must not cost a training run
+        raise UserError(
+            f"refusing to replace {theirs!r} (written by `{marker.get('command', '?')}`) with {kind!r}: "
+            "choose another output (or remove that folder yourself)",
+            dest,
+        )
+    if not theirs:
+        raise UserError(f"refusing to replace an output of an older version with {kind!r} without {flag}", dest)
+    if overwrite:
+        return
+    held = marker.get("protected") and "trained weights or a rendered dataset" or _weights_inside(dest)
+    if held:
+        raise UserError(f"refusing to replace it without {flag}: it holds {held}", dest)
+    listed = marker.get("entries")
+    if isinstance(listed, list):
+        added = sorted(set(os.listdir(dest)) - set(listed) - {PUBLISHED_MARKER, *DERIVED_ENTRIES})
+        if added:
+            raise UserError(
+                f"refusing to replace it without {flag}: {', '.join(added[:3])} were added after it was written",
+                dest,
+            )
 
 # %% ../nbs/00_utils.ipynb #3266d730
-def publish_dir(src: Path, dest: Path):
+def publish_dir(
+    src: Path,  # the finished folder
+    dest: Path,  # where it goes
+    kind: str = None,  # what it holds (recorded in its marker)
+    protected: bool = False,  # trained weights or a rendered dataset
+):
     "Put the finished folder `src` in place of `dest` (swapped in one step where the system can): never a moment without `dest`."
     src, dest = Path(src), Path(os.path.abspath(dest))
-    (src / PUBLISHED_MARKER).write_text("")
+    marker = json.loads(output_marker(kind, protected)) | {"entries": sorted(os.listdir(src))}
+    (src / PUBLISHED_MARKER).write_text(json.dumps(marker, ensure_ascii=False) + "\n")
     if dest.is_dir() and not dest.is_symlink() and _exchange(src, dest):  # no instant without `dest`
         shutil.rmtree(src, ignore_errors=True)
         return
@@ -222,58 +371,6 @@ def publish_dir(src: Path, dest: Path):
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-# %% ../nbs/00_utils.ipynb #c10250a6
-@contextlib.contextmanager
-def atomic_dir(
-    dest: str | Path,  # directory to publish
-    validate: Callable[[Path], None] = None,  # called on the finished temp dir; raise to abort
-) -> Iterator[Path]:
-    "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`."
-    dest = Path(os.path.abspath(dest))
-    make_parent(dest)  # absolute and normalized: '.' and 'a/..' name real folders
-    recover_publication(dest)
-    check_replaceable(dest)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; published folders get the umask's mode
-    try:
-        yield tmp
-        if validate is not None:
-            validate(tmp)
-        publish_dir(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-# %% ../nbs/00_utils.ipynb #21f7b033
-def make_own_dir(
-    path: str | Path,  # a folder that must not exist yet
-) -> Path:
-    "Create a working folder this tool owns: marked from its first instant, so a later run may reuse or remove it."
-    path = Path(os.path.abspath(path))
-    make_parent(path)
-    path.mkdir()
-    (path / PUBLISHED_MARKER).write_text("")
-    return path
-
-
-def reuse_own_dir(
-    path: str | Path,  # a working folder a previous run may have left
-) -> bool:
-    "True when `path` is a folder this tool made (reusable); False when it is absent; a `UserError` otherwise."
-    path = Path(os.path.abspath(path))
-    if not path.exists() and not path.is_symlink():
-        return False
-    check_replaceable(path)
-    return True
-
-
-def remove_own_dir(
-    path: str | Path,  # a folder to remove, if this tool made it
-):
-    "Remove a folder this tool made (it holds the marker, or is empty); refuse a link, a file or a user's folder."
-    if reuse_own_dir(path):
-        shutil.rmtree(path)
 
 # %% ../nbs/00_utils.ipynb #cd8d297c
 @contextlib.contextmanager
@@ -306,6 +403,107 @@ def folder_lock(
     finally:
         os.unlink(path)  # while still held: a process that opened the old file finds it gone and is refused
         os.close(fd)
+
+# %% ../nbs/00_utils.ipynb #c10250a6
+@contextlib.contextmanager
+def atomic_dir(
+    dest: str | Path,  # directory to publish
+    validate: Callable[[Path], None] = None,  # called on the finished temp dir; raise to abort
+    kind: str = None,  # what the folder holds: only a folder of the same kind is replaced without `overwrite`
+    inputs=(),  # paths the command reads: `dest` is never one of them, inside one or holding one
+    overwrite: bool = False,  # replace another kind's output, or trained weights / a rendered dataset
+    protected: bool = False,  # this output holds trained weights or a rendered dataset
+) -> Iterator[Path]:
+    "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`, holding `dest`'s lock throughout."
+    dest = Path(os.path.abspath(dest))
+    make_parent(dest)  # absolute and normalized: '.' and 'a/..' name real folders
+    with folder_lock(dest, "is being written by another command; wait for it to end or choose another output"):
+        recover_publication(dest)
+        check_replaceable(dest, kind, overwrite, inputs)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; published folders get the umask's mode
+        try:
+            yield tmp
+            if validate is not None:
+                validate(tmp)
+            publish_dir(tmp, dest, kind, protected)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+# %% ../nbs/00_utils.ipynb #c729e007
+OUTPUT_KEY = "vtreetrm_output"  # in every JSON file a command writes as its whole output: the kind of output
+
+
+def check_file_output(
+    path: str | Path,  # the JSON file a command will write
+    kind: str,  # its kind of output
+    flag: str = "--out",  # the flag that named it
+    inputs=(),  # what the command reads: never written over
+):
+    "Refuse a path that is a folder, a link, an input, or a file that is not this kind of output of this tool."
+    path = Path(os.path.abspath(path))
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise UserError(f"{flag} must be a file (this path is a folder or a link)", path)
+    check_not_input(path, inputs, flag)
+    if not path.exists():
+        return
+    try:
+        obj = json.loads(path.read_bytes()) if path.stat().st_size < 1 << 26 else None
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict) or obj.get(OUTPUT_KEY) != kind:
+        raise UserError(
+            f"refusing to replace a file this tool did not write as {kind!r} output; choose another {flag} or remove it",
+            path,
+        )
+
+
+def write_output_json(
+    path: str | Path,  # the file
+    obj: dict,  # its contents
+    kind: str,  # its kind of output (recorded under OUTPUT_KEY)
+    flag: str = "--out",
+) -> Path:
+    "Write a command's JSON output file atomically, replacing only an earlier output of the same kind."
+    check_file_output(path, kind, flag)
+    return write_json(path, {OUTPUT_KEY: kind, **obj})
+
+# %% ../nbs/00_utils.ipynb #21f7b033
+def make_own_dir(
+    path: str | Path,  # a folder that must not exist yet
+    kind: str = None,  # what it will hold (recorded in its marker)
+) -> Path:
+    "Create a working folder this tool owns: marked from its first instant, so a later run may reuse or remove it."
+    path = Path(os.path.abspath(path))
+    make_parent(path)
+    path.mkdir()
+    (path / PUBLISHED_MARKER).write_text(output_marker(kind))
+    return path
+
+
+def reuse_own_dir(
+    path: str | Path,  # a working folder a previous run may have left
+    kind: str = None,  # the kind it must hold (an older marker that names none is taken as this kind)
+) -> bool:
+    "True when `path` is a folder this tool made (reusable); False when it is absent; a `UserError` otherwise."
+    path = Path(os.path.abspath(path))
+    if not path.exists() and not path.is_symlink():
+        return False
+    check_replaceable(path)
+    theirs = (read_marker(path) or {}).get("kind")
+    if kind is not None and theirs is not None and theirs != kind:
+        raise UserError(f"refusing to reuse it for {kind!r}: it holds {theirs!r}; choose another output", path)
+    return True
+
+
+def remove_own_dir(
+    path: str | Path,  # a folder to remove, if this tool made it
+    kind: str = None,  # the kind it must hold
+):
+    "Remove a folder this tool made (it holds the marker, or is empty); refuse a link, a file or a user's folder."
+    if reuse_own_dir(path, kind):
+        shutil.rmtree(path)
 
 # %% ../nbs/00_utils.ipynb #5a1c0e78
 def path_component(name, what: str = "name", path: str | Path = None, line: int = None) -> str:

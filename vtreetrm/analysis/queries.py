@@ -361,7 +361,7 @@ def analyze_checkpoints(ckpts: list, out: str | Path, plots: bool = True) -> dic
         entries.append(e)
     summary = summarize(entries)
     summary["provenance"] = provenance({"checkpoints": [str(c) for c in ckpts], "out": str(out)}, inputs=ckpts)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="query-analysis", inputs=ckpts) as tmp:
         write_json(tmp / "summary.json", summary)
         if plots:
             summary["figures"] = [p.name for p in plot_summary(summary, tmp)]

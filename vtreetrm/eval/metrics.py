@@ -24,7 +24,7 @@ from ..utils import UserError, package_versions, provenance, read_json, sha256_f
 
 # %% auto #0
 __all__ = ['CLI_COMMANDS', 'first_predictions', 'metrics_from_pairs', 'compute_metrics', 'find_predictions', 'write_metrics',
-           'score_file', 'metrics_cmd']
+           'score_file', 'verify_metrics', 'metrics_cmd']
 
 # %% ../../nbs/eval/01_metrics.ipynb #0244cb05
 def _encode(lists, index: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -225,6 +225,48 @@ def score_file(
         m = write_metrics(path.parent, m, label_map)
     return m
 
+# %% ../../nbs/eval/01_metrics.ipynb #f2d9102d
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def verify_metrics(
+    mf: str | Path,  # a metrics.json
+    m: dict,  # its contents
+) -> dict:
+    "`m` once it matches the predictions.jsonl beside it (sha256) and its own per-class table; a `UserError` otherwise."
+    mf = Path(mf)
+    prov = m.get("provenance")
+    want = prov.get("predictions_sha256") if isinstance(prov, dict) else None
+    pred = mf.parent / "predictions.jsonl"
+    if isinstance(want, str) and pred.is_file() and sha256_file(pred) != want:
+        raise UserError(
+            f"stale: {pred.name} changed after it was scored; score it again (vtreetrm eval metrics {mf.parent})",
+            mf,
+            None,
+            "provenance.predictions_sha256",
+        )
+    rows = list(m["per_class"].values()) if isinstance(m.get("per_class"), dict) else []
+    if not rows or not all(
+        isinstance(r, dict) and all(_num(r.get(k)) for k in ("f1", "recall", "support")) for r in rows
+    ):
+        return m  # no per-class table to hold the top lines against (a file written by other code)
+    f1 = [r["f1"] for r in rows if r["support"] > 0]
+    macro = m.get("macro_f1")
+    if f1 and _num(macro) and abs(macro - float(np.mean(f1))) > 1e-6:
+        raise UserError(f"{macro} is not the mean F1 of the supported classes in per_class ({np.mean(f1):.6f})", mf, None, "macro_f1")  # fmt: skip
+    top1, single = m.get("top1_accuracy_single_label"), m.get("num_single_label")
+    right = sum(r["recall"] * r["support"] for r in rows)  # true positives of all classes
+    if _num(top1) and _num(single) and top1 * single > right + 1e-6:
+        raise UserError(
+            f"{top1} means {top1 * single:.0f} right answers of {single}, but per_class counts {right:.0f} true "
+            "positives in all",
+            mf,
+            None,
+            "top1_accuracy_single_label",
+        )
+    return m
+
 # %% ../../nbs/eval/01_metrics.ipynb #32bfe680
 def _check_writable(folder: Path):
     for name in ("metrics.json", "metrics.provenance.json"):
@@ -234,11 +276,22 @@ def _check_writable(folder: Path):
         raise UserError("cannot write metrics.json here: the folder is not writable", folder)
 
 # %% ../../nbs/eval/01_metrics.ipynb #7e561e52
+def _current(mf: Path) -> bool:
+    "Whether `mf` is a metrics.json that `verify_metrics` accepts (one that is stale or edited is scored again)."
+    if not mf.exists():
+        return False
+    try:
+        m = read_json(mf)
+        return isinstance(m, dict) and verify_metrics(mf, m) is m
+    except UserError:
+        return False
+
+
 def metrics_cmd(
     paths: Param("predictions.jsonl files or folders searched recursively", nargs="+"),
     label_map: str = None,  # JSON mapping {official: simplified} applied to gold, candidates, predictions
     map_direction: str = "to_simple",  # 'to_simple' (official -> simplified) or 'to_official' (back)
-    only_missing: bool = False,  # score only folders that have predictions.jsonl but no metrics.json
+    only_missing: bool = False,  # score only folders without a current metrics.json (none, stale or edited)
     field: list[str] = None,  # OURS=THEIRS key names for files written by other code, e.g. gold=labels output=response
     quiet: bool = False,  # do not print the summary table
 ):
@@ -246,7 +299,7 @@ def metrics_cmd(
     files = find_predictions(paths)
     lm = load_label_map(label_map, map_direction) if label_map else None
     fields = parse_fields(field)
-    todo = [f for f in files if not (only_missing and (f.parent / "metrics.json").exists())]
+    todo = [f for f in files if not (only_missing and _current(f.parent / "metrics.json"))]
     results = []
     with tqdm(todo, desc="scoring", unit="file", disable=quiet or len(todo) < 2) as bar:
         for f in bar:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +42,8 @@ _MARKER = re.compile(rf"^(?:\(?[0-9]+[.)]|[A-Za-z][.)]){_WS_PY}+")  # "1. x", "2
 
 @functools.lru_cache(maxsize=1 << 16)  # labels repeat across lines: cache their keys
 def norm_label(s: str) -> str:
-    "Case- and space-insensitive key of a label."
-    return " ".join(s.split()).casefold()
+    "Case-, space- and Unicode-form-insensitive key of a label (NFC: `é` typed as one code point or as `e` + accent)."
+    return " ".join(unicodedata.normalize("NFC", s).split()).casefold()
 
 
 def _snap(part: str, candidates) -> str:
@@ -219,7 +220,7 @@ def _spellings(labels, path) -> dict:
         other = out.setdefault(norm_label(l), l)
         if other != l:
             raise UserError(
-                f"candidates {other!r} and {l!r} differ only in case or spacing: spell them alike",
+                f"candidates {other!r} and {l!r} differ only in case, spacing or Unicode form: spell them alike",
                 path,
                 None,
                 "candidates",
@@ -398,6 +399,16 @@ def _add_candidates(c, cands: set, path: Path, i: int, name: str):
         _as_labels(c, path, i, name, allow_empty=True)
 
 
+def _check_id(v, ids: dict, path: Path, i: int, name: str):
+    "Remember line `i`'s sample id (None: it has none); one already seen is a `UserError` naming both lines."
+    if v is None:
+        return
+    key = v if type(v) in (str, int) else repr(v)
+    first = ids.setdefault(key, i)
+    if first != i:
+        raise UserError(f"sample id {v!r:.80} is on lines {first} and {i}: each sample is scored once", path, i, name)
+
+
 def _check_candidates(cands: set, lines: list, f: _Fields, path: Path):
     "Refuse a candidate that is not a label the parser reads back, naming the first line that has one (a second pass, rare)."
     if all(type(c) is str and c and not c.isspace() and label_survives_parsing(c) for c in cands):
@@ -410,10 +421,11 @@ def _check_candidates(cands: set, lines: list, f: _Fields, path: Path):
 
 def _scan_lines(lines: list, f: _Fields, path: Path) -> tuple:
     "Check every line: (raw gold index, gold rows, raw gold columns, outputs, candidate labels, datasets)."
-    graw, gr, gc, outputs, cands, datasets = _Index(), [], [], [], set(), set()
+    graw, gr, gc, outputs, cands, datasets, ids = _Index(), [], [], [], set(), set(), {}
     for i, line in enumerate(lines, 1):
         o = _load_line(line, path, i)
         g, out, c, d = _line_values(o, f, path, i)
+        _check_id(_optional(f.get["id"], o), ids, path, i, f.names["id"])
         _add_gold(g, i - 1, graw, gr, gc, path, f.names["gold"])
         _add_candidates(c, cands, path, i, f.names["candidates"])
         if d:
@@ -437,7 +449,7 @@ def _gold_label(g: str, k: int, label_map, spelling: dict, gold_spelled: dict, l
         other = gold_spelled.setdefault(key, (lab, k))
         if other[0] != lab:
             raise UserError(
-                f"gold labels {other[0]!r} (line {line_of(other[1])}) and {lab!r} differ only in case or spacing "
+                f"gold labels {other[0]!r} (line {line_of(other[1])}) and {lab!r} differ only in case, spacing or Unicode form "
                 "and no candidate names the label: spell them alike",
                 path,
                 line_of(k),

@@ -29,7 +29,7 @@ from .evolution import LLMReflector, Patch, SimulatedReflector, apply_patches, e
 from .gate import GateParams, GateRound, Watch
 from .pools import POOL_STRATEGIES, PoolConfig, make_batches
 from .questions import load_benchmark
-from .store import HarnessStore, load_seed
+from .store import HarnessStore, load_seed, scored
 from vtreetrm.utils import (
     UserError,
     atomic_write,
@@ -367,14 +367,14 @@ class Runner:
         )
 
     async def answer(self, q, S: Version, P: Version, ctx: dict) -> dict:
-        "The answer of `q` under (S, P): from the db, or from a new episode committed at once."
+        "The answer of `q` under (S, P): from the db (scored against the benchmark's gold), or from a new episode committed at once."
         row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
         if row:
-            return row
+            return scored({**row, "gold": q.answer})
         async with self.sem:
             row = self.store.get_answer(self.run_id, q.question_id, S.sha, P.sha)
             if row:
-                return row
+                return scored({**row, "gold": q.answer})
             self._log.write(
                 json.dumps(
                     {"run_id": self.run_id, "question_id": q.question_id, "skills_sha": S.sha, "prompts_sha": P.sha}

@@ -14,8 +14,8 @@ from pathlib import Path
 from ..utils import UserError, atomic_dir, make_parent, now_iso, path_component, provenance, write_json
 
 # %% auto #0
-__all__ = ['SCHEMA', 'RUN_TABLES', 'holders', 'connect', 'connect_readonly', 'HarnessStore', 'extract_run_db', 'init_seed',
-           'load_seed']
+__all__ = ['SCHEMA', 'RUN_TABLES', 'holders', 'connect', 'connect_readonly', 'scored', 'HarnessStore', 'extract_run_db',
+           'init_seed', 'load_seed']
 
 # %% ../../nbs/harness/04_store.ipynb #86ff4d1d
 SCHEMA = """
@@ -137,6 +137,14 @@ def connect_readonly(path: str | Path, timeout: float = 30) -> sqlite3.Connectio
             raise UserError(f"not a complete harness db: it has no {what}; was it changed by hand?", path)
     return con
 
+# %% ../../nbs/harness/04_store.ipynb #0ff52e6c
+def scored(
+    row: dict,  # an answers row read from a db
+) -> dict:
+    "`row` with `correct` computed again from its `answer` and `gold`: a db edited by hand cannot turn wrong answers right."
+    row["correct"] = int(row.get("answer") is not None and row.get("answer") == row.get("gold"))
+    return row
+
 # %% ../../nbs/harness/04_store.ipynb #4e146989
 class HarnessStore:
     "Typed access to one harness.db."
@@ -209,7 +217,7 @@ class HarnessStore:
             "SELECT * FROM answers WHERE run_id=? AND question_id=? AND skills_sha=? AND prompts_sha=?",
             (run_id, question_id, skills_sha, prompts_sha),
         ).fetchone()
-        return dict(r) if r else None
+        return scored(dict(r)) if r else None
 
     def put_answer(self, **row):
         row.setdefault("created", now_iso())
@@ -217,7 +225,7 @@ class HarnessStore:
 
     def answers(self, run_id: str) -> list[dict]:
         return [
-            dict(r)
+            scored(dict(r))
             for r in self.con.execute("SELECT * FROM answers WHERE run_id=? ORDER BY created, question_id", (run_id,))
         ]
 
@@ -225,9 +233,9 @@ class HarnessStore:
         "question_id -> correct, from the run's answers (first answer per question)."
         out = {}
         for r in self.con.execute(
-            "SELECT question_id, correct FROM answers WHERE run_id=? ORDER BY created", (run_id,)
+            "SELECT question_id, answer, gold FROM answers WHERE run_id=? ORDER BY created", (run_id,)
         ):
-            out.setdefault(r[0], bool(r[1]))
+            out.setdefault(r[0], r[1] is not None and r[1] == r[2])  # scored again: the stored flag is not trusted
         return out
 
     def put_version(self, run_id, kind, version, sha, parent=None):
@@ -363,7 +371,7 @@ def init_seed(
         raise UserError(f"parent seed {parent!r} does not exist", store_dir / "seeds", None, "parent")
     if baseline_db is not None:
         n = _baseline_answers(baseline_db, baseline_run_id)
-    with atomic_dir(dest) as tmp:
+    with atomic_dir(dest, kind="harness-seed") as tmp:
         shutil.copytree(skills_dir, tmp / "skills")
         shutil.copytree(prompts_dir, tmp / "prompts")
         if baseline_db is not None:

@@ -406,12 +406,12 @@ def make_synthetic(
 ) -> dict:
     "Write the synthetic store, benchmark and configs under `out`; return counts."
     out = Path(out)
-    check_replaceable(out)  # before the work: a user's folder or file is never replaced
+    check_replaceable(out, "harness-synthetic")  # before the work: a user's folder or another output is never replaced
     rng = random.Random(seed)
     _check_sizes(n_train_videos=n_train_videos, n_test_videos=n_test_videos, per_task=per_task)
     train_v, test_v = _videos(rng, "sv", n_train_videos), _videos(rng, "tv", n_test_videos)
     _check_scenes(train_v, per_task)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="harness-synthetic") as tmp:
         st = tmp / "store"
         for vid, tree, _ in train_v + test_v:
             write_json(st / "trees" / f"{vid}.json", tree)

@@ -158,7 +158,7 @@ def canonical(
     assets, asset_paths = _canonical_assets(config_file, registry_dir, corpus_dir, dataset, grading_config)
     src = Path(processed_dir) / dataset / "all.json"
     t0, dest = time.time(), Path(canonical_dir) / dataset
-    with atomic_dir(dest) as d:
+    with atomic_dir(dest, kind="release-canonical") as d:
         with open(d / "all.json", "w", encoding="utf-8") as f:
             w = RecordWriter(f)
             t = _write_resolved(src, dataset, assets, w, progress)
@@ -282,7 +282,7 @@ def split(
         raise UserError("no canonical records: run canonical first", src)
     fixed = _load_split_file(split_file) if split_file else {}
     t0 = time.time()
-    with atomic_dir(dest) as d:
+    with atomic_dir(dest, kind="release-canonical") as d:
         for extra in dest.iterdir():
             if extra.is_file() and extra.name not in ("all.json", "split_report.json"):
                 shutil.copy2(extra, d / extra.name)

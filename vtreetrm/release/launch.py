@@ -141,7 +141,7 @@ def _tokenizer(model):
 def _publish(output_dir, command: list, cfg, report: dict, dry_run: bool) -> int:
     from omegaconf import OmegaConf
 
-    with atomic_dir(output_dir) as d:
+    with atomic_dir(output_dir, kind="verl-sft-launch") as d:
         atomic_write(d / "config.yaml", OmegaConf.to_yaml(cfg))
         atomic_write(d / "command.sh", "#!/usr/bin/env bash\nset -euo pipefail\n" + shlex.join(command) + "\n")
         write_json(d / "launch_report.json", report)
@@ -434,7 +434,7 @@ def verl_merge(
     if dry_run:
         print(shlex.join([*cmd, str(dest.resolve())]))
         return 0
-    with atomic_dir(dest) as tmp:
+    with atomic_dir(dest, kind="merged-model", overwrite=overwrite, inputs=[checkpoint], protected=True) as tmp:
         _run_merger(cmd, tmp, checkpoint)
         n = check_merged(tmp)
         ident = model_identity(tmp)
@@ -701,7 +701,7 @@ def _publish_rl(out: Path, cfg, tools_yaml: Path, cmd: list, report: dict, nnode
     try:
         from omegaconf import OmegaConf
 
-        with atomic_dir(out) as d:
+        with atomic_dir(out, kind="verl-rl-launch") as d:
             atomic_write(d / "config.yaml", OmegaConf.to_yaml(cfg))
             atomic_write(d / "tools.yaml", tools_yaml.read_text(encoding="utf-8"))
             script = "#!/usr/bin/env bash\nset -euo pipefail\n" + _ray_note(nnodes) + shlex.join(cmd) + "\n"

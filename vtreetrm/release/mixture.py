@@ -219,7 +219,7 @@ def mixture(
     ctx = assets.context(grading)
     extra = fam.report(sources) if fam.report else {}
     t0 = time.time()
-    with atomic_dir(output_dir) as d:
+    with atomic_dir(output_dir, kind=f"{fam.name}-mixture", inputs=list(sources.values())) as d:
         out, per_source, inputs = _mix(d, fam, ctx, sources, w, seed, progress)
         _copy_grading(d, ctx, grading)
         t1 = time.time()

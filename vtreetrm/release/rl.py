@@ -151,7 +151,7 @@ def rl_export(
             f"--dataset {dataset!r} differs from the assets' dataset {ctx.dataset!r}", assets.registry, None, "dataset"
         )
     t0 = time.time()
-    with atomic_dir(output_dir) as d:
+    with atomic_dir(output_dir, kind="rl-release", inputs=[canonical]) as d:
         w = SplitWriter(d, RL_SCHEMA)
         try:
             for n, rec in enumerate(export_records(ctx, canonical, "rl-export", progress)):

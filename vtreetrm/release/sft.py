@@ -490,7 +490,7 @@ def sft_export(
     ctx = assets.context()
     prov = begin_provenance("sft-export", params, [canonical, *ctx.asset_paths()])  # on a thread meanwhile
     t0 = time.time()
-    with atomic_dir(output_dir) as d:
+    with atomic_dir(output_dir, kind="sft-release", inputs=[canonical]) as d:
         texts_ = SftTexts(ctx)
         rows, check = SftRows(ctx, ctx.task.prompt_seed, texts_), SftTableCheck(ctx, texts_)
         to_table = lambda s, t: check(s, rows.columns_table(t))  # noqa: E731

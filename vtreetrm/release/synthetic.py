@@ -508,7 +508,7 @@ def make_synthetic(
         out=out, records=records, dataset=dataset, seed=seed, conflicts=conflicts, num_candidates=num_candidates
     )
     cats, leaves = standard_categories()
-    with atomic_dir(out) as d:
+    with atomic_dir(out, kind="release-assets") as d:
         counts = write_workbook(d / "RAW" / f"{dataset}.xlsx", records, seed, conflicts, progress)
         for rel, obj in _asset_files(dataset, cats, leaves, num_candidates).items():
             write_json(d / rel, obj)

@@ -165,7 +165,7 @@ def trajectory_collect(
     ctx = _load_context(dataset, assets)
     tools = _tools_for(ctx)
     t0 = time.time()
-    with atomic_dir(collect_dir) as d:
+    with atomic_dir(collect_dir, kind="trajectory-collect", inputs=[canonical]) as d:
         counts, shards = _write_shards(d, iter_contexts(ctx, tools, canonical, progress, "collect"), shard_size)
         rep = make_report(
             "trajectory-collect",
@@ -629,7 +629,7 @@ def trajectory_export(
     )
     tools = _tools_for(ctx)
     t0 = time.time()
-    with atomic_dir(output_dir) as d:
+    with atomic_dir(output_dir, kind="trajectory-release", inputs=[canonical]) as d:
         out = SplitWriter(d, TRAJECTORY_SCHEMA, batch_rows=BATCH_ROWS // 4)  # every split gets a file, empty ones too
         try:
             skipped = set()  # sample ids of the classes left out: their think-file lines are not extra

@@ -100,8 +100,10 @@ class RunFolder:
         params: dict,  # every parameter of the run (params.json)
         inputs=(),  # input files whose sha256 goes into run.json
         main: bool = True,  # False on the other ranks of a multi-process run: they read, never write
+        kind: str = None,  # the kind of run (its marker): a folder of another kind is never reused
     ):
         self.dir, self.params, self.inputs, self.main = Path(folder), params, inputs, main
+        self.folder_kind = kind
         self.run: dict = {}
         self.t0 = time.time()
 
@@ -113,8 +115,8 @@ class RunFolder:
         self.run = {"status": status, "started": old.get("started", now_iso()), "resumed": resumed,
                     **fields, **provenance(self.params, self.inputs)}  # fmt: skip
         if self.main:
-            if not reuse_own_dir(self.dir):  # a link or a user's folder in its place is refused
-                make_own_dir(self.dir)
+            if not reuse_own_dir(self.dir, self.folder_kind):  # a link, a user's folder or another kind is refused
+                make_own_dir(self.dir, self.folder_kind)
             write_json(self.dir / "params.json", self.params)
             write_json(self.dir / "run.json", self.run)
         return self.run

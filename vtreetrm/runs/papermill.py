@@ -34,7 +34,7 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'skip_iri_grammar', 'kernel_stderr_to', 'project_root', 'notebooks_dir',
+__all__ = ['REPORT_CSP', 'HTML_GENERATOR', 'RUN_KIND', 'skip_iri_grammar', 'kernel_stderr_to', 'project_root', 'notebooks_dir',
            'resolve_notebook', 'notebook_parameters', 'parse_param_pairs', 'gather_params', 'check_params',
            'render_html', 'ExecOptions', 'run_notebook', 'kernel_config', 'ParamFlags', 'run_cmd']
 
@@ -203,6 +203,9 @@ def render_html(nb_path: Path, html_path: Path, no_input: bool = True, title: st
     return Path(html_path)
 
 # %% ../../nbs/runs/00_papermill.ipynb #01c6d746
+RUN_KIND = "papermill-run"  # the kind of output of every notebook run (and sweep point)
+
+
 def _safe_name(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9._=+-]+", "_", str(name)).strip("._")
     if not s:
@@ -247,7 +250,8 @@ def run_notebook(
             f"run {name!r} exists with other parameters; choose another {flags[0]} or pass {flags[1]}", dest
         )
 
-    check_replaceable(Path(os.path.abspath(dest)))  # a folder this tool did not write is refused before running
+    # refused before running: a folder this tool did not write, another kind of output, a failed run with weights
+    check_replaceable(Path(os.path.abspath(dest)), RUN_KIND, force, flag=flags[1])
     try:
         with _run_lock(dest, flags[0]):
             return _execute(nb, dest, full, declared, prev, html, progress, opts)
@@ -266,12 +270,12 @@ def _run_lock(dest: Path, name_flag: str = "--name"):
 def _running_dir(dest: Path, full: dict) -> tuple[Path, bool]:
     "NAME.running beside NAME: kept, with its files (checkpoints), when an interrupted run had the same parameters."
     work = dest.parent / f"{dest.name}.running"
-    if reuse_own_dir(work):  # a link or a user's folder at NAME.running is refused, never written through
+    if reuse_own_dir(work, RUN_KIND):  # a link or a user's folder at NAME.running is refused, never written through
         old = read_json(work / "params.json") if (work / "params.json").is_file() else None
         if old == full:  # a run that had started goes on; one a scheduler queued starts here
             return work, (read_run(work) or {}).get("status") != "queued"
         remove_own_dir(work)
-    return make_own_dir(work), False
+    return make_own_dir(work, RUN_KIND), False
 
 # %% ../../nbs/runs/00_papermill.ipynb #54093dce
 def kernel_config():
@@ -288,7 +292,7 @@ def _execute(nb, dest, full, declared, prev, html, progress, opts: ExecOptions) 
     name = dest.name
     inputs = [nb] + [Path(v) for v in full.values() if isinstance(v, str) and len(v) < 4096 and Path(v).is_file()]
     work, resumed = _running_dir(dest, full)
-    rf = RunFolder(work, full, inputs)
+    rf = RunFolder(work, full, inputs, kind=RUN_KIND)
     rf.start(resumed=resumed, name=name, notebook=str(nb), run_dir=str(dest.resolve()),
              running_dir=str(work.resolve()), pid=os.getpid(), **(opts.run_fields or {}))  # fmt: skip
     exec_params = dict(full)
@@ -324,7 +328,7 @@ def _execute(nb, dest, full, declared, prev, html, progress, opts: ExecOptions) 
     if run["status"] == "failed" and prev and prev["status"] == "done":
         return _keep_done(work, dest, run)  # a failed --force never replaces a done run
     recover_publication(dest)
-    publish_dir(work, dest)
+    publish_dir(work, dest, RUN_KIND)
     return run
 
 # %% ../../nbs/runs/00_papermill.ipynb #5815f49f
@@ -350,8 +354,8 @@ def _keep_done(work: Path, dest: Path, run: dict) -> dict:
     run = {**run, "run_dir": str(failed.resolve()), "kept_done_run": str(dest.resolve())}
     write_json(work / "run.json", run)
     recover_publication(failed)
-    check_replaceable(failed)
-    publish_dir(work, failed)
+    check_replaceable(failed, RUN_KIND, True)
+    publish_dir(work, failed, RUN_KIND)
     raise _Kept(run)
 
 # %% ../../nbs/runs/00_papermill.ipynb #5e57a3d3

@@ -209,6 +209,8 @@ _RUN_COLUMNS = (  # the table's columns, in order
 
 def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
     "(one row per evaluation with conditions and scores, folders with predictions but no metrics, runs left out and why)."
+    from vtreetrm.eval.metrics import verify_metrics
+
     rows, missing, bad, seen = [], [], [], {}  # seen: sha256 of a metrics.json -> the folders it was read from
     for root in map(Path, paths):
         if not root.exists():
@@ -233,7 +235,7 @@ def collect_runs(paths) -> tuple[pd.DataFrame, list[Path], list[dict]]:
                 seen.setdefault(digest, []).append(mf.parent)
                 if "macro_f1" not in m:
                     continue  # a notebook's own metrics, not a scored prediction set
-                rows.append(_run_row(mf, m))
+                rows.append(_run_row(mf, verify_metrics(mf, m)))  # stale or edited: listed, never a row
             except UserError as e:
                 bad.append({"run": str(mf.parent), "error": str(e)})  # left out and listed, never a wrong row
     return pd.DataFrame(rows, columns=list(_RUN_COLUMNS)), missing, bad

@@ -26,6 +26,7 @@ from typing import Literal
 from ..cli import Param
 from .folder import FINAL, RunFolder, check_number, read_run
 from vtreetrm.runs.papermill import (
+    RUN_KIND,
     ExecOptions,
     _safe_name,
     check_params,
@@ -355,7 +356,7 @@ def _write_manifest(d: Path, man: dict, **changes) -> dict:
 def _queue(d: Path, points: dict, executor: str) -> list:
     "Mark `points` queued (NAME.running/ with params.json and run.json) before they are handed to the executor."
     for name, params in points.items():
-        RunFolder(d / f"{name}.running", params).start(status="queued", executor=executor, name=name)
+        RunFolder(d / f"{name}.running", params, kind=RUN_KIND).start(status="queued", executor=executor, name=name)
     return list(points)
 
 

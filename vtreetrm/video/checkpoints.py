@@ -55,7 +55,7 @@ def save_checkpoint(
     adapter_state: dict = None,  # the peft model's full state dict when gathered elsewhere (FSDP)
 ):
     "Publish one checkpoint folder atomically."
-    with atomic_dir(dest) as tmp:
+    with atomic_dir(dest, kind=f"{kind}-checkpoint", overwrite=True, protected=True) as tmp:  # under the run lock
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"))
         if adapter is not None:  # the frozen embeddings are the base's: only the LoRA tensors go into the adapter
             adapter.save_pretrained(
@@ -445,7 +445,7 @@ def check_run_folder(out: Path, resume: bool, kind: str) -> dict | None:
             "choose another --out",
             out,
         )
-    reuse_own_dir(out)  # a link or a folder this tool did not make is refused
+    reuse_own_dir(out, f"{kind}-run")  # a link, a folder this tool did not make, or another kind is refused
     if any((out / n).exists() for n in ("best.pt", "last.pt")):
         raise UserError(
             "this run folder holds pickled checkpoints (best.pt/last.pt), which are never read; "
@@ -495,7 +495,7 @@ class TrainingRun(RunFolder):
     ):
         if not checked:
             check_run_folder(Path(out), resume, kind)
-        super().__init__(out, params, inputs, main)
+        super().__init__(out, params, inputs, main, f"{kind}-run" if kind else None)
         self.kind = kind
         self.history = read_training_log(self.dir, "history.jsonl", kind, note=False) if resume else []
         steps = read_training_log(self.dir, "steps.jsonl", kind, note=False) if resume else []  # noted on the check

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from ..utils import UserError, provenance, write_json
-from .config import DEFAULT_CACHE, FeatureSpec, Phase1TrainConfig, Phase2Config
+from ..utils import UserError, check_file_output, provenance, write_json, write_output_json
+from .config import DEFAULT_CACHE, FeatureSpec, ImportOptions, Phase1TrainConfig, Phase2Config
 
 # %% auto #0
 __all__ = ['CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd', 'export_cmd',
@@ -126,14 +126,15 @@ def predict_cmd(
     cache: str = DEFAULT_CACHE,  # feature cache folder
     label_mode: str = None,  # official | simple (default: the checkpoint's)
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
+    overwrite: bool = False,  # replace another kind of output at --out (never an input, never a user's folder)
 ):
     "Generate on a split and write predictions.jsonl + metrics.json."
-    from vtreetrm.video.predict import predict
+    from vtreetrm.video.predict import PredictOptions, predict
 
     if not dataset:
         raise UserError("--dataset is required (the dataset folder to predict on)")
     out = out or Path(ckpt).parent / f"predict_{Path(dataset).name}_{split}"
-    m = predict(ckpt, dataset, out, split, cache, label_mode, skip_bad)
+    m = predict(ckpt, dataset, out, split, cache, PredictOptions(label_mode, skip_bad, overwrite))
     print(f"Top1 {m['top1_accuracy_single_label']:.4f} Macro-F1 {m['macro_f1']:.4f} -> {Path(out) / 'metrics.json'}")
 
 # %% ../../nbs/video/06_cli.ipynb #eb353a23
@@ -141,13 +142,14 @@ def export_cmd(
     ckpt: str,  # Phase-2 checkpoint folder (RUN/best)
     out: str = None,  # folder to write (required)
     merge: bool = False,  # merge the LoRA into the LLM: a plain transformers folder in OUT/llm
+    overwrite: bool = False,  # replace an export already at --out
 ):
     "Export a Phase-2 checkpoint: the LLM (merged) or its peft adapter, the vision side, export.json."
     from vtreetrm.video.export import export_checkpoint
 
     if not out:
         raise UserError("--out is required (the folder to write)")
-    export_checkpoint(ckpt, out, merge)
+    export_checkpoint(ckpt, out, merge, overwrite)
     print(f"{'merged LLM' if merge else 'adapter'} + vision -> {out}")
 
 # %% ../../nbs/video/06_cli.ipynb #7fbe88aa
@@ -156,10 +158,7 @@ def import_cmd(
     format: Literal["activitynet", "lote", "mammalnet", "csv"] = "activitynet",  # annotation format
     videos: str = None,  # folder holding the video files (required)
     out: str = None,  # dataset folder to write (required)
-    label_map: str = None,  # JSON {official: simplified} (default: the Phase-2 report's table for lote/mammalnet)
-    split_file: str = None,  # JSON {video_id: split} or {split: [video ids]}; overrides the subsets
-    name: str = None,  # dataset name (default: the --out folder's name)
-    skip_bad: bool = False,  # leave bad segments out (listed in import_report.json)
+    options: ImportOptions = None,  # label map, split file, name, bad segments, --overwrite (ImportOptions)
 ):
     "Import temporal annotations of long videos as a dataset folder: one manifest row per annotated segment."
     from vtreetrm.video.importers import import_annotations
@@ -168,7 +167,7 @@ def import_cmd(
         raise UserError("--videos is required (the folder holding the video files)")
     if not out:
         raise UserError("--out is required (the dataset folder to write)")
-    r = import_annotations(annotations, format, videos, out, label_map, split_file, name, skip_bad)
+    r = import_annotations(annotations, format, videos, out, options)
     print(
         f"{r['rows']} segments ({r['multi_label_rows']} multi-label) from {r['videos']} videos {r['splits']}, "
         f"{len(r['skipped'])} skipped -> {out}"
@@ -186,6 +185,8 @@ def ladder_cmd(
     "The learnability ladder: Top1 / Macro-F1 of a probe on the frozen features, a probe on Phase-1, the Phase-2 cls head and answer."
     from vtreetrm.video.ladder import ladder
 
+    if out:  # before the work: a user's file, or an input, is never written over
+        check_file_output(out, "video-ladder", inputs=[dataset, phase1, phase2])
     r = ladder(dataset, features or FeatureSpec(), phase1, phase2, split)
     print(
         f"{r['dataset']} {split}: chance {100 * r['chance_top1']:.1f}%, majority {100 * (r['majority_top1'] or 0):.1f}%"
@@ -196,10 +197,8 @@ def ladder_cmd(
         else:
             print(f"  {g['stage']:<45} Top1 {100 * g['top1']:5.1f}%  Macro-F1 {100 * (g['macro_f1'] or 0):5.1f}%")
     if out:
-        write_json(
-            out,
-            {**r, "provenance": provenance({"dataset": dataset, "phase1": phase1, "phase2": phase2, "split": split})},
-        )
+        pv = provenance({"dataset": dataset, "phase1": phase1, "phase2": phase2, "split": split})
+        write_output_json(out, {**r, "provenance": pv}, "video-ladder")
 
 # %% ../../nbs/video/06_cli.ipynb #ae44d6e7
 CLI_COMMANDS = {

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from transformers import Blip2QFormerConfig
 
 # %% auto #0
-__all__ = ['DEFAULT_CACHE', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS', 'FeatureSpec', 'Phase1TrainConfig', 'Phase2Config']
+__all__ = ['DEFAULT_CACHE', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS', 'FeatureSpec', 'ImportOptions', 'Phase1TrainConfig',
+           'Phase2Config']
 
 # %% ../../nbs/video/03a_config.ipynb #f3a7c0d1
 DEFAULT_CACHE = ".cache/vtreetrm/features"
@@ -49,6 +50,17 @@ class FeatureSpec:
         "The features a run was trained on, from its params.json (or checkpoint meta) `params`, read from `cache`."
         sampling = (params.get("features") or {}).get("sampling") or {}
         return cls(cache, params["vision"], params["frames"], params["grid"], sampling.get("image_size"))
+
+# %% ../../nbs/video/03a_config.ipynb #80cf6f4b
+@dataclass
+class ImportOptions:
+    "How `video import` names, splits and maps the segments, and what it may replace."
+
+    label_map: str = None  # JSON {official: simplified} (default: the Phase-2 report's table for lote/mammalnet)
+    split_file: str = None  # JSON {video_id: split} or {split: [video ids]}; overrides the subsets
+    name: str = None  # dataset name (default: the --out folder's name)
+    skip_bad: bool = False  # leave bad segments out (listed in import_report.json)
+    overwrite: bool = False  # replace a dataset already at --out
 
 # %% ../../nbs/video/03a_config.ipynb #024f0a00
 @dataclass

@@ -67,14 +67,16 @@ def export_checkpoint(
     ckpt: str | Path,  # Phase-2 checkpoint folder (RUN/best)
     out: str | Path,  # folder to write
     merge: bool = False,  # merge the LoRA into the LLM (a plain transformers folder)
+    overwrite: bool = False,  # replace an export (or another output) already at `out`
 ) -> dict:
     "Write the LLM (merged) or its adapter, the vision side and export.json into `out`; returns export.json."
     ckpt = Path(ckpt)
-    check_replaceable(Path(out))  # before any work: a user's folder or file is never replaced
+    rule = dict(kind="video-export", overwrite=overwrite, inputs=[ckpt])  # never over the run it reads
+    check_replaceable(Path(out), **rule)  # before any work: a user's folder, an export or an input is never replaced
     meta, base = read_phase2(ckpt)
     model, tok, meta = load_phase2(ckpt, (meta, base))
     model = model.to("cpu")
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, protected=True, **rule) as tmp:
         if merge:
             merged = model.llm.merge_and_unload()
             merged.save_pretrained(tmp / "llm")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import av
 
-from ..eval.parse import check_label
-from ..utils import UserError, atomic_dir, path_component, provenance, read_json, write_json
+from ..eval.parse import check_label, norm_label
+from ..utils import UserError, atomic_dir, check_replaceable, path_component, provenance, read_json, write_json
+from .config import ImportOptions
 from .features import frames_end, video_duration
 from vtreetrm.video.labels import (
     LABEL_MAPS,
@@ -305,17 +306,24 @@ def _group(segs: list, mapping: dict, splits: dict, bad) -> list:
 # %% ../../nbs/video/00a_import.ipynb #08d624ff
 def _label_mapping(label_map, fmt: str, segs: list) -> dict:
     "--label-map if given, else the Phase-2 report's table of `fmt`, else every label as itself (each checked where it first appears)."
-    if label_map:
-        return load_label_mapping(label_map)
-    if fmt in LABEL_MAPS:
-        return LABEL_MAPS[fmt]
-    first = {}
+    mapping = load_label_mapping(label_map) if label_map else LABEL_MAPS.get(fmt)
+    first, keys = {}, {}
     for s in segs:
         first.setdefault(s.label, s)
-    for label, s in first.items():
+    for label, s in first.items():  # two spellings the scorer reads as one label would merge two classes
         path, line, fld = (*s.where, None, None, None)[:3]  # (file, line, field), empty for a segment made in code
-        check_label(label, path, line, fld or "label")
-    return {l: l for l in first}
+        other = keys.setdefault(norm_label(label), label)
+        if other != label:
+            raise UserError(
+                f"labels {other!r} and {label!r} differ only in case, spacing or Unicode form (NFC/NFD), so they would "
+                "score as one: spell them alike",
+                path,
+                line,
+                fld or "label",
+            )
+        if mapping is None:
+            check_label(label, path, line, fld or "label")
+    return mapping if mapping is not None else {l: l for l in first}
 
 
 def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
@@ -404,9 +412,12 @@ def _provenance_args(annotations: Path, fmt, videos: Path, out: Path, label_map,
     return params, [annotations] + ([label_map] if label_map else []) + ([split_file] if split_file else [])
 
 
-def _publish(out: Path, name: str, mapping: dict, manifest: list, report: dict, params: dict, inputs: list):
+def _publish(
+    out: Path, name: str, mapping: dict, manifest: list, report: dict, params: dict, inputs: list, rule: dict = None
+):
     "The dataset folder, whole or not at all: it is published only if `load_dataset` reads it back."
-    with atomic_dir(out, validate=lambda d: load_dataset(d)) as tmp:
+    rule = rule or {"kind": "video-dataset"}
+    with atomic_dir(out, validate=lambda d: load_dataset(d), protected=True, **rule) as tmp:
         write_dataset_files(tmp, name, mapping, manifest)  # checks the mapping
         write_json(tmp / "import_report.json", report)
         write_json(tmp / "provenance.json", provenance(params, inputs))
@@ -417,16 +428,16 @@ def import_annotations(
     fmt: str,  # one of FORMATS
     videos: str | Path,  # folder holding the video files
     out: str | Path,  # dataset folder to publish
-    # JSON {official: simplified}; default: the Phase-2 report's table (lote, mammalnet) or identity
-    label_map: str | Path = None,
-    split_file: str | Path = None,  # JSON {video_id: split} or {split: [video ids]}
-    name: str = None,  # dataset name (default: the output folder's name)
-    skip_bad: bool = False,  # leave bad segments out (listed in import_report.json) instead of failing
+    opts: ImportOptions = None,  # label map, split file, name, bad segments, overwrite
 ) -> dict:
     "Import temporal annotations into a dataset folder; returns the import report."
+    o = opts or ImportOptions()
+    label_map, split_file, name, skip_bad = o.label_map, o.split_file, o.name, o.skip_bad
     annotations, videos, out = Path(annotations), Path(videos), Path(out)
     if not videos.is_dir():
         raise UserError("no such videos folder", videos)
+    rule = dict(kind="video-dataset", overwrite=o.overwrite, inputs=[annotations, videos, label_map, split_file])
+    check_replaceable(out, **rule)  # before any work: a user's folder, a dataset or an input is never replaced
     segs = read_annotations(annotations, fmt)
     if not segs:
         raise UserError("the annotation file holds no segments", annotations)
@@ -444,5 +455,5 @@ def import_annotations(
         raise UserError("no usable segment is left", annotations)
     report = _import_report(fmt, annotations, segs, manifest, skipped)
     params, inputs = _provenance_args(annotations, fmt, videos, out, label_map, split_file, skip_bad)
-    _publish(out, name or out.name, mapping, manifest, report, params, inputs)
+    _publish(out, name or out.name, mapping, manifest, report, params, inputs, rule)
     return report

@@ -81,7 +81,7 @@ def check_label_mapping(mapping, path=None) -> dict:
         check_label(v, path, field=k)
         if norm_label(k) in official:
             raise UserError(
-                f"official labels {official[norm_label(k)]!r} and {k!r} differ only in case or spacing, "
+                f"official labels {official[norm_label(k)]!r} and {k!r} differ only in case, spacing or Unicode form, "
                 "and the scorer reads them as one label; keep one",
                 path,
                 field=k,

@@ -5,7 +5,7 @@
 # %% ../../nbs/video/05_predict.ipynb #2709a4ee
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -27,7 +27,7 @@ from .phase1 import dataset_features, load_phase1, open_cache
 from .tiny_llm import load_llm, resolve_dtype
 
 # %% auto #0
-__all__ = ['STORED_DTYPES', 'phase2_config', 'read_phase2', 'load_phase2', 'predict']
+__all__ = ['STORED_DTYPES', 'phase2_config', 'read_phase2', 'load_phase2', 'PredictOptions', 'predict']
 
 # %% ../../nbs/video/05_predict.ipynb #704315da
 STORED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -117,9 +117,9 @@ def _added_metrics(rows: list, ds, clips: list, mode: str, split: str, meta: dic
     }
 
 
-def _write_predictions(out, rows: list, m_extra: dict, params: dict, ckpt: Path):
+def _write_predictions(out, rows: list, m_extra: dict, params: dict, ckpt: Path, rule: dict = None):
     "The output folder, whole or not at all: predictions.jsonl, metrics.json (scored, with `m_extra`), provenance.json."
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, **(rule or {"kind": "video-predictions"})) as tmp:
         write_jsonl(tmp / "predictions.jsonl", rows)
         m = score_file(tmp / "predictions.jsonl")
         m.update(m_extra)
@@ -134,25 +134,35 @@ def _write_predictions(out, rows: list, m_extra: dict, params: dict, ckpt: Path)
     return m
 
 # %% ../../nbs/video/05_predict.ipynb #9975f568
+@dataclass
+class PredictOptions:
+    "How `predict` reads the split and what it may replace."
+
+    label_mode: str = None  # official | simple (default: the checkpoint's)
+    skip_bad: bool = False  # leave out missing/undecodable clips (reported)
+    overwrite: bool = False  # replace predictions already at `out` that cannot be told apart from a user's edit
+
+
 def predict(
     ckpt: str | Path,  # Phase-2 checkpoint folder (RUN/best)
     dataset: str | Path,  # dataset folder to evaluate on (another dataset: cross-dataset)
     out: str | Path,  # output folder (predictions.jsonl + metrics.json)
     split: str = "test",
     cache_dir: str | Path = ".cache/vtreetrm/features",
-    label_mode: str = None,  # default: the checkpoint's
-    skip_bad: bool = False,
+    opts: PredictOptions = None,  # label mode, bad clips, --overwrite
     progress: bool = True,
 ) -> dict:
     "Generate on a split, write predictions.jsonl and metrics.json; returns the metrics."
+    o = opts or PredictOptions()
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
-    check_replaceable(Path(out))  # before any work: a user's folder or file is never replaced
+    out_rule = dict(kind="video-predictions", overwrite=o.overwrite, inputs=[ckpt, dataset])  # never over its inputs
+    check_replaceable(Path(out), **out_rule)  # before any work: a user's folder, a run or an input is never replaced
     checked = read_phase2(ckpt)
     meta = checked[0]
-    ds = load_dataset(dataset, skip_bad=skip_bad)
-    mode = label_mode or meta["label_mode"]
-    clips, feats, rep = _features_as_trained(ckpt, meta, ds, cache_dir, skip_bad, progress)
+    ds = load_dataset(dataset, skip_bad=o.skip_bad)
+    mode = o.label_mode or meta["label_mode"]
+    clips, feats, rep = _features_as_trained(ckpt, meta, ds, cache_dir, o.skip_bad, progress)
     samples = make_samples(clips, ds, mode, split)
     if not samples:
         raise UserError(f"no clip in split {split!r}", Path(dataset) / "manifest.jsonl")
@@ -165,4 +175,6 @@ def predict(
         "label_mode": mode,
         "cache_dir": str(cache_dir),
     }
-    return _write_predictions(out, rows, _added_metrics(rows, ds, clips, mode, split, meta, rep), params, ckpt)
+    return _write_predictions(
+        out, rows, _added_metrics(rows, ds, clips, mode, split, meta, rep), params, ckpt, out_rule
+    )

@@ -13,7 +13,7 @@ import av
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..utils import UserError, atomic_dir, provenance, write_json
+from ..utils import UserError, atomic_dir, check_replaceable, provenance, write_json
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, load_dataset, write_dataset_files
 
 # %% auto #0
@@ -308,13 +308,14 @@ def make_synthetic(
     out = Path(out)
     if cfg.size % 2 or cfg.size < 16:
         raise UserError(f"size must be an even number >= 16, got {cfg.size}")
-    if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not overwrite:
-        raise UserError("output folder exists and is not empty (pass --overwrite to replace it)", out)
+    check_replaceable(out, "video-dataset", overwrite)  # a dataset only with --overwrite; a user's folder, a run never
     unknown = set(datasets) - set(SYNTHETIC_KINDS)
     if unknown:
         raise UserError(f"unknown synthetic dataset(s) {sorted(unknown)}; choose lote and/or mammalnet")
     report = {"config": asdict(cfg), "datasets": {}}
-    with atomic_dir(out, validate=lambda d: [load_dataset(d / n) for n in datasets]) as tmp:
+    with atomic_dir(
+        out, lambda d: [load_dataset(d / n) for n in datasets], "video-dataset", (), overwrite, True
+    ) as tmp:
         for _k, name in enumerate(datasets):
             rng = np.random.default_rng([cfg.seed, list(SYNTHETIC_KINDS).index(name)])
             report["datasets"][name] = _render_dataset(tmp / name, name, cfg, rng, progress)

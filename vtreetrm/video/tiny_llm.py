@@ -244,7 +244,7 @@ def tiny_llm(
     with FileLock(str(root / f"{key}.lock")):  # a second process waits, then reads
         if not (where / "config.json").is_file():
             tok, llm = make()
-            with atomic_dir(where) as tmp:
+            with atomic_dir(where, kind="tiny-llm", overwrite=True, protected=True) as tmp:  # under the cache lock
                 tok.save_pretrained(tmp)
                 llm.save_pretrained(tmp)
                 write_json(
