@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from vtreetrm.utils import atomic_write, provenance, write_json
+from vtreetrm.utils import UserError, atomic_write, provenance, read_json, write_json
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
@@ -16,11 +16,27 @@ def begin(params: dict) -> dict:
     return provenance(params, command=["python", *sys.argv])
 
 
+def check_own_report(out: Path, name: str):
+    "Refuse to write over NAME.json / NAME.md in `out` unless they are an earlier summary of this benchmark."
+    j, md = out / f"{name}.json", out / f"{name}.md"
+    try:
+        ours = not j.exists() or (lambda o: isinstance(o, dict) and o.get("name") == name and "figures" in o)(
+            read_json(j)
+        )
+    except UserError:
+        ours = False
+    if not ours or (md.exists() and not j.exists()) or j.is_symlink() or md.is_symlink():
+        raise SystemExit(
+            f"error: {out}: refusing to replace {j.name} / {md.name}: they are not a summary this benchmark wrote"
+        )
+
+
 def write_report(name: str, figures: dict, markdown: str, pv: dict, seconds: float, quick: bool, out=None):
     "Write NAME.json and NAME.md under `out` (default: the repository's reports/), `pv` from `begin`; returns both paths."
     import torch
 
     out = Path(out or REPORTS)
+    check_own_report(out, name)
     machine = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
     s = {"name": name, "quick": quick, "seconds": round(seconds), "date": time.strftime("%Y-%m-%d"),
          "machine": machine, "figures": figures, "provenance": pv}  # fmt: skip

@@ -52,3 +52,20 @@ def test_learnability_quick_summary(tmp_path):
 def test_readme_refuses_missing_summary(tmp_path):
     with pytest.raises(SystemExit, match="phase2_scale.json is missing: run `python benchmarks/phase2_scale.py"):
         readme_module().summary("phase2_scale", tmp_path)
+
+
+def test_a_benchmark_never_writes_over_a_users_files(tmp_path, monkeypatch):
+    "write_report replaces only an earlier summary of the same benchmark; a user's NAME.json or NAME.md is left as it is."
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import report
+
+    pv = report.begin({"x": 1})
+    report.write_report("bench", {"a": 1}, "| a |", pv, 1.0, True, tmp_path)
+    report.write_report("bench", {"a": 2}, "| a |", pv, 1.0, True, tmp_path)  # its own earlier summary: replaced
+    assert json.loads((tmp_path / "bench.json").read_text())["figures"] == {"a": 2}
+    (tmp_path / "other.json").write_text('{"mine": 1}\n')
+    (tmp_path / "notes.md").write_text("mine\n")
+    for name in ("other", "notes"):
+        with pytest.raises(SystemExit, match="refusing to replace"):
+            report.write_report(name, {"a": 1}, "| a |", pv, 1.0, True, tmp_path)
+    assert (tmp_path / "other.json").read_text() == '{"mine": 1}\n' and (tmp_path / "notes.md").read_text() == "mine\n"

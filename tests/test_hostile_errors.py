@@ -173,9 +173,17 @@ NUMBERS = [  # every numeric flag is checked before any data is read (the datase
     (["video", "phase2", "no-data", "--lr", "inf"], "--lr must be a finite number"),
     (["video", "phase2", "no-data", "--num-queries", "0"], "--num-queries must be a positive integer"),
     (["video", "phase2", "no-data", "--warmup-ratio", "2"], "--warmup-ratio must be in [0, 1)"),
-    (["release", "make-synthetic", "--out", "OUT", "--records", "-5"], "--records must be at least 1"),
+    (["release", "make-synthetic", "--out", "OUT", "--records", "-5"], "--records must be from 1 to 1,000,000"),
+    (["release", "make-synthetic", "--out", "OUT", "--records", "1000000000"], "--records must be from 1 to 1,000,000"),
     (["harness", "make-synthetic", "--out", "OUT", "--n-train-videos", "2"], "raise --n-train-videos"),
     (["harness", "make-synthetic", "--out", "OUT", "--n-test-videos", "0"], "--n-test-videos must be at least 1"),
+    (["video", "phase2", "no-data", "--threads", "-1"], "--threads must be from 0 (all cores)"),
+    (["video", "features", "no-data", "--batch-size", "0", "--cache", "OUT"], "--batch-size must be at least 1"),
+    (["video", "features", "no-data", "--batch-size", "-1", "--cache", "OUT"], "--batch-size must be at least 1"),
+    (["video", "features", "no-data", "--workers", "10000", "--cache", "OUT"], "--workers must be from 0 to"),
+    (["video", "features", "no-data", "--frames", "1000000000", "--cache", "OUT"], "--frames 1000000000"),
+    (["video", "features", "no-data", "--image-size", "100000", "--cache", "OUT"], "--image-size 100000"),
+    (["sweep", "no.yaml", "--jobs", "-3"], "--jobs must be from 1 to"),
 ]
 
 

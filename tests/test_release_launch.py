@@ -62,7 +62,8 @@ def test_verl_sft_dry_run(setup, capsys):
     )
     assert rc == 0, err
     assert (
-        out.strip().startswith("torchrun --standalone")
+        "torchrun --standalone" in out.splitlines()[-1]
+        and out.split()[0].endswith("torchrun")
         and "verl.trainer.sft_trainer" in out
         and "data.enable_thinking_default=null" in out
     )
@@ -515,3 +516,61 @@ def test_gpu_smoke_script_dry_run(tmp_path):
     rep = read_json(tmp_path / "w/sft/launch_report.json")
     assert rep["status"] == "ready" and rep["smoke"] is True and rep["checks"]["multiturn_sft_dataset_rows"] == 8
     assert "trainer.total_training_steps=10" in (tmp_path / "w/sft/command.sh").read_text()
+
+
+def _tampered_release(t, tmp_path, change) -> Path:
+    "A copy of the trajectory release whose train split `change(train, val)` rewrote (and its report's counts, if asked)."
+    import pyarrow as pa
+
+    rel = tmp_path / "rel"
+    shutil.copytree(t / "run/traj", rel)
+    train, val = pq.read_table(rel / "train.parquet"), pq.read_table(rel / "val.parquet")
+    new, fix_report = change(train, val)
+    pq.write_table(pa.concat_tables(new), rel / "train.parquet")
+    if fix_report:  # a tamperer who also updates the counts: the split membership still gives it away
+        rep = read_json(rel / "export_report.json")
+        rep["rows"]["train"] = sum(x.num_rows for x in new)
+        (rel / "export_report.json").write_text(json.dumps(rep))
+    return rel
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize(
+    "change,needles",
+    [
+        (lambda tr, va: ([tr, tr], False), ["train.parquet", "field 'rows'", "release report records"]),
+        (lambda tr, va: ([tr, va], True), ["val.parquet", "field 'source_id'", "is in train and in val"]),
+    ],
+    ids=["every row twice", "val copied into train"],
+)
+def test_verl_sft_gate_refuses_a_release_its_report_does_not_describe(setup, capsys, tmp_path, change, needles):
+    pytest.importorskip("verl")
+    t, _ = setup
+    rel = _tampered_release(t, tmp_path, change)
+    out = tmp_path / "launch"
+    rc, _, err = run(capsys, "verl-sft", "--release", rel, "--model", t / "model", "--output-dir", out, "--smoke")
+    one_line(err, rc, *needles)
+    assert not out.exists()
+
+
+@pytest.mark.verl
+def test_verl_sft_takes_any_legal_path_and_refuses_nonsense_sizes(setup, capsys, tmp_path):
+    pytest.importorskip("verl")
+    t, _ = setup
+    odd = tmp_path / "mö del (1)"
+    shutil.copytree(t / "model", odd / "model")
+    rel, out = odd / "traj", odd / "launch"
+    shutil.copytree(t / "run/traj", rel)
+    rc, _, err = run(capsys, "verl-sft", "--release", rel, "--model", odd / "model", "--output-dir", out, "--smoke")
+    assert rc == 0, err  # Hydra read every quoted path back as it is
+    import yaml
+
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    assert cfg["model"]["path"] == str((odd / "model").resolve())
+    assert cfg["data"]["train_files"] == str((rel / "train.parquet").resolve())
+    for flag, v in (("--n-gpus", "-1"), ("--max-length", "0"), ("--check-rows", "0")):
+        rc, _, err = run(
+            capsys, "verl-sft", "--release", rel, "--model", odd / "model", "--output-dir", tmp_path / "x", flag, v
+        )
+        one_line(err, rc, f"{flag} must be a positive integer")
+    assert not (tmp_path / "x").exists()

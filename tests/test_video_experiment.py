@@ -111,9 +111,13 @@ def test_video_demo_quick(tmp_path):
 
 def test_demo_refuses_seeds_or_jobs_below_one(cli, tmp_path):
     r = cli("demo", "--seeds", "0", "--runs-dir", tmp_path / "runs", "--out", tmp_path / "r.html")
-    refused_cli(r, "--seeds must be a positive integer, got 0")
+    refused_cli(r, "--seeds must be from 1 to 10", "got 0")
     r = cli("demo", "--jobs", "0", "--runs-dir", tmp_path / "runs", "--out", tmp_path / "r.html")
-    refused_cli(r, "--jobs must be a positive integer, got 0")
+    refused_cli(r, "--jobs must be a positive integer", "got 0")
+    r = cli("demo", "--seeds", "1000000", "--runs-dir", tmp_path / "runs", "--out", tmp_path / "r.html")
+    refused_cli(r, "--seeds must be from 1 to 10", "got 1000000")
+    r = cli("demo", "--synthetic-eval", "--seed", "-1", "--runs-dir", tmp_path / "runs", "--out", tmp_path / "r.html")
+    refused_cli(r, "--seed must be from 0", "got -1")
     assert not (tmp_path / "runs").exists()  # refused before anything is rendered
 
 

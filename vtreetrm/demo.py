@@ -515,8 +515,10 @@ def demo_cmd(
     t0 = time.time()
     runs_dir = Path(runs_dir)
     demo_runs(quick, 1 if seeds is None else seeds)  # a wrong --seeds or --jobs is refused before anything runs
-    if jobs is not None and jobs < 1:
-        raise UserError(f"--jobs must be a positive integer, got {jobs}")
+    if jobs is not None and not 1 <= jobs <= 2 * (os.cpu_count() or 1):
+        raise UserError(f"--jobs must be a positive integer, at most twice the {os.cpu_count() or 1} cores, got {jobs}")
+    if not 0 <= seed < 2**32:  # numpy's seeds
+        raise UserError(f"--seed must be from 0 to 4294967295, got {seed}")
     parts = parts or DemoParts()
     if parts.synthetic_eval:
         p = _synthetic_eval_report(out, runs_dir, seed, fresh)

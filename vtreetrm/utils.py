@@ -32,8 +32,8 @@ __all__ = ['PUBLISHED_MARKER', 'WEIGHT_FILES', 'DERIVED_ENTRIES', 'OUTPUT_KEY', 
            'check_replaceable', 'publish_dir', 'folder_lock', 'atomic_dir', 'check_file_output', 'write_output_json',
            'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'path_component', 'loads_json', 'read_json', 'strip_bom',
            'iter_jsonl', 'write_jsonl', 'read_appended_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
-           'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'git_info', 'now_iso', 'provenance',
-           'provenance_later', 'run_sync', 'train_byte_bpe']
+           'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'machine_memory', 'check_size',
+           'git_info', 'now_iso', 'provenance', 'provenance_later', 'run_sync', 'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -826,6 +826,28 @@ def package_versions(names=TRACKED_PACKAGES) -> dict:
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[n] = metadata.version(n)
     return out
+
+# %% ../nbs/00_utils.ipynb #3ec3e6e6
+def machine_memory() -> int:
+    "Bytes of memory this process may use: the machine's physical memory, or its cgroup's limit where that is lower."
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int(Path(f).read_text().strip()))  # 'max' (no limit) is not a number
+    return total
+
+
+def check_size(
+    need: float,  # bytes the work would hold at once
+    what: str,  # the flags that decide it, named in the refusal
+    share: float = 0.8,  # the part of the machine's memory it may take
+):
+    "Refuse work that would need more than `share` of `machine_memory()`, naming the flags to lower."
+    have = machine_memory()
+    if need > share * have:
+        raise UserError(
+            f"{what} would need about {need / 2**30:,.1f} GiB of memory at once; this machine has {have / 2**30:,.1f} GiB: lower them"
+        )
 
 # %% ../nbs/00_utils.ipynb #e1054307
 def git_info(path: str | Path = ".") -> dict:

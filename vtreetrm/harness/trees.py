@@ -146,6 +146,8 @@ def sample_times(duration: float, fps: float = 1.0, max_frames: int = 512) -> li
     "The middle of every 1/fps s step of `duration` s, at most `max_frames` of them, evenly spread."
     check_sampling(fps, max_frames)
     rate = min(fps, max_frames / duration) if duration > 0 else fps
+    if duration > 0 and duration * rate < 1:
+        return [duration / 2]  # less than one frame over the whole video: its middle frame
     n = max(1, min(max_frames, int(duration * rate)))
     return [(k + 0.5) / rate for k in range(n)]
 

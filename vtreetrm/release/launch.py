@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import io
 import math
+import os
 import re
 import shlex
 import subprocess
@@ -27,6 +28,7 @@ from vtreetrm.utils import (
     atomic_write,
     changed_files,
     model_identity,
+    now_iso,
     read_json,
     sha256_file,
     write_json,
@@ -34,8 +36,9 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASETS', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl',
-           'compose_verl_config', 'SftOptions', 'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'verl_merge',
-           'release_canonical', 'check_audit_report', 'rl_gates', 'RLChecks', 'RLOptions', 'verl_rl']
+           'compose_verl_config', 'run_launch', 'hydra_path', 'torchrun', 'SftOptions', 'verl_sft',
+           'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'check_audit_report', 'rl_gates',
+           'RLChecks', 'RLOptions', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #1c7d6501
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
@@ -118,7 +121,35 @@ def _release_files(release, want: str) -> tuple[dict, str]:
     r, rep = release_report(rel)
     if not (r.get("validation") or {}).get("valid"):
         raise UserError("the release's report does not say it validated", rep, None, "validation.valid")
-    return {s: str(p.resolve()) for s, p in files.items()}, kinds.pop()
+    kind = kinds.pop()
+    if want == "sft":
+        _check_release_rows(files, r, rep)
+    return {s: str(p.resolve()) for s, p in files.items()}, kind
+
+
+def _check_release_rows(files: dict, r: dict, rep: Path):
+    "Refuse a release whose split files no longer hold what its report records: other row counts, or one sample in two splits."
+    import pyarrow.parquet as pq
+
+    want = r.get("rows")
+    if not isinstance(want, dict):
+        raise UserError("the release's report records no row counts", rep, None, "rows")
+    for s, p in files.items():
+        n = open_parquet(p).metadata.num_rows
+        if n != want.get(s):
+            raise UserError(f"{n} rows, but the release report records {want.get(s)!r} for {s}", p, None, "rows")
+    seen = {}  # (data_source, source_id) -> the split that holds it
+    for s, p in files.items():
+        t = pq.read_table(p, columns=["data_source", "source_id"])
+        for key in set(zip(t.column("data_source").to_pylist(), t.column("source_id").to_pylist())):
+            other = seen.setdefault(key, s)
+            if other != s:
+                raise UserError(
+                    f"sample {key[1]!r} of {key[0]!r} is in {other} and in {s}: a split leaks into another",
+                    p,
+                    None,
+                    "source_id",
+                )
 
 # %% ../../nbs/release/13_launch.ipynb #fe4cc4a5
 def _tokenizer(model):
@@ -148,7 +179,22 @@ def _publish(output_dir, command: list, cfg, report: dict, dry_run: bool) -> int
     print(shlex.join(command))
     if dry_run:
         return 0
-    return subprocess.run(command).returncode
+    return run_launch(Path(output_dir) / "launch_report.json", report, command)
+
+
+def run_launch(path: Path, report: dict, command: list) -> int:
+    "Run the launch's command, its report saying `running` (with the pid) until it ends `done` or `failed` (with its exit code)."
+    write_json(path, {**report, "status": "running", "pid": os.getpid(), "started": now_iso()})
+    status, rc = "failed", None
+    try:
+        rc = subprocess.run(command).returncode
+        status = "done" if rc == 0 else "failed"
+        return rc
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:  # a launch killed outright stays `running` with a pid that is gone: never `ready`
+        write_json(path, {**report, "status": status, "returncode": rc, "ended": now_iso()})
 
 # %% ../../nbs/release/13_launch.ipynb #271a9cf8
 def _check_think(release, smoke: bool, kind: str) -> str | None:
@@ -164,6 +210,24 @@ def _check_think(release, smoke: bool, kind: str) -> str | None:
             field="think_source",
         )
     return think
+
+# %% ../../nbs/release/13_launch.ipynb #4ff17017
+_HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_\-+./:]+")
+
+
+def hydra_path(p) -> str:
+    "`p` as a Hydra override value: as it is when plain, else single-quoted with backslash escapes."
+    s = str(p)
+    if _HYDRA_PLAIN.fullmatch(s):
+        return s
+    # Hydra's quoted strings: a run of backslashes is doubled only before a quote or at the end, where it is read
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), s) + "'"
+
+
+def torchrun() -> list:
+    "The torchrun of the running interpreter's environment (its console script, else `python -m torch.distributed.run`)."
+    exe = Path(sys.executable).parent / "torchrun"
+    return [str(exe)] if exe.is_file() else [sys.executable, "-m", "torch.distributed.run"]
 
 # %% ../../nbs/release/13_launch.ipynb #4789301b
 # data.custom_cls for verl's SFT trainer, by release kind. verl's own MultiTurnSFTDataset renders each message alone,
@@ -188,8 +252,8 @@ def _device_overrides(device: str) -> list:
 def _sft_overrides(p: dict, files: dict, kind: str) -> list:
     "verl SFT Hydra overrides for the parameters `p` of `verl_sft` and the split files of a `kind` release."
     return [
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
+        f"data.train_files={hydra_path(files['train'])}",
+        f"data.val_files={hydra_path(files['val'])}",
         "data.messages_key=messages",
         "data.tools_key=tools",
         "data.enable_thinking_default=null",
@@ -198,12 +262,12 @@ def _sft_overrides(p: dict, files: dict, kind: str) -> list:
         "data.truncation=error",
         f"data.custom_cls.path={SFT_DATASETS[kind][0]}",
         f"data.custom_cls.name={SFT_DATASETS[kind][1]}",
-        f"model.path={Path(p['model']).resolve()}",
+        f"model.path={hydra_path(Path(p['model']).resolve())}",
         f"trainer.n_gpus_per_node={p['n_gpus']}",
         "trainer.nnodes=1",
         f"trainer.project_name={p['project']}",
         f"trainer.experiment_name={p['experiment']}",
-        f"trainer.default_local_dir={Path(p['output_dir']).resolve()}/checkpoints",
+        f"trainer.default_local_dir={hydra_path(Path(p['output_dir']).resolve() / 'checkpoints')}",
         "trainer.logger=[console]",
         *_device_overrides(p["device"]),
         *(p["extra"] or []),
@@ -282,6 +346,12 @@ class SftOptions:
     experiment: str = None  # trainer.experiment_name (default sft-KIND: sft-trajectory or sft-legacy)
     check_rows: int = 8  # rows loaded through the launch's dataset class (data.custom_cls) as a gate
 
+    def __post_init__(self):
+        for f in ("max_length", "n_gpus", "check_rows"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise UserError(f"--{f.replace('_', '-')} must be a positive integer, got {v!r}")
+
 
 @requires("release", "model", "output_dir")
 def verl_sft(
@@ -311,7 +381,7 @@ def verl_sft(
     cfg = compose_verl_config("sft_trainer_engine", overrides)
     _check_sft_config(cfg)
     rows = _check_sft_rows(cfg, files["train"], tok, check_rows)
-    cmd = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={n_gpus}", "-m", SFT_ENTRY[device]]
+    cmd = [*torchrun(), "--standalone", "--nnodes=1", f"--nproc_per_node={n_gpus}", "-m", SFT_ENTRY[device]]
     cmd += overrides
     return _publish(output_dir, cmd, cfg, _sft_report(params, files, kind, verl, think, rows, cmd), dry_run)
 
@@ -595,31 +665,31 @@ def _rl_overrides(p: dict, files: dict, loggers: list, reward_py: Path) -> list:
     "verl PPO (RLOO) Hydra overrides for the parameters `p` of `verl_rl`."
     out = Path(p["output_dir"]).resolve()
     return [
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
+        f"data.train_files={hydra_path(files['train'])}",
+        f"data.val_files={hydra_path(files['val'])}",
         "data.prompt_key=prompt",
         "data.return_raw_chat=true",
         f"data.train_batch_size={p['train_batch_size']}",
         f"data.max_prompt_length={p['max_prompt_length']}",
         f"data.max_response_length={p['max_response_length']}",
         "algorithm.adv_estimator=rloo",
-        f"actor_rollout_ref.model.path={Path(p['sft_model']).resolve()}",
+        f"actor_rollout_ref.model.path={hydra_path(Path(p['sft_model']).resolve())}",
         f"actor_rollout_ref.rollout.n={p['rollout_n']}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={p['train_batch_size']}",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.rollout.multi_turn.enable=true",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={out / 'tools.yaml'}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={hydra_path(out / 'tools.yaml')}",
         "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-        f"reward.custom_reward_function.path={reward_py}",
+        f"reward.custom_reward_function.path={hydra_path(reward_py)}",
         "reward.custom_reward_function.name=compute_score",
         f"actor_rollout_ref.rollout.name={p['rollout_engine']}",
         f"trainer.n_gpus_per_node={p['gpus_per_node']}",
         f"trainer.nnodes={p['nnodes']}",
         f"trainer.project_name={p['project']}",
         f"trainer.experiment_name={p['experiment']}",
-        f"trainer.default_local_dir={out}/checkpoints",
+        f"trainer.default_local_dir={hydra_path(out / 'checkpoints')}",
         f"trainer.logger=[{','.join(loggers)}]",
         *(p["extra"] or []),
     ]
@@ -765,4 +835,4 @@ def verl_rl(
     rep = _rl_report(params, files, verl, gates, [t.name for t in tools], reward_py, cmd)
     _publish_rl(out, cfg, tools_yaml, cmd, rep, o.nnodes)
     print(shlex.join(cmd))
-    return 0 if dry_run else subprocess.run(cmd).returncode
+    return 0 if dry_run else run_launch(out / "launch_report.json", rep, cmd)

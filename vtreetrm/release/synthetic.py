@@ -21,8 +21,8 @@ from .assets import FORMAL_DATASET, NATIVE_PROMPT_FIELDS, make_report, requires
 from ..utils import UserError, atomic_dir, write_json
 
 # %% auto #0
-__all__ = ['STANDARD', 'LEVELS', 'HEADERS', 'FIELDS', 'FIXED_TIME', 'standard_categories', 'full_width', 'generate_rows',
-           'write_workbook', 'add_dimensions', 'make_synthetic']
+__all__ = ['STANDARD', 'LEVELS', 'HEADERS', 'FIELDS', 'MAX_RECORDS', 'FIXED_TIME', 'standard_categories', 'full_width',
+           'generate_rows', 'write_workbook', 'add_dimensions', 'make_synthetic']
 
 # %% ../../nbs/release/01_synthetic.ipynb #67f8d227
 # domain: (code, name, table prefix, [sub: (code, name, table word, [(leaf name, tokens, zh words, base level)])])
@@ -355,6 +355,7 @@ def _append_table(ws, rng, rows: list):
         ws.merged_cells.ranges.add(CellRange(f"B{first}:B{last}"))
 
 # %% ../../nbs/release/01_synthetic.ipynb #91142449
+MAX_RECORDS = 1_000_000  # one sheet may receive most of them, and an xlsx sheet holds 1,048,576 rows
 FIXED_TIME = datetime.datetime(2000, 1, 1)  # the workbook's document and zip entry times: none is the time of the run
 
 
@@ -502,8 +503,10 @@ def make_synthetic(
     progress: bool = True,  # show a progress bar
 ):
     "Write a complete runtime-local synthetic asset set (workbook, mapping, registry, corpus, standards, configs)."
-    if records < 1:
-        raise UserError("--records must be at least 1")
+    if not 1 <= records <= MAX_RECORDS:
+        raise UserError(
+            f"--records must be from 1 to {MAX_RECORDS:,} (an xlsx sheet holds 1,048,576 rows), got {records}"
+        )
     params = dict(
         out=out, records=records, dataset=dataset, seed=seed, conflicts=conflicts, num_candidates=num_candidates
     )

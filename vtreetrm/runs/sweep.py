@@ -40,8 +40,9 @@ from ..utils import UserError, load_yaml, now_iso, provenance, read_json, sha256
 __all__ = ['SWEEP_KEYS', 'MAX_SWEEP_POINTS', 'EXECUTORS', 'SLURM_WAITING', 'SLURM_RUNNING', 'TOP1_KEYS', 'SWEEP_COMMANDS',
            'load_sweep', 'expand_sweep', 'ExecutorOptions', 'executor_options', 'sweep_folder', 'read_manifest',
            'check_manifest', 'check_sweep_folder', 'check_notebook_sha', 'manifest_notebook', 'point_run', 'SweepPoint',
-           'check_slurm', 'connect_ray', 'submit_points', 'with_gpus', 'start_sweep', 'run_sweep', 'slurm_states',
-           'sweep_status', 'saved_options', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd', 'resume_cmd']
+           'check_slurm', 'connect_ray', 'submit_points', 'with_gpus', 'check_jobs', 'start_sweep', 'run_sweep',
+           'slurm_states', 'sweep_status', 'saved_options', 'resume_sweep', 'wait_for', 'sweep_cmd', 'status_cmd',
+           'resume_cmd']
 
 # %% ../../nbs/runs/02_sweep.ipynb #cf1563ac
 SWEEP_KEYS = {"notebook", "name", "params", "grid", "runs", "jobs", "runs_dir", "executor"}
@@ -499,9 +500,17 @@ def with_gpus(params: dict, opts: ExecutorOptions, declared: dict) -> dict:
     return params
 
 # %% ../../nbs/runs/02_sweep.ipynb #2dd2aee3
+def check_jobs(jobs: int | None):
+    "Refuse a --jobs that is no number of processes: below 1, or more than twice the cores (the YAML's `jobs` likewise)."
+    cores = os.cpu_count() or 1
+    if jobs is not None and not 1 <= jobs <= 2 * cores:
+        raise UserError(f"--jobs must be from 1 to {2 * cores} (twice this machine's {cores} cores), got {jobs}")
+
+
 def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOptions = None, jobs: int = None,
                 force: bool = False) -> tuple:  # fmt: skip
     "Read the sweep, check every point and the folder; `(folder, manifest, executor options, local processes)`."
+    check_jobs(jobs)
     spec = load_sweep(path)
     nb = resolve_notebook(spec["notebook"])
     declared = notebook_parameters(nb)
@@ -644,6 +653,7 @@ def saved_options(d: Path, man: dict, flags: ExecutorOptions = None) -> Executor
 
 def resume_sweep(d: str | Path, opts: ExecutorOptions = None, jobs: int = 1, progress: bool = True) -> dict:
     "Run or resubmit the points of the sweep in `d` that failed or never ran, with its executor unless `opts` says other."
+    check_jobs(jobs)
     d = Path(d)
     man = read_manifest(d)
     opts = saved_options(d, man, opts)

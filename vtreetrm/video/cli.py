@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from ..utils import UserError, check_file_output, provenance, write_json, write_output_json
+from ..utils import UserError, check_file_output, provenance, write_output_json
 from .config import DEFAULT_CACHE, FeatureSpec, ImportOptions, Phase1TrainConfig, Phase2Config
 
 # %% auto #0
@@ -47,6 +47,8 @@ def features_cmd(
     from vtreetrm.video.labels import load_dataset
     from vtreetrm.video.phase1 import dataset_features, open_cache
 
+    if report:  # before the work: a user's file, or a dataset's, is never written over
+        check_file_output(report, "video-features-report", "--report", inputs=datasets)
     c = open_cache(features or FeatureSpec(), batch_size)
     out = {}
     for d in datasets:
@@ -56,15 +58,8 @@ def features_cmd(
             f"{d}: {r['encoded']} encoded, {r['cached']} cached, {len(r['short_clips'])} sampled with repetition, {len(r['skipped'])} skipped"
         )
     if report:
-        write_json(
-            report,
-            {
-                "features": c.key,
-                "datasets": out,
-                "timing": {k: round(v, 3) for k, v in c.timing.items()},
-                "provenance": provenance(),
-            },
-        )
+        rep = {"features": c.key, "datasets": out, "timing": {k: round(v, 3) for k, v in c.timing.items()}}
+        write_output_json(report, {**rep, "provenance": provenance()}, "video-features-report", "--report")
 
 # %% ../../nbs/video/06_cli.ipynb #02df7141
 def phase1_cmd(
@@ -97,7 +92,7 @@ def phase2_cmd(
     dataset: str,  # dataset folder
     out: str = "papermill_runs/video/phase2",  # run folder
     phase1: str = None,  # frozen Phase-1 checkpoint folder (RUN/best of video phase1)
-    threads: int = None,  # torch CPU threads
+    threads: int = None,  # torch CPU threads (0: all cores, torch's default)
     skip_bad: bool = False,  # leave out missing/undecodable clips (reported)
     resume: bool = False,  # continue the run in --out from its last/ checkpoint
     features: FeatureSpec = None,  # the feature options (FeatureSpec)

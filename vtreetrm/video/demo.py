@@ -21,7 +21,7 @@ from .synthetic import SCALES, SyntheticConfig, make_synthetic
 from .tiny_llm import load_base_llm
 
 # %% auto #0
-__all__ = ['HEADLINE', 'seed_name', 'demo_runs', 'run_video_demo']
+__all__ = ['HEADLINE', 'MAX_SEEDS', 'seed_name', 'demo_runs', 'run_video_demo']
 
 # %% ../../nbs/video/07_demo.ipynb #f0838bc6
 # the cls head (BCE on the Q-former output, weight 1) makes the Q-former read the labels early: the answer converges
@@ -36,10 +36,13 @@ def seed_name(name: str, seed: int) -> str:
     return name if seed == 0 else f"{name}_seed{seed}"
 
 
+MAX_SEEDS = 10  # each seed adds 3 Phase-2 runs (about 2 minutes on 2 cores): ten is half an hour of the demo
+
+
 def demo_runs(quick: bool = False, seeds: int = 1) -> list[dict]:
     "The Phase-2 runs of the demo: name, variant, data ('default' or 'small'), dataset and config overrides."
-    if seeds < 1:
-        raise UserError(f"--seeds must be a positive integer, got {seeds}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise UserError(f"--seeds must be from 1 to {MAX_SEEDS} (each seed adds 3 Phase-2 runs), got {seeds}")
     head = {**HEADLINE, **(dict(num_queries=8, epochs=2) if quick else {})}
     M, big = head["num_queries"], 16 if quick else 128
     runs = [

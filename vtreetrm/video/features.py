@@ -11,6 +11,7 @@ import heapq
 import io
 import json
 import multiprocessing as mp
+import os
 import struct
 import threading
 import time
@@ -29,7 +30,7 @@ from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 from transformers import Dinov2Config, Dinov2Model
 
-from ..utils import UserError, atomic_write, read_json, sha256_file, sha256_json, write_json
+from ..utils import UserError, atomic_write, check_size, read_json, sha256_file, sha256_json, write_json
 
 # %% auto #0
 __all__ = ['SEEK_BACK', 'TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'DECODE_RESIZE', 'sample_indices',
@@ -487,9 +488,18 @@ class FeatureCache:
         workers: int = 0,  # processes decoding ahead of the encoder (0: decode in this process)
     ):
         self.model, self.sampling, self.batch_size = model, (sampling or Sampling()).resolved(model), batch_size
-        if workers < 0:
-            raise UserError(f"--workers must be 0 or more, got {workers}")
+        cores = os.cpu_count() or 1
+        if not 0 <= workers <= 2 * cores:
+            raise UserError(
+                f"--workers must be from 0 to {2 * cores} (twice this machine's {cores} cores), got {workers}"
+            )
+        if batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, got {batch_size}")
         self.workers, self.timing = workers, {"decode_wait": 0.0, "encode": 0.0}
+        s = self.sampling  # before any clip is decoded: sizes that cannot fit the machine are refused
+        check_size(
+            self.memory_needed(), f"--frames {s.frames}, --image-size {s.image_size} and --batch-size {batch_size}"
+        )
         self.identity = encoder_identity(model)
         self.root = Path(root)
         self.dir = self.root / self.identity["key"][:16] / sha256_json(self.sampling.key())[:12]
@@ -536,6 +546,16 @@ class FeatureCache:
     def feature_shape(self) -> tuple:
         "(T, 1 + grid*grid, D): the shape of every feature array of this cache."
         return (self.sampling.frames, 1 + self.sampling.grid**2, self.identity["hidden_size"])
+
+    def memory_needed(self) -> float:
+        "Bytes the clips in flight hold at once (a lower bound): frames decoded ahead, a batch of encoder input, its activations."
+        s, cfg = self.sampling, self.model.config
+        size = s.image_size or getattr(cfg, "image_size", 224)
+        ahead = max(2 * self.batch_size, 4 * self.workers) if self.workers else 1
+        frame = size * size * 3  # uint8, decoded at the encoder's size at the least
+        tokens = (size // getattr(cfg, "patch_size", 14)) ** 2 + 1
+        acts = tokens * getattr(cfg, "hidden_size", 768) * 4 * 6  # float32 activations of one frame inside a layer
+        return float(s.frames) * (ahead * frame + self.batch_size * (frame * 4 + acts))
 
     def path_for(self, sha: str) -> Path:
         return self.dir / sha[:2] / f"{sha}.npy"
@@ -630,7 +650,8 @@ class FeatureCache:
         ctx = mp.get_context(
             "fork" if "fork" in mp.get_all_start_methods() else "spawn"
         )  # fork: no re-import per worker
-        with ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
+        workers = min(self.workers, len(todo)) or 1  # never more processes than clips
+        with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
             it, window = iter(todo), collections.deque()
 
             def submit():
@@ -645,7 +666,7 @@ class FeatureCache:
                         )
                     )
 
-            for _ in range(max(2 * self.batch_size, 4 * self.workers)):
+            for _ in range(max(2 * self.batch_size, 4 * workers)):
                 submit()  # bounded: memory of a few batches
             while window:
                 c, sha, fut = window.popleft()

@@ -326,6 +326,12 @@ def _label_mapping(label_map, fmt: str, segs: list) -> dict:
     return mapping if mapping is not None else {l: l for l in first}
 
 
+def _ms(t: float) -> str:
+    "A time in a derived segment id: to the millisecond where that is exact, else every digit (segments under 1 ms apart stay apart)."
+    s = f"{t:.3f}"
+    return s if float(s) == t else repr(float(t))
+
+
 def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
     "Check one grouped row against its video (found and probed once per video) and the ids so far; fills in its id."
     files, durations, ids, file_splits = seen
@@ -348,7 +354,7 @@ def _check_row(r: dict, s: Segment, vid: str, videos: Path, seen: tuple):
             *s.where[:2],
             s.where[2] or "end",
         )
-    r["id"] = r["id"] or f"{vid}@{r['start']:.3f}-{r['end']:.3f}"
+    r["id"] = r["id"] or f"{vid}@{_ms(r['start'])}-{_ms(r['end'])}"
     if r["id"] in ids:
         raise UserError(
             f"video {vid!r}: duplicate segment id {r['id']!r} (first at {ids[r['id']]})", *s.where[:2], "id"

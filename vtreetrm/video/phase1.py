@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -274,6 +275,12 @@ def _split_rows(clips: list) -> tuple[list, list]:
     va = [i for i, c in enumerate(clips) if c.split == "val"]
     if len(tr) < 2 or not va:
         raise UserError("Phase-1 needs at least two train clips and one val clip")
+    if len(va) < 2:  # a contrastive loss over one clip has nothing to contrast it with
+        print(
+            "note: the val split holds 1 clip: its contrastive loss is 0 by construction, so best/ says nothing "
+            "about generalisation (add val clips)",
+            file=sys.stderr,
+        )
     return tr, va
 
 
@@ -368,6 +375,7 @@ def _fit_phase1(
         "branches_skipped": [b for b in BRANCHES if not cfg.classes[b]],
         "train_clips": len(tr),
         "val_clips": len(va),
+        "val_note": "one val clip: its contrastive loss is 0 by construction" if len(va) < 2 else None,
         "datasets": [ds.name for ds in dss],
         "features": {
             k: {kk: r[kk] for kk in ("encoded", "cached", "short_clips", "skipped")} for k, r in reports.items()

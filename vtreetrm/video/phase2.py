@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
+import os
 import random
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -70,7 +72,7 @@ from .tiny_llm import load_base_llm, resolve_dtype
 
 # %% auto #0
 __all__ = ['TRACKER_PACKAGES', 'LOG_EVERY', 'make_optimizer', 'rank_batches', 'make_accelerator', 'state_for_saving',
-           'RunOptions', 'train_phase2', 'Phase2Trainer']
+           'check_splits', 'RunOptions', 'train_phase2', 'Phase2Trainer']
 
 # %% ../../nbs/video/04_phase2.ipynb #0c448b84
 def _epoch_order(samples: list, cfg: Phase2Config, epoch: int, mirrored: dict = None) -> list:
@@ -161,6 +163,26 @@ def _phase1_ref(phase1) -> dict | None:
     return {"path": str(Path(phase1).resolve()), "sha256": sha256_file(Path(phase1) / "model.safetensors")}
 
 
+def check_splits(ds) -> list:
+    "Refuse a dataset without train or val clips before anything loads; the classes that no train clip has (noted)."
+    have = {c.split for c in ds.clips}
+    missing = [s for s in ("train", "val") if s not in have]
+    if missing:
+        raise UserError(
+            f"the dataset needs clips in both the train and the val split (it has none in {' and '.join(missing)})",
+            ds.root / "manifest.jsonl",
+        )
+    trained = {l for c in ds.clips if c.split == "train" for l in c.labels}
+    unseen = sorted({l for c in ds.clips if c.split != "train" for l in c.labels} - trained)
+    if unseen:
+        print(
+            f"note: {len(unseen)} class(es) have no train clip ({', '.join(map(repr, unseen[:5]))}"
+            f"{', ...' if len(unseen) > 5 else ''}): they stay candidates and count in chance, but cannot be learned",
+            file=sys.stderr,
+        )
+    return unseen
+
+
 def _samples(clips, ds, cfg: Phase2Config) -> tuple[list, list]:
     train, val = make_samples(clips, ds, cfg.label_mode, "train"), make_samples(clips, ds, cfg.label_mode, "val")
     if not train or not val:
@@ -225,8 +247,15 @@ class RunOptions:
     skip_bad: bool = False  # leave out missing/undecodable clips (reported)
     eval_split: str = "test"  # the split predicted and scored when training ends
     progress: bool = True  # progress bars
-    threads: int = None  # torch CPU threads (None: torch's default)
+    threads: int = None  # torch CPU threads (None or 0: torch's default, all cores)
     dtype: torch.dtype = torch.float32  # the LLM's: `train_phase2` sets it from the config's --dtype
+
+    def __post_init__(self):
+        cores = os.cpu_count() or 1
+        if self.threads is not None and not (isinstance(self.threads, int) and 0 <= self.threads <= 2 * cores):
+            raise UserError(
+                f"--threads must be from 0 (all cores) to {2 * cores} (twice the cores), got {self.threads}"
+            )
 
 # %% ../../nbs/video/04_phase2.ipynb #721da99d
 @dataclass
@@ -324,6 +353,7 @@ def train_phase2(
         # every check that needs no features comes first
         cfg, state, p1_meta, blip = _check_start(cfg, out, resume, opts.phase1)
         ds = load_dataset(opts.dataset, skip_bad=opts.skip_bad)
+        check_splits(ds)  # before the features and the LLM: a dataset without a val split costs nothing
         _check_flip_map(cfg, ds, opts.dataset)
         cache = open_cache(opts.features)
         inputs = _read_inputs(cfg, opts, ds, cache, out, acc)
