@@ -170,3 +170,37 @@ def test_a_killed_prepare_leaves_nothing_that_looks_prepared(tmp_path):
     with pytest.raises(mp.UserError, match="is not prepared"):
         mp.prepared_model("smollm2-135m-instruct", cache)
     assert sys.executable  # (the console script ran under this interpreter)
+
+
+def test_features_and_phase1_run_on_the_real_image_encoder(prepared, tmp_path, monkeypatch, capsys):
+    "`--vision efficientnet-lite0`: the frames in the encoder's own normalization, features 1280 wide, Phase-1 on them."
+    import numpy as np
+    from skimage import data
+
+    from vtreetrm.video.features import Sampling, encode_frames, load_vision_encoder
+    from vtreetrm.video.synthetic import SyntheticConfig, make_synthetic
+
+    monkeypatch.setenv("VTREETRM_MODELS", str(prepared))
+    enc = load_vision_encoder("efficientnet-lite0")
+    assert (enc.image_mean, enc.config.hidden_size, enc.config.image_size) == ((0.5, 0.5, 0.5), 1280, 224)
+    cat, cup = data.chelsea(), data.coffee()
+    f = encode_frames(enc, [cat[None], cat[None, :, ::-1], cup[None]], Sampling(frames=1, grid=4))
+    assert f.shape == (3, 1, 17, 1280)
+    cos = torch.nn.functional.cosine_similarity
+    assert cos(f[0, 0, 0], f[1, 0, 0], 0) > cos(f[0, 0, 0], f[2, 0, 0], 0) + 0.1  # the mirror image, not the cup
+    cfg = SyntheticConfig(head_count=6, min_count=4, mammalnet_count=2, multi_label=1, n_short=0)
+    make_synthetic(tmp_path / "syn", cfg, datasets=("lote",), progress=False)
+    ds, cache, rep = tmp_path / "syn" / "lote", tmp_path / "cache", tmp_path / "features.json"
+    vis = ["--vision", "efficientnet-lite0", "--frames", 4, "--cache", cache]
+    rc, _, err = run(capsys, "video", "features", ds, *vis, "--report", rep)
+    assert rc == 0, err
+    r = json.loads(rep.read_text())
+    n = r["datasets"][str(ds)]["shape"][0]
+    assert r["datasets"][str(ds)]["shape"] == [n, 4, 17, 1280] and n > 20, r
+    ident = json.loads(next(cache.glob("*/encoder.json")).read_text())
+    assert (ident["source"], ident["hidden_size"]) == ("efficientnet-lite0", 1280), ident
+    rc, _, err = run(capsys, "video", "phase1", ds, "--out", tmp_path / "p1", "--epochs", 1, *vis)
+    assert rc == 0, err
+    ck = json.loads((tmp_path / "p1" / "best" / "checkpoint.json").read_text())
+    assert ck["config"]["feature_dim"] == 1280, ck["config"]
+    assert np.isfinite(ck["metrics"]["val_loss"])

@@ -35,8 +35,8 @@ from ..utils import UserError, atomic_write, check_size, read_json, sha256_file,
 # %% auto #0
 __all__ = ['SEEK_BACK', 'TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'DECODE_RESIZE', 'sample_indices',
            'segment_times', 'display_transform', 'rgb', 'presented', 'video_duration', 'shown_until', 'frames_end',
-           'decode_clip', 'load_image_processor', 'load_vision_encoder', 'processor_settings', 'encoder_identity',
-           'Sampling', 'pixel_values', 'encode_pixels', 'encode_frames', 'FeatureCache']
+           'decode_clip', 'load_image_processor', 'CNNEncoder', 'load_vision_encoder', 'processor_settings',
+           'encoder_identity', 'Sampling', 'pixel_values', 'encode_pixels', 'encode_frames', 'FeatureCache']
 
 # %% ../../nbs/video/02_features.ipynb #825a8033
 def sample_indices(n: int, T: int) -> list:
@@ -307,11 +307,48 @@ TINY_DINOV2 = dict(
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
+class CNNEncoder(torch.nn.Module):
+    """A frozen convolutional image encoder read as the feature cache reads a `Dinov2Model`: its last hidden state is
+    the mean of the final feature map (in the CLS place) followed by the map's cells (the patch tokens)."""
+
+    def __init__(self, net, cfg: dict):
+        super().__init__()
+        self.net = net
+        # the encoder's input size, normalization and width, as a config (hashed into the cache key like DINOv2's)
+        self.config = transformers.PretrainedConfig(**cfg, patch_size=32)  # EfficientNet's output stride
+        self.image_mean, self.image_std = tuple(cfg["mean"]), tuple(cfg["std"])
+
+    @property
+    def dtype(self):
+        return next(self.parameters()).dtype
+
+    def forward(self, pixel_values):
+        cells = self.net.extract_features(pixel_values).flatten(2).transpose(1, 2)  # (N, h*w, D)
+        return transformers.modeling_outputs.BaseModelOutput(
+            last_hidden_state=torch.cat([cells.mean(1, keepdim=True), cells], 1)
+        )
+
+
+def _prepared_encoder(vision: str):
+    "The CNN encoder of a prepared `models` folder (by name or path), or None when `vision` names none."
+    from vtreetrm.models.prepare import MODELS, load_image_encoder, prepared_model
+
+    if vision in MODELS and MODELS[vision].kind != "image-encoder":
+        raise UserError(f"--vision {vision!r} is a {MODELS[vision].kind}, not an image encoder")
+    folder = prepared_model(vision)
+    man = folder / "manifest.json"
+    if vision not in MODELS and not (man.is_file() and (read_json(man) or {}).get("kind") == "image-encoder"):
+        return None
+    net = load_image_encoder(folder)
+    return CNNEncoder(net, net.vt_config)
+
+
 def load_vision_encoder(
-    vision: str = "tiny",  # 'tiny' (random config built in code) or a local path / hub id
+    vision: str = "tiny",  # 'tiny' (random config built in code), a prepared image encoder (`vtreetrm models`), or a Dinov2 path / hub id
     seed: int = 0,  # seed of the tiny random weights
 ) -> Dinov2Model:
-    "A frozen `Dinov2Model` in eval mode."
+    "A frozen encoder in eval mode: a `Dinov2Model`, or the `CNNEncoder` of a prepared model (EfficientNet-Lite0)."
+    cnn = None if vision == "tiny" else _prepared_encoder(str(vision))
     if vision == "tiny":
         g = torch.random.get_rng_state()
         torch.manual_seed(seed)
@@ -319,6 +356,8 @@ def load_vision_encoder(
             m = Dinov2Model(Dinov2Config(**TINY_DINOV2))
         finally:
             torch.random.set_rng_state(g)
+    elif cnn is not None:
+        m = cnn
     else:
         try:
             m = Dinov2Model.from_pretrained(vision)
@@ -326,7 +365,7 @@ def load_vision_encoder(
             raise UserError(f"cannot load a Dinov2Model from {vision!r}: {str(e).splitlines()[0]}") from None
     m.requires_grad_(False).eval()
     m.vision_source = vision if vision == "tiny" else str(vision)
-    m.image_processor = None if vision == "tiny" else load_image_processor(vision)
+    m.image_processor = None if vision == "tiny" or cnn is not None else load_image_processor(vision)
     return m
 
 # %% ../../nbs/video/02_features.ipynb #13b27df2
@@ -438,7 +477,11 @@ def pixel_values(model, frames: np.ndarray, s: Sampling) -> torch.Tensor:
     x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
     if x.shape[-1] != s.image_size or x.shape[-2] != s.image_size:
         x = F.interpolate(x, size=(s.image_size, s.image_size), mode="bilinear", align_corners=False)
-    return (x - torch.tensor(IMAGENET_MEAN)[:, None, None]) / torch.tensor(IMAGENET_STD)[:, None, None]
+    mean, std = (
+        getattr(model, "image_mean", IMAGENET_MEAN),
+        getattr(model, "image_std", IMAGENET_STD),
+    )  # the encoder's own
+    return (x - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
 
 
 @torch.no_grad()
