@@ -207,6 +207,9 @@ def select_skills(text: str, task_type: str, mode: str = "auto") -> str:
 
 # %% ../../nbs/harness/06_agent.ipynb #af629b82
 _ANS_RE = re.compile(r"answer\s*(?:is)?\s*[:：]?\s*\(?\**([A-Z])\**\)?(?![A-Za-z])", re.I)
+_LEAD_RE = re.compile(
+    r"^\s*(?:\*\*)?\(?([A-Z])(?:[.):]|\))(?:\*\*)?(?:\s|$)"
+)  # a line that opens with an option's letter
 
 
 def parse_answer(text: str, letters) -> str | None:
@@ -226,6 +229,14 @@ def parse_answer(text: str, letters) -> str | None:
         return ms[-1]
     if len(t) <= 3 and t.strip("().* ").upper() in letters:
         return t.strip("().* ").upper()
+    lines = [ln for ln in t.splitlines() if ln.strip()]
+    for line in (
+        lines[0],
+        lines[-1],
+    ):  # an option written out as the reply: `A. option text`, `(B) text`, `**C)** text`
+        m = _LEAD_RE.match(line)
+        if m and m.group(1).upper() in letters:
+            return m.group(1).upper()
     return None
 
 # %% ../../nbs/harness/06_agent.ipynb #fd82021c
