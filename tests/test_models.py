@@ -204,3 +204,30 @@ def test_features_and_phase1_run_on_the_real_image_encoder(prepared, tmp_path, m
     ck = json.loads((tmp_path / "p1" / "best" / "checkpoint.json").read_text())
     assert ck["config"]["feature_dim"] == 1280, ck["config"]
     assert np.isfinite(ck["metrics"]["val_loss"])
+
+
+def test_phase2_trains_and_predicts_with_the_real_llm_by_name(prepared, tmp_path, monkeypatch, capsys):
+    "`--llm smollm2-135m-instruct`: the frozen real LLM through its own template, well-formed answers, its identity kept."
+    from vtreetrm.video.synthetic import SyntheticConfig, make_synthetic
+
+    monkeypatch.setenv("VTREETRM_MODELS", str(prepared))
+    cfg = SyntheticConfig(head_count=6, min_count=4, mammalnet_count=2, multi_label=1, n_short=0)
+    make_synthetic(tmp_path / "syn", cfg, datasets=("lote",), progress=False)
+    ds, cache, run_dir = tmp_path / "syn" / "lote", tmp_path / "cache", tmp_path / "run"
+    flags = ["--epochs", 1, "--max-steps", 2, "--num-queries", 4, "--max-new-tokens", 16, "--threads", 2]
+    rc, out, err = run(
+        capsys, "video", "phase2", ds, "--out", run_dir, "--cache", cache, "--llm", "smollm2-135m-instruct", *flags
+    )
+    assert rc == 0, err[-3000:]
+    assert "frozen LLM 134,515,008 in float32" in out, out
+    ck = json.loads((run_dir / "best" / "checkpoint.json").read_text())
+    llm = ck["llm"]
+    want = mp.sha256_file(prepared / "smollm2-135m-instruct" / "config.json")
+    assert (llm["source"], llm["config_sha256"], ck["tiny_llm"]) == ("smollm2-135m-instruct", want, False), llm
+    assert llm["identity"], llm  # the base's weights are recorded: an adapter is never loaded on another base
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["num_samples"] > 5 and m["num_unparseable"] <= m["num_samples"] // 2, m  # answers in the format, mostly
+    rc, out, err = run(
+        capsys, "video", "predict", run_dir / "best", "--dataset", ds, "--cache", cache, "--split", "val"
+    )
+    assert rc == 0 and "Top1" in out, err[-2000:]

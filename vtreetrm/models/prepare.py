@@ -17,7 +17,7 @@ from ..utils import UserError, atomic_dir, now_iso, read_json, sha256_file, writ
 # %% auto #0
 __all__ = ['MODELS', 'CHATML_TURN', 'END_OF_TURN', 'ENCODER_CONFIG', 'BUILDERS', 'CLI_COMMANDS', 'ModelSource', 'source_file',
            'source_version', 'model_source', 'check_chat_template', 'load_image_encoder', 'models_dir',
-           'check_prepared', 'prepare_model', 'prepared_model', 'prepare_cmd', 'list_cmd']
+           'check_prepared', 'prepare_model', 'model_path', 'prepared_model', 'prepare_cmd', 'list_cmd']
 
 # %% ../../nbs/models/00_prepare.ipynb #c3a7f450
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +240,15 @@ def prepare_model(
         info = BUILDERS[m.kind](src, tmp)
         write_json(tmp / "manifest.json", _manifest(m, src, sha, tmp, info))
     return dest, True
+
+
+def model_path(
+    name_or_path: str | Path,  # a name of MODELS, or a folder / hub id
+    cache: str | Path = None,
+) -> Path:
+    "Where a model is, unchecked: a prepared model's folder by its name, else the path as given (for cheap lookups)."
+    s = str(name_or_path)
+    return models_dir(cache) / s if s in MODELS else Path(s)
 
 
 def prepared_model(

@@ -18,6 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..models.prepare import model_path
 from ..runs.folder import RunFolder
 from vtreetrm.utils import (
     UserError,
@@ -207,8 +208,8 @@ def load_resume_state(path: str | Path) -> dict:
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #c1a0e013
 def model_config_sha256(model: str | Path) -> str | None:
-    "sha256 of `config.json` of a model folder or cached hub id (None when there is none)."
-    p = Path(model)
+    "sha256 of `config.json` of a model folder, a prepared model's name or a cached hub id (None when there is none)."
+    p = model_path(model)
     if (p / "config.json").is_file():
         return sha256_file(p / "config.json")
     try:
@@ -221,8 +222,8 @@ def model_config_sha256(model: str | Path) -> str | None:
 
 # %% ../../nbs/video/02a_checkpoints.ipynb #555414cc
 def model_folder(model: str | Path) -> Path | None:
-    "The local folder of a model folder or of a cached hub id (None when there is none)."
-    p = Path(model)
+    "The local folder of a model folder, a prepared model's name or a cached hub id (None when there is none)."
+    p = model_path(model)
     if (p / "config.json").is_file():
         return p
     try:

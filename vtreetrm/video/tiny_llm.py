@@ -14,6 +14,7 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from ..models.prepare import prepared_model
 from ..utils import UserError, atomic_dir, sha256_json, train_byte_bpe, write_json
 from .config import Phase2Config
 from .labels import LOTE_SIMPLE, MAMMALNET_SIMPLE, Dataset
@@ -115,10 +116,11 @@ def build_tiny_llm(tokenizer, seed: int = 0, **overrides) -> Qwen2ForCausalLM:
 
 # %% ../../nbs/video/04a_tiny_llm.ipynb #8a56188f
 def load_llm(llm: str = "tiny", seed: int = 0, extra_labels=(), dtype=None):
-    "(tokenizer, causal LM) for a spec: 'tiny' or a local path / hub id."
+    "(tokenizer, causal LM) for a spec: 'tiny', a prepared model's name (`vtreetrm models`), or a local path / hub id."
     if llm == "tiny":
         tok = build_tokenizer(extra_labels)
         return tok, build_tiny_llm(tok, seed)
+    llm = str(prepared_model(llm))  # a name of `models.prepare.MODELS`: its prepared folder, checked; else as given
     try:
         tok = AutoTokenizer.from_pretrained(llm)
     except (OSError, ValueError) as e:
