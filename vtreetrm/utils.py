@@ -321,7 +321,7 @@ def check_replaceable(
             dest,
         )
     theirs = marker.get("kind")
-    if kind is None or (overwrite and not theirs):
+    if kind is None:
         return
     if theirs and theirs != kind:  # never, not even with --overwrite: a typo in --out must not cost a training run
         raise UserError(
@@ -329,8 +329,6 @@ def check_replaceable(
             "choose another output (or remove that folder yourself)",
             dest,
         )
-    if not theirs:
-        raise UserError(f"refusing to replace an output of an older version with {kind!r} without {flag}", dest)
     if overwrite:
         return
     held = marker.get("protected") and "trained weights or a rendered dataset" or _weights_inside(dest)
