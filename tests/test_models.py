@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -53,10 +52,10 @@ def test_prepare_writes_checked_folders_and_a_second_is_a_no_op(prepared, capsys
     llm = json.loads((prepared / "smollm2-135m-instruct" / "manifest.json").read_text())
     assert (llm["parameters"], llm["hidden_size"], llm["layers"]) == (134_515_008, 576, 30)
     assert "4-bit (Q4_1)" in llm["note"]
-    t0 = time.time()
+    before = {n: (prepared / n / "manifest.json").read_text() for n in mp.MODELS}
     rc, out, err = run(capsys, "models", "prepare", "--cache", prepared)
     assert rc == 0 and out.count("already prepared") == 2, out + err
-    assert time.time() - t0 < 30  # a check of the sha256s, no rebuild (loose: a loaded machine)
+    assert {n: (prepared / n / "manifest.json").read_text() for n in mp.MODELS} == before  # nothing built again
     rc, out, _ = run(capsys, "models", "list", "--cache", prepared)
     assert rc == 0 and out.count("prepared ->") == 2, out
 
@@ -163,13 +162,13 @@ def test_a_killed_prepare_leaves_nothing_that_looks_prepared(tmp_path):
     t0 = time.time()
     while time.time() - t0 < 120 and not list(cache.glob(".smollm2-135m-instruct.tmp-*")):
         time.sleep(0.2)
+    assert list(cache.glob(".smollm2-135m-instruct.tmp-*")), "the build never started"
     time.sleep(1.0)  # the build under way (the GGUF being read)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert not (cache / "smollm2-135m-instruct").exists()
     with pytest.raises(mp.UserError, match="is not prepared"):
         mp.prepared_model("smollm2-135m-instruct", cache)
-    assert sys.executable  # (the console script ran under this interpreter)
 
 
 def test_features_and_phase1_run_on_the_real_image_encoder(prepared, tmp_path, monkeypatch, capsys):

@@ -32,8 +32,8 @@ __all__ = ['PUBLISHED_MARKER', 'WEIGHT_FILES', 'DERIVED_ENTRIES', 'OUTPUT_KEY', 
            'check_replaceable', 'publish_dir', 'folder_lock', 'atomic_dir', 'check_file_output', 'write_output_json',
            'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'path_component', 'loads_json', 'read_json', 'strip_bom',
            'iter_jsonl', 'write_jsonl', 'read_appended_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
-           'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'machine_memory', 'check_size',
-           'git_info', 'now_iso', 'provenance', 'provenance_later', 'run_sync', 'train_byte_bpe']
+           'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'machine_memory', 'check_processes',
+           'check_size', 'git_info', 'now_iso', 'provenance', 'provenance_later', 'run_sync', 'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -193,12 +193,13 @@ def _command_words() -> str:
 def output_marker(
     kind: str,  # what the folder holds, e.g. 'video-predictions'; a command replaces only folders of its own kind
     protected: bool = False,  # trained weights or a rendered dataset: replaced only with --overwrite
+    entries: list = None,  # the names the folder holds as published (None: a working folder, which grows)
 ) -> str:
     "The text of `PUBLISHED_MARKER` for an output of `kind` written by the command that runs now."
     from vtreetrm import __version__
 
     m = {"kind": kind, "command": _command_words(), "version": __version__, "protected": protected}
-    return json.dumps(m, ensure_ascii=False) + "\n"
+    return json.dumps(m | ({"entries": entries} if entries is not None else {}), ensure_ascii=False) + "\n"
 
 
 def read_marker(folder: Path) -> dict | None:
@@ -352,8 +353,7 @@ def publish_dir(
 ):
     "Put the finished folder `src` in place of `dest` (swapped in one step where the system can): never a moment without `dest`."
     src, dest = Path(src), Path(os.path.abspath(dest))
-    marker = json.loads(output_marker(kind, protected)) | {"entries": sorted(os.listdir(src))}
-    (src / PUBLISHED_MARKER).write_text(json.dumps(marker, ensure_ascii=False) + "\n")
+    (src / PUBLISHED_MARKER).write_text(output_marker(kind, protected, sorted(os.listdir(src))))
     if dest.is_dir() and not dest.is_symlink() and _exchange(src, dest):  # no instant without `dest`
         shutil.rmtree(src, ignore_errors=True)
         return
@@ -409,7 +409,7 @@ def atomic_dir(
     validate: Callable[[Path], None] = None,  # called on the finished temp dir; raise to abort
     kind: str = None,  # what the folder holds: only a folder of the same kind is replaced without `overwrite`
     inputs=(),  # paths the command reads: `dest` is never one of them, inside one or holding one
-    overwrite: bool = False,  # replace another kind's output, or trained weights / a rendered dataset
+    overwrite: bool = False,  # replace trained weights, a rendered dataset or added entries (never another kind)
     protected: bool = False,  # this output holds trained weights or a rendered dataset
 ) -> Iterator[Path]:
     "Yield a temp dir beside `dest`; on success validate it and swap it in place of `dest`, holding `dest`'s lock throughout."
@@ -833,6 +833,21 @@ def machine_memory() -> int:
         with contextlib.suppress(OSError, ValueError):
             total = min(total, int(Path(f).read_text().strip()))  # 'max' (no limit) is not a number
     return total
+
+
+def check_processes(
+    n,  # the number a user gave
+    flag: str,  # its flag, named in the refusal
+    low: int = 1,  # the smallest allowed
+    zero: str = "",  # what 0 means, when `low` is 0 (said in the refusal)
+) -> int:
+    "`n` when it is a whole number from `low` to twice this machine's cores (processes or threads); a `UserError` otherwise."
+    cores = os.cpu_count() or 1
+    if isinstance(n, bool) or not isinstance(n, int) or not low <= n <= 2 * cores:
+        raise UserError(
+            f"{flag} must be from {low}{zero} to {2 * cores} (twice this machine's {cores} cores), got {n!r}"
+        )
+    return n
 
 
 def check_size(

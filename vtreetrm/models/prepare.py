@@ -287,7 +287,8 @@ def list_cmd(
     for n, m in MODELS.items():
         dest = models_dir(cache) / n
         try:
-            where = f"prepared -> {dest}" if check_prepared(dest) else ""
+            check_prepared(dest)
+            where = f"prepared -> {dest}"
         except UserError as e:
             where = "not prepared" if not (dest / "manifest.json").exists() else f"damaged: {e}"
         installed = source_version(m) if importlib.util.find_spec(m.module) else "not installed"

@@ -34,7 +34,16 @@ from vtreetrm.runs.papermill import (
     resolve_notebook,
     run_notebook,
 )
-from ..utils import UserError, load_yaml, now_iso, provenance, read_json, sha256_file, write_json
+from vtreetrm.utils import (
+    UserError,
+    check_processes,
+    load_yaml,
+    now_iso,
+    provenance,
+    read_json,
+    sha256_file,
+    write_json,
+)
 
 # %% auto #0
 __all__ = ['SWEEP_KEYS', 'MAX_SWEEP_POINTS', 'EXECUTORS', 'SLURM_WAITING', 'SLURM_RUNNING', 'TOP1_KEYS', 'SWEEP_COMMANDS',
@@ -501,10 +510,9 @@ def with_gpus(params: dict, opts: ExecutorOptions, declared: dict) -> dict:
 
 # %% ../../nbs/runs/02_sweep.ipynb #2dd2aee3
 def check_jobs(jobs: int | None):
-    "Refuse a --jobs that is no number of processes: below 1, or more than twice the cores (the YAML's `jobs` likewise)."
-    cores = os.cpu_count() or 1
-    if jobs is not None and not 1 <= jobs <= 2 * cores:
-        raise UserError(f"--jobs must be from 1 to {2 * cores} (twice this machine's {cores} cores), got {jobs}")
+    "Refuse a --jobs flag that is no number of processes: below 1, or more than twice the cores (None: not given)."
+    if jobs is not None:
+        check_processes(jobs, "--jobs")
 
 
 def start_sweep(path: str | Path, runs_dir: str | Path = None, opts: ExecutorOptions = None, jobs: int = None,

@@ -11,7 +11,6 @@ import heapq
 import io
 import json
 import multiprocessing as mp
-import os
 import struct
 import threading
 import time
@@ -30,7 +29,16 @@ from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 from transformers import Dinov2Config, Dinov2Model
 
-from ..utils import UserError, atomic_write, check_size, read_json, sha256_file, sha256_json, write_json
+from vtreetrm.utils import (
+    UserError,
+    atomic_write,
+    check_processes,
+    check_size,
+    read_json,
+    sha256_file,
+    sha256_json,
+    write_json,
+)
 
 # %% auto #0
 __all__ = ['SEEK_BACK', 'TINY_DINOV2', 'IMAGENET_MEAN', 'IMAGENET_STD', 'PROCESSOR_KEYS', 'DECODE_RESIZE', 'sample_indices',
@@ -531,11 +539,7 @@ class FeatureCache:
         workers: int = 0,  # processes decoding ahead of the encoder (0: decode in this process)
     ):
         self.model, self.sampling, self.batch_size = model, (sampling or Sampling()).resolved(model), batch_size
-        cores = os.cpu_count() or 1
-        if not 0 <= workers <= 2 * cores:
-            raise UserError(
-                f"--workers must be from 0 to {2 * cores} (twice this machine's {cores} cores), got {workers}"
-            )
+        check_processes(workers, "--workers", 0)
         if batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, got {batch_size}")
         self.workers, self.timing = workers, {"decode_wait": 0.0, "encode": 0.0}
@@ -594,11 +598,15 @@ class FeatureCache:
         "Bytes the clips in flight hold at once (a lower bound): frames decoded ahead, a batch of encoder input, its activations."
         s, cfg = self.sampling, self.model.config
         size = s.image_size or getattr(cfg, "image_size", 224)
-        ahead = max(2 * self.batch_size, 4 * self.workers) if self.workers else 1
+        ahead = self._ahead(self.workers) if self.workers else 1
         frame = size * size * 3  # uint8, decoded at the encoder's size at the least
         tokens = (size // getattr(cfg, "patch_size", 14)) ** 2 + 1
         acts = tokens * getattr(cfg, "hidden_size", 768) * 4 * 6  # float32 activations of one frame inside a layer
         return float(s.frames) * (ahead * frame + self.batch_size * (frame * 4 + acts))
+
+    def _ahead(self, workers: int) -> int:
+        "How many clips the decoding processes work ahead of the encoder: the memory of a few batches."
+        return max(2 * self.batch_size, 4 * workers)
 
     def path_for(self, sha: str) -> Path:
         return self.dir / sha[:2] / f"{sha}.npy"
@@ -709,7 +717,7 @@ class FeatureCache:
                         )
                     )
 
-            for _ in range(max(2 * self.batch_size, 4 * workers)):
+            for _ in range(self._ahead(workers)):
                 submit()  # bounded: memory of a few batches
             while window:
                 c, sha, fut = window.popleft()

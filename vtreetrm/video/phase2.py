@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
-import os
 import random
 import sys
 import time
@@ -30,6 +29,7 @@ from transformers import get_scheduler
 from ..eval.metrics import score_file
 from vtreetrm.utils import (
     UserError,
+    check_processes,
     read_json,
     sha256_file,
     write_json,
@@ -251,11 +251,8 @@ class RunOptions:
     dtype: torch.dtype = torch.float32  # the LLM's: `train_phase2` sets it from the config's --dtype
 
     def __post_init__(self):
-        cores = os.cpu_count() or 1
-        if self.threads is not None and not (isinstance(self.threads, int) and 0 <= self.threads <= 2 * cores):
-            raise UserError(
-                f"--threads must be from 0 (all cores) to {2 * cores} (twice the cores), got {self.threads}"
-            )
+        if self.threads is not None:
+            check_processes(self.threads, "--threads", 0, " (all cores)")
 
 # %% ../../nbs/video/04_phase2.ipynb #721da99d
 @dataclass
