@@ -126,6 +126,17 @@ def test_chain_outputs_and_reports(chain):
     assert read_json(r / "releases/sft-legacy/standardized/mixture_report.json")["validation"]["valid"]
 
 
+def test_the_chain_runs_again_over_its_own_outputs(tmp_path, capsys):
+    "Every step run a second time replaces its own output, the validators' reports inside the releases included."
+    c = fresh(tmp_path, capsys, None)
+    before = read_json(c.run / "releases/sft-legacy/shougang/validation.json")
+    c.go(capsys)
+    assert read_json(c.run / "releases/sft-legacy/shougang/validation.json")["counts"] == before["counts"]
+    (c.run / "releases/sft-legacy/shougang/my_notes.txt").write_text("keep")
+    rc, err = run(capsys, *c.steps()["sft-export"])
+    assert rc == 2 and "my_notes.txt were added" in err  # what a user added is still never deleted
+
+
 def test_sft_rows_follow_the_truth_table(chain):
     for s in ("train", "val", "test"):
         t = pq.read_table(chain.run / f"releases/sft-legacy/shougang/{s}.parquet").to_pylist()

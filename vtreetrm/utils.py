@@ -241,7 +241,8 @@ def recover_publication(dest: Path):
 DERIVED_ENTRIES = (
     "metrics.json",
     "metrics.provenance.json",
-)  # what `eval metrics` adds beside predictions: re-made from them
+    "validation.json",
+)  # what `eval metrics` adds beside predictions and a release validator beside its release: re-made from them
 
 
 def _ids_up(p: Path) -> list:
