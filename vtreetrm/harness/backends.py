@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from fastcore.basics import patch
 
+from ..release.chat import inline_tools, template_renders_tools
 from ..utils import UserError, stable_uniform
 
 # %% auto #0
@@ -286,13 +287,15 @@ class TransformersBackend:
             tokenizer = AutoTokenizer.from_pretrained(model_path)
             model = AutoModelForCausalLM.from_pretrained(model_path)
         self.model, self.tok, self.max_new_tokens = model.to(device).eval(), tokenizer, max_new_tokens
+        self.native_tools = template_renders_tools(tokenizer)  # else the one fallback: `release.chat.inline_tools`
         self._lock = threading.Lock()
 
     def prompt(self, messages: list, tools: list = None) -> str:
         "The text the model is given: the whole history, tool calls (arguments as objects) and tool-call ids included."
-        return self.tok.apply_chat_template(
-            [_template_message(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
-        )
+        msgs = [_template_message(m) for m in messages]
+        if not self.native_tools:  # the template would drop the schemas and the calls: written into the messages
+            msgs, tools = inline_tools(msgs, tools), None
+        return self.tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False)
 
     def _generate(self, messages, tools):
         import torch

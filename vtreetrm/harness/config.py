@@ -68,7 +68,7 @@ class RunConfig:
         None,
         "LLM backend, named by the config or --backend (none is refused): simulated (offline, deterministic), openai, transformers",
     )
-    model: str = _f("", "model name (openai) or local model folder (transformers)")
+    model: str = _f("", "model name (openai); local model folder or prepared model name (transformers)")
     base_url: str | None = _f(
         None,
         "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 for a local vLLM (no key needed); unset: the OpenAI API with a key",
@@ -361,7 +361,7 @@ class CaptionerOptions:
     "Who captions the keyframes and how it is reached."
 
     captioner: Literal["openai", "transformers", "simulated"] = None  # who captions the keyframes (required)
-    model: str = None  # openai: the served model's name; transformers: a local model folder
+    model: str = None  # openai: the served model's name; transformers: a local model folder or a prepared model's name
     base_url: str = None  # openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM needs no key)
     api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable (or .env entry) with the key
     request_timeout: float = 120.0  # openai: seconds per request

@@ -115,6 +115,7 @@ class LLMReflector:
 
     def __init__(self, backend, prompt: str):
         self.backend, self.prompt = backend, prompt
+        self.replies = {}  # key -> the model's raw reply, until the runner stores it beside what was parsed
 
     async def propose(self, skills_text: str, failures: list, budget: int, key: str = "") -> list:
         if budget <= 0 or not failures:
@@ -128,6 +129,7 @@ class LLMReflector:
             reply = await self.backend.chat([{"role": "user", "content": msg}])
         except BackendError:
             return []
+        self.replies[key] = reply.content
         return parse_patch_list(reply.content, budget)
 
 # %% ../../nbs/harness/07_evolution.ipynb #c3e0d961

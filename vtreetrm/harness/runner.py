@@ -10,7 +10,9 @@ import collections
 import json
 import os
 import shutil
+import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from .gate import GateParams, GateRound, Watch
 from .pools import POOL_STRATEGIES, PoolConfig, make_batches
 from .questions import load_benchmark
 from .store import HarnessStore, load_seed, scored
+from ..models.prepare import prepared_model
 from vtreetrm.utils import (
     UserError,
     atomic_write,
@@ -43,8 +46,8 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['Version', 'read_version_dir', 'resolve_questions', 'make_backend', 'accuracy', 'per_task', 'TreeCache', 'Runner',
-           'EditGate', 'Holdout', 'Trainer']
+__all__ = ['Version', 'read_version_dir', 'resolve_questions', 'make_backend', 'accuracy', 'per_task', 'episode_stats',
+           'reflection_stats', 'TreeCache', 'Runner', 'EditGate', 'Holdout', 'Trainer']
 
 # %% ../../nbs/harness/09_runner.ipynb #aebe985b
 @dataclass
@@ -107,7 +110,8 @@ def make_backend(c: RunConfig):
             temperature=c.temperature,
             max_connections=c.concurrency,
         )
-    return TransformersBackend(c.model, max_new_tokens=c.max_new_tokens, device=c.device)
+    model = prepared_model(c.model) if c.model else c.model  # a prepared model by its name (checked), else a folder
+    return TransformersBackend(model, max_new_tokens=c.max_new_tokens, device=c.device)
 
 
 def accuracy(rows: list) -> float | None:
@@ -120,6 +124,33 @@ def per_task(rows: list) -> dict:
     for r in rows:
         by[r["task_type"]].append(r)
     return {t: {"accuracy": accuracy(v), "n": len(v)} for t, v in sorted(by.items())}
+
+
+def episode_stats(rows: list, seconds: list = ()) -> dict:
+    "What episodes did: the share answered in a form the parser reads, tool calls and seconds per episode (median of those timed)."
+    n = len(rows)
+    return {
+        "episodes": n,
+        "answered_share": sum(r["answer"] is not None for r in rows) / n if n else None,
+        "tool_calls_per_episode": sum(r["n_steps"] or 0 for r in rows) / n if n else None,
+        "seconds_per_episode": statistics.median(seconds) if seconds else None,
+        "episodes_timed": len(seconds),  # those this process ran (answers read back from the db took no time)
+    }
+
+
+def reflection_stats(store, run_id: str) -> dict:
+    "The run's reflections and the edits parsed from them; with a model, its replies and how many gave an edit."
+    rows = store.table("reflections", run_id)
+    replies = [
+        json.loads(e["detail_json"]) for e in store.table("events", run_id) if e["key"].startswith("reflection-reply/")
+    ]
+    return {
+        "reflections": len(rows),
+        "edits_proposed": sum(len(json.loads(r["output_json"])) for r in rows),
+        "model_replies": len(replies),
+        "replies_with_edits": sum(d["edits_parsed"] > 0 for d in replies),
+        "first_reply": replies[0]["reply"][:500] if replies else None,
+    }
 
 # %% ../../nbs/harness/09_runner.ipynb #2906715c
 class TreeCache:
@@ -233,6 +264,7 @@ class Runner:
         self.backend = self.embedder = self.reflector = None  # the models in use
         self.judges_edits = False  # whether the backend knows which edits harm it (the simulator)
         self.resumed = False  # whether the run existed before this start
+        self.episode_seconds = []  # wall time of each episode this process ran
         self.S0: Version | None = None  # the starting skills version
         self.P0: Version | None = None  # the starting prompts version
         self.sem: asyncio.Semaphore | None = None  # at most `concurrency` episodes at once
@@ -381,6 +413,7 @@ class Runner:
                 )
                 + "\n"
             )
+            t0 = time.perf_counter()
             ep = await run_episode(
                 self.backend,
                 q,
@@ -389,6 +422,7 @@ class Runner:
                 select_skills(S.text, q.task_type, self.c.skill_mode),
                 self.c.max_steps,
             )
+            self.episode_seconds.append(time.perf_counter() - t0)
         row = self._answer_row(q, S, P, ctx, ep)
         self.store.put_answer(**row)
         return row
@@ -466,6 +500,7 @@ class Runner:
             "n": len(rows),
             "per_task_type": per_task(rows),
             "unanswered": sum(r["answer"] is None for r in rows),
+            "episodes": episode_stats(rows, self.episode_seconds),
             "backend_failures": self._check_answers(rows, "infer"),
             "skills_version": self.S0.name,
             "prompts_version": self.P0.name,
@@ -731,6 +766,11 @@ class Trainer:
         ]
         patches = await r.reflector.propose(text, fails, budget, key=key)
         r.store.put_reflection(r.run_id, key, [p.to_dict() for p in patches])
+        reply = getattr(r.reflector, "replies", {}).pop(key, None)  # a model's own words (the simulator has none)
+        if reply is not None:
+            r.store.put_event(
+                r.run_id, f"reflection-reply/{key}", {"reply": reply[:20000], "edits_parsed": len(patches)}
+            )
         return patches
 
     async def _baseline(self) -> tuple[dict, str]:
@@ -889,6 +929,8 @@ class Trainer:
             "pools": self.pools.sizes(),
             "baseline_source": bl_id,
             "gate": self.gate.summary(r.store.table("gate_decisions", r.run_id)),
+            "episodes": episode_stats(r.store.table("answers", r.run_id), r.episode_seconds),
+            "reflections": reflection_stats(r.store, r.run_id),
             "skills_version": S.name,
             "prompts_version": P.name,
             "resumed": r.resumed,

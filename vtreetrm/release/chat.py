@@ -5,12 +5,17 @@
 # %% ../../nbs/release/09_chat.ipynb #46a0a340
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerFast
+import json
+from typing import TYPE_CHECKING
 
 from ..utils import train_byte_bpe
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
 # %% auto #0
-__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'build_chat_tokenizer']
+__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'TOOLS_PREAMBLE', 'TOOL_PARTS', 'build_chat_tokenizer',
+           'missing_tool_parts', 'template_renders_tools', 'inline_tools']
 
 # %% ../../nbs/release/09_chat.ipynb #63ea0920
 CHATML_TOOLS_TEMPLATE = (
@@ -58,6 +63,8 @@ SPECIAL_TOKENS = [
 
 def build_chat_tokenizer(texts, vocab_size: int = 3000) -> PreTrainedTokenizerFast:
     "A byte-level BPE trained on `texts`, wrapped as a `PreTrainedTokenizerFast` with the ChatML tools template."
+    from transformers import PreTrainedTokenizerFast  # here: the harness imports this module without transformers
+
     tok = train_byte_bpe(texts, vocab_size, SPECIAL_TOKENS)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -69,3 +76,81 @@ def build_chat_tokenizer(texts, vocab_size: int = 3000) -> PreTrainedTokenizerFa
     )
     fast.chat_template = CHATML_TOOLS_TEMPLATE
     return fast
+
+# %% ../../nbs/release/09_chat.ipynb #bea00755
+TOOLS_PREAMBLE = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{schemas}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+    'XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)  # Qwen2.5's wording: what the `<tool_call>` parsers of the harness and the release read back
+
+_PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_q7", "description": "probe_desc_q7",
+               "parameters": {"type": "object", "properties": {"probe_arg_q7": {"type": "string", "description": "d"}},
+                              "required": ["probe_arg_q7"]}}}  # fmt: skip
+_PROBE = [
+    {"role": "system", "content": "probe system"},
+    {"role": "user", "content": "probe user"},
+    {"role": "assistant", "content": "", "reasoning_content": "probe_reason_q7",
+     "tool_calls": [{"id": "c0", "type": "function",
+                     "function": {"name": "probe_call_q7", "arguments": {"probe_arg_q7": "probe_value_q7"}}}]},
+    {"role": "tool", "tool_call_id": "c0", "content": "probe_result_q7"},
+]  # fmt: skip
+TOOL_PARTS = {"the tool schemas": "probe_desc_q7", "a turn's tool calls": "probe_call_q7",
+              "a call's arguments": "probe_value_q7", "a tool's reply": "probe_result_q7",
+              "a turn's reasoning": "probe_reason_q7"}  # fmt: skip
+
+
+def missing_tool_parts(tok, parts=tuple(TOOL_PARTS)) -> list:
+    "The parts of a tool-calling conversation (names of `TOOL_PARTS`) that `tok`'s chat template leaves out."
+    try:
+        text = tok.apply_chat_template(_PROBE, tools=[_PROBE_TOOL], tokenize=False)
+    except Exception:  # a template that raises on a tool turn keeps none of it
+        return list(parts)
+    return [p for p in parts if TOOL_PARTS[p] not in text]
+
+
+def template_renders_tools(tok) -> bool:
+    "Whether `tok`'s own chat template renders tool schemas, tool calls with their arguments, and tool replies."
+    return not missing_tool_parts(
+        tok, ("the tool schemas", "a turn's tool calls", "a call's arguments", "a tool's reply")
+    )
+
+
+def _call_text(tc: dict) -> str:
+    f = tc.get("function") or tc
+    args = f.get("arguments")
+    if isinstance(args, str):  # as an OpenAI reply carries them: JSON text, kept as an object where it parses
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            pass
+    return (
+        "<tool_call>\n"
+        + json.dumps({"name": f.get("name", ""), "arguments": args}, ensure_ascii=False)
+        + "\n</tool_call>"
+    )
+
+
+def inline_tools(messages: list, tools: list = None, reasoning: bool = True) -> list:
+    "The messages with tools, tool calls, tool replies (and reasoning) written into their text, for a template that drops them."
+    out, first = [], True
+    if tools:
+        schemas = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+        pre = TOOLS_PREAMBLE.format(schemas=schemas)
+        if messages and messages[0].get("role") == "system":
+            out.append({"role": "system", "content": f"{messages[0].get('content') or ''}\n\n{pre}".lstrip()})
+            first = False
+        else:
+            out.append({"role": "system", "content": pre})
+    for m in messages[0 if first else 1 :]:
+        role, text = m.get("role"), m.get("content") or ""
+        if role == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
+            continue
+        if role == "assistant":
+            think = m.get("reasoning_content") if reasoning else None
+            calls = [_call_text(tc) for tc in m.get("tool_calls") or []]
+            text = "\n".join([*([f"<think>\n{think}\n</think>"] if think else []), *([text] if text else []), *calls])
+        out.append({"role": role, "content": text})
+    return out
