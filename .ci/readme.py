@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """README.md is generated from nbs/index.ipynb (the docs' home page) with nbconvert's Markdown exporter; each line
 `<!-- NAME -->` becomes reports/NAME.md (`-` read as `_`), the summary a full run wrote beside reports/NAME.json:
-`<!-- demo-summary -->` from `make demo`, `<!-- learnability -->` and `<!-- phase2_scale -->` from the scripts of the
-same names in benchmarks/. No figure in the README is typed by hand.
+`<!-- demo-summary -->` from `make demo`, `<!-- learnability -->`, `<!-- phase2_scale -->` and `<!-- real_models -->`
+from the scripts of the same names in benchmarks/. No figure in the README is typed by hand.
 
 python .ci/readme.py           # write README.md
 python .ci/readme.py --check   # exit 1 when README.md differs from what nbs/index.ipynb gives"""
@@ -16,7 +16,8 @@ root = Path(__file__).resolve().parents[1]
 
 MARK = re.compile(r"^<!-- ([a-z0-9_-]+) -->$", re.M)
 PRODUCER = {"demo_summary": "make demo", "learnability": "python benchmarks/learnability.py",
-            "phase2_scale": "python benchmarks/phase2_scale.py --procs 2"}  # fmt: skip
+            "phase2_scale": "python benchmarks/phase2_scale.py --procs 2",
+            "real_models": "python benchmarks/real_models.py"}  # fmt: skip
 
 
 def summary(name: str, reports: Path = root / "reports") -> str:

@@ -44,12 +44,12 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from report import alternate
 
 from vtreetrm.video.checkpoints import TrainingRun
 from vtreetrm.video.config import FeatureSpec, Phase2Config
@@ -132,24 +132,9 @@ def main():
             pstats.Stats(pr).sort_stats("tottime").print_stats(25)
             pstats.Stats(pr).sort_stats("cumulative").print_callees("train_epoch")
             return
-        times = {"trainer": [], "bare": []}
-        for r in range(args.repeats):
-            epoch = 1 + r
-            xs = bare_inputs(epoch, args.steps)
-            order = [("trainer", "bare"), ("bare", "trainer")][r % 2]
-            for name in order:
-                if name == "bare":
-                    run_bare(xs[:1])  # warm-up
-                    sync()
-                    t0 = time.perf_counter()
-                    run_bare(xs)
-                else:
-                    run_trainer(1, epoch)  # warm-up
-                    sync()
-                    t0 = time.perf_counter()
-                    run_trainer(args.steps, epoch)
-                sync()
-                times[name].append((time.perf_counter() - t0) / args.steps)
+        xs = [bare_inputs(1 + r, args.steps) for r in range(args.repeats)]  # built before any clock starts
+        variants = {"trainer": lambda r, n: run_trainer(n, 1 + r), "bare": lambda r, n: run_bare(xs[r][:n])}
+        times = alternate(args.repeats, args.steps, variants, sync)
         med = {k: statistics.median(v) for k, v in times.items()}
         for k, v in times.items():
             print(f"{k:<8} median {med[k] * 1e3:8.2f} ms/step   repeats {' '.join(f'{t * 1e3:.2f}' for t in v)}")

@@ -31,6 +31,21 @@ def check_own_report(out: Path, name: str):
         )
 
 
+def alternate(repeats: int, steps: int, variants: dict, sync=lambda: None) -> dict:
+    """Seconds per step of each variant over `repeats`: `variants` maps a name to `run(repeat, n)`, called with n=1
+    (a warm-up), then timed with n=`steps`; the repeats alternate which variant goes first."""
+    names, times = list(variants), {k: [] for k in variants}
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            variants[name](r, 1)
+            sync()
+            t0 = time.perf_counter()
+            variants[name](r, steps)
+            sync()
+            times[name].append((time.perf_counter() - t0) / steps)
+    return times
+
+
 def write_report(name: str, figures: dict, markdown: str, pv: dict, seconds: float, quick: bool, out=None):
     "Write NAME.json and NAME.md under `out` (default: the repository's reports/), `pv` from `begin`; returns both paths."
     import torch

@@ -230,3 +230,83 @@ def test_phase2_trains_and_predicts_with_the_real_llm_by_name(prepared, tmp_path
         capsys, "video", "predict", run_dir / "best", "--dataset", ds, "--cache", cache, "--split", "val"
     )
     assert rc == 0 and "Top1" in out, err[-2000:]
+
+
+def test_the_text_only_baseline_asks_the_real_llm_without_video(prepared, tmp_path, monkeypatch, capsys):
+    "`video zero-shot`: each test clip's own prompt, no visual tokens, no training; scored and laid out like predict's."
+    from vtreetrm.video.labels import load_dataset
+    from vtreetrm.video.synthetic import SyntheticConfig, make_synthetic
+
+    monkeypatch.setenv("VTREETRM_MODELS", str(prepared))
+    cfg = SyntheticConfig(head_count=6, min_count=4, mammalnet_count=2, multi_label=1, n_short=0)
+    make_synthetic(tmp_path / "syn", cfg, datasets=("lote",), progress=False)
+    ds, out = tmp_path / "syn" / "lote", tmp_path / "zs"
+    flags = ["--label-mode", "simple", "--stop-at-answer", "--max-new-tokens", 24, "--dtype", "bf16"]
+    rc, printed, err = run(capsys, "video", "zero-shot", ds, "--llm", "smollm2-135m-instruct", "--out", out, *flags)
+    assert rc == 0 and printed.startswith("text only: Top1"), err[-2000:]
+    rows = [json.loads(l) for l in (out / "predictions.jsonl").read_text().splitlines()]
+    test = load_dataset(ds).split("test")
+    assert [r["id"] for r in rows] == [c.id for c in test] and all(r["output"].strip() for r in rows)
+    assert all(set(r["candidates"]) == set(load_dataset(ds).labels.labels("simple")) for r in rows)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["text_only"] and m["llm"] == "smollm2-135m-instruct" and m["num_samples"] == len(test)
+    prov = json.loads((out / "provenance.json").read_text())
+    assert any(k.endswith("model.safetensors") for k in prov["inputs"]), prov["inputs"]  # the weights it answered with
+    rc, _, err = run(capsys, "video", "zero-shot", ds, "--llm", "smollm2-135m-instruct", "--out", ds, *flags)
+    assert rc == 2 and "input of this command" in err  # never over the dataset it reads
+
+
+def test_the_harness_agent_runs_on_the_real_llm_and_is_told_its_tools(prepared, tmp_path, monkeypatch, capsys):
+    "SmolLM2's template prints contents alone: the tools reach it through the fallback, and episodes run by its name."
+    from conftest import harness_infer
+
+    from vtreetrm.harness.agent import TOOLS
+    from vtreetrm.harness.backends import TransformersBackend
+    from vtreetrm.harness.synthetic import make_synthetic
+
+    b = TransformersBackend(prepared / "smollm2-135m-instruct", max_new_tokens=8)
+    assert not b.native_tools  # its own template would drop the schemas and the calls
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
+    text = b.prompt(msgs, TOOLS)
+    assert all(f'"name": "{t["function"]["name"]}"' in text for t in TOOLS) and "<tool_call></tool_call>" in text
+    assert not any(t["function"]["name"] in b.tok.apply_chat_template(msgs, tools=TOOLS, tokenize=False) for t in TOOLS)
+    monkeypatch.setenv("VTREETRM_MODELS", str(prepared))
+    syn = tmp_path / "syn"
+    make_synthetic(syn, n_train_videos=6, n_test_videos=6, per_task=4, test_ar=4, test_other=1)
+    flags = ["--run-id", "real", "--backend", "transformers", "--model", "smollm2-135m-instruct", "--n-samples", 2,
+             "--max-steps", 2, "--concurrency", 1]  # fmt: skip
+    rc = harness_infer(syn / "store", tmp_path / "ws", *flags, sets=("embed.backend=hashing", "max_new_tokens=64"))
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-2000:]
+    ep = json.loads(out.out)["episodes"]
+    assert ep["episodes"] == ep["episodes_timed"] == 2 and ep["seconds_per_episode"] > 0, ep
+    assert 0 <= ep["answered_share"] <= 1 and ep["tool_calls_per_episode"] >= 0
+
+
+@pytest.mark.slow  # about 3 minutes: every row of the benchmark on the tiny set, 3 steps each
+def test_the_real_llm_benchmark_writes_every_row_and_what_produced_it(prepared, tmp_path):
+    "benchmarks/real_models.py --quick: the four rows, the margins, the step times and the bare-loop ratio, and its provenance."
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "VTREETRM_MODELS": str(prepared), "PYTHONPATH": str(root)}
+    p = subprocess.run(
+        [sys.executable, root / "benchmarks/real_models.py", "--quick", "--out", tmp_path / "r", "--work", tmp_path / "w"],
+        capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    s = json.loads((tmp_path / "r/real_models.json").read_text())
+    f = s["figures"]
+    assert s["quick"] is True and set(f["rows"]) == {"real_video", "real_text_only", "tiny_video", "majority"}
+    text = f["rows"]["real_text_only"]
+    assert text["samples"] == f["rows"]["real_video"]["samples"] > 0 and 0 <= text["lenient_top1"] <= 1
+    m = f["margins"]
+    assert m["over_majority"] == f["rows"]["real_video"]["top1"] - f["rows"]["majority"]["top1"]
+    assert m["over_text_only"] == f["rows"]["real_video"]["top1"] - max(text["top1"], text["lenient_top1"])
+    sps, oh = f["seconds_per_step"], f["overhead"]
+    assert sps["real"] > sps["tiny"] > 0 and oh["ratio"] == oh["trainer_s_per_step"] / oh["bare_s_per_step"]
+    assert s["provenance"]["params"]["llm"] == "smollm2-135m-instruct" and s["provenance"]["git_sha"]
+    md = (tmp_path / "r/real_models.md").read_text()
+    assert "A --quick run (not for the README)" in md and "SmolLM2-135M-Instruct (4-bit GGUF" in md
+    steps = [json.loads(l) for l in (tmp_path / "w/real_video/steps.jsonl").read_text().splitlines()]
+    assert len(steps) == 3  # --max-steps 3 held

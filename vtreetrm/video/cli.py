@@ -9,11 +9,18 @@ from pathlib import Path
 from typing import Literal
 
 from ..utils import UserError, check_file_output, provenance, write_output_json
-from .config import DEFAULT_CACHE, FeatureSpec, ImportOptions, Phase1TrainConfig, Phase2Config
+from vtreetrm.video.config import (
+    DEFAULT_CACHE,
+    AnswerOptions,
+    FeatureSpec,
+    ImportOptions,
+    Phase1TrainConfig,
+    Phase2Config,
+)
 
 # %% auto #0
-__all__ = ['CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd', 'export_cmd',
-           'import_cmd', 'ladder_cmd']
+__all__ = ['CLI_COMMANDS', 'make_synthetic_cmd', 'features_cmd', 'phase1_cmd', 'phase2_cmd', 'predict_cmd', 'zero_shot_cmd',
+           'export_cmd', 'import_cmd', 'ladder_cmd']
 
 # %% ../../nbs/video/06_cli.ipynb #732115d3
 def make_synthetic_cmd(
@@ -21,6 +28,7 @@ def make_synthetic_cmd(
     scale: Literal["tiny", "small", "default", "large"] = "default",  # dataset size (tiny: tests)
     seed: int = 0,  # random seed
     datasets: list[str] = None,  # lote and/or mammalnet (default: both)
+    behaviours: int = 0,  # only the N most frequent behaviours (0: all)
     overwrite: bool = False,  # replace an existing folder
 ):
     "Render the synthetic LoTE-shaped and MammalNet-shaped datasets as .mp4 clips."
@@ -28,7 +36,7 @@ def make_synthetic_cmd(
 
     rep = make_synthetic(
         out,
-        SyntheticConfig(seed=seed, **SCALES[scale]),
+        SyntheticConfig(seed=seed, behaviours=behaviours, **SCALES[scale]),
         datasets=tuple(datasets or ("lote", "mammalnet")),
         overwrite=overwrite,
     )
@@ -132,6 +140,26 @@ def predict_cmd(
     m = predict(ckpt, dataset, out, split, cache, PredictOptions(label_mode, skip_bad, overwrite))
     print(f"Top1 {m['top1_accuracy_single_label']:.4f} Macro-F1 {m['macro_f1']:.4f} -> {Path(out) / 'metrics.json'}")
 
+# %% ../../nbs/video/06_cli.ipynb #03a6b769
+def zero_shot_cmd(
+    dataset: str,  # dataset folder
+    llm: str = None,  # a prepared model's name (`vtreetrm models list`) or a chat causal LM folder (required)
+    out: str = None,  # output folder (required): predictions.jsonl + metrics.json
+    split: Literal["train", "val", "test"] = "test",  # split to answer
+    overwrite: bool = False,  # replace predictions at --out that cannot be told apart from a user's edit
+    answer: AnswerOptions = None,  # how the LLM is asked and its answers read (AnswerOptions)
+):
+    "The text-only baseline: a chat LLM's zero-shot answers to each clip's prompt with no video, scored like predict's."
+    from vtreetrm.video.predict import zero_shot
+
+    if not llm or not out:
+        raise UserError(f"--{'llm' if not llm else 'out'} is required")
+    m = zero_shot(llm, dataset, out, split, (answer or AnswerOptions()).phase2_config(), overwrite)
+    print(
+        f"text only: Top1 {m['top1_accuracy_single_label']:.4f} Macro-F1 {m['macro_f1']:.4f} "
+        f"(majority {m.get('majority_top1', 0):.4f}) -> {Path(out) / 'metrics.json'}"
+    )
+
 # %% ../../nbs/video/06_cli.ipynb #eb353a23
 def export_cmd(
     ckpt: str,  # Phase-2 checkpoint folder (RUN/best)
@@ -203,6 +231,7 @@ CLI_COMMANDS = {
     "phase1": phase1_cmd,
     "phase2": phase2_cmd,
     "predict": predict_cmd,
+    "zero-shot": zero_shot_cmd,
     "export": export_cmd,
     "ladder": ladder_cmd,
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # %% auto #0
 __all__ = ['DEFAULT_CACHE', 'LR_SCHEDULES', 'PROJECTIONS', 'SAMPLERS', 'FeatureSpec', 'ImportOptions', 'Phase1TrainConfig',
-           'Phase2Config']
+           'Phase2Config', 'AnswerOptions']
 
 # %% ../../nbs/video/03a_config.ipynb #f3a7c0d1
 DEFAULT_CACHE = ".cache/vtreetrm/features"
@@ -122,6 +122,7 @@ class Phase2Config:
     lora_targets: str = "auto"  # comma list of LLM module names; auto: attention + MLP projections (+ lm_head for tiny)
     max_length: int = 1024  # longest LLM input in tokens (prompt + M visual + target); longer targets are cut
     max_new_tokens: int = 64  # generation budget when predicting
+    stop_at_answer: bool = False  # generation ends with </predicted_actions>: the analysis after it is not generated
     qformer_hidden: int = 64  # Q-former width d (BLIP-2: 768)
     qformer_layers: int = 2  # Q-former layers (BLIP-2: 12)
     qformer_heads: int = 4  # Q-former attention heads (BLIP-2: 12); must divide --qformer-hidden
@@ -220,3 +221,18 @@ class Phase2Config:
             lora_dropout=self.lora_dropout,
             target_modules=self.targets_list(tiny),
         )
+
+# %% ../../nbs/video/03a_config.ipynb #19d69329
+@dataclass
+class AnswerOptions:
+    "How `video zero-shot` asks a chat LLM and reads its answers: the same fields of a Phase-2 run's config."
+
+    label_mode: Literal["official", "simple"] = "official"  # labels shown (simple: label_map.json applied)
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"  # the LLM's dtype
+    max_new_tokens: int = 64  # generation budget
+    stop_at_answer: bool = False  # end each answer at </predicted_actions>
+    seed: int = 0  # shuffles the candidates as a Phase-2 run with this seed does
+
+    def phase2_config(self) -> Phase2Config:
+        "These fields in a `Phase2Config` (checked as its own are)."
+        return Phase2Config(**asdict(self))

@@ -31,9 +31,10 @@ from .phase1 import Phase1Encoder
 from .tiny_llm import VIDEO_MARKER, load_base_llm, question, resolve_dtype, target
 
 # %% auto #0
-__all__ = ['OWN_EXCLUDE', 'QFORMER_SIZE_KEYS', 'rank_entropy', 'VideoQFormerLM', 'read_blip2_qformer', 'blip2_sizes',
-           'init_from_blip2', 'Sample', 'make_samples', 'candidates_for', 'stop_ids_for', 'encode_prompts',
-           'encode_prompt', 'encode_target', 'mirrored_samples', 'Batcher', 'predict_samples', 'compute_rows_metrics',
+__all__ = ['OWN_EXCLUDE', 'ANSWER_END', 'QFORMER_SIZE_KEYS', 'rank_entropy', 'Stop', 'greedy_decode', 'VideoQFormerLM',
+           'read_blip2_qformer', 'blip2_sizes', 'init_from_blip2', 'Sample', 'make_samples', 'candidates_for',
+           'stop_ids_for', 'encode_prompts', 'encode_prompt', 'encode_target', 'mirrored_samples', 'Batcher',
+           'answer_stop', 'prediction_rows', 'predict_samples', 'predict_text_only', 'compute_rows_metrics',
            'baselines', 'check_llm', 'base_identity', 'build_phase2']
 
 # %% ../../nbs/video/04b_model.ipynb #9b9489de
@@ -46,6 +47,73 @@ def rank_entropy(h: torch.Tensor) -> torch.Tensor:
 
 # %% ../../nbs/video/04b_model.ipynb #d4fb0484
 OWN_EXCLUDE = ("llm.", "phase1.")  # saved elsewhere: the adapter through peft, Phase-1 by reference
+
+
+ANSWER_END = "</predicted_actions>"  # where an answer ends: --stop-at-answer stops generating there
+
+
+@dataclass
+class Stop:
+    "When a sample's answer ends: a stop token (not kept), or the decoded text holding `text` (kept)."
+
+    ids: list  # token ids that end a sample
+    pad_id: int  # what a finished sample is fed
+    text: str = (
+        None  # e.g. `ANSWER_END`: the tag spans several tokens, merged differently by context, so it is read as text
+    )
+    tok: object = None  # the tokenizer that decodes for `text`
+
+
+@torch.no_grad()
+def greedy_decode(
+    llm: nn.Module,  # the causal LM (peft-wrapped or not)
+    emb: torch.Tensor,  # (B, L, H) input embeddings, left-padded
+    mask: torch.Tensor,  # (B, L) attention mask
+    max_new_tokens: int,
+    stop: Stop,
+    last_logits: dict = None,  # `{"logits_to_keep": 1}` where the LLM's forward takes it
+) -> list:
+    """Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded).
+    Written here rather than through transformers' `generate`, which fills every option left unset from the
+    model's own generation config (a hub `repetition_penalty`, say): these answers are the plain argmax."""
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    # the prompt's logits at its last position only: (B, 1, V), not (B, L, V)
+    out = llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True, **(last_logits or {}))
+    B = emb.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=emb.device)  # (B,)
+    stop_ids, toks, rows = torch.tensor(stop.ids, device=emb.device), [], [[] for _ in range(B)]
+    for _ in range(max_new_tokens):
+        nxt = out.logits[:, -1].argmax(-1)  # (B,)
+        nxt = torch.where(done, torch.full_like(nxt, stop.pad_id), nxt)
+        toks.append(nxt)
+        done |= torch.isin(nxt, stop_ids)
+        if stop.text is not None:
+            for i, t in enumerate(nxt.tolist()):
+                if not done[i]:
+                    rows[i].append(t)
+                    done[i] = stop.text in stop.tok.decode(rows[i][-16:])
+        if done.all():
+            break
+        mask = torch.cat([mask, mask.new_ones(B, 1)], 1)  # (B, L + 1)
+        pos = pos[:, -1:] + 1  # (B, 1)
+        out = llm(
+            input_ids=nxt[:, None],
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+    res = []
+    for i, row in enumerate(torch.stack(toks, 1).tolist()):  # (B, steps)
+        if stop.text is not None:
+            row = row[: len(rows[i])]  # up to and with the token that completed the stop text
+        ids = []
+        for t in row:
+            if t in stop.ids:
+                break
+            ids.append(t)
+        res.append(ids)
+    return res
 
 
 class VideoQFormerLM(nn.Module):
@@ -168,43 +236,11 @@ class VideoQFormerLM(nn.Module):
         return loss
 
     @torch.no_grad()
-    def generate(self, feats, pre, post, max_new_tokens: int, stop_ids: list, pad_id: int) -> list:
-        """Greedy decoding with the KV cache; returns generated token ids per sample (stop token excluded).
-        Written here rather than through transformers' `generate`, which fills every option left unset from the
-        model's own generation config (a hub `repetition_penalty`, say): these answers are the plain argmax."""
+    def generate(self, feats, pre, post, max_new_tokens: int, stop: Stop) -> list:
+        "Generated token ids per sample for the clips `feats` and their prompts (`greedy_decode`)."
         vis, _ = self.visual(feats)  # (B, M, H_llm)
         emb, mask, _ = self.assemble(vis, pre, post, left_pad=True)  # (B, L, H_llm), (B, L)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-        # the prompt's logits at its last position only: (B, 1, V), not (B, L, V)
-        out = self.llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True, **self.last_logits)
-        B = emb.shape[0]
-        done = torch.zeros(B, dtype=torch.bool, device=emb.device)  # (B,)
-        stop, toks = torch.tensor(stop_ids, device=emb.device), []
-        for _ in range(max_new_tokens):
-            nxt = out.logits[:, -1].argmax(-1)  # (B,)
-            nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-            toks.append(nxt)
-            done |= torch.isin(nxt, stop)
-            if done.all():
-                break
-            mask = torch.cat([mask, mask.new_ones(B, 1)], 1)  # (B, L + 1)
-            pos = pos[:, -1:] + 1  # (B, 1)
-            out = self.llm(
-                input_ids=nxt[:, None],
-                attention_mask=mask,
-                position_ids=pos,
-                past_key_values=out.past_key_values,
-                use_cache=True,
-            )
-        res = []
-        for row in torch.stack(toks, 1).tolist():  # (B, steps)
-            ids = []
-            for t in row:
-                if t in stop_ids:
-                    break
-                ids.append(t)
-            res.append(ids)
-        return res
+        return greedy_decode(self.llm, emb, mask, max_new_tokens, stop, self.last_logits)
 
     def own_state(self) -> dict:
         "Our own modules' tensors (queries, Q-former, projections, positions, cls head): what model.safetensors holds."
@@ -453,6 +489,29 @@ class Batcher:
         return (fb.to(device), [e[0] for e in enc], [e[1] for e in enc], tgt, mh), truncated
 
 # %% ../../nbs/video/04b_model.ipynb #f3717859
+def answer_stop(tok, cfg: Phase2Config) -> Stop:
+    "Where a predicted answer ends: the tokenizer's end of turn, or (--stop-at-answer) its closing tag."
+    return Stop(stop_ids_for(tok), tok.pad_token_id, ANSWER_END if cfg.stop_at_answer else None, tok)
+
+
+def prediction_rows(tok, samples: list, cands: list, ids: list) -> list:
+    "predictions.jsonl rows of `samples`, each with the candidates it was shown and the token ids generated for it."
+    return [
+        {
+            "id": s.id,
+            "gold": s.labels,
+            "output": tok.decode(i, skip_special_tokens=True),
+            "candidates": c,
+            "dataset": s.dataset,
+            "video": s.video,
+            "species": s.species,
+            "environment": s.environment,
+            "gold_official": s.official,
+        }
+        for s, c, i in zip(samples, cands, ids)
+    ]
+
+
 @torch.no_grad()
 def predict_samples(
     model: VideoQFormerLM,
@@ -478,23 +537,35 @@ def predict_samples(
             [e[0] for e in enc],
             [e[1] for e in enc],
             max_new_tokens,
-            stop_ids_for(tok),
-            tok.pad_token_id,
+            answer_stop(tok, model.cfg),
         )
-        for s, c, i in zip(chunk, cands, ids):
-            rows.append(
-                {
-                    "id": s.id,
-                    "gold": s.labels,
-                    "output": tok.decode(i, skip_special_tokens=True),
-                    "candidates": c,
-                    "dataset": s.dataset,
-                    "video": s.video,
-                    "species": s.species,
-                    "environment": s.environment,
-                    "gold_official": s.official,
-                }
-            )
+        rows += prediction_rows(tok, chunk, cands, ids)
+    return rows
+
+
+@torch.no_grad()
+def predict_text_only(
+    llm: nn.Module,  # the frozen chat LLM, no adapter
+    tok,
+    samples: list,
+    candidates: list,
+    cfg: Phase2Config,  # its seed shuffles the candidates, its max_new_tokens / stop_at_answer bound the answer
+    batch_size: int = 32,
+    progress: bool = False,
+) -> list:
+    "predictions.jsonl rows of the LLM given each sample's own prompt with no visual tokens: the zero-shot, text-only baseline."
+    llm.eval()
+    emb_layer, rows = llm.get_input_embeddings(), []
+    last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(llm.forward).parameters else {}
+    for b in tqdm(range(0, len(samples), batch_size), desc="text only", disable=not progress, leave=False):
+        chunk = samples[b : b + batch_size]
+        cands = [candidates_for(candidates, s.id, cfg.seed) for s in chunk]
+        seqs = [pre + post for pre, post in encode_prompts(tok, cands)]  # the prompt, the video marker left out
+        L = max(map(len, seqs))
+        ids = torch.tensor([[tok.pad_token_id] * (L - len(q)) + q for q in seqs], device=emb_layer.weight.device)
+        mask = torch.tensor([[0] * (L - len(q)) + [1] * len(q) for q in seqs], device=ids.device)  # left-padded
+        out = greedy_decode(llm, emb_layer(ids), mask, cfg.max_new_tokens, answer_stop(tok, cfg), last)
+        rows += prediction_rows(tok, chunk, cands, out)
     return rows
 
 # %% ../../nbs/video/04b_model.ipynb #816a051e

@@ -22,12 +22,12 @@ from vtreetrm.video.checkpoints import (
 )
 from .config import FeatureSpec, Phase2Config
 from .labels import SPLITS, load_dataset
-from .model import VideoQFormerLM, baselines, make_samples, predict_samples
+from .model import VideoQFormerLM, baselines, make_samples, predict_samples, predict_text_only
 from .phase1 import dataset_features, load_phase1, open_cache
 from .tiny_llm import load_llm, resolve_dtype
 
 # %% auto #0
-__all__ = ['STORED_DTYPES', 'phase2_config', 'read_phase2', 'load_phase2', 'PredictOptions', 'predict']
+__all__ = ['STORED_DTYPES', 'phase2_config', 'read_phase2', 'load_phase2', 'PredictOptions', 'predict', 'zero_shot']
 
 # %% ../../nbs/video/05_predict.ipynb #704315da
 STORED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -117,7 +117,7 @@ def _added_metrics(rows: list, ds, clips: list, mode: str, split: str, meta: dic
     }
 
 
-def _write_predictions(out, rows: list, m_extra: dict, params: dict, ckpt: Path, rule: dict = None):
+def _write_predictions(out, rows: list, m_extra: dict, params: dict, inputs: list, rule: dict = None):
     "The output folder, whole or not at all: predictions.jsonl, metrics.json (scored, with `m_extra`), provenance.json."
     with atomic_dir(out, **(rule or {"kind": "video-predictions"})) as tmp:
         write_jsonl(tmp / "predictions.jsonl", rows)
@@ -127,9 +127,7 @@ def _write_predictions(out, rows: list, m_extra: dict, params: dict, ckpt: Path,
         write_json(tmp / "metrics.json", m)
         write_json(
             tmp / "provenance.json",
-            provenance(
-                params, [Path(ckpt) / "model.safetensors", Path(ckpt) / "adapter" / "adapter_model.safetensors"]
-            ),
+            provenance(params, inputs),  # the files it was made from, hashed
         )
     return m
 
@@ -175,6 +173,37 @@ def predict(
         "label_mode": mode,
         "cache_dir": str(cache_dir),
     }
-    return _write_predictions(
-        out, rows, _added_metrics(rows, ds, clips, mode, split, meta, rep), params, ckpt, out_rule
-    )
+    m_extra = _added_metrics(rows, ds, clips, mode, split, meta, rep)
+    weights = [Path(ckpt) / "model.safetensors", Path(ckpt) / "adapter" / "adapter_model.safetensors"]
+    return _write_predictions(out, rows, m_extra, params, weights, out_rule)
+
+# %% ../../nbs/video/05_predict.ipynb #d545b90e
+def zero_shot(
+    llm: str,  # a prepared model's name (`vtreetrm models`) or a chat causal LM folder
+    dataset: str | Path,  # dataset folder
+    out: str | Path,  # output folder (predictions.jsonl + metrics.json)
+    split: str = "test",
+    cfg: Phase2Config = None,  # its label_mode, seed, dtype, max_new_tokens and stop_at_answer apply
+    overwrite: bool = False,  # replace predictions at `out` that cannot be told apart from a user's edit
+    progress: bool = True,
+) -> dict:
+    "The LLM's zero-shot, text-only answers on a split: predictions.jsonl and metrics.json, as `predict` writes them."
+    cfg = replace(cfg or Phase2Config(), llm=str(llm))
+    if split not in SPLITS:
+        raise UserError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    out_rule = dict(kind="video-predictions", overwrite=overwrite, inputs=[dataset, llm])
+    check_replaceable(Path(out), **out_rule)  # before the LLM loads
+    ds = load_dataset(dataset)
+    samples = make_samples(ds.clips, ds, cfg.label_mode, split)
+    if not samples:
+        raise UserError(f"no clip in split {split!r}", Path(dataset) / "manifest.jsonl")
+    tok, model = load_llm(cfg.llm, dtype=resolve_dtype(cfg.dtype))
+    rows = predict_text_only(model, tok, samples, ds.labels.labels(cfg.label_mode), cfg, progress=progress)
+    train = [ds.labels.to_mode(c.labels, cfg.label_mode) for c in ds.clips if c.split == "train"]
+    m_extra = {**baselines(rows, train), "split": split, "evaluated_on": ds.name, "text_only": True, "llm": cfg.llm}
+    folder = Path(getattr(model, "name_or_path", "") or "")
+    weights = [p for p in (folder / "model.safetensors",) if p.is_file()]
+    params = {"llm": cfg.llm, "dataset": str(dataset), "split": split, "label_mode": cfg.label_mode,
+              "seed": cfg.seed, "dtype": cfg.dtype, "max_new_tokens": cfg.max_new_tokens,
+              "stop_at_answer": cfg.stop_at_answer}  # fmt: skip
+    return _write_predictions(out, rows, m_extra, params, weights, out_rule)

@@ -221,6 +221,9 @@ class SyntheticConfig:
     val_frac: float = 0.15
     test_frac: float = 0.25
     multi_label: int = 8  # two-animal, two-behaviour clips per dataset (test and train)
+    behaviours: int = (
+        0  # the N most frequent behaviours only (0: all of them): a smaller label space, the same long tail
+    )
     fps: int = 8
     codec: str = "mpeg4"  # mpeg4 bytes are reproducible; libx264 also works
     seed: int = 0
@@ -273,6 +276,9 @@ def _render_dataset(
 ) -> dict:
     "Render and write the synthetic dataset `name` (a key of `SYNTHETIC_KINDS`) into `out`; its part of the report."
     mapping, motions, species, long_tail = SYNTHETIC_KINDS[name]
+    if cfg.behaviours:  # the head of the list: its order is LoTE's by frequency
+        motions = dict(list(motions.items())[: cfg.behaviours])
+        mapping = {k: mapping[k] for k in motions}
     rows, counts = [], class_counts(list(motions), cfg, long_tail)
     jobs = [(lab, i, n) for lab, n in counts.items() for i in range(n)]
     for k in range(cfg.multi_label):
@@ -308,6 +314,9 @@ def make_synthetic(
     out = Path(out)
     if cfg.size % 2 or cfg.size < 16:
         raise UserError(f"size must be an even number >= 16, got {cfg.size}")
+    most = min((len(SYNTHETIC_KINDS[n][1]) for n in datasets if n in SYNTHETIC_KINDS), default=0)
+    if cfg.behaviours and not 2 <= cfg.behaviours <= most:
+        raise UserError(f"behaviours must be 0 (all) or from 2 to {most}, got {cfg.behaviours}")
     check_replaceable(out, "video-dataset", overwrite)  # a dataset only with --overwrite; a user's folder, a run never
     unknown = set(datasets) - set(SYNTHETIC_KINDS)
     if unknown:
