@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from learnability import cli, step
-from report import alternate, begin, write_report
+from report import alternate, begin, render_report, write_report
 
 LLM = "smollm2-135m-instruct"
 # the set: LoTE-shaped (long-tailed counts, LoTE's six most frequent behaviours), labels in everyday words
@@ -172,7 +172,8 @@ def pct(x: float) -> str:
 def markdown(f: dict) -> str:
     r = f["rows"]
     lines = [
-        f"| on the test split of {f['set']} | Top1 | Macro-F1 | unparseable | s / training step |",
+        f"| on the test split of the {f['plan']['scale']} LoTE-shaped synthetic set, its {f['plan']['behaviours']} "
+        "most frequent behaviours | Top1 | Macro-F1 | unparseable | s / training step |",
         "|---|---:|---:|---:|---:|",
         f"| SmolLM2-135M-Instruct (4-bit GGUF, frozen, bf16) + video tokens | {pct(r['real_video']['top1'])} | "
         f"{pct(r['real_video']['macro_f1'])} | {r['real_video']['unparseable']} / {r['real_video']['samples']} | "
@@ -207,7 +208,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="alternating repeats of the trainer and the bare loop")
     ap.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
+    ap.add_argument(
+        "--render", action="store_true", help="write real_models.md again from real_models.json, run nothing"
+    )
     a = ap.parse_args()
+    if a.render:
+        return print(render_report("real_models", markdown, a.out))
     plan = QUICK if a.quick else FULL
     pv = begin({**vars(a), **plan, "phase2": PHASE2, "llm": LLM})
     t_start = time.time()
@@ -246,7 +252,7 @@ def main():
         print(f"[{time.time() - t_start:6.0f} s] start trainer against bare loop", flush=True)
         oh = overhead(work, syn, a.threads, 2 if a.quick else a.steps, 1 if a.quick else a.repeats)
         figures = {
-            "set": f"the {plan['scale']} LoTE-shaped synthetic set",
+            "set": f"the {plan['scale']} LoTE-shaped synthetic set, its {plan['behaviours']} most frequent behaviours",
             "plan": plan,
             "flags": PHASE2,
             "rows": rows,

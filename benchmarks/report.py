@@ -46,6 +46,17 @@ def alternate(repeats: int, steps: int, variants: dict, sync=lambda: None) -> di
     return times
 
 
+def summary_markdown(s: dict, markdown: str) -> str:
+    "NAME.md of the summary `s`: the benchmark's `markdown` of its figures, then what produced them."
+    pv, machine = s["provenance"], s["machine"]
+    tail = (
+        f"{'A --quick run (not for the README): ' if s['quick'] else ''}`{' '.join(pv['command'])}` on "
+        f"{machine['cpus']} CPU cores{', a GPU' if machine['cuda'] else ''}, {s['seconds']} s, "
+        f"vtreetrm {pv['versions'].get('vtreetrm')} at {str(pv.get('git_sha') or 'no git')[:10]}, {s['date']}."
+    )
+    return markdown.rstrip("\n") + "\n\n" + tail + "\n"
+
+
 def write_report(name: str, figures: dict, markdown: str, pv: dict, seconds: float, quick: bool, out=None):
     "Write NAME.json and NAME.md under `out` (default: the repository's reports/), `pv` from `begin`; returns both paths."
     import torch
@@ -55,11 +66,12 @@ def write_report(name: str, figures: dict, markdown: str, pv: dict, seconds: flo
     machine = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
     s = {"name": name, "quick": quick, "seconds": round(seconds), "date": time.strftime("%Y-%m-%d"),
          "machine": machine, "figures": figures, "provenance": pv}  # fmt: skip
-    tail = (
-        f"{'A --quick run (not for the README): ' if quick else ''}`{' '.join(pv['command'])}` on "
-        f"{machine['cpus']} CPU cores{', a GPU' if machine['cuda'] else ''}, {round(seconds)} s, "
-        f"vtreetrm {pv['versions'].get('vtreetrm')} at {str(pv.get('git_sha') or 'no git')[:10]}, {s['date']}."
-    )
-    return write_json(out / f"{name}.json", s), atomic_write(
-        out / f"{name}.md", markdown.rstrip("\n") + "\n\n" + tail + "\n"
-    )
+    return write_json(out / f"{name}.json", s), atomic_write(out / f"{name}.md", summary_markdown(s, markdown))
+
+
+def render_report(name: str, markdown, out=None) -> Path:
+    "NAME.md written again from NAME.json by `markdown(figures)`: the table changes, never a figure."
+    out = Path(out or REPORTS)
+    check_own_report(out, name)
+    s = read_json(out / f"{name}.json")
+    return atomic_write(out / f"{name}.md", summary_markdown(s, markdown(s["figures"])))

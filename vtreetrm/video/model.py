@@ -58,9 +58,7 @@ class Stop:
 
     ids: list  # token ids that end a sample
     pad_id: int  # what a finished sample is fed
-    text: str = (
-        None  # e.g. `ANSWER_END`: the tag spans several tokens, merged differently by context, so it is read as text
-    )
+    text: str = None  # e.g. `ANSWER_END`: its tokens merge with what precedes it, so it is read as text
     tok: object = None  # the tokenizer that decodes for `text`
 
 
