@@ -9,6 +9,7 @@ python .ci/readme.py --check   # exit 1 when README.md differs from what nbs/ind
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +29,9 @@ def summary(name: str, reports: Path = root / "reports") -> str:
         sys.exit(f"{js if not js.is_file() else md} is missing: run `{how}` in full, then `make readme`")
     if json.loads(js.read_text(encoding="utf-8")).get("quick"):
         sys.exit(f"{js} is a --quick run's: run `{how}` in full, then `make readme`")
+    for f in (js, md) if (root / ".git").exists() else ():  # a clean clone has only what git keeps
+        if subprocess.run(["git", "-C", str(root), "check-ignore", "-q", str(f)]).returncode == 0:
+            sys.exit(f"{f} is ignored by .gitignore: a clone would not have it; un-ignore it, then commit it")
     return md.read_text(encoding="utf-8").rstrip("\n")
 
 
