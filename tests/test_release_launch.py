@@ -109,10 +109,45 @@ def test_verl_sft_gate_with_qwen3_template(setup, capsys, tmp_path):
     rc, out, err = run(
         capsys, "verl-sft", "--release", t / "run/traj", "--model", m, "--output-dir", tmp_path / "l2", "--smoke"
     )
+    # (it drops the tool calls too, so `auto` writes them into the turns: the reasoning still moves)
     assert (
-        rc == 2 and "PrefixDiffSFTDataset rejects the data" in err and "(assistant)" in err and "train.parquet" in err
+        rc == 2 and "InlineToolsSFTDataset rejects the data" in err and "(assistant)" in err and "train.parquet" in err
     )
     assert not (tmp_path / "l2").exists()
+
+
+@pytest.mark.verl
+def test_verl_sft_writes_tool_calls_into_the_turns_of_a_template_that_drops_them(setup, capsys, tmp_path):
+    "A template that prints contents alone (SmolLM2-Instruct's): `native` is refused in one line, `auto` goes inline."
+    pytest.importorskip("verl")
+    t, a = setup
+    m = tmp_path / "bare-model"
+    shutil.copytree(t / "model", m)
+    (m / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    flags = ["--release", t / "run/traj", "--model", m, "--smoke"]
+    rc, out, err = run(capsys, "verl-sft", *flags, "--output-dir", tmp_path / "n", "--tool-format", "native")
+    assert (
+        rc == 2
+        and "template drops" in err
+        and "a turn's tool calls" in err
+        and "--tool-format inline" in err
+        and "Traceback" not in err
+    )
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "n").exists()
+    rc, out, err = run(capsys, "verl-sft", *flags, "--output-dir", tmp_path / "i")
+    assert rc == 0, err
+    rep = read_json(tmp_path / "i/launch_report.json")
+    tf = rep["tool_format"]
+    assert tf["requested"] == "auto" and tf["used"] == "inline" and "a turn's tool calls" in tf["template_drops"]
+    assert rep["checks"]["custom_cls"].endswith(":InlineToolsSFTDataset")
+    assert "data.custom_cls.name=InlineToolsSFTDataset" in (tmp_path / "i/command.sh").read_text()
+    # the same template under the project's ChatML one keeps everything: native
+    rc, out, err = run(capsys, "verl-sft", "--release", t / "run/traj", "--model", t / "model", "--smoke",
+                       "--output-dir", tmp_path / "c")  # fmt: skip
+    assert rc == 0 and read_json(tmp_path / "c/launch_report.json")["tool_format"]["used"] == "native", err
 
 
 def _gate_dump(t, path, every: int):

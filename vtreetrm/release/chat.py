@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-from ..utils import train_byte_bpe
+from ..utils import UserError, train_byte_bpe
 
 # %% auto #0
-__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'TOOLS_PREAMBLE', 'TOOL_PARTS', 'build_chat_tokenizer',
-           'missing_tool_parts', 'template_renders_tools', 'inline_tools']
+__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'TOOLS_PREAMBLE', 'TOOL_PARTS', 'TOOL_FORMATS', 'build_chat_tokenizer',
+           'missing_tool_parts', 'template_renders_tools', 'inline_tools', 'parts_used', 'choose_tool_format']
 
 # %% ../../nbs/release/09_chat.ipynb #63ea0920
 CHATML_TOOLS_TEMPLATE = (
@@ -150,3 +150,36 @@ def inline_tools(messages: list, tools: list = None, reasoning: bool = True) -> 
             text = "\n".join([*([f"<think>\n{think}\n</think>"] if think else []), *([text] if text else []), *calls])
         out.append({"role": role, "content": text})
     return out
+
+# %% ../../nbs/release/09_chat.ipynb #79f87604
+TOOL_FORMATS = ("auto", "native", "inline")
+
+
+def parts_used(messages: list, tools: list = None) -> set:
+    "The parts of a tool-calling conversation (names of `TOOL_PARTS`) that `messages` and `tools` hold."
+    used = {"the tool schemas"} if tools else set()
+    for m in messages:
+        if m.get("role") == "tool":
+            used.add("a tool's reply")
+        elif m.get("role") == "assistant":
+            if m.get("tool_calls"):
+                used |= {"a turn's tool calls", "a call's arguments"}
+            if m.get("reasoning_content"):
+                used.add("a turn's reasoning")
+    return used
+
+
+def choose_tool_format(tok, used, fmt: str = "auto") -> tuple[str, list]:
+    """`(format, dropped)`: how conversations holding the parts `used` reach `tok`'s template, and the parts that
+    template drops. `auto` takes the template's own rendering where it keeps them all, else `inline`; `native` is
+    refused in one line when it drops one."""
+    if fmt not in TOOL_FORMATS:
+        raise UserError(f"--tool-format must be one of {', '.join(TOOL_FORMATS)}, not {fmt!r}", field="tool_format")
+    dropped = missing_tool_parts(tok, [p for p in TOOL_PARTS if p in used]) if used else []
+    if fmt == "native" and dropped:
+        raise UserError(
+            f"the model's chat template drops {', '.join(dropped)}: its turns would train on text without them; "
+            "use --tool-format inline (or auto), which writes them into the turns' text",
+            field="chat_template",
+        )
+    return (("inline" if dropped else "native") if fmt == "auto" else fmt), dropped

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .assets import SPLITS, ToolAssets, flat_params, make_report, release_report, requires
-from .parquet import open_parquet
+from .chat import TOOL_FORMATS, choose_tool_format, parts_used
+from .parquet import iter_parquet, open_parquet
 from .rollout import check_gate_report
 from .tools import write_tool_config
 from .trajectory import release_think_source
@@ -35,8 +36,8 @@ from vtreetrm.utils import (
 )
 
 # %% auto #0
-__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASETS', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS', 'check_verl',
-           'compose_verl_config', 'run_launch', 'hydra_path', 'torchrun', 'SftOptions', 'verl_sft',
+__all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASETS', 'INLINE_SFT_DATASET', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS',
+           'check_verl', 'compose_verl_config', 'run_launch', 'hydra_path', 'torchrun', 'SftOptions', 'verl_sft',
            'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'check_audit_report', 'rl_gates',
            'RLChecks', 'RLOptions', 'verl_rl']
 
@@ -237,6 +238,7 @@ SFT_DATASETS = {
     "trajectory": ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset"),
     "legacy": ("pkg://vtreetrm.release.verl_dataset", "PrefixDiffSFTDataset"),
 }
+INLINE_SFT_DATASET = ("pkg://vtreetrm.release.verl_dataset", "InlineToolsSFTDataset")  # --tool-format inline
 SFT_ENTRY = {"cuda": "verl.trainer.sft_trainer", "cpu": "vtreetrm.release.verl_cpu"}  # torchrun -m, by --device
 
 
@@ -251,6 +253,7 @@ def _device_overrides(device: str) -> list:
 
 def _sft_overrides(p: dict, files: dict, kind: str) -> list:
     "verl SFT Hydra overrides for the parameters `p` of `verl_sft` and the split files of a `kind` release."
+    cls = INLINE_SFT_DATASET if p.get("tool_format") == "inline" else SFT_DATASETS[kind]
     return [
         f"data.train_files={hydra_path(files['train'])}",
         f"data.val_files={hydra_path(files['val'])}",
@@ -260,8 +263,8 @@ def _sft_overrides(p: dict, files: dict, kind: str) -> list:
         "data.ignore_input_ids_mismatch=false",
         f"data.max_length={p['max_length']}",
         "data.truncation=error",
-        f"data.custom_cls.path={SFT_DATASETS[kind][0]}",
-        f"data.custom_cls.name={SFT_DATASETS[kind][1]}",
+        f"data.custom_cls.path={cls[0]}",
+        f"data.custom_cls.name={cls[1]}",
         f"model.path={hydra_path(Path(p['model']).resolve())}",
         f"trainer.n_gpus_per_node={p['n_gpus']}",
         "trainer.nnodes=1",
@@ -296,15 +299,47 @@ def _check_sft_rows(cfg, train_file: str, tok, check_rows: int) -> int:
         with contextlib.redirect_stdout(sys.stderr):  # verl prints while loading; stdout carries only the command
             dataset_cls = load_extern_object(cfg.data.custom_cls.path, cfg.data.custom_cls.name)
             ds = dataset_cls(train_file, tok, cfg.data, max_samples=check_rows)
-            for i in range(len(ds)):
-                if not ds[i]["loss_mask"].any():
+            items = [ds[i] for i in range(len(ds))]
+            for i, item in enumerate(items):
+                if not item["loss_mask"].any():
                     raise ValueError(f"row {i} trains on no token")
     except (AssertionError, ValueError) as e:
         raise UserError(
             f"{cfg.data.custom_cls.name} rejects the data with this tokenizer: {str(e).splitlines()[0][:300]}",
             train_file,
         ) from None
+    for i, item in enumerate(items):  # what each assistant turn says is among the tokens it trains on
+        trained, n = re.sub(r"\s+", "", tok.decode(item["input_ids"][item["loss_mask"].bool()])), ds.dataframe.index[i]
+        for j, m in enumerate(ds.messages[i]):
+            for part, text in _turn_parts(m):
+                if re.sub(r"\s+", "", text) not in trained:
+                    raise UserError(
+                        f"message {j}'s {part} ({text[:60]!r}) is not among the tokens the row trains on: the chat "
+                        "template drops it (try --tool-format inline)",
+                        train_file, int(n) + 1, f"{cfg.data.messages_key}[{j}]",
+                    )  # fmt: skip
     return len(ds)
+
+
+def _turn_parts(m: dict) -> list:
+    "`(part, text)` of what an assistant message says: the start of its text and reasoning, each call's name."
+    if not isinstance(m, dict) or m.get("role") != "assistant":
+        return []
+    out = [(k, str(m[k])[:40]) for k in ("content", "reasoning_content") if str(m.get(k) or "").strip()]
+    for tc in m.get("tool_calls") or []:
+        f = (tc.get("function") if isinstance(tc, dict) else None) or tc
+        if isinstance(f, dict) and f.get("name"):
+            out.append(("tool call", str(f["name"])))
+    return out
+
+
+def _release_parts(train_file) -> set:
+    "The parts of tool-calling conversations (`release.chat.TOOL_PARTS` names) the split's rows hold."
+    used = set()
+    for _, row in iter_parquet(train_file):
+        msgs = [m for m in row.get("messages") or [] if isinstance(m, dict)]
+        used |= parts_used(msgs, row.get("tools"))
+    return used
 
 # %% ../../nbs/release/13_launch.ipynb #aac3f5ce
 def _launch_report(command: str, p: dict, inputs: list, verl, config_name: str, checks: dict, cmd: list, **body):
@@ -329,7 +364,7 @@ def _sft_report(p: dict, files: dict, kind: str, verl, think: str, rows: int, cm
     checks = {
         "chat_template": True,
         "config_dataclasses": True,
-        "custom_cls": ":".join(SFT_DATASETS[kind]),
+        "custom_cls": ":".join(INLINE_SFT_DATASET if p["tool_format"] == "inline" else SFT_DATASETS[kind]),
         "multiturn_sft_dataset_rows": rows,
     }
     body = dict(release_kind=kind, think_source=think, smoke=p["smoke"])
@@ -345,8 +380,11 @@ class SftOptions:
     project: str = "vtreetrm-release"  # trainer.project_name
     experiment: str = None  # trainer.experiment_name (default sft-KIND: sft-trajectory or sft-legacy)
     check_rows: int = 8  # rows loaded through the launch's dataset class (data.custom_cls) as a gate
+    tool_format: str = "auto"  # how tool calls, replies and reasoning reach the template: auto, native or inline
 
     def __post_init__(self):
+        if self.tool_format not in TOOL_FORMATS:
+            raise UserError(f"--tool-format must be one of {', '.join(TOOL_FORMATS)}, not {self.tool_format!r}")
         for f in ("max_length", "n_gpus", "check_rows"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -358,7 +396,7 @@ def verl_sft(
     release: str = None,  # validated SFT release: legacy or native-tool trajectory, exported or mixed (train/val parquet)
     model: str = None,  # local model folder (config.json, weights, tokenizer with a chat template)
     output_dir: str = None,  # launch folder: launch_report.json, config.yaml, command.sh; checkpoints under it
-    opts: SftOptions = None,  # --max-length, --n-gpus, --project, --experiment, --check-rows (SftOptions)
+    opts: SftOptions = None,  # --max-length, --n-gpus, --project, --experiment, --check-rows, --tool-format
     dry_run: bool = True,  # print the command instead of running it
     smoke: bool = False,  # accept a mock-think release (a CPU smoke, never a formal SFT); the experiment name says smoke
     extra: list[str] = None,  # further Hydra overrides, passed verbatim
@@ -377,13 +415,21 @@ def verl_sft(
         experiment += "-smoke"
     params.update(experiment=experiment, smoke=smoke)
     tok = _tokenizer(model)
+    used = _release_parts(files["train"])
+    try:
+        fmt, dropped = choose_tool_format(tok, used, params["tool_format"])
+    except UserError as e:
+        raise UserError(e.msg, model, None, "chat_template") from None
+    tools = {"requested": params["tool_format"], "used": fmt, "parts": sorted(used), "template_drops": dropped}
+    params.update(tool_format=fmt)
     overrides = _sft_overrides(params, files, kind)
     cfg = compose_verl_config("sft_trainer_engine", overrides)
     _check_sft_config(cfg)
     rows = _check_sft_rows(cfg, files["train"], tok, check_rows)
     cmd = [*torchrun(), "--standalone", "--nnodes=1", f"--nproc_per_node={n_gpus}", "-m", SFT_ENTRY[device]]
     cmd += overrides
-    return _publish(output_dir, cmd, cfg, _sft_report(params, files, kind, verl, think, rows, cmd), dry_run)
+    report = _sft_report(params, files, kind, verl, think, rows, cmd)
+    return _publish(output_dir, cmd, cfg, {**report, "tool_format": tools}, dry_run)
 
 # %% ../../nbs/release/13_launch.ipynb #2c0f7225
 def _safe_load_shard(path: Path):

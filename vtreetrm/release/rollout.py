@@ -14,13 +14,14 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .assets import ToolAssets, flat_params, make_report, required, requires
+from .chat import inline_tools, template_renders_tools
 from .parquet import iter_parquet
 from .reward import compute_score, parse_final_answer, parse_ground_truth
 from .tools import TOOL_SCHEMAS, CategoryTools, ToolError
 from ..utils import UserError, iter_jsonl, model_identity, sha256_file, write_json
 
 # %% auto #0
-__all__ = ['GATE_RANGE', 'PARSER', 'EPISODES_KEPT', 'parse_tool_calls', 'gate_identity', 'diagnose', 'summarize',
+__all__ = ['GATE_RANGE', 'PARSER', 'EPISODES_KEPT', 'REPLY_CHARS', 'parse_tool_calls', 'gate_identity', 'diagnose', 'summarize',
            'check_gate_report', 'rollout_episode', 'GateRecord', 'RolloutSampling', 'rollout_gate']
 
 # %% ../../nbs/release/14_rollout.ipynb #271169a9
@@ -92,6 +93,7 @@ def summarize(episodes: list) -> dict:
 
 # %% ../../nbs/release/14_rollout.ipynb #94a5888b
 EPISODES_KEPT = 200  # episodes a gate report lists (the first ones)
+REPLY_CHARS = 1000  # of each listed live episode's generated text
 
 
 def _gate_episodes(eps, n: int, nz: int, path):
@@ -173,11 +175,14 @@ def check_gate_report(g, path) -> dict:
 
 # %% ../../nbs/release/14_rollout.ipynb #407f283e
 def _generate(model, tok, msgs: list, max_new_tokens: int, temperature: float) -> str:
-    "The model's next assistant turn after `msgs`, as text."
+    "The model's next assistant turn after `msgs`, as text; tools written into the turns where its template drops them."
     import torch
 
+    tools = TOOL_SCHEMAS
+    if not template_renders_tools(tok):  # the fallback SFT trained it on (`verl-sft --tool-format auto`)
+        msgs, tools = inline_tools(msgs, TOOL_SCHEMAS), None
     ids = tok.apply_chat_template(
-        msgs, tools=TOOL_SCHEMAS, add_generation_prompt=True, tokenize=True, return_tensors="pt", return_dict=True
+        msgs, tools=tools, add_generation_prompt=True, tokenize=True, return_tensors="pt", return_dict=True
     )
     with torch.no_grad():
         out = model.generate(
@@ -289,11 +294,12 @@ def _live_episode(row: dict, msgs: list, text: str) -> dict:
         "answer_parsed": parse_final_answer(text) is not None,
         "tool_calls": len(calls),
         "bad_tool_calls": sum(c["function"]["name"] == "invalid" for c in calls),
+        "reply": text[:REPLY_CHARS],
     }
 
 # %% ../../nbs/release/14_rollout.ipynb #4a86f6f4
 def _live_episodes(p: dict, progress: bool) -> tuple[list, Path]:
-    "Roll out the first `p['n']` episodes of the release split with the local model; returns them and the split file."
+    "The first `p['n']` episodes of the release split rolled out with the local model, the split file, the tool format."
     required(
         model=p["model"], release=p["release"], registry=p["registry"], corpus=p["corpus"], task_config=p["task_config"]
     )
@@ -310,12 +316,12 @@ def _live_episodes(p: dict, progress: bool) -> tuple[list, Path]:
         raise UserError(f"cannot load the model: {e}", p["model"]) from None
     tools = CategoryTools.from_paths(p["registry"], p["corpus"], p["task_config"])
     path = Path(p["release"]) / f"{p['split']}.parquet"
-    episodes = []
+    episodes, loop_format = [], "native" if template_renders_tools(tok) else "inline"
     for row in tqdm(_first_rows(path, p["n"], p["split"]), desc="rollout", disable=not progress):
         args = (p["max_turns"], p["max_new_tokens"], p["temperature"])
         msgs, text = rollout_episode(lm, tok, tools, row["prompt"], *args)
         episodes.append(_live_episode(row, msgs, text))
-    return episodes, path
+    return episodes, path, loop_format
 
 # %% ../../nbs/release/14_rollout.ipynb #cb3124dc
 def _agent_loop(max_turns: int, max_new_tokens: int, temperature: float) -> dict:
@@ -396,7 +402,7 @@ def rollout_gate(
         episodes, inputs = _dump_episodes(from_dump), [from_dump]
         loop["agent_loop"] = "external (dump)"
     else:
-        episodes, path = _live_episodes(params, progress)
+        episodes, path, loop["tool_format"] = _live_episodes(params, progress)
         inputs = [path]
     body = summarize(episodes)
     rel = _release_note(release, split)
