@@ -85,16 +85,20 @@ def test_verl_sft_dry_run(setup, capsys):
     assert rep["checks"]["custom_cls"] == "pkg://vtreetrm.release.verl_dataset:PrefixDiffSFTDataset"
 
 
+def _with_template(model: Path, to: Path, template: str) -> Path:
+    "A copy of the test model at `to` whose tokenizer has the chat template `template`."
+    shutil.copytree(model, to)
+    (to / "chat_template.jinja").write_text(template)
+    return to
+
+
 @pytest.mark.verl
 def test_verl_sft_gate_with_qwen3_template(setup, capsys, tmp_path):
     "A model whose tokenizer has a Qwen3-style template passes the gate (verl's per-message dataset would not)."
     pytest.importorskip("verl")
     t, a = setup
-    m = tmp_path / "qwen3-model"
-    shutil.copytree(t / "model", m)
-    (m / "chat_template.jinja").write_text(
-        (Path(__file__).parent / "fixtures/qwen3_rules_chat_template.jinja").read_text()
-    )
+    m = _with_template(t / "model", tmp_path / "qwen3-model",
+                       (Path(__file__).parent / "fixtures/qwen3_rules_chat_template.jinja").read_text())  # fmt: skip
     rc, out, err = run(
         capsys, "verl-sft", "--release", t / "run/traj", "--model", m, "--output-dir", tmp_path / "l", "--smoke"
     )
@@ -121,11 +125,11 @@ def test_verl_sft_writes_tool_calls_into_the_turns_of_a_template_that_drops_them
     "A template that prints contents alone (SmolLM2-Instruct's): `native` is refused in one line, `auto` goes inline."
     pytest.importorskip("verl")
     t, a = setup
-    m = tmp_path / "bare-model"
-    shutil.copytree(t / "model", m)
-    (m / "chat_template.jinja").write_text(
+    m = _with_template(
+        t / "model",
+        tmp_path / "bare-model",
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     )
     flags = ["--release", t / "run/traj", "--model", m, "--smoke"]
     rc, out, err = run(capsys, "verl-sft", *flags, "--output-dir", tmp_path / "n", "--tool-format", "native")

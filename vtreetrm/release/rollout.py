@@ -174,12 +174,12 @@ def check_gate_report(g, path) -> dict:
     return g
 
 # %% ../../nbs/release/14_rollout.ipynb #407f283e
-def _generate(model, tok, msgs: list, max_new_tokens: int, temperature: float) -> str:
+def _generate(model, tok, msgs: list, max_new_tokens: int, temperature: float, inline: bool = False) -> str:
     "The model's next assistant turn after `msgs`, as text; tools written into the turns where its template drops them."
     import torch
 
     tools = TOOL_SCHEMAS
-    if not template_renders_tools(tok):  # the fallback SFT trained it on (`verl-sft --tool-format auto`)
+    if inline:  # the fallback SFT trained it on (`verl-sft --tool-format auto`)
         msgs, tools = inline_tools(msgs, TOOL_SCHEMAS), None
     ids = tok.apply_chat_template(
         msgs, tools=tools, add_generation_prompt=True, tokenize=True, return_tensors="pt", return_dict=True
@@ -219,10 +219,10 @@ def rollout_episode(
     model, tok, tools: CategoryTools, prompt: list, max_turns: int, max_new_tokens: int, temperature: float
 ) -> tuple[list, str]:
     "Run one native-tool episode; returns the messages and the concatenated assistant text."
-    msgs = [dict(m) for m in prompt]
+    msgs, inline = [dict(m) for m in prompt], not template_renders_tools(tok)  # probed once an episode
     text_all = []
     for _turn in range(max_turns):
-        text = _generate(model, tok, msgs, max_new_tokens, temperature)
+        text = _generate(model, tok, msgs, max_new_tokens, temperature, inline)
         text_all.append(text)
         calls = parse_tool_calls(text)
         if not calls:
