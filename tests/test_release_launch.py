@@ -85,6 +85,13 @@ def test_verl_sft_dry_run(setup, capsys):
     assert rep["checks"]["custom_cls"] == "pkg://vtreetrm.release.verl_dataset:PrefixDiffSFTDataset"
 
 
+# a template that prints contents alone, as SmolLM2-Instruct's does: tools, calls and reasoning vanish
+BARE_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 def _with_template(model: Path, to: Path, template: str) -> Path:
     "A copy of the test model at `to` whose tokenizer has the chat template `template`."
     shutil.copytree(model, to)
@@ -125,12 +132,7 @@ def test_verl_sft_writes_tool_calls_into_the_turns_of_a_template_that_drops_them
     "A template that prints contents alone (SmolLM2-Instruct's): `native` is refused in one line, `auto` goes inline."
     pytest.importorskip("verl")
     t, a = setup
-    m = _with_template(
-        t / "model",
-        tmp_path / "bare-model",
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
-    )
+    m = _with_template(t / "model", tmp_path / "bare-model", BARE_TEMPLATE)
     flags = ["--release", t / "run/traj", "--model", m, "--smoke"]
     rc, out, err = run(capsys, "verl-sft", *flags, "--output-dir", tmp_path / "n", "--tool-format", "native")
     assert (
@@ -253,6 +255,8 @@ def test_verl_rl_dry_run(setup, capsys, tmp_path):
         and "trainer.n_gpus_per_node=8" in out
     )
     assert "trainer.logger=[console,tensorboard]" in out
+    # the project's ChatML template renders the tools itself: verl's agent loop keeps it
+    assert "custom_chat_template" not in out and cfg.actor_rollout_ref.model.custom_chat_template is None
     rep = read_json(t / "launch-rl/launch_report.json")
     assert rep["checks"]["validate_config"] and rep["checks"]["tools"] == [
         "search_categories",
@@ -325,6 +329,45 @@ def test_verl_rl_dry_run(setup, capsys, tmp_path):
             swap,
             err,
         )
+
+
+@pytest.mark.verl
+def test_verl_rl_hands_the_agent_loop_the_inline_template_of_a_model_whose_template_drops_tools(
+    setup, capsys, tmp_path
+):
+    """verl's agent loop renders prompts with the model's template and `tools=`: under a template that drops them the
+    launch hands verl the inline rewrite (`custom_chat_template`), which renders the release's tools; `native` is
+    refused in one line."""
+    pytest.importorskip("verl")
+    import yaml
+    from transformers import AutoTokenizer
+
+    from vtreetrm.release.chat import inline_tools, inline_tools_template
+
+    t, a = setup
+    m = _with_template(t / "model", tmp_path / "bare-model", BARE_TEMPLATE)
+    gate = tmp_path / "gate.json"
+    assert run(capsys, "rollout-gate", "--from-dump", _gate_dump(t, tmp_path / "d.jsonl", 8), "--model", m,
+               "--report", gate)[0] == 0  # fmt: skip
+    assert _audit(capsys, t, t / "run/canonical/shougang/all.json", tmp_path / "audit.json")[0] == 0
+    rl = ["verl-rl", "--release", t / "run/rl", "--sft-model", m, *tools_flags(a), "--rollout-gate", gate,
+          "--audit", tmp_path / "audit.json", "--reference", m]  # fmt: skip
+    rc, out, err = run(capsys, *rl, "--output-dir", tmp_path / "n", "--tool-format", "native")
+    one_line(err, rc, "drops the tool schemas", "--tool-format inline", "chat_template")
+    assert not (tmp_path / "n").exists()
+    rc, out, err = run(capsys, *rl, "--output-dir", tmp_path / "i")
+    assert rc == 0, err
+    rep = read_json(tmp_path / "i/launch_report.json")
+    assert rep["tool_format"]["used"] == "inline" and "the tool schemas" in rep["tool_format"]["template_drops"]
+    cfg = validated_launch(tmp_path / "i/command.sh")  # what verl composes from the command line
+    tok = AutoTokenizer.from_pretrained(m)
+    template = cfg.actor_rollout_ref.model.custom_chat_template
+    assert template == inline_tools_template(tok.chat_template)
+    schemas = [x["tool_schema"] for x in yaml.safe_load((tmp_path / "i/tools.yaml").read_text())["tools"]]
+    prompt = pq.read_table(t / "run/rl/train.parquet").to_pylist()[0]["prompt"]
+    text = tok.apply_chat_template(prompt, tools=schemas, chat_template=template, tokenize=False)
+    assert all(f'"name": "{n}"' in text for n in rep["checks"]["tools"]) and "<tool_call>" in text
+    assert text == tok.apply_chat_template(inline_tools(prompt, schemas), tokenize=False)
 
 
 @pytest.mark.verl
@@ -498,8 +541,12 @@ def test_verl_merge_then_gate(setup, capsys, tmp_path):
     assert all(torch.allclose(m[k].float(), v.to(m[k].dtype).float()) for k, v in sd.items() if k in m) and set(
         sd
     ) <= set(m)
-    sha = read_json(tmp_path / "hf/merge_report.json")["sha256"]
+    rep = read_json(tmp_path / "hf/merge_report.json")
+    sha = rep["sha256"]
     assert f"sha256 {sha}" in out
+    # verl's merger casts to bfloat16 whatever the checkpoint holds: the report and the line say so
+    assert rep["dtype"] == {"checkpoint": ["float32"], "merged": ["bfloat16"]}, rep["dtype"]
+    assert "parameters in bfloat16 (trained in float32)" in out
     rows = pq.read_table(t / "run/rl/train.parquet").to_pylist()[:20]
     (tmp_path / "d.jsonl").write_text(
         "".join(

@@ -65,7 +65,7 @@ def verl_chain(t: Path, records: int = 80, classes=None, think: str = None, seed
 
 def validated_launch(command_sh: Path):
     """The PPO config of a `verl-rl` launch composed as `verl.trainer.main_ppo` composes it (verl's installed
-    ppo_trainer.yaml with the overrides on `command_sh`'s last line), after verl's own `validate_config` passed on it."""
+    ppo_trainer.yaml with the overrides of the command in `command_sh`), after verl's own `validate_config` passed on it."""
     import shlex
 
     import verl
@@ -74,7 +74,10 @@ def validated_launch(command_sh: Path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    cmd = shlex.split(Path(command_sh).read_text().splitlines()[-1])
+    lines = Path(command_sh).read_text().splitlines(keepends=True)
+    while lines and lines[0].startswith(("#", "set ")):  # the shebang, set -euo pipefail, the Ray note
+        lines.pop(0)
+    cmd = shlex.split("".join(lines))  # one command, whose quoted values may span lines (a chat template)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer/config"), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=cmd[cmd.index("verl.trainer.main_ppo") + 1 :])

@@ -10,8 +10,9 @@ import json
 from ..utils import UserError, train_byte_bpe
 
 # %% auto #0
-__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'TOOLS_PREAMBLE', 'TOOL_PARTS', 'TOOL_FORMATS', 'build_chat_tokenizer',
-           'missing_tool_parts', 'template_renders_tools', 'inline_tools', 'parts_used', 'choose_tool_format']
+__all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'TOOLS_PREAMBLE', 'TOOL_PARTS', 'TOOL_FORMATS', 'INLINE_TOOLS_PRELUDE',
+           'build_chat_tokenizer', 'missing_tool_parts', 'template_renders_tools', 'inline_tools', 'parts_used',
+           'choose_tool_format', 'inline_tools_template', 'check_inline_template']
 
 # %% ../../nbs/release/09_chat.ipynb #63ea0920
 CHATML_TOOLS_TEMPLATE = (
@@ -183,3 +184,64 @@ def choose_tool_format(tok, used, fmt: str = "auto") -> tuple[str, list]:
             field="chat_template",
         )
     return (("inline" if dropped else "native") if fmt == "auto" else fmt), dropped
+
+# %% ../../nbs/release/09_chat.ipynb #9c682d32
+def _jinja_str(s: str) -> str:
+    "`s` as a Jinja string literal (JSON's escapes are Jinja's)."
+    return json.dumps(s)
+
+
+_HEAD, _TAIL = TOOLS_PREAMBLE.format(schemas="\x00").split("\x00")
+INLINE_TOOLS_PRELUDE = (
+    "{%- set _it = namespace(out=[], rest=messages) -%}"
+    "{%- if tools -%}"
+    "{%- set _it.schemas = [] -%}{%- for t in tools -%}{%- set _it.schemas = _it.schemas + [t | tojson] -%}{%- endfor -%}"
+    f"{{%- set _it.pre = {_jinja_str(_HEAD)} + (_it.schemas | join('\\n')) + {_jinja_str(_TAIL)} -%}}"
+    "{%- if messages and messages[0].get('role') == 'system' -%}"
+    "{%- set _it.out = [{'role': 'system', 'content': ((messages[0].get('content') or '') + '\\n\\n' + _it.pre).lstrip()}] -%}"
+    "{%- set _it.rest = messages[1:] -%}"
+    "{%- else -%}{%- set _it.out = [{'role': 'system', 'content': _it.pre}] -%}{%- endif -%}"
+    "{%- endif -%}"
+    "{%- for m in _it.rest -%}"
+    "{%- set text = m.get('content') or '' -%}"
+    "{%- if m.get('role') == 'tool' -%}"
+    "{%- set _it.out = _it.out + [{'role': 'user', 'content': '<tool_response>\\n' + text + '\\n</tool_response>'}] -%}"
+    "{%- else -%}"
+    "{%- if m.get('role') == 'assistant' -%}"
+    "{%- set _it.parts = [] -%}"
+    "{%- if m.get('reasoning_content') -%}{%- set _it.parts = ['<think>\\n' + m.get('reasoning_content') + '\\n</think>'] -%}{%- endif -%}"
+    "{%- if text -%}{%- set _it.parts = _it.parts + [text] -%}{%- endif -%}"
+    "{%- for tc in m.get('tool_calls') or [] -%}"
+    "{%- set f = tc.get('function') or tc -%}"
+    "{%- set _it.parts = _it.parts + ['<tool_call>\\n' + ({'name': f.get('name', ''), 'arguments': f.get('arguments')} | tojson) + '\\n</tool_call>'] -%}"
+    "{%- endfor -%}"
+    "{%- set text = _it.parts | join('\\n') -%}"
+    "{%- endif -%}"
+    "{%- set _it.out = _it.out + [{'role': m.get('role'), 'content': text}] -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- set messages = _it.out -%}{%- set tools = none -%}"
+)
+
+
+def inline_tools_template(template: str) -> str:
+    """A chat template that renders `tools=` and tool turns under `template` as `inline_tools` writes them: the
+    rewrite in Jinja, then `template` itself, for a trainer that renders conversations with the model's template
+    (verl's agent loop, through `custom_chat_template`). Tool-call arguments given as JSON text stay text here
+    (Jinja parses no JSON); verl passes them parsed."""
+    return INLINE_TOOLS_PRELUDE + template
+
+
+def check_inline_template(tok, template: str) -> list:
+    """The probe conversations on which `template` (from `inline_tools_template`) renders other text than
+    `inline_tools` under `tok`'s own template; empty when they agree."""
+    convs = [(_PROBE, [_PROBE_TOOL], False), (_PROBE[1:2], [_PROBE_TOOL], True), (_PROBE[:2], None, True)]
+    bad = []
+    for i, (msgs, tools, gen) in enumerate(convs):
+        want = tok.apply_chat_template(inline_tools(msgs, tools), tokenize=False, add_generation_prompt=gen)
+        got = tok.apply_chat_template(
+            msgs, tools=tools, chat_template=template, tokenize=False, add_generation_prompt=gen
+        )
+        if got != want:
+            bad.append(i)
+    return bad

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import io
 import math
@@ -18,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .assets import SPLITS, ToolAssets, flat_params, make_report, release_report, requires
-from .chat import TOOL_FORMATS, choose_tool_format, parts_used
+from vtreetrm.release.chat import (
+    TOOL_FORMATS,
+    check_inline_template,
+    choose_tool_format,
+    inline_tools_template,
+    parts_used,
+)
 from .parquet import iter_parquet, open_parquet
 from .rollout import check_gate_report
 from .tools import write_tool_config
@@ -37,9 +44,9 @@ from vtreetrm.utils import (
 
 # %% auto #0
 __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASETS', 'INLINE_SFT_DATASET', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS',
-           'check_verl', 'compose_verl_config', 'run_launch', 'hydra_path', 'torchrun', 'SftOptions', 'verl_sft',
-           'check_fsdp_checkpoint', 'check_merged', 'verl_merge', 'release_canonical', 'check_audit_report', 'rl_gates',
-           'RLChecks', 'RLOptions', 'verl_rl']
+           'RL_TOOL_PARTS', 'check_verl', 'compose_verl_config', 'run_launch', 'hydra_path', 'torchrun', 'SftOptions',
+           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'merged_dtypes', 'verl_merge', 'release_canonical',
+           'check_audit_report', 'rl_gates', 'hydra_string', 'RLChecks', 'RLOptions', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #1c7d6501
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
@@ -459,7 +466,7 @@ def _safe_load_shard(path: Path):
 
 # %% ../../nbs/release/13_launch.ipynb #9e5da739
 def check_fsdp_checkpoint(ckpt) -> dict:
-    "World size and shard files of a verl FSDP actor checkpoint, every shard checked safe to load."
+    "World size, shard files and tensor dtypes of a verl FSDP actor checkpoint, every shard checked safe to load."
     ck = Path(ckpt)
     if not ck.is_dir():
         raise UserError("no such checkpoint folder", ck)
@@ -473,9 +480,10 @@ def check_fsdp_checkpoint(ckpt) -> dict:
             raise UserError(f"missing shard of world size {ws}", s)
     if not (ck / "huggingface" / "config.json").is_file():
         raise UserError("no huggingface/config.json beside the shards", ck, field="huggingface")
+    dtypes = set()
     for s in shards:
-        _safe_load_shard(s)
-    return {"world_size": ws, "shards": [str(s) for s in shards]}
+        dtypes |= {str(v.dtype).removeprefix("torch.") for v in _safe_load_shard(s).values() if hasattr(v, "dtype")}
+    return {"world_size": ws, "shards": [str(s) for s in shards], "dtypes": sorted(dtypes)}
 
 # %% ../../nbs/release/13_launch.ipynb #65336d07
 def check_merged(folder: Path) -> int:
@@ -517,8 +525,22 @@ def _run_merger(cmd: list, tmp: Path, checkpoint):
         )
 
 
-def _merge_report(params: dict, info: dict, n: int, sha: str, command: list) -> dict:
-    "The `merge_report.json` of a merged folder."
+_ST_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
+
+
+def merged_dtypes(folder) -> list:
+    "The dtypes of the weights in a transformers folder's safetensors files (read from their headers)."
+    from safetensors import safe_open
+
+    out = set()
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            out |= {st.get_slice(k).get_dtype() for k in st.keys()}
+    return sorted(_ST_DTYPES.get(d, d.lower()) for d in out)
+
+
+def _merge_report(params: dict, info: dict, n: int, sha: str, command: list, dest: Path) -> dict:
+    "The `merge_report.json` of the merged folder `dest` (verl's merger writes bfloat16 whatever it was trained in)."
     return make_report(
         "verl-merge",
         params,
@@ -526,6 +548,7 @@ def _merge_report(params: dict, info: dict, n: int, sha: str, command: list) -> 
         None,
         status="ok",
         world_size=info["world_size"],
+        dtype={"checkpoint": info["dtypes"], "merged": merged_dtypes(dest)},
         parameters=n,
         sha256=sha,
         merge_command=command,
@@ -555,9 +578,13 @@ def verl_merge(
         n = check_merged(tmp)
         ident = model_identity(tmp)
         params = dict(checkpoint=checkpoint, out=out, overwrite=overwrite)
-        rep = _merge_report(params, info, n, ident["sha256"], [*cmd, str(dest.resolve())])
+        rep = _merge_report(params, info, n, ident["sha256"], [*cmd, str(dest.resolve())], tmp)
         write_json(tmp / "merge_report.json", rep)
-    print(f"merged {info['world_size']} shard(s), {n:,} parameters -> {dest} (sha256 {ident['sha256']})")
+    d = rep["dtype"]
+    print(
+        f"merged {info['world_size']} shard(s), {n:,} parameters in {'/'.join(d['merged'])} (trained in "
+        f"{'/'.join(d['checkpoint'])}) -> {dest} (sha256 {ident['sha256']})"
+    )
     return 0
 
 # %% ../../nbs/release/13_launch.ipynb #155068ab
@@ -707,8 +734,8 @@ def _rl_tools(out: Path, registry, corpus, task_config) -> tuple:
     return tools_yaml, tools
 
 # %% ../../nbs/release/13_launch.ipynb #c097433b
-def _rl_overrides(p: dict, files: dict, loggers: list, reward_py: Path) -> list:
-    "verl PPO (RLOO) Hydra overrides for the parameters `p` of `verl_rl`."
+def _rl_overrides(p: dict, files: dict, loggers: list, reward_py: Path, template: str = None) -> list:
+    "verl PPO (RLOO) Hydra overrides for the parameters `p` of `verl_rl` (`template`: the agent loop's chat template)."
     out = Path(p["output_dir"]).resolve()
     return [
         f"data.train_files={hydra_path(files['train'])}",
@@ -737,8 +764,49 @@ def _rl_overrides(p: dict, files: dict, loggers: list, reward_py: Path) -> list:
         f"trainer.experiment_name={p['experiment']}",
         f"trainer.default_local_dir={hydra_path(out / 'checkpoints')}",
         f"trainer.logger=[{','.join(loggers)}]",
+        *([f"actor_rollout_ref.model.custom_chat_template={hydra_string(template)}"] if template else []),
         *(p["extra"] or []),
     ]
+
+# %% ../../nbs/release/13_launch.ipynb #2c22045c
+# what verl's tool agent loop renders: the prompt's tool schemas, the policy's calls, the tools' replies
+RL_TOOL_PARTS = ("the tool schemas", "a turn's tool calls", "a call's arguments", "a tool's reply")
+
+
+def hydra_string(s: str) -> str:
+    "`s` as one quoted Hydra override value (quotes, and the backslashes before a quote or at the end, escaped)."
+    s = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", s)
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, s) + "'"
+
+
+def _rl_tool_format(tok, model, fmt: str) -> tuple[str | None, dict]:
+    """`(template, report)`: the chat template verl's agent loop must use for `model` (None: its own) and what the
+    launch report records of the choice."""
+    try:
+        used, dropped = choose_tool_format(tok, set(RL_TOOL_PARTS), fmt)
+    except UserError as e:
+        raise UserError(e.msg, model, None, "chat_template") from None
+    rep = {"requested": fmt, "used": used, "parts": sorted(RL_TOOL_PARTS), "template_drops": dropped}
+    if used == "native":
+        return None, rep
+    template = inline_tools_template(tok.chat_template)
+    if bad := check_inline_template(tok, template):
+        raise UserError(
+            f"the inline tool template renders other text than inline_tools on probe conversation(s) {bad}; "
+            "use a model whose template renders tools (--tool-format native)",
+            model,
+            None,
+            "chat_template",
+        )
+    return template, {**rep, "custom_chat_template_sha256": hashlib.sha256(template.encode()).hexdigest()}
+
+
+def _check_template_override(cfg, template: str | None, model):
+    "The composed config holds `template` as written (Hydra or OmegaConf would change a `${` in it)."
+    if template is not None and cfg.actor_rollout_ref.model.custom_chat_template != template:
+        raise UserError(
+            "verl's config does not read the inline tool template back as written", model, None, "chat_template"
+        )
 
 # %% ../../nbs/release/13_launch.ipynb #ca0067f2
 # quantities verl's validate_config names that no single override sets: the settings each is made of
@@ -850,6 +918,7 @@ class RLOptions:
     logger: str = "console"  # trainer.logger: comma list of console, wandb, tensorboard, mlflow
     project: str = "vtreetrm-release"  # trainer.project_name
     experiment: str = "rloo"  # trainer.experiment_name
+    tool_format: str = "auto"  # how the agent loop shows the tools to the model: auto, native or inline (its template)
 
 
 @requires("release", "sft_model", "registry", "corpus", "task_config", "output_dir")
@@ -870,15 +939,19 @@ def verl_rl(
     gates = rl_gates(release, sft_model, c.rollout_gate, c.audit, c.reference)
     verl = check_verl()
     files, _ = _release_files(release, "rl")
-    _tokenizer(sft_model)
+    template, tool_format = _rl_tool_format(_tokenizer(sft_model), sft_model, o.tool_format)
     out = Path(output_dir).resolve()
     tools_yaml, tools = _rl_tools(out, assets.registry, assets.corpus, assets.task_config)
     reward_py = Path(importlib.import_module("vtreetrm.release.reward").__file__).resolve()
-    overrides = _rl_overrides(params, files, loggers, reward_py)
+    overrides = _rl_overrides(params, files, loggers, reward_py, template)
     cfg = compose_verl_config("ppo_trainer", overrides)
+    _check_template_override(cfg, template, sft_model)
     _check_rl_config(cfg, reward_py, overrides)
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-    rep = _rl_report(params, files, verl, gates, [t.name for t in tools], reward_py, cmd)
+    rep = {
+        **_rl_report(params, files, verl, gates, [t.name for t in tools], reward_py, cmd),
+        "tool_format": tool_format,
+    }
     _publish_rl(out, cfg, tools_yaml, cmd, rep, o.nnodes)
     print(shlex.join(cmd))
     return 0 if dry_run else run_launch(out / "launch_report.json", rep, cmd)
