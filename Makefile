@@ -12,10 +12,10 @@ NBDEV_TEST_FLAGS ?=
 PYTEST_ARGS ?= -m "not slow" -n 3 -rs
 export PYTHONUNBUFFERED := 1
 # tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
-test test-suite test-slow demo bench gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
-test test-suite test-slow demo bench gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
+test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
+test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl test-rl check-env-rl check-wheel test test-suite test-slow demo lab bench gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl test-rl check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
 
 # a command that reads the package index is tried up to three times: a stalled download (pip's 180 s read timeout)
 # is not retried by pip itself, and it says nothing about the project
@@ -120,6 +120,15 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/release_chain.py --records 100000
 	$(BIN)/python benchmarks/harness_concurrency.py
 	$(BIN)/python benchmarks/build_trees.py
+
+# the real pretrained models' benchmarks, each writing its committed summary (reports/real_models, real_harness,
+# real_release; about 65 minutes in all on 2 cores), then the README made from them
+real-models: $(STAMP)
+	$(compile)
+	$(BIN)/python benchmarks/real_models.py
+	$(BIN)/python benchmarks/real_harness.py
+	$(BIN)/python benchmarks/real_release.py
+	$(MAKE) readme
 
 # the GPU checks in one command, one JSON summary (papermill_runs/gpu_check/summary.json, also printed): Phase-2 at the
 # 7B width, DINOv2-L features, verl's SFT trainer, a vLLM rollout, the harness on CUDA; about 8 minutes on one H200.

@@ -18,7 +18,8 @@ root = Path(__file__).resolve().parents[1]
 MARK = re.compile(r"^<!-- ([a-z0-9_-]+) -->$", re.M)
 PRODUCER = {"demo_summary": "make demo", "learnability": "python benchmarks/learnability.py",
             "phase2_scale": "python benchmarks/phase2_scale.py --procs 2",
-            "real_models": "python benchmarks/real_models.py"}  # fmt: skip
+            "real_models": "python benchmarks/real_models.py", "real_harness": "python benchmarks/real_harness.py",
+            "real_release": "python benchmarks/real_release.py"}  # fmt: skip
 
 
 def summary(name: str, reports: Path = root / "reports") -> str:

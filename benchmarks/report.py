@@ -1,8 +1,11 @@
 """A benchmark's committed summary: reports/NAME.json (its figures and what produced them) and reports/NAME.md (the
 Markdown that `.ci/readme.py` puts in place of the README's `<!-- NAME -->` line), each replaced whole."""
 
+import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,6 +17,27 @@ REPORTS = Path(__file__).resolve().parents[1] / "reports"
 def begin(params: dict) -> dict:
     "The provenance of a benchmark run, taken when it starts (the checkout may change while it runs)."
     return provenance(params, command=["python", *sys.argv])
+
+
+def summary_parser(name: str, doc: str, quick: str) -> argparse.ArgumentParser:
+    "The flags of a benchmark that writes reports/NAME.json and .md: --quick (help `quick`), --work, --out, --render."
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=quick)
+    ap.add_argument("--work", default=None, help="keep the runs here (default: a temporary folder, removed)")
+    ap.add_argument("--out", default=None, help=f"where {name}.json/.md go (default: the repository's reports/)")
+    ap.add_argument("--render", action="store_true", help=f"write {name}.md again from {name}.json, run nothing")
+    return ap
+
+
+@contextlib.contextmanager
+def work_folder(work, name: str):
+    "A benchmark's run folder: `work` (made, and kept), else a temporary one removed at the end."
+    if work:
+        Path(work).mkdir(parents=True, exist_ok=True)
+        yield Path(work)
+        return
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as d:
+        yield Path(d)
 
 
 def check_own_report(out: Path, name: str):
@@ -44,6 +68,38 @@ def alternate(repeats: int, steps: int, variants: dict, sync=lambda: None) -> di
             sync()
             times[name].append((time.perf_counter() - t0) / steps)
     return times
+
+
+def epoch_batches(inputs, cfg, epoch: int, n: int) -> list:
+    "The first `n` batches of `epoch` as `Phase2Trainer` draws them from `inputs` (the epoch repeated where it is shorter)."
+    from vtreetrm.video.phase2 import _epoch_order, rank_batches
+
+    batches = rank_batches(_epoch_order(inputs.train, cfg, epoch, inputs.mirrored), cfg.batch_size)
+    return (batches * (n // len(batches) + 1))[:n]
+
+
+def trainer_steps(tr, cfg):
+    "`run(n, epoch)`: `n` more optimizer steps of the `Phase2Trainer` `tr` (config `cfg`) in `epoch`."
+    from dataclasses import replace
+
+    def run(n: int, epoch: int):
+        tr.cfg = replace(cfg, max_steps=tr.step + n)
+        tr.train_epoch(epoch)
+
+    return run
+
+
+def plain_steps(loss_of, opt):
+    "`run(inputs)`: the bare loop, one step per input: `loss_of(x)`, backward, `opt.step()`."
+
+    def run(inputs: list):
+        for x in inputs:
+            loss = loss_of(x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+    return run
 
 
 def summary_markdown(s: dict, markdown: str) -> str:

@@ -69,3 +69,32 @@ def test_a_benchmark_never_writes_over_a_users_files(tmp_path, monkeypatch):
         with pytest.raises(SystemExit, match="refusing to replace"):
             report.write_report(name, {"a": 1}, "| a |", pv, 1.0, True, tmp_path)
     assert (tmp_path / "other.json").read_text() == '{"mine": 1}\n' and (tmp_path / "notes.md").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("name", ["real_models", "real_release"])
+def test_a_committed_summary_is_what_its_benchmark_renders_from_its_json(name, monkeypatch):
+    "reports/NAME.md is the benchmark's own Markdown of reports/NAME.json, a full run's: no figure in it was typed."
+    import importlib
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import report
+
+    mod = importlib.import_module(name)
+    s = json.loads((ROOT / f"reports/{name}.json").read_text(encoding="utf-8"))
+    assert s["quick"] is False and s["name"] == name and s["provenance"]["git_sha"]
+    md = (ROOT / f"reports/{name}.md").read_text(encoding="utf-8")
+    assert md == report.summary_markdown(s, mod.markdown(s["figures"]))
+
+
+def test_the_real_release_summary_holds_together():
+    "The release chain's real-LLM figures agree with one another: the loss fell, the gate's verdict, verl-rl's answer."
+    f = json.loads((ROOT / "reports/real_release.json").read_text(encoding="utf-8"))["figures"]
+    ls = f["sft"]["losses"]
+    assert len(ls) == f["plan"]["steps"] >= 24 and f["loss_fell"] == (sum(ls[-3:]) < sum(ls[:3])) is True
+    assert f["tool_format"] == "inline" and f["merge"]["merged"] == ["bfloat16"]
+    for g in f["gate"].values():
+        inside = 0.05 <= g["nonzero_reward_rate"] <= 0.30
+        assert g["status"] == ("passed" if inside else "failed") and g["denominator"] == f["plan"]["gate_n"], g
+        assert round(g["nonzero_reward_rate"] * g["denominator"], 6) % 1 == 0  # a count over the episodes
+    rl = f["rl_launch"]
+    assert (rl["exit"] == 0) == (f["gate"]["tuned"]["status"] == "passed"), rl

@@ -310,3 +310,97 @@ def test_the_real_llm_benchmark_writes_every_row_and_what_produced_it(prepared, 
     assert "A --quick run (not for the README)" in md and "SmolLM2-135M-Instruct (4-bit GGUF" in md
     steps = [json.loads(l) for l in (tmp_path / "w/real_video/steps.jsonl").read_text().splitlines()]
     assert len(steps) == 3  # --max-steps 3 held
+
+
+def _benchmark(name: str, prepared: Path, tmp_path: Path) -> dict:
+    "benchmarks/NAME.py --quick on the prepared models, its summary in tmp_path/r and its runs in tmp_path/w: the summary."
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "VTREETRM_MODELS": str(prepared), "PYTHONPATH": str(root)}
+    p = subprocess.run(
+        [sys.executable, root / f"benchmarks/{name}.py", "--quick", "--out", tmp_path / "r", "--work", tmp_path / "w"],
+        capture_output=True, text=True, timeout=1200, env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    s = json.loads((tmp_path / f"r/{name}.json").read_text())
+    assert (
+        s["quick"] is True
+        and s["provenance"]["params"]["llm"] == "smollm2-135m-instruct"
+        and s["provenance"]["git_sha"]
+    )
+    assert "A --quick run (not for the README)" in (tmp_path / f"r/{name}.md").read_text()
+    return s["figures"]
+
+
+@pytest.mark.slow  # about 2.5 minutes: verl's SFT trainer for 2 steps of the real LLM on a CPU, its merge, 2 gates
+@pytest.mark.verl
+def test_the_release_chain_trains_merges_gates_and_launches_the_real_llm(prepared, tmp_path, capsys):
+    """benchmarks/real_release.py --quick: verl's SFT trainer steps on SmolLM2 through the inline tool format, the merge
+    says its dtype, both gates keep their replies, and verl-rl takes the merged model: refused on a failed gate, and
+    with a passing gate (a dump) handed the inline template for verl's agent loop."""
+    pytest.importorskip("verl")
+    import math
+
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+    from verl_chain import validated_launch
+
+    from vtreetrm.release.chat import inline_tools_template
+    from vtreetrm.utils import model_identity
+
+    f = _benchmark("real_release", prepared, tmp_path)
+    w = tmp_path / "w"
+    launch = json.loads((w / "sft/launch_report.json").read_text())
+    assert f["tool_format"] == launch["tool_format"]["used"] == "inline", launch["tool_format"]
+    assert launch["checks"]["custom_cls"].endswith(":InlineToolsSFTDataset") and launch["smoke"] is False
+    assert len(f["sft"]["losses"]) == 2 and all(math.isfinite(x) for x in f["sft"]["losses"])
+    assert f["sft"]["steps_per_second"] > 0 and f["sft"]["tokens_per_step"] > 500  # the tools are in the text
+    assert f["merge"]["checkpoint"] == ["float32"] and f["merge"]["merged"] == ["bfloat16"], f["merge"]
+    merged = model_identity(w / "merged")
+    assert f["merge"]["sha256"] == f["gate"]["tuned"]["model_sha256"] == merged["sha256"]
+    for side in ("base", "tuned"):
+        g = f["gate"][side]
+        assert g["denominator"] == 2 and g["tool_format"] == "inline" and g["status"] in ("passed", "failed"), g
+        assert len(g["replies"]) == 2 and all(isinstance(x, str) for x in g["replies"]), g
+    rl = f["rl_launch"]
+    if f["gate"]["tuned"]["status"] == "failed":
+        assert (
+            rl["exit"] == 2 and "the rollout gate did not pass" in rl["said"] and "WORK/gate-tuned.json" in rl["said"]
+        )
+        assert not (w / "rl-launch").exists()
+    else:
+        assert rl["exit"] == 0 and rl["tool_format"] == "inline"
+    # with a gate that passed (a dump of rollouts scored for this model), verl-rl launches it, its agent loop handed the
+    # inline template: SmolLM2's own template with the rewrite in front
+    rows = pq.read_table(w / "chain/run/rl/train.parquet").to_pylist()[:40]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"ground_truth": r["reward_model"]["ground_truth"],
+        "response": r["reward_model"]["ground_truth"] if i % 8 == 0 else ""}) + "\n" for i, r in enumerate(rows)))  # fmt: skip
+    argv = ["release", "rollout-gate", "--from-dump", tmp_path / "d.jsonl", "--model", w / "merged", "--report",
+            tmp_path / "g.json"]  # fmt: skip
+    assert run(capsys, *argv)[0] == 0
+    syn = w / "chain/syn"
+    a = ["--registry", syn / "ASSETS/registries/shougang.registry.json", "--corpus",
+         syn / "ASSETS/corpora/shougang.corpus.json", "--task-config", syn / "CFG/shougang.task.json"]  # fmt: skip
+    rc, _, err = run(capsys, "release", "verl-rl", "--release", w / "chain/run/rl", "--sft-model", w / "merged", *a,
+                     "--rollout-gate", tmp_path / "g.json", "--audit", w / "audit.json", "--reference",
+                     prepared / "smollm2-135m-instruct", "--output-dir", tmp_path / "rl")  # fmt: skip
+    assert rc == 0, err[-2000:]
+    rep = json.loads((tmp_path / "rl/launch_report.json").read_text())
+    assert rep["tool_format"]["used"] == "inline" and "the tool schemas" in rep["tool_format"]["template_drops"]
+    cfg = validated_launch(tmp_path / "rl/command.sh")
+    tok = AutoTokenizer.from_pretrained(w / "merged")
+    assert cfg.actor_rollout_ref.model.custom_chat_template == inline_tools_template(tok.chat_template)
+
+
+@pytest.mark.slow  # about 2 minutes: a few real-LLM episodes of harness infer and a one-epoch harness train
+def test_the_harness_benchmark_runs_the_real_llm_as_agent_and_reflector(prepared, tmp_path):
+    "benchmarks/real_harness.py --quick: infer's and train's episode figures, the gate's decisions, the reflector's replies."
+    f = _benchmark("real_harness", prepared, tmp_path)
+    i, t = f["infer"], f["train"]
+    assert i["episodes"] == 2 and 0 <= i["answered_share"] <= 1 and i["seconds_per_episode"] > 0, i
+    assert i["unanswered"] == round(i["episodes"] * (1 - i["answered_share"]))
+    assert t["episodes"]["episodes"] > 0 and t["episodes"]["seconds_per_episode"] > 0, t["episodes"]
+    r = t["reflections"]
+    assert r["model_replies"] == r["reflections"] > 0 and 0 <= r["replies_with_edits"] <= r["model_replies"], r
+    assert sum(t["gate"]["decisions"].values()) >= t["gate"]["rounds"] >= 0 and t["test"]["n"] > 0, t

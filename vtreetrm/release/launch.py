@@ -343,7 +343,8 @@ def _turn_parts(m: dict) -> list:
 def _release_parts(train_file) -> set:
     "The parts of tool-calling conversations (`release.chat.TOOL_PARTS` names) the split's rows hold."
     used = set()
-    for _, row in iter_parquet(train_file):
+    cols = [c for c in ("messages", "tools") if c in open_parquet(train_file).schema_arrow.names]
+    for _, row in iter_parquet(train_file, columns=cols):  # those two columns alone
         msgs = [m for m in row.get("messages") or [] if isinstance(m, dict)]
         used |= parts_used(msgs, row.get("tools"))
     return used
