@@ -122,7 +122,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/build_trees.py
 
 # the real pretrained models' benchmarks, each writing its committed summary (reports/real_models, real_harness,
-# real_release; about 65 minutes in all on 2 cores), then the README made from them
+# real_release: each says how long it took), then the README made from them
 real-models: $(STAMP)
 	$(compile)
 	$(BIN)/python benchmarks/real_models.py

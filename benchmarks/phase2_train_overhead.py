@@ -44,19 +44,18 @@ import argparse
 import statistics
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from report import alternate
+from report import alternate, epoch_batches, plain_steps, trainer_steps
 
 from vtreetrm.video.checkpoints import TrainingRun
 from vtreetrm.video.config import FeatureSpec, Phase2Config
 from vtreetrm.video.labels import load_dataset
 from vtreetrm.video.model import Batcher, build_phase2
 from vtreetrm.video.phase1 import open_cache
-from vtreetrm.video.phase2 import Phase2Trainer, RunOptions, _epoch_order, _read_inputs, rank_batches
+from vtreetrm.video.phase2 import Phase2Trainer, RunOptions, _read_inputs, rank_batches
 from vtreetrm.video.synthetic import SCALES, SyntheticConfig, make_synthetic
 
 
@@ -93,21 +92,9 @@ def main():
 
         def bare_inputs(epoch: int, n: int) -> list:
             "The inputs of the first `n` batches of `epoch` as the trainer draws them, built up front."
-            order = _epoch_order(tr.inputs.train, cfg, epoch, tr.inputs.mirrored)
-            batches = rank_batches(order, cfg.batch_size)
-            batches = (batches * (n // len(batches) + 1))[:n]
-            return [batcher(b, epoch, dev)[:4] for b in batches]
+            return [batcher(b, epoch, dev)[:4] for b in epoch_batches(tr.inputs, cfg, epoch, n)]
 
-        def run_bare(inputs: list):
-            for x in inputs:
-                loss = model(*x)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-
-        def run_trainer(steps: int, epoch: int):
-            tr.cfg = replace(cfg, max_steps=tr.step + steps)
-            tr.train_epoch(epoch)
+        run_bare, run_trainer = plain_steps(lambda x: model(*x), opt), trainer_steps(tr, cfg)
 
         def sync():
             if dev.type == "cuda":

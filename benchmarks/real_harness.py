@@ -3,7 +3,8 @@
     python benchmarks/real_harness.py [--quick] [--work DIR] [--out reports]
 
 The LLM is SmolLM2-135M-Instruct as `vtreetrm models prepare` builds it (a 4-bit Q4_1 GGUF checkpoint of the instruct
-model, dequantized to float32), run by the harness's transformers backend (greedy, `max_new_tokens` 64). Its chat
+model, dequantized to float32), run by the harness's transformers backend (greedy, 64 new tokens a turn of an episode,
+256 a reflection: an edit list needs the room). Its chat
 template prints message contents alone, so the tool schemas and the `<tool_call>` syntax reach it in the system
 prompt (`release.chat.inline_tools`, the one fallback). The data is the synthetic benchmark (`harness
 make-synthetic`: caption trees of synthetic videos and multiple-choice questions over them), embeddings hashed (no
@@ -40,8 +41,8 @@ COMMON = ["--backend", "transformers", "--model", LLM, "--concurrency", 1, "--qu
 
 
 def sets(*more) -> list:
-    "The --set of every step: hashing embeddings, 64 new tokens a turn, and `more`."
-    return ["--set", "embed.backend=hashing", "max_new_tokens=64", *more]
+    "The --set of every step: hashing embeddings, 64 new tokens an answer's turn, 256 a reflection's, and `more`."
+    return ["--set", "embed.backend=hashing", "max_new_tokens=64", "reflect_max_new_tokens=256", *more]
 
 
 def episodes_of(db: Path, run_id: str) -> list:
@@ -144,7 +145,8 @@ def main():
                 "reflections": fin["reflections"],
                 "test": test,
                 "pools": fin["pools"],
-            },  # fmt: skip
+            },
+            "wall_seconds": {"infer": wall["infer"], "train": round(wall["train"])},
         }
         print(json.dumps(figures, indent=1, ensure_ascii=False))
         write_report("real_harness", figures, markdown(figures), pv, time.time() - t_start, a.quick, a.out)

@@ -25,18 +25,25 @@ labels=...)`, `backward`, AdamW on the LoRA weights alone, its inputs built befo
 reports/real_models.md, the table the README shows. `--quick` is a check of the plumbing on a tiny set (its
 summary says so and the README refuses it)."""
 
-import argparse
 import json
 import re
 import shutil
 import statistics
-import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from learnability import cli, step
-from report import alternate, begin, render_report, write_report
+from report import (
+    alternate,
+    begin,
+    epoch_batches,
+    plain_steps,
+    render_report,
+    summary_parser,
+    trainer_steps,
+    work_folder,
+    write_report,
+)
 
 LLM = "smollm2-135m-instruct"
 # the set: LoTE-shaped (long-tailed counts, LoTE's six most frequent behaviours), labels in everyday words
@@ -102,10 +109,8 @@ def overhead(work: Path, syn: Path, threads: int, steps: int, repeats: int) -> d
     from vtreetrm.video.phase2 import (
         Phase2Trainer,
         RunOptions,
-        _epoch_order,
         _read_inputs,
         make_accelerator,
-        rank_batches,
     )
     from vtreetrm.video.tiny_llm import load_llm, resolve_dtype
 
@@ -127,28 +132,19 @@ def overhead(work: Path, syn: Path, threads: int, steps: int, repeats: int) -> d
     batcher = Batcher(inputs.tok, cfg, inputs.cand, inputs.feats)
 
     def bare_inputs(epoch: int, n: int) -> list:
-        order = _epoch_order(inputs.train, cfg, epoch, inputs.mirrored)
-        batches = rank_batches(order, cfg.batch_size)
-        batches = (batches * (n // len(batches) + 1))[:n]
         out = []
         with torch.no_grad():
-            for b in batches:
+            for b in epoch_batches(inputs, cfg, epoch, n):
                 feats, pre, post, tgt, _ = batcher(b, epoch, acc.device)
                 emb, mask, labels = tr.core.assemble(tr.core.visual(feats)[0], pre, post, tgt)
                 out.append((emb.detach().requires_grad_(True), mask, (mask.cumsum(-1) - 1).clamp(min=0), labels))
         return out
 
-    def run_bare(xs: list):
-        for emb, mask, pos, labels in xs:
-            loss = peft_llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, labels=labels).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+    def loss_of(x):
+        emb, mask, pos, labels = x
+        return peft_llm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, labels=labels).loss
 
-    def run_trainer(n: int, epoch: int):
-        tr.cfg = replace(cfg, max_steps=tr.step + n)
-        tr.train_epoch(epoch)
-
+    run_bare, run_trainer = plain_steps(loss_of, opt), trainer_steps(tr, cfg)
     xs = [bare_inputs(1 + r, steps) for r in range(repeats)]  # built before any clock starts
     times = alternate(
         repeats, steps, {"trainer": lambda r, n: run_trainer(n, 1 + r), "bare": lambda r, n: run_bare(xs[r][:n])}
@@ -201,28 +197,18 @@ def markdown(f: dict) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a tiny set and 3 steps: the plumbing only")
-    ap.add_argument("--work", default=None, help="keep the runs here (default: a temporary folder, removed)")
-    ap.add_argument("--out", default=None, help="where real_models.json/.md go (default: the repository's reports/)")
+    ap = summary_parser("real_models", __doc__, "a tiny set and 3 steps: the plumbing only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="alternating repeats of the trainer and the bare loop")
     ap.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
-    ap.add_argument(
-        "--render", action="store_true", help="write real_models.md again from real_models.json, run nothing"
-    )
     a = ap.parse_args()
     if a.render:
         return print(render_report("real_models", markdown, a.out))
     plan = QUICK if a.quick else FULL
     pv = begin({**vars(a), **plan, "phase2": PHASE2, "llm": LLM})
     t_start = time.time()
-    tmp = None if a.work else tempfile.TemporaryDirectory(prefix="real-models-")
-    work = Path(a.work or tmp.name)
-    work.mkdir(parents=True, exist_ok=True)
-    syn, cache = work / "syn", work / "cache"
-    wall = {}
-    try:
+    with work_folder(a.work, "real_models") as work:
+        syn, cache, wall = work / "syn", work / "cache", {}
         step("prepare", cli("models", "prepare", LLM), work / "prepare.log", t_start)
         if not (syn / "lote" / "manifest.jsonl").exists():
             step("make-synthetic", cli("video", "make-synthetic", "--out", syn, "--scale", plan["scale"],
@@ -269,9 +255,6 @@ def main():
         }
         print(json.dumps(figures, indent=1))
         write_report("real_models", figures, markdown(figures), pv, time.time() - t_start, a.quick, a.out)
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
 
 
 if __name__ == "__main__":

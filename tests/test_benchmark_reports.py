@@ -71,7 +71,7 @@ def test_a_benchmark_never_writes_over_a_users_files(tmp_path, monkeypatch):
     assert (tmp_path / "other.json").read_text() == '{"mine": 1}\n' and (tmp_path / "notes.md").read_text() == "mine\n"
 
 
-@pytest.mark.parametrize("name", ["real_models", "real_release"])
+@pytest.mark.parametrize("name", ["real_models", "real_harness", "real_release"])
 def test_a_committed_summary_is_what_its_benchmark_renders_from_its_json(name, monkeypatch):
     "reports/NAME.md is the benchmark's own Markdown of reports/NAME.json, a full run's: no figure in it was typed."
     import importlib

@@ -154,3 +154,17 @@ def test_local_embedder_pooling_follows_the_model_folder(tmp_path, cls_pooling):
     ref = h[:, 0] if cls_pooling else (h * m).sum(1) / m.sum(1)
     ref = torch.nn.functional.normalize(ref, dim=-1).numpy()
     assert np.allclose(got, ref, atol=1e-5)
+
+
+def test_the_reflector_generates_with_its_own_token_budget(tiny_model, tmp_path):
+    "reflect_max_new_tokens gives the reflections a longer budget than the answers, on the one model; unset, the same."
+    from vtreetrm.harness.config import RunConfig
+    from vtreetrm.harness.runner import Runner
+
+    for budget, want in ((300, 300), (None, 48)):
+        cfg = RunConfig(backend="transformers", model=str(tiny_model), max_new_tokens=48, workspace_dir=str(tmp_path),
+                        reflect_max_new_tokens=budget)  # fmt: skip
+        r = Runner(cfg, progress=False)
+        r._make_models("reflect")
+        assert (r.backend.max_new_tokens, r.reflector.backend.max_new_tokens) == (48, want)
+        assert r.reflector.backend.model is r.backend.model

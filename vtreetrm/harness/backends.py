@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import json
 import os
@@ -312,6 +313,14 @@ class TransformersBackend:
 
     async def chat(self, messages: list, tools: list = None) -> ChatReply:
         return parse_tool_call_text(await asyncio.to_thread(self._generate, messages, tools))
+
+    def with_max_new_tokens(self, n: int | None) -> TransformersBackend:
+        "This backend generating up to `n` tokens a call (None: as it is), on the same model and lock: a reflection's budget."
+        if n is None or n == self.max_new_tokens:
+            return self
+        other = copy.copy(self)
+        other.max_new_tokens = n
+        return other
 
 # %% ../../nbs/harness/05_backends.ipynb #0a481363
 SIM_BASE = 0.40  # chance of noticing the evidence with no useful hint

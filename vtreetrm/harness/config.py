@@ -79,6 +79,9 @@ class RunConfig:
     temperature: float = _f(0.0, "sampling temperature", ge=0)
     device: str = _f("cpu", "torch device of the transformers backend ('cuda' falls back to cpu when unavailable)")
     max_new_tokens: int = _f(512, "transformers backend: tokens generated per model call", ge=1)
+    reflect_max_new_tokens: int | None = _f(
+        None, "transformers backend: tokens a reflection may generate (None: max_new_tokens)", ge=1
+    )
     sim_latency_s: float = _f(0.0, "simulated backend: seconds per model call (to exercise concurrency)", ge=0)
     concurrency: int = _f(24, "agent episodes in flight at once", ge=1)
     max_steps: int = _f(40, "tool steps per episode before it must answer", ge=1)

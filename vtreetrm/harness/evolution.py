@@ -89,25 +89,35 @@ def failure_summary(f: dict) -> str:
     )
 
 # %% ../../nbs/harness/07_evolution.ipynb #879bee0a
+def _json_values(text: str):
+    "Each JSON array or object in `text`, in order, from every `[` or `{` that starts one."
+    dec = json.JSONDecoder()
+    for m in re.finditer(r"[\[{]", text):
+        try:
+            yield dec.raw_decode(text, m.start())[0]
+        except json.JSONDecodeError:
+            continue
+
+
+def _edit(it) -> Patch | None:
+    if (
+        isinstance(it, dict)
+        and it.get("op") in ("add", "delete")
+        and isinstance(it.get("text"), str)
+        and it["text"].strip()
+    ):
+        return Patch(it["op"], str(it.get("section") or "General"), it["text"].strip())
+    return None
+
+
 def parse_patch_list(text: str, budget: int) -> list:
-    "Read a JSON list of {op, section, text} from a reply (first JSON array found)."
-    m = re.search(r"\[.*\]", text or "", re.S)
-    if not m:
-        return []
-    try:
-        items = json.loads(m.group(0))
-    except json.JSONDecodeError:
-        return []
-    out = []
-    for it in items if isinstance(items, list) else []:
-        if (
-            isinstance(it, dict)
-            and it.get("op") in ("add", "delete")
-            and isinstance(it.get("text"), str)
-            and it["text"].strip()
-        ):
-            out.append(Patch(it["op"], str(it.get("section") or "General"), it["text"].strip()))
-    return out[:budget]
+    "Read {op, section, text} edits from a reply: the first JSON array holding one, or a lone edit object."
+    for v in _json_values(text or ""):
+        items = v if isinstance(v, list) else [v] if isinstance(v, dict) and "op" in v else []
+        out = [p for p in map(_edit, items) if p is not None]
+        if out:
+            return out[:budget]
+    return []
 
 # %% ../../nbs/harness/07_evolution.ipynb #38ed51ad
 class LLMReflector:

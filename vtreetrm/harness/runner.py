@@ -309,8 +309,14 @@ class Runner:
         self.judges_edits = isinstance(self.backend, SimulatedBackend)  # only the simulator knows which edits harm it
         self.embedder = self._embedder or make_embedder(c.embed)
         self.reflector = self._reflector or (
-            SimulatedReflector() if c.backend == "simulated" else LLMReflector(self.backend, reflect_prompt)
+            SimulatedReflector() if c.backend == "simulated" else LLMReflector(self._reflect_backend(), reflect_prompt)
         )
+
+    def _reflect_backend(self):
+        "The reflector's backend: the answering one, with the transformers backend's own reflection budget."
+        if isinstance(self.backend, TransformersBackend):
+            return self.backend.with_max_new_tokens(self.c.reflect_max_new_tokens)
+        return self.backend
 
     def _start_run(self):
         "Record the run as started (after `--fresh` removed its rows and versions); warn when a resume changed its plan."
