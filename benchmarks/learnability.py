@@ -34,16 +34,22 @@ def cli(*args) -> list:
     return [sys.executable, "-c", "from vtreetrm.cli import console_main; console_main()", *map(str, args)]
 
 
-def step(name: str, argv: list, log: Path, t_start: float) -> float:
-    "Run one CLI step (its output to `log`), print a progress line; its wall time in seconds, or exit on failure."
+def run_step(name: str, argv: list, log: Path, t_start: float, env: dict = None) -> tuple[int, float]:
+    "Run one CLI step (its output to `log`, `env` its environment), with a progress line: (exit code, seconds)."
     t0 = time.time()
     print(f"[{time.time() - t_start:6.0f} s] start {name}", flush=True)
     with open(log, "w") as f:
-        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT).returncode
-    if rc:
-        sys.exit(f"{name} failed (exit {rc}): {' '.join(argv)}\n{log.read_text()[-3000:]}")
+        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     dt = time.time() - t0
-    print(f"[{time.time() - t_start:6.0f} s] done  {name} ({dt:.0f} s)", flush=True)
+    print(f"[{time.time() - t_start:6.0f} s] done  {name} ({f'exit {rc}, ' if rc else ''}{dt:.0f} s)", flush=True)
+    return rc, dt
+
+
+def step(name: str, argv: list, log: Path, t_start: float, env: dict = None) -> float:
+    "`run_step`, exiting on a failure: its wall time in seconds."
+    rc, dt = run_step(name, argv, log, t_start, env)
+    if rc:
+        sys.exit(f"{name} failed (exit {rc}): {' '.join(map(str, argv))}\n{log.read_text()[-3000:]}")
     return dt
 
 

@@ -21,7 +21,6 @@ README shows. No gain is expected at this size and none is claimed: the gate is 
 within noise. `--quick` is a check of the plumbing (a few episodes; its summary says so and the README refuses it)."""
 
 import json
-import sqlite3
 import subprocess
 import sys
 import time
@@ -45,18 +44,8 @@ def sets(*more) -> list:
     return ["--set", "embed.backend=hashing", "max_new_tokens=64", "reflect_max_new_tokens=256", *more]
 
 
-def episodes_of(db: Path, run_id: str) -> list:
-    "The answers rows of a run: its episodes (answer, gold, tool steps)."
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        con.row_factory = sqlite3.Row
-        return [dict(r) for r in con.execute("SELECT * FROM answers WHERE run_id = ?", (run_id,))]
-    finally:
-        con.close()
-
-
-def infer_figures(out: dict, rows: list) -> dict:
-    "What `harness infer` printed, and its chance accuracy from the questions' option counts."
+def infer_figures(out: dict) -> dict:
+    "What `harness infer` printed of its episodes."
     e = out["episodes"]
     return {
         "episodes": e["episodes"],
@@ -64,7 +53,7 @@ def infer_figures(out: dict, rows: list) -> dict:
         "tool_calls_per_episode": e["tool_calls_per_episode"],
         "seconds_per_episode": e["seconds_per_episode"],
         "accuracy": out.get("accuracy"),
-        "unanswered": sum(r["answer"] is None for r in rows),
+        "unanswered": out["unanswered"],
     }
 
 
@@ -120,7 +109,7 @@ def main():
         (work / "infer.log").write_text(p.stdout + p.stderr)
         if p.returncode:
             sys.exit(f"harness infer failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
-        infer = infer_figures(json.loads(p.stdout), episodes_of(work / "infer/harness.db", "infer_real"))
+        infer = infer_figures(json.loads(p.stdout))
         wall = {"infer": round(time.time() - t0)}
         print(f"[{time.time() - t_start:6.0f} s] done  harness infer", flush=True)
         ws = syn / "workspaces/real-train"

@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from learnability import cli, step
+from learnability import cli, run_step, step
 from report import begin, render_report, summary_parser, work_folder, write_report
 
 from vtreetrm.models.prepare import model_path
@@ -85,7 +85,7 @@ def timed_sft(argv: list, log: Path, t_start: float, env: dict) -> dict:
 
 
 def gate_figures(report: Path, wall: float) -> dict:
-    "What a rollout gate report says, its first replies cut to REPLY_CHARS, and its seconds per episode."
+    "What a rollout gate report says, its first replies cut to REPLY_CHARS, and the command's wall seconds per episode."
     g = json.loads(report.read_text())
     keys = ("status", "denominator", "nonzero_reward_rate", "answer_parsed_rate", "tool_call_rate", "likely_cause")
     eps = g.get("episodes") or []
@@ -93,16 +93,6 @@ def gate_figures(report: Path, wall: float) -> dict:
     return {**{k: g.get(k) for k in keys}, "tool_format": g["agent_loop"].get("tool_format"),
             "model_sha256": g["model"]["sha256"], "seconds_per_episode": wall / max(g["denominator"], 1),
             "replies": replies}  # fmt: skip
-
-
-def run_cli(name: str, argv: list, log: Path, t_start: float, env: dict) -> tuple[int, float]:
-    "A CLI step whose non-zero exit is a result (the gate, a refused launch), not a failure: (exit code, seconds)."
-    t0 = time.time()
-    print(f"[{time.time() - t_start:6.0f} s] start {name}", flush=True)
-    with open(log, "w") as f:
-        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
-    print(f"[{time.time() - t_start:6.0f} s] done  {name} (exit {rc}, {time.time() - t0:.0f} s)", flush=True)
-    return rc, time.time() - t0
 
 
 def last_line(log: Path, work: Path) -> str:
@@ -135,7 +125,7 @@ def markdown(f: dict) -> str:
         f"weights (trained in {'/'.join(m['checkpoint'])}).",
         "",
         "| rollout gate, val episodes of the rl-cascade release | episodes | nonzero reward % (gate: 5-30) | "
-        "answers parsed % | episodes with a tool call % | s / episode | gate |",
+        "answers parsed % | episodes with a tool call % | s / episode (the command's wall, model loading included) | gate |",
         "|---|---:|---:|---:|---:|---:|---|",
         gate_row("SmolLM2-135M-Instruct as prepared (no SFT)", g["base"]),
         gate_row(f"the same after {len(ls)} SFT steps, merged", g["tuned"]),
@@ -191,7 +181,7 @@ def main():
             argv = cli("release", "rollout-gate", "--model", model, "--release", r / "rl", *tools, "--n",
                        plan["gate_n"], "--max-turns", 3, "--max-new-tokens", plan["max_new_tokens"], "--report",
                        work / f"gate-{name}.json", "--no-progress")  # fmt: skip
-            rc, wall = run_cli(f"rollout-gate ({name})", argv, work / f"gate-{name}.log", t_start, env)
+            rc, wall = run_step(f"rollout-gate ({name})", argv, work / f"gate-{name}.log", t_start, env)
             if rc not in (0, 1):
                 sys.exit(f"rollout-gate failed (exit {rc}):\n{(work / f'gate-{name}.log').read_text()[-3000:]}")
             gate[name] = {**gate_figures(work / f"gate-{name}.json", wall), "exit": rc}
@@ -201,7 +191,7 @@ def main():
         rl_argv = cli("release", "verl-rl", "--release", r / "rl", "--sft-model", merged, "--rollout-gate",
                       work / "gate-tuned.json", *tools, "--audit", work / "audit.json", "--reference", base,
                       "--output-dir", work / "rl-launch")  # fmt: skip
-        rc, _ = run_cli("verl-rl (dry run)", rl_argv, work / "rl.log", t_start, env)
+        rc, _ = run_step("verl-rl (dry run)", rl_argv, work / "rl.log", t_start, env)
         rl = {"exit": rc, "said": last_line(work / "rl.log", work) if rc else None, "tool_format": None}
         if rc == 0:
             rl["tool_format"] = json.loads((work / "rl-launch/launch_report.json").read_text())["tool_format"]["used"]

@@ -342,9 +342,8 @@ def test_the_release_chain_trains_merges_gates_and_launches_the_real_llm(prepare
     pytest.importorskip("verl")
     import math
 
-    import pyarrow.parquet as pq
     from transformers import AutoTokenizer
-    from verl_chain import validated_launch
+    from verl_chain import gate_dump, validated_launch
 
     from vtreetrm.release.chat import inline_tools_template
     from vtreetrm.utils import model_identity
@@ -373,10 +372,7 @@ def test_the_release_chain_trains_merges_gates_and_launches_the_real_llm(prepare
         assert rl["exit"] == 0 and rl["tool_format"] == "inline"
     # with a gate that passed (a dump of rollouts scored for this model), verl-rl launches it, its agent loop handed the
     # inline template: SmolLM2's own template with the rewrite in front
-    rows = pq.read_table(w / "chain/run/rl/train.parquet").to_pylist()[:40]
-    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"ground_truth": r["reward_model"]["ground_truth"],
-        "response": r["reward_model"]["ground_truth"] if i % 8 == 0 else ""}) + "\n" for i, r in enumerate(rows)))  # fmt: skip
-    argv = ["release", "rollout-gate", "--from-dump", tmp_path / "d.jsonl", "--model", w / "merged", "--report",
+    argv = ["release", "rollout-gate", "--from-dump", gate_dump(w / "chain/run/rl", tmp_path / "d.jsonl", 8), "--model", w / "merged", "--report",
             tmp_path / "g.json"]  # fmt: skip
     assert run(capsys, *argv)[0] == 0
     syn = w / "chain/syn"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import one_line
-from verl_chain import validated_launch, verl_chain
+from verl_chain import gate_dump, validated_launch, verl_chain
 
 from vtreetrm.cli import main
 from vtreetrm.release.assets import NATIVE_PROMPT_FIELDS
@@ -156,27 +156,6 @@ def test_verl_sft_writes_tool_calls_into_the_turns_of_a_template_that_drops_them
     assert rc == 0 and read_json(tmp_path / "c/launch_report.json")["tool_format"]["used"] == "native", err
 
 
-def _gate_dump(t, path, every: int):
-    "A rollout dump of the RL release whose every `every`-th response is right."
-    rows = pq.read_table(t / "run/rl/train.parquet").to_pylist()
-    path.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "sample_id": r["extra_info"]["sample_id"],
-                    "ground_truth": r["reward_model"]["ground_truth"],
-                    "response": r["reward_model"]["ground_truth"]
-                    if i % every == 0
-                    else '{"choice_id": "K00000000", "data_level": "L1"}',
-                }
-            )
-            + "\n"
-            for i, r in enumerate(rows[:40])
-        )
-    )
-    return path
-
-
 def _audit(capsys, t, canonical, report):
     s = t / "syn"
     return run(
@@ -204,7 +183,7 @@ def test_verl_rl_dry_run(setup, capsys, tmp_path):
             capsys,
             "rollout-gate",
             "--from-dump",
-            _gate_dump(t, tmp_path / "d.jsonl", 8),
+            gate_dump(t / "run/rl", tmp_path / "d.jsonl", 8),
             "--model",
             t / "model",
             "--report",
@@ -275,14 +254,14 @@ def test_verl_rl_dry_run(setup, capsys, tmp_path):
     one_line(err, rc, "verl's validate_config refuses the launch (data.train_batch_size=3, actor_rollout_ref.rollout.n=2, "
              "trainer.n_gpus_per_node=8, trainer.nnodes=1): real_train_batch_size (6) must be divisible by minimal "
              "possible batch size (8)")  # fmt: skip
-    assert not (tmp_path / "x").exists()
+    assert not (tmp_path / "x").exists() and not (tmp_path / ".x.tools.yaml").exists()
     # each rule refuses on its own, before anything is written
     assert (
         run(
             capsys,
             "rollout-gate",
             "--from-dump",
-            _gate_dump(t, tmp_path / "hi.jsonl", 2),
+            gate_dump(t / "run/rl", tmp_path / "hi.jsonl", 2),
             "--model",
             t / "model",
             "--report",
@@ -347,7 +326,7 @@ def test_verl_rl_hands_the_agent_loop_the_inline_template_of_a_model_whose_templ
     t, a = setup
     m = _with_template(t / "model", tmp_path / "bare-model", BARE_TEMPLATE)
     gate = tmp_path / "gate.json"
-    assert run(capsys, "rollout-gate", "--from-dump", _gate_dump(t, tmp_path / "d.jsonl", 8), "--model", m,
+    assert run(capsys, "rollout-gate", "--from-dump", gate_dump(t / "run/rl", tmp_path / "d.jsonl", 8), "--model", m,
                "--report", gate)[0] == 0  # fmt: skip
     assert _audit(capsys, t, t / "run/canonical/shougang/all.json", tmp_path / "audit.json")[0] == 0
     rl = ["verl-rl", "--release", t / "run/rl", "--sft-model", m, *tools_flags(a), "--rollout-gate", gate,
@@ -427,21 +406,9 @@ def test_rollout_gate_tiny_model_fails_with_cause(setup, capsys):
 
 def test_rollout_gate_from_dump(setup, capsys, tmp_path):
     t, a = setup
-    rows = pq.read_table(t / "run/rl/train.parquet").to_pylist()
 
     def dump(name, k):
-        lines = [
-            {
-                "sample_id": r["extra_info"]["sample_id"],
-                "ground_truth": r["reward_model"]["ground_truth"],
-                "response": r["reward_model"]["ground_truth"]
-                if i % k == 0
-                else '{"choice_id": "K00000000", "data_level": "L1"}',
-            }
-            for i, r in enumerate(rows[:40])
-        ]
-        (tmp_path / name).write_text("".join(json.dumps(l) + "\n" for l in lines))
-        return tmp_path / name
+        return gate_dump(t / "run/rl", tmp_path / name, k)
 
     rc, _, err = run(capsys, "rollout-gate", "--from-dump", dump("ok.jsonl", 8), "--report", tmp_path / "ok.json")
     assert (
@@ -547,19 +514,7 @@ def test_verl_merge_then_gate(setup, capsys, tmp_path):
     # verl's merger casts to bfloat16 whatever the checkpoint holds: the report and the line say so
     assert rep["dtype"] == {"checkpoint": ["float32"], "merged": ["bfloat16"]}, rep["dtype"]
     assert "parameters in bfloat16 (trained in float32)" in out
-    rows = pq.read_table(t / "run/rl/train.parquet").to_pylist()[:20]
-    (tmp_path / "d.jsonl").write_text(
-        "".join(
-            json.dumps(
-                {
-                    "ground_truth": r["reward_model"]["ground_truth"],
-                    "response": r["reward_model"]["ground_truth"] if i % 8 == 0 else "",
-                }
-            )
-            + "\n"
-            for i, r in enumerate(rows)
-        )
-    )
+    gate_dump(t / "run/rl", tmp_path / "d.jsonl", 8, n=20)
     run(
         capsys,
         "rollout-gate",

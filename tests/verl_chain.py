@@ -83,3 +83,14 @@ def validated_launch(command_sh: Path):
         cfg = compose(config_name="ppo_trainer", overrides=cmd[cmd.index("verl.trainer.main_ppo") + 1 :])
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     return cfg
+
+
+def gate_dump(rl_release: Path, path: Path, every: int, n: int = 40) -> Path:
+    """A rollout dump (`rollout-gate --from-dump`) of the first `n` train rows of an rl-cascade release, every
+    `every`-th response right and the others a wrong choice: a gate rate of 1/`every`."""
+    rows = pq.read_table(Path(rl_release) / "train.parquet").to_pylist()[:n]
+    wrong = '{"choice_id": "K00000000", "data_level": "L1"}'
+    lines = [{"sample_id": r["extra_info"]["sample_id"], "ground_truth": r["reward_model"]["ground_truth"],
+              "response": r["reward_model"]["ground_truth"] if i % every == 0 else wrong} for i, r in enumerate(rows)]  # fmt: skip
+    Path(path).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return Path(path)

@@ -170,10 +170,10 @@ def parts_used(messages: list, tools: list = None) -> set:
     return used
 
 
-def choose_tool_format(tok, used, fmt: str = "auto") -> tuple[str, list]:
+def choose_tool_format(tok, used, fmt: str = "auto", where=None) -> tuple[str, list]:
     """`(format, dropped)`: how conversations holding the parts `used` reach `tok`'s template, and the parts that
     template drops. `auto` takes the template's own rendering where it keeps them all, else `inline`; `native` is
-    refused in one line when it drops one."""
+    refused in one line when it drops one (naming `where`, the model folder, and its `chat_template`)."""
     if fmt not in TOOL_FORMATS:
         raise UserError(f"--tool-format must be one of {', '.join(TOOL_FORMATS)}, not {fmt!r}", field="tool_format")
     dropped = missing_tool_parts(tok, [p for p in TOOL_PARTS if p in used]) if used else []
@@ -181,6 +181,7 @@ def choose_tool_format(tok, used, fmt: str = "auto") -> tuple[str, list]:
         raise UserError(
             f"the model's chat template drops {', '.join(dropped)}: its turns would train on text without them; "
             "use --tool-format inline (or auto), which writes them into the turns' text",
+            where,
             field="chat_template",
         )
     return (("inline" if dropped else "native") if fmt == "auto" else fmt), dropped

@@ -45,8 +45,8 @@ from vtreetrm.utils import (
 # %% auto #0
 __all__ = ['SUPPORTED_VERL', 'VERL_EXTRA', 'SFT_DATASETS', 'INLINE_SFT_DATASET', 'SFT_ENTRY', 'ROLLOUT_ENGINES', 'LOGGERS',
            'RL_TOOL_PARTS', 'check_verl', 'compose_verl_config', 'run_launch', 'hydra_path', 'torchrun', 'SftOptions',
-           'verl_sft', 'check_fsdp_checkpoint', 'check_merged', 'merged_dtypes', 'verl_merge', 'release_canonical',
-           'check_audit_report', 'rl_gates', 'hydra_string', 'RLChecks', 'RLOptions', 'verl_rl']
+           'verl_sft', 'check_fsdp_checkpoint', 'safetensors_index', 'check_merged', 'merged_dtypes', 'verl_merge',
+           'release_canonical', 'check_audit_report', 'rl_gates', 'hydra_string', 'RLChecks', 'RLOptions', 'verl_rl']
 
 # %% ../../nbs/release/13_launch.ipynb #1c7d6501
 SUPPORTED_VERL = ("0.9.1", "0.10")  # >= first, < second
@@ -424,10 +424,7 @@ def verl_sft(
     params.update(experiment=experiment, smoke=smoke)
     tok = _tokenizer(model)
     used = _release_parts(files["train"])
-    try:
-        fmt, dropped = choose_tool_format(tok, used, params["tool_format"])
-    except UserError as e:
-        raise UserError(e.msg, model, None, "chat_template") from None
+    fmt, dropped = choose_tool_format(tok, used, params["tool_format"], model)
     tools = {"requested": params["tool_format"], "used": fmt, "parts": sorted(used), "template_drops": dropped}
     params.update(tool_format=fmt)
     overrides = _sft_overrides(params, files, kind)
@@ -487,10 +484,20 @@ def check_fsdp_checkpoint(ckpt) -> dict:
     return {"world_size": ws, "shards": [str(s) for s in shards], "dtypes": sorted(dtypes)}
 
 # %% ../../nbs/release/13_launch.ipynb #65336d07
+def safetensors_index(folder) -> dict:
+    "`{name: (shape, dtype)}` of every tensor in a folder's safetensors files, read from their headers."
+    from safetensors import safe_open
+
+    out = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            out.update({k: (tuple(st.get_slice(k).get_shape()), st.get_slice(k).get_dtype()) for k in st.keys()})
+    return out
+
+
 def check_merged(folder: Path) -> int:
     "Check a merged folder against the model its config builds (meta device: shapes only); returns the parameter count."
     import torch
-    from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
@@ -498,10 +505,7 @@ def check_merged(folder: Path) -> int:
             model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder, local_files_only=True))
     except (OSError, ValueError, KeyError) as e:
         raise UserError(f"the merged config does not build a causal LM: {e}", folder) from None
-    have = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(f), "pt") as st:
-            have.update({k: tuple(st.get_slice(k).get_shape()) for k in st.keys()})
+    have = {k: shape for k, (shape, _) in safetensors_index(folder).items()}
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     tied = (
         set(getattr(model, "_tied_weights_keys", None) or ())
@@ -531,13 +535,7 @@ _ST_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "fl
 
 def merged_dtypes(folder) -> list:
     "The dtypes of the weights in a transformers folder's safetensors files (read from their headers)."
-    from safetensors import safe_open
-
-    out = set()
-    for f in sorted(Path(folder).glob("*.safetensors")):
-        with safe_open(str(f), "pt") as st:
-            out |= {st.get_slice(k).get_dtype() for k in st.keys()}
-    return sorted(_ST_DTYPES.get(d, d.lower()) for d in out)
+    return sorted({_ST_DTYPES.get(d, d.lower()) for _, d in safetensors_index(folder).values()})
 
 
 def _merge_report(params: dict, info: dict, n: int, sha: str, command: list, dest: Path) -> dict:
@@ -783,10 +781,7 @@ def hydra_string(s: str) -> str:
 def _rl_tool_format(tok, model, fmt: str) -> tuple[str | None, dict]:
     """`(template, report)`: the chat template verl's agent loop must use for `model` (None: its own) and what the
     launch report records of the choice."""
-    try:
-        used, dropped = choose_tool_format(tok, set(RL_TOOL_PARTS), fmt)
-    except UserError as e:
-        raise UserError(e.msg, model, None, "chat_template") from None
+    used, dropped = choose_tool_format(tok, set(RL_TOOL_PARTS), fmt, model)
     rep = {"requested": fmt, "used": used, "parts": sorted(RL_TOOL_PARTS), "template_drops": dropped}
     if used == "native":
         return None, rep
@@ -945,9 +940,13 @@ def verl_rl(
     tools_yaml, tools = _rl_tools(out, assets.registry, assets.corpus, assets.task_config)
     reward_py = Path(importlib.import_module("vtreetrm.release.reward").__file__).resolve()
     overrides = _rl_overrides(params, files, loggers, reward_py, template)
-    cfg = compose_verl_config("ppo_trainer", overrides)
-    _check_template_override(cfg, template, sft_model)
-    _check_rl_config(cfg, reward_py, overrides)
+    try:  # a refused launch leaves no tool YAML behind (a published one is moved into the folder)
+        cfg = compose_verl_config("ppo_trainer", overrides)
+        _check_template_override(cfg, template, sft_model)
+        _check_rl_config(cfg, reward_py, overrides)
+    except BaseException:
+        tools_yaml.unlink(missing_ok=True)
+        raise
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     rep = {
         **_rl_report(params, files, verl, gates, [t.name for t in tools], reward_py, cmd),
