@@ -105,8 +105,11 @@ test-slow: $(STAMP) sysdeps
 	  TMPDIR=$$tmp $(BIN)/nbdev_test --flags slow --path $$nb || { rm -rf $$tmp; exit 1; }; done; rm -rf $$tmp
 	$(BIN)/python -m pytest -q -m slow -n 2 -rs
 
+# the demo rewrites reports/demo_summary.md (its figures, seconds and commit), which the README shows: the README is made
+# again from it, so `make test` after `make demo` finds them in step
 demo: $(STAMP)
 	$(BIN)/vtreetrm demo
+	$(BIN)/python .ci/readme.py
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=nbs
