@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
 test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl test-rl check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl test-rl breakages check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
 
 # a command that reads the package index is tried up to three times: a stalled download (pip's 180 s read timeout)
 # is not retried by pip itself, and it says nothing about the project
@@ -93,6 +93,10 @@ test-suite: $(STAMP) lint
 	tmp=$$(mktemp -d) && TMPDIR=$$tmp $(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' \
 	  $(NBDEV_TEST_FLAGS); rc=$$?; rm -rf $$tmp; exit $$rc
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# each guarantee the docs claim broken on purpose, in a copy of the checkout: the test named beside it must fail
+breakages: $(STAMP)
+	$(BIN)/python .ci/breakages.py
 
 # the wheel installed (not editable) in a fresh venv, its dependencies resolved from the index, used outside the checkout
 check-wheel:

@@ -224,14 +224,15 @@ def main():
     else:
         print("no GPU: the Qwen2.5-7B-width variants run only on a GPU")
     paths = write_report(
-        "phase2_scale", {"variants": rows, "ratios": ratios}, markdown(rows, ratios, args), pv, time.time() - t0,
+        "phase2_scale", {"variants": rows, "ratios": ratios}, markdown({"variants": rows, "ratios": ratios}, vars(args)), pv, time.time() - t0,
         quick=False, out=args.out,
     )  # fmt: skip
     print("wrote", *paths)
 
 
-def markdown(rows: list, ratios: dict, args) -> str:
-    "The table of variants and the ratios, as the README shows them."
+def markdown(f: dict, params: dict) -> str:
+    "The table of variants and the ratios, as the README shows them; `params`: the run's flags (its provenance's)."
+    rows, ratios, args = f["variants"], f["ratios"], argparse.Namespace(**params)
     out = ["| LLM width | layers | dtype | processes x threads | grad. ckpt | samples/s | peak memory (MiB) | frozen LLM (MiB) |",
            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     out += [f"| {r['llm']} | {r['layers']} | {r['dtype']} | {r['processes']} x {r['threads']} | {'on' if r['ckpt'] else 'off'} "

@@ -132,19 +132,39 @@ def pytest_collection_modifyitems(config, items):
 
 # ---------------------------------------------------------------- no silent skips where every part is installed
 
-NO_SKIP = os.environ.get("VTREETRM_NO_SKIP") == "1"  # set by the GitHub workflow, which installs every part
+NO_SKIP = os.environ.get("VTREETRM_NO_SKIP") == "1"  # set by .ci/run, which installs every part
+NO_CUDA = "needs a CUDA device"  # the one skip allowed under VTREETRM_NO_SKIP=1: no machine here has one
 _skipped: list = []
+_no_cuda: list = []
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_runtest_setup(item):
+    "A test marked `cuda` is skipped without a CUDA device, and counted on its own line."
+    if item.get_closest_marker("cuda") and not _cuda():
+        pytest.skip(NO_CUDA)
 
 
 def pytest_runtest_logreport(report):
     "Remember each skipped test and its reason (under xdist this runs in the controller for every worker's tests)."
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skipped.append(f"{report.nodeid}: {reason}")
+        cuda = reason.removeprefix("Skipped: ") == NO_CUDA and "cuda" in report.keywords
+        (_no_cuda if cuda else _skipped).append(f"{report.nodeid}: {reason}")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    "With VTREETRM_NO_SKIP=1, a skipped test fails the run: there every skip means a missing part, not an option."
-    if NO_SKIP and _skipped and not hasattr(session.config, "workerinput"):
+    """With VTREETRM_NO_SKIP=1, a skipped test fails the run: there every skip means a missing part, not an option;
+    only the tests marked `cuda` may skip (no CUDA device), and their count is printed on a line of its own."""
+    if hasattr(session.config, "workerinput"):
+        return
+    if _no_cuda:
+        print(f"\nskipped, no CUDA device here: {len(_no_cuda)} tests marked cuda", *_no_cuda, sep="\n  ")
+    if NO_SKIP and _skipped:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\n{len(_skipped)} tests skipped where none may be (VTREETRM_NO_SKIP=1):", *_skipped, sep="\n  ")

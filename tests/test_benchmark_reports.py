@@ -71,21 +71,6 @@ def test_a_benchmark_never_writes_over_a_users_files(tmp_path, monkeypatch):
     assert (tmp_path / "other.json").read_text() == '{"mine": 1}\n' and (tmp_path / "notes.md").read_text() == "mine\n"
 
 
-@pytest.mark.parametrize("name", ["real_models", "real_harness", "real_release"])
-def test_a_committed_summary_is_what_its_benchmark_renders_from_its_json(name, monkeypatch):
-    "reports/NAME.md is the benchmark's own Markdown of reports/NAME.json, a full run's: no figure in it was typed."
-    import importlib
-
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import report
-
-    mod = importlib.import_module(name)
-    s = json.loads((ROOT / f"reports/{name}.json").read_text(encoding="utf-8"))
-    assert s["quick"] is False and s["name"] == name and s["provenance"]["git_sha"]
-    md = (ROOT / f"reports/{name}.md").read_text(encoding="utf-8")
-    assert md == report.summary_markdown(s, mod.markdown(s["figures"]))
-
-
 def test_the_real_release_summary_holds_together():
     "The release chain's real-LLM figures agree with one another: the loss fell, the gate's verdict, verl-rl's answer."
     f = json.loads((ROOT / "reports/real_release.json").read_text(encoding="utf-8"))["figures"]

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = ("harness_cuda", "dinov2_large_features", "phase2_7b", "verl_sft", "vllm_rollout")
 
@@ -75,3 +77,19 @@ def test_over_budget_whatever_the_item_made_of_the_alarm(monkeypatch):
         assert r["status"] == "failed" and r["error"] == "TimeoutError: over its time budget", r
     monkeypatch.setitem(gc.ITEMS, "quick", (1, lambda cuda, tmp, budget: {"figure": 1.0}))
     assert gc.run_item("quick", False, 5)["status"] == "ok"  # an item within its budget is not marked
+
+
+@pytest.mark.cuda
+@pytest.mark.slow  # the GPU half: DINOv2-large features, a Phase-2 step of the 7B shape, captions on the card
+def test_gpu_half_summary(tmp_path):
+    "`make gpu-check`'s GPU-sized items on a CUDA device: each ok there, its GPU figures measured (none left unrun)."
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "gpu"
+    items = ["harness_cuda", "dinov2_large_features", "phase2_7b"]
+    p = subprocess.run([sys.executable, ROOT / "benchmarks/gpu_check.py", "--out", out, "--items", *items],
+                       capture_output=True, text=True, timeout=1800, env=env)  # fmt: skip
+    s = json.loads((out / "summary.json").read_text())
+    assert p.returncode == 0 and s["failed"] == [], p.stdout[-3000:] + p.stderr[-3000:]
+    for name in items:
+        r = s[name]
+        assert r["status"] == "ok" and str(r["device"]).startswith("cuda") and not r.get("not_run"), r

@@ -33,7 +33,8 @@ __all__ = ['PUBLISHED_MARKER', 'WEIGHT_FILES', 'DERIVED_ENTRIES', 'OUTPUT_KEY', 
            'make_own_dir', 'reuse_own_dir', 'remove_own_dir', 'path_component', 'loads_json', 'read_json', 'strip_bom',
            'iter_jsonl', 'write_jsonl', 'read_appended_jsonl', 'load_yaml', 'sha256_file', 'sha256_json',
            'stable_uniform', 'model_identity', 'changed_files', 'package_versions', 'machine_memory', 'check_processes',
-           'check_size', 'git_info', 'now_iso', 'provenance', 'provenance_later', 'run_sync', 'train_byte_bpe']
+           'check_size', 'git_info', 'now_iso', 'cpu_info', 'provenance', 'provenance_later', 'run_sync',
+           'train_byte_bpe']
 
 # %% ../nbs/00_utils.ipynb #a9e8d6a3
 class UserError(Exception):
@@ -888,6 +889,14 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def cpu_info() -> dict:
+    "The CPU a run measured on: its model (from /proc/cpuinfo, else `platform.processor()`) and its cores."
+    model = None
+    with contextlib.suppress(OSError):
+        model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), None)
+    return {"model": model or platform.processor() or None, "cores": os.cpu_count()}
+
+
 def provenance(
     params: dict = None,  # every parameter of the run
     inputs=(),  # input files to hash
@@ -901,6 +910,7 @@ def provenance(
         "versions": package_versions(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
+        "cpu": cpu_info(),
         "cwd": os.getcwd(),  # relative paths above are relative to it
         "inputs": {str(p): sha256_file(p) for p in inputs if Path(p).is_file()},
         "created": now_iso(),
