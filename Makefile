@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
 test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl test-rl breakages check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl test-rl breakages check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint lint-style check-duplicates readme docs docs-serve clean-nbs sysdeps
 
 # a command that reads the package index is tried up to three times: a stalled download (pip's 180 s read timeout)
 # is not retried by pip itself, and it says nothing about the project
@@ -81,12 +81,12 @@ sysdeps:
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null)) || echo "slurm-wlm/munge not installed: the SLURM sweep test will skip"; }
 
 # the suite, with the two checks that mostly wait on the package index (the RL environment's resolution and the wheel
-# in a fresh venv) running beside it
+# in a fresh venv) and the duplicate-code check running beside it
 test: $(STAMP) sysdeps
-	$(MAKE) --no-print-directory -j3 check-env-rl check-wheel test-suite
+	$(MAKE) --no-print-directory -j4 check-env-rl check-wheel check-duplicates test-suite
 
 # the notebooks' temporary files in a folder of their own, removed after (cells leave some, a killed run more)
-test-suite: $(STAMP) lint
+test-suite: $(STAMP) lint-style
 	$(BIN)/python .ci/check_notebooks.py
 	$(BIN)/python .ci/readme.py --check
 	$(BIN)/python .ci/import_all.py
@@ -154,9 +154,17 @@ export: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format nbs tests benchmarks .ci && $(BIN)/ruff check --fix nbs tests benchmarks .ci && $(MAKE) export
 
-lint: $(STAMP)
+# duplicated code in the library: pylint's duplicate-code check (symilar, set in pyproject.toml) finds no run of 5 or
+# more lines that two modules share, comments, docstrings, imports and signatures aside
+lint: lint-style check-duplicates
+
+lint-style: $(STAMP)
 	$(BIN)/ruff format --check nbs tests benchmarks .ci
 	$(BIN)/ruff check nbs vtreetrm tests benchmarks .ci
+
+# about 100 s of one core: `make test` runs it beside the suite
+check-duplicates: $(STAMP)
+	$(BIN)/pylint --rcfile=pyproject.toml vtreetrm && echo "duplicate-code: no run of 5 or more lines shared by two modules"
 
 readme: $(STAMP)
 	$(BIN)/python .ci/readme.py

@@ -66,3 +66,27 @@ def test_the_checks_can_fail():
     assert len(_params(fns[0])) == 9
     assert Counter(_patched_class(n) for n in fns[1:]) == {"Foo": 6}
     assert _patched_class(fns[0]) is None
+
+
+def test_the_duplicate_code_check_fails_on_a_shared_run_of_five_lines(tmp_path):
+    "`make check-duplicates` (pylint's duplicate-code with pyproject.toml's settings) fails on 5 lines two modules share."
+    import subprocess
+    import sys
+
+    body = "    total = 0\n    for x in xs:\n        total += x * x\n    total -= 1\n    return total / len(xs)\n"
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(f"def mean_square(xs):\n{body}")
+    (pkg / "b.py").write_text(f"def other_name(xs, unused=None):\n    'a docstring'\n{body}")
+    rc = LIB.parent / "pyproject.toml"
+
+    def pylint(*args):
+        return subprocess.run([sys.executable, "-m", "pylint", f"--rcfile={rc}", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    p = pylint("pkg")
+    assert p.returncode != 0 and "R0801" in p.stdout and "==pkg.a:" in p.stdout, p.stdout + p.stderr
+    (pkg / "b.py").write_text(f"def other_name(xs):\n{body.replace('x * x', 'abs(x)')}")
+    p = pylint("pkg")
+    assert p.returncode == 0, p.stdout + p.stderr

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from fastcore.basics import patch
 
-from ..release.chat import inline_tools, template_renders_tools
+from ..release.chat import call_arguments, inline_tools, template_renders_tools
 from ..utils import UserError, stable_uniform
 
 # %% auto #0
@@ -260,12 +260,7 @@ def _template_message(m: dict) -> dict:
     if m.get("tool_calls"):
         calls = []
         for tc in m["tool_calls"]:
-            args = tc["function"]["arguments"]
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except json.JSONDecodeError:
-                    pass
+            args = call_arguments(tc["function"]["arguments"])
             calls.append({**tc, "function": {**tc["function"], "arguments": args}})
         out["tool_calls"] = calls
     return out

@@ -11,8 +11,8 @@ from ..utils import UserError, train_byte_bpe
 
 # %% auto #0
 __all__ = ['CHATML_TOOLS_TEMPLATE', 'SPECIAL_TOKENS', 'TOOLS_PREAMBLE', 'TOOL_PARTS', 'TOOL_FORMATS', 'INLINE_TOOLS_PRELUDE',
-           'build_chat_tokenizer', 'missing_tool_parts', 'template_renders_tools', 'inline_tools', 'parts_used',
-           'choose_tool_format', 'inline_tools_template', 'check_inline_template']
+           'build_chat_tokenizer', 'missing_tool_parts', 'template_renders_tools', 'call_arguments', 'inline_tools',
+           'parts_used', 'choose_tool_format', 'inline_tools_template', 'check_inline_template']
 
 # %% ../../nbs/release/09_chat.ipynb #63ea0920
 CHATML_TOOLS_TEMPLATE = (
@@ -114,14 +114,19 @@ def template_renders_tools(tok) -> bool:
     )
 
 
-def _call_text(tc: dict) -> str:
-    f = tc.get("function") or tc
-    args = f.get("arguments")
-    if isinstance(args, str):  # as an OpenAI reply carries them: JSON text, kept as an object where it parses
+def call_arguments(args):
+    "A tool call's arguments as an object where they parse: an OpenAI reply carries them as JSON text."
+    if isinstance(args, str):
         try:
-            args = json.loads(args)
+            return json.loads(args)
         except json.JSONDecodeError:
             pass
+    return args
+
+
+def _call_text(tc: dict) -> str:
+    f = tc.get("function") or tc
+    args = call_arguments(f.get("arguments"))
     return (
         "<tool_call>\n"
         + json.dumps({"name": f.get("name", ""), "arguments": args}, ensure_ascii=False)
