@@ -276,3 +276,153 @@ def test_a_harness_db_waits_as_long_as_it_is_told_and_names_a_missing_column(tmp
     with pytest.raises(UserError) as e:
         connect_readonly(db)
     assert f"it has no columns {', '.join(sorted(cols[1:3]))} of table '{table}'" in str(e.value), (str(e.value), keep)
+
+
+# ---------------------------------------------------------------- harness/gate: the CE-Gate's arithmetic, exactly
+
+
+def test_the_e_process_bets_and_re_estimates_its_bet_exactly():
+    import math
+
+    from vtreetrm.harness.gate import EProcess, GateParams
+
+    p = GateParams(lambda_dir=0.4, p_low=0.05, p_high=0.95, block=2)
+    e = EProcess(p)
+    assert (e.lam, e.k, e.n, e.in_block) == (0.4, 1.0, 0, 0)
+    e.update(0)  # a concordant pair: no bet, no count
+    assert (e.log_k, e.n, e.in_block) == (0.0, 0, 0)
+    e.update(1)
+    assert e.log_k == pytest.approx(math.log(1.4)) and (e.wins, e.losses, e.in_block) == (1, 0, 1)
+    e.update(-1)  # the block of 2 is full: the bet re-estimated from (1 + 1) / (2 + 2) = 1/2, so no bet
+    assert e.log_k == pytest.approx(math.log(1.4 * 0.6)) and (e.wins, e.losses, e.in_block, e.lam) == (1, 1, 0, 0.0)
+    e.update(1)
+    e.update(1)  # 3 wins, 1 loss: (3 + 1) / (4 + 2) = 2/3, a bet of 1/3
+    assert e.log_k == pytest.approx(math.log(1.4 * 0.6)) and e.lam == pytest.approx(1 / 3) and e.n == 4
+    assert e.k == pytest.approx(0.84)
+    assert EProcess(GateParams(lambda_dir=0.9, p_high=0.8)).lam == pytest.approx(0.6)  # at most 2 p_high - 1
+    assert EProcess(GateParams(lambda_dir=-0.3)).lam == pytest.approx(0.3)  # the bet's size
+    hi = EProcess(GateParams(p_high=0.8, block=1))
+    for _ in range(10):
+        hi.update(1)
+    assert hi.lam == pytest.approx(0.6)  # the estimate clipped at p_high
+    lo = EProcess(GateParams(p_low=0.3, p_high=0.95, block=1))
+    lo.update(1)
+    assert lo.lam == pytest.approx(2 * (2 / 3) - 1)
+    for _ in range(5):
+        lo.update(-1)
+    assert lo.lam == 0.0  # clipped at p_low = 0.3, then never a negative bet
+    mid = EProcess(GateParams(p_low=0.45, p_high=0.95, block=1))
+    mid.update(-1)  # (0 + 1) / (1 + 2) = 1/3, clipped up to 0.45: a bet of max(0, -0.1) = 0
+    assert mid.lam == 0.0
+    d = EProcess(p)
+    for start, after in ((2.0, 1.0), (-1.0, -1.0), (0.0, 0.0)):  # shrinks evidence for, never against
+        d.log_k = start
+        d.decay(0.5)
+        assert d.log_k == after
+
+
+def test_a_gate_round_decides_by_its_rules():
+    from vtreetrm.harness.gate import GateParams, GateRound
+
+    p = GateParams(e_confirm=4.0, e_provisional=1.5, w_net_min=2, delta_min=0.1, lambda_dir=0.5, block=100,
+                   n_max=6, guard_err=0.5, p_high=0.95)  # fmt: skip
+    r = GateRound(p)
+    r.add(False, True)
+    r.add(True, True)
+    r.add(False, True)  # K = 1.5^2 = 2.25, net 2 over 3 pairs
+    assert (r.n_pairs, r.round_discordant, r.confirmed, r.done) == (3, 2, False, False)
+    d = r.decision()
+    assert (d.decision, d.reason) == ("provisional", "K=2.25 >= 1.5") and (d.wins, d.losses, d.n_pairs) == (2, 0, 3)
+    r.add(False, True)
+    r.add(False, True)  # K = 1.5^4 >= 4
+    assert r.confirmed and r.done
+    d = r.decision()
+    assert d.decision == "confirm" and d.reason == "K=5.06 >= 4.0" and d.e_value == pytest.approx(1.5**4)
+    assert d.to_dict()["n_pairs"] == 5 and d.e_reverse == 1.0
+    small = GateRound(GateParams(e_confirm=1.2, e_provisional=1.1, w_net_min=2, delta_min=0.0, lambda_dir=0.5))
+    small.add(False, True)  # K = 1.5 >= 1.2, but a net of 1 is below w_net_min
+    assert not small.confirmed and small.decision().reason == "practical size: net 1 over 1 pairs"
+    thin = GateRound(GateParams(e_confirm=2.0, e_provisional=1.1, w_net_min=2, delta_min=0.1, lambda_dir=0.5))
+    thin.add(False, True)
+    thin.add(False, True)
+    for _ in range(18):
+        thin.add(True, True)  # net 2 over 20 pairs: 0.1 per pair, exactly delta_min
+    assert thin.confirmed
+    thin.add(True, True)  # 2 over 21: below it
+    assert not thin.confirmed and thin.decision().decision == "reject"
+    guard = GateRound(p)
+    for right in (False, True, False):
+        guard.add(True, right, probe=True)
+    d = guard.decision()
+    assert (d.decision, d.reason, d.n_probe, d.probe_errors) == ("reject", "guard: 2/3 probe errors > 0.5", 3, 2)
+    edge = GateRound(p)
+    edge.add(True, False, probe=True)
+    edge.add(True, True, probe=True)  # 1/2 probe errors: at guard_err, allowed
+    assert edge._guard() and edge.decision().reason.startswith("practical size")
+    weak = GateRound(GateParams(e_provisional=3.0, w_net_min=0, delta_min=0.0, lambda_dir=0.5, n_max=2))
+    weak.add(False, True)
+    weak.add(True, False)  # K = 1.5 * 0.5: two discordant pairs end the round
+    assert weak.done and weak.decision().reason == "K=0.75 < 3.0"
+
+
+def test_a_watched_edit_is_confirmed_rolled_back_or_settled():
+    from vtreetrm.harness.gate import EProcess, GateParams, Watch
+
+    p = GateParams(e_confirm=2.0, e_rollback=2.0, lambda_dir=0.5, block=3, n_max=5, gamma_decay=0.5)
+    w = Watch(p, EProcess(p), "provisional", parent="v0", edit="v1", patches=({"op": "x"},))
+    assert (w.parent, w.edit, w.patches, w.pairs) == ("v0", "v1", [{"op": "x"}], 0)
+    assert w.add(True, True) is None and w.pairs == 1
+    assert w.add(False, True) is None  # forward K 1.5
+    assert w.add(False, True) == "confirm" and w.status == "confirmed"  # 2.25 >= 2
+    assert w.add(False, True) is None  # confirmed once
+    assert not w.settled and w.rev.n == 3
+    w.add(True, False)
+    assert w.rev.n == 4 and not w.settled
+    w.add(True, True)
+    assert not w.settled
+    w.add(True, False)
+    assert w.settled  # a confirmed edit: n_max = 5 discordant pairs
+    back = Watch(p, EProcess(p), "provisional")
+    assert back.add(True, False) is None and back.add(True, False) == "rollback" and back.status == "rolled_back"
+    prov = Watch(GateParams(e_confirm=100.0, e_rollback=100.0, lambda_dir=0.5, block=3), EProcess(p), "provisional")
+    for pair in ((False, True), (True, False), (False, True)):
+        prov.add(*pair)
+    assert prov.settled and prov.status == "provisional"  # after `block` discordant pairs, kept as it is
+    fwd = EProcess(p)
+    fwd.log_k = 2.0
+    Watch(p, fwd, "confirmed").new_step()
+    assert fwd.log_k == 1.0  # each step shrinks the carried evidence by gamma_decay
+
+
+def test_the_gate_thresholds_are_inclusive_and_the_net_is_wins_minus_losses():
+    from vtreetrm.harness.gate import EProcess, GateParams, GateRound, Watch
+
+    d = EProcess(GateParams())
+    d.log_k = 0.5
+    d.decay(0.5)
+    assert d.log_k == 0.25  # any evidence for is shrunk, however small
+    one = GateRound(GateParams(w_net_min=1, delta_min=0.6, e_confirm=100.0))
+    one.add(False, True)
+    assert one._practical()  # 1 over 1 pair
+    mixed = GateRound(GateParams(w_net_min=2, delta_min=0.0, e_confirm=100.0, lambda_dir=0.5))
+    for inc, cand in ((False, True), (False, True), (True, False)):
+        mixed.add(inc, cand)
+    assert not mixed._practical() and mixed.decision().reason == "practical size: net 1 over 3 pairs"
+    probe = GateRound(GateParams(w_net_min=0, delta_min=0.0, e_confirm=100.0, lambda_dir=0.5))
+    probe.add(False, True)
+    at = GateRound(GateParams(w_net_min=0, delta_min=0.0, e_confirm=100.0, e_provisional=probe.fwd.k, lambda_dir=0.5))
+    at.add(False, True)
+    assert at.decision().decision == "provisional"  # K exactly at e_provisional
+    base = GateParams(e_confirm=100.0, e_rollback=100.0, lambda_dir=0.5)
+    w = Watch(base, EProcess(base), "provisional")
+    w.add(True, False)
+    w.add(True, False)
+    assert w.pairs == 2
+    edge = GateParams(e_confirm=100.0, e_rollback=w.rev.k, lambda_dir=0.5)
+    w2 = Watch(edge, EProcess(edge), "provisional")
+    w2.add(True, False)
+    assert w2.add(True, False) == "rollback"  # the reverse wealth exactly at e_rollback
+    f = Watch(base, EProcess(base), "provisional")
+    f.add(False, True)
+    conf = GateParams(e_confirm=f.fwd.k, e_rollback=100.0, lambda_dir=0.5)
+    assert Watch(conf, EProcess(conf), "provisional").add(False, True) == "confirm"  # exactly at e_confirm
