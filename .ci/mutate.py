@@ -10,6 +10,7 @@ unmutated, so only in-process tests kill mutants. It takes tens of minutes on 2 
 python .ci/mutate.py            # run, then write the report
 python .ci/mutate.py --report   # write the report from the last run's results (mutants/)"""
 
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -60,8 +61,6 @@ def results() -> dict:
 
 
 def in_scope(name: str) -> bool:
-    import fnmatch
-
     return any(fnmatch.fnmatchcase(name, p) for p in patterns())
 
 
@@ -88,7 +87,7 @@ def explanations() -> list:
 def explain(name: str, line: str, rules: list):
     fn = name.split("__mutmut_")[0]
     for glob, rx, why in rules:
-        if re.fullmatch(glob.replace(".", r"\.").replace("*", ".*"), fn) and rx.search(line):
+        if fnmatch.fnmatchcase(fn, glob) and rx.search(line):
             return why
     return None
 

@@ -88,10 +88,10 @@ def rendered(name: str, s: dict) -> str:
     return report.summary_markdown(s, mod.markdown(s["figures"], *extra))
 
 
-def summary(name: str, reports: Path = None) -> str:
-    "reports/NAME.md as NAME.json renders it; exits when the committed .md differs (a figure typed into it)."
+def summary(name: str, reports: Path = None, s: dict = None) -> str:
+    "reports/NAME.md as NAME.json (or `s`, read from it) renders it; exits when the committed .md differs (a typed figure)."
     reports = reports or root / "reports"
-    s = load(name, reports)
+    s = s or load(name, reports)
     md_path, text = reports / f"{name}.md", rendered(name, s)
     if not md_path.is_file():
         sys.exit(f"{md_path} is missing: write it from its JSON (`python .ci/readme.py --reports`)")
@@ -130,8 +130,8 @@ def stale(name: str, s: dict):
     return sorted(f for f in then.keys() | now.keys() if then.get(f) != now.get(f))
 
 
-def measured_line(name: str, s: dict) -> str:
-    "Where the table's figures come from: commit, date, machine; and whether its sources changed since."
+def measured_line(name: str, s: dict, changed) -> str:
+    "Where the table's figures come from: commit, date, machine; and whether its sources changed since (`stale`'s answer)."
     pv, m = s["provenance"], s.get("machine") or {}
     cpu = pv.get("cpu") or {}
     date = s.get("date") or str(pv.get("created", ""))[:10]
@@ -139,7 +139,6 @@ def measured_line(name: str, s: dict) -> str:
         f"{m.get('torch_threads')} torch threads{', a GPU' if m.get('cuda') else ''}"
     )
     line = f"*Measured at `{str(pv.get('git_sha') or 'no commit')[:10]}` on {date}, {machine}; made by `{PRODUCER[name]}`.*"
-    changed = stale(name, s)
     if changed is None:
         return line + " *Whether it is current cannot be told here: that commit is not in this clone.*"
     if changed:
@@ -190,7 +189,7 @@ def check_prose(body: str):
 
 
 def render(check_prose_figures: bool = True) -> tuple:
-    "README.md's text, and {name: summary} of its tables."
+    "README.md's text, {name: summary} of its tables, and {name: `stale`'s answer}."
     from nbconvert import MarkdownExporter
 
     body, _ = MarkdownExporter().from_filename(str(root / "nbs" / "index.ipynb"))
@@ -200,12 +199,13 @@ def render(check_prose_figures: bool = True) -> tuple:
     if check_prose_figures:
         check_prose(body)
     sums = {n.replace("-", "_"): load(n.replace("-", "_")) for n in names}
+    changed = {n: stale(n, s) for n, s in sums.items()}
 
     def table(m):
         name = m[1].replace("-", "_")
-        return summary(name) + "\n\n" + measured_line(name, sums[name])
+        return summary(name, s=sums[name]) + "\n\n" + measured_line(name, sums[name], changed[name])
 
-    return MARK.sub(table, body), sums
+    return MARK.sub(table, body), sums, changed
 
 
 def write_reports():
@@ -223,10 +223,9 @@ def write_reports():
 def main():
     if "--reports" in sys.argv[1:]:
         return write_reports()
-    text, sums = render()
+    text, sums, stale_of = render()
     for name, s in sums.items():
-        changed = stale(name, s)
-        if changed:
+        if changed := stale_of[name]:
             print(f"stale: reports/{name}.json (measured at {s['provenance']['git_sha'][:10]}): {len(changed)} of its "
                   f"source files changed since; run `{PRODUCER[name]}`")  # fmt: skip
     if "--check" in sys.argv[1:]:

@@ -20,7 +20,7 @@ from pathlib import Path
 root = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(root))
 
-from vtreetrm.demo import BORDERLINE, comparisons, mean_sd, seed_verdict, verdict_margin  # noqa: E402
+from vtreetrm.demo import BORDERLINE, _msd, comparisons, seed_verdict, verdict_margin  # noqa: E402
 
 
 def verdicts(s: dict) -> dict:
@@ -32,11 +32,6 @@ def verdicts(s: dict) -> dict:
         for k, x in c.get("diversity", {}).items():
             out[f"{name}, query {k}"] = (x["a"], x["b"])
     return out
-
-
-def _msd(xs) -> str:
-    m, sd, n = mean_sd(xs)
-    return "-" if m is None else f"{m:.3f}" if sd is None else f"{m:.3f} ± {sd:.3f}"
 
 
 def compare(readme: dict, here: dict) -> list:

@@ -103,13 +103,15 @@ def test_a_table_whose_sources_changed_is_marked_stale(readme, tmp_path):
     s = json.loads((tmp_path / "reports/phase2_scale.json").read_text())
     s["provenance"]["git_sha"] = sha
     assert readme.stale("phase2_scale", s) == []
-    assert "Stale" not in readme.measured_line("phase2_scale", s)
+    assert "Stale" not in readme.measured_line("phase2_scale", s, readme.stale("phase2_scale", s))
     src.write_text(src.read_text() + "\n# changed\n")
     assert readme.stale("phase2_scale", s) == ["benchmarks/phase2_scale.py"]
-    line = readme.measured_line("phase2_scale", s)
+    line = readme.measured_line("phase2_scale", s, readme.stale("phase2_scale", s))
     assert "**Stale**: changed since then: `benchmarks/phase2_scale.py`; run `python benchmarks/phase2_scale.py" in line
     s["provenance"]["git_sha"] = "0" * 40  # a commit this clone does not have
-    assert readme.stale("phase2_scale", s) is None and "cannot be told here" in readme.measured_line("phase2_scale", s)
+    assert readme.stale("phase2_scale", s) is None and "cannot be told here" in readme.measured_line(
+        "phase2_scale", s, readme.stale("phase2_scale", s)
+    )
 
 
 def test_the_verdicts_check_fails_on_a_verdict_another_machine_does_not_repeat():
