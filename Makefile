@@ -14,6 +14,10 @@ export PYTHONUNBUFFERED := 1
 # tests, the demo and benchmarks never reach a model hub; `make lab` can (hub ids resolve there)
 test test-suite test-slow demo verdicts bench real-models gpu-check docs docs-serve: export HF_HUB_OFFLINE := 1
 test test-suite test-slow demo verdicts bench real-models gpu-check docs docs-serve: export TRANSFORMERS_OFFLINE := 1
+# the test tiers run several workers on the cores: each process one torch thread unless it sets its own (torch's default,
+# a thread per core in each process, oversubscribes them: a 90-s benchmark took 11 minutes beside another test)
+test test-suite test-slow test-rl: export OMP_NUM_THREADS := 1
+test test-suite test-slow test-rl: export MKL_NUM_THREADS := 1
 
 .PHONY: env env-rl test-rl breakages mutate verdicts check-env-rl check-wheel test test-suite test-slow demo lab bench real-models gpu-check export format lint lint-style check-duplicates readme docs docs-serve clean-nbs sysdeps
 
@@ -117,7 +121,7 @@ check-wheel:
 test-slow: $(STAMP) sysdeps
 	tmp=$$(mktemp -d) && for nb in $$(grep -rl --include='*.ipynb' '"#| *slow' nbs | grep -v -e '^nbs/experiments/' -e '^nbs/reports/'); do \
 	  TMPDIR=$$tmp $(BIN)/nbdev_test --flags slow --path $$nb || { rm -rf $$tmp; exit 1; }; done; rm -rf $$tmp
-	$(BIN)/python -m pytest -q -m slow -n 2 -rs
+	$(BIN)/python -m pytest -q -m slow -n 2 -rs --durations=15
 
 # the demo rewrites reports/demo_summary.md (its figures, seconds and commit), which the README shows: the README is made
 # again from it, so `make test` after `make demo` finds them in step

@@ -59,29 +59,53 @@ def machine(s: dict) -> str:
     return f"{s['machine']['cpus']} cores, {cpu.get('model') or 'CPU model not recorded'}, commit {str(s['provenance'].get('git_sha'))[:10]}"
 
 
+def run_demo(folder: Path, readme: dict) -> Path:
+    """`vtreetrm demo` at the seeds and jobs of the README's summary, its runs in `folder`/runs and its report in
+    `folder`/report; its log in `folder`/demo.log (the tail printed on a failure). Returns the summary's path."""
+    cmd = [str(Path(sys.executable).parent / "vtreetrm"), "demo", "--out", f"{folder}/report/group_meeting.html",
+           "--runs-dir", f"{folder}/runs", "--seeds", str(readme["seeds"]), "--jobs", str(readme["jobs"])]  # fmt: skip
+    print("running:", " ".join(cmd[1:]), flush=True)
+    # torch's threads as `make demo` has them (a thread per core), whatever the calling test tier set
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(k, None)
+    log = Path(folder) / "demo.log"
+    with log.open("w", encoding="utf-8") as f:
+        rc = subprocess.run(cmd, cwd=root, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc:
+        sys.exit(f"the demo failed (exit {rc}); the end of its log:\n" + log.read_text(encoding="utf-8")[-3000:])
+    return Path(folder) / "report" / "demo_summary.json"
+
+
+def readme_summary() -> dict:
+    "The committed demo summary, what the README's table shows."
+    return json.loads((root / "reports/demo_summary.json").read_text(encoding="utf-8"))
+
+
+def report(readme: dict, here: dict, seconds: float) -> list:
+    "Print each comparison beside the README's; returns the names of those that differ, not borderline there."
+    lines, bad = compare(readme, here)
+    print(f"the README's verdicts ({machine(readme)}) against this machine's ({machine(here)}, "
+          f"{here['seeds']} seeds, demo {here['seconds']} s, {seconds:.0f} s in all):")  # fmt: skip
+    print(*lines, sep="\n")
+    if not lines:
+        return ["no comparison at all"] + bad
+    if not bad:
+        print(f"verdicts: {len(lines)} of {len(lines)} as the README has them (or borderline there)")
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--summary", type=Path, help="a demo summary already made (default: run the demo now)")
     a = ap.parse_args()
-    readme = json.loads((root / "reports/demo_summary.json").read_text(encoding="utf-8"))
+    readme = readme_summary()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verdicts-") as d:
-        if a.summary is None:
-            cmd = [str(Path(sys.executable).parent / "vtreetrm"), "demo", "--out", f"{d}/report/group_meeting.html",
-                   "--runs-dir", f"{d}/runs", "--seeds", str(readme["seeds"]), "--jobs", str(readme["jobs"])]  # fmt: skip
-            print("running:", " ".join(cmd[1:]), flush=True)
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-            if subprocess.run(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL).returncode:
-                sys.exit("the demo failed")
-            a.summary = Path(d) / "report" / "demo_summary.json"
-        here = json.loads(a.summary.read_text(encoding="utf-8"))
-    lines, bad = compare(readme, here)
-    print(f"the README's verdicts ({machine(readme)}) against this machine's ({machine(here)}, "
-          f"{here['seeds']} seeds, demo {here['seconds']} s, {time.perf_counter() - t0:.0f} s in all):")  # fmt: skip
-    print(*lines, sep="\n")
-    if bad or not lines:
+        here = json.loads((a.summary or run_demo(Path(d), readme)).read_text(encoding="utf-8"))
+    bad = report(readme, here, time.perf_counter() - t0)
+    if bad:
         sys.exit(f"verdicts that differ from the README's, not marked borderline there: {bad}")
-    print(f"verdicts: {len(lines)} of {len(lines)} as the README has them (or borderline there)")
 
 
 if __name__ == "__main__":

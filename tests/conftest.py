@@ -117,10 +117,11 @@ def harness_infer(store, workspace, *flags, sets=("embed.backend=hashing",)) -> 
 
 # ---------------------------------------------------------------- the longest modules first
 
-# The modules holding the default tier's longest tests (measured with `--durations`), run first: pytest-xdist deals
-# tests out in collection order, and a minute-long test dealt last leaves the other core idle at the end. Whole modules
-# move, so their module-scoped fixtures are still set up once per worker.
-FIRST = ["test_video_pipeline.py", "test_sweep_cluster.py", "test_runs_resume.py", "test_hostile_report.py",
+# The modules holding each tier's longest tests (measured with `--durations`), run first: pytest-xdist deals tests out
+# in collection order, and a minute-long test dealt last leaves the other core idle at the end. Whole modules move, so
+# their module-scoped fixtures are still set up once per worker. The slow tier's: the first four.
+FIRST = ["test_video_pipeline.py", "test_verl_trainer.py", "test_video_experiment.py", "test_models.py",
+         "test_sweep_cluster.py", "test_runs_resume.py", "test_hostile_report.py",
          "test_hostile_artifacts_video.py", "test_harness_trees.py", "test_gpu_check.py", "test_release_experiment.py",
          "test_video_real_shapes.py", "test_video_real_footage_more.py", "test_harness_experiment.py"]  # fmt: skip
 

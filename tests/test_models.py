@@ -77,7 +77,7 @@ def test_the_llm_answers_like_the_instruct_model_it_is(prepared):
     "Real weights, not shapes: asked a plain question through its own template, it answers it and stops at <|im_end|>."
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     d = prepared / "smollm2-135m-instruct"
     tok, llm = AutoTokenizer.from_pretrained(d), AutoModelForCausalLM.from_pretrained(d)
     msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
@@ -213,7 +213,7 @@ def test_phase2_trains_and_predicts_with_the_real_llm_by_name(prepared, tmp_path
     cfg = SyntheticConfig(head_count=6, min_count=4, mammalnet_count=2, multi_label=1, n_short=0)
     make_synthetic(tmp_path / "syn", cfg, datasets=("lote",), progress=False)
     ds, cache, run_dir = tmp_path / "syn" / "lote", tmp_path / "cache", tmp_path / "run"
-    flags = ["--epochs", 1, "--max-steps", 2, "--num-queries", 4, "--max-new-tokens", 16, "--threads", 2]
+    flags = ["--epochs", 1, "--max-steps", 2, "--num-queries", 4, "--max-new-tokens", 16, "--threads", 1]
     rc, out, err = run(
         capsys, "video", "phase2", ds, "--out", run_dir, "--cache", cache, "--llm", "smollm2-135m-instruct", *flags
     )
@@ -291,7 +291,8 @@ def test_the_real_llm_benchmark_writes_every_row_and_what_produced_it(prepared, 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "VTREETRM_MODELS": str(prepared), "PYTHONPATH": str(root)}
     p = subprocess.run(
-        [sys.executable, root / "benchmarks/real_models.py", "--quick", "--out", tmp_path / "r", "--work", tmp_path / "w"],
+        [sys.executable, root / "benchmarks/real_models.py", "--quick", "--threads", "1", "--out", tmp_path / "r",
+         "--work", tmp_path / "w"],
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -331,52 +331,6 @@ def test_phase2_learns_small(tmp_path):
 
 
 @pytest.mark.slow
-def test_learnability_quick(tmp_path):
-    """Slow tier, about 3.5 minutes on 2 cores: the default-size LoTE-shaped set, Phase-1 with the CLI defaults,
-    and Phase-2 for 4 epochs with the auxiliary cls head at weight 1 (a shorter schedule than the defaults' 16
-    epochs); the real run and its shuffled-labels control train side by side, one thread each. The generated answer
-    reaches the linear probe on the same frozen features; the control stays at the majority class."""
-    from conftest import vtreetrm
-
-    syn, cache, p1 = tmp_path / "syn", tmp_path / "cache", tmp_path / "p1"
-    vtreetrm("video", "make-synthetic", "--out", syn, "--datasets", "lote", check=0)
-    vtreetrm("video", "phase1", syn / "lote", "--out", p1, "--cache", cache, check=0)
-    args = (
-        "video",
-        "phase2",
-        syn / "lote",
-        "--phase1",
-        p1 / "best",
-        "--cache",
-        cache,
-        "--threads",
-        1,
-        "--epochs",
-        4,
-        "--cls-head",
-        "--cls-weight",
-        1,
-    )
-    r, s = _real_and_shuffled(tmp_path, *args)
-    vtreetrm("video", "ladder", syn / "lote", "--cache", cache, "--out", tmp_path / "ladder.json", check=0)
-    probe = json.loads((tmp_path / "ladder.json").read_text())["rungs"][0]
-    print(
-        {
-            "real": r["top1_accuracy_single_label"],
-            "real_f1": r["macro_f1"],
-            "shuffled": s["top1_accuracy_single_label"],
-            "majority": s["majority_top1"],
-            "probe": probe,
-        }
-    )
-    assert r["top1_accuracy_single_label"] >= max(
-        0.75, probe["top1"] - 0.05
-    )  # measured: 0.900 against the probe's 0.887
-    assert r["macro_f1"] >= max(0.55, probe["macro_f1"] - 0.10)  # measured: 0.865 against 0.869
-    assert abs(s["top1_accuracy_single_label"] - s["majority_top1"]) <= 0.03  # measured: 0.162, the majority class
-
-
-@pytest.mark.slow
 def test_learnability_defaults(tmp_path):
     """The CLI defaults on the default synthetic data: Top1 >= 0.75 and Macro-F1 >= 0.55 on the LoTE-shaped test
     split, within 5 points of the linear probe on the same features; shuffled labels within 3 points of the majority
