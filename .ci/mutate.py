@@ -24,13 +24,17 @@ EXPLAINED = root / ".ci" / "mutation_explained.txt"
 
 # module: the functions mutated (mutmut's names; "*" every function of the module). mutmut 3 leaves decorated functions
 # alone (the context managers utils.folder_lock and atomic_dir among them): .ci/breakages.py holds their guarantees.
-# Still to come into scope: the rest of harness/store, gate's simulate_gate, eval/metrics, eval/parse, release/audit.
 SCOPE = {
     "vtreetrm.demo": ["mean_sd", "seed_verdict", "verdict_margin", "verdict_text"],
-    "vtreetrm.harness.store": ["connect", "connect_readonly"],
+    "vtreetrm.harness.store": ["connect", "connect_readonly", "scored", "HarnessStore.*", "extract_run_db"],
     "vtreetrm.release.rollout": ["_gate_figures", "check_gate_report", "_gate_episodes", "_gate_model"],
     "vtreetrm.utils": ["atomic_write"],
     "vtreetrm.harness.gate": ["GateParams.*", "EProcess.*", "GateRound.*", "Watch.*"],
+    "vtreetrm.eval.metrics": ["_encode", "first_predictions", "_class_scores", "_top1", "_sample_scores",
+                              "metrics_from_pairs", "compute_metrics", "verify_metrics"],
+    "vtreetrm.eval.parse": ["norm_label", "_snap", "parse_actions", "label_survives_parsing", "check_label",
+                            "LabelMap.*", "_first_pairs", "_dedup_pairs"],
+    "vtreetrm.release.audit": ["_key_digest", "_unknown_label", "_Audit.*", "_conflict_entries"],
 }  # fmt: skip
 
 
@@ -65,9 +69,13 @@ def in_scope(name: str) -> bool:
 
 
 def changed_line(name: str) -> str:
-    "The line the mutant writes (the first + line of `mutmut show`), stripped."
+    "The line the mutant writes (the first + line of `mutmut show`), stripped; `removes: LINE` for a deleted line."
     p = subprocess.run([BIN / "mutmut", "show", name], cwd=root, capture_output=True, text=True)
-    plus = [ln[1:].strip() for ln in p.stdout.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    lines = p.stdout.splitlines()
+    plus = [ln[1:].strip() for ln in lines if ln.startswith("+") and not ln.startswith("+++")]
+    minus = [ln[1:].strip() for ln in lines if ln.startswith("-") and not ln.startswith("---")]
+    if len(minus) > len(plus):  # an argument or a line removed (a closing bracket may move with it)
+        return f"removes: {minus[0]}"
     return plus[0] if plus else "(no diff)"
 
 

@@ -18,6 +18,7 @@ python .ci/readme.py --reports # write each reports/NAME.md again from its JSON"
 
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -31,7 +32,8 @@ MARK = re.compile(r"^<!-- ([a-z0-9_-]+) -->$", re.M)
 PRODUCER = {"demo_summary": "make demo", "learnability": "python benchmarks/learnability.py",
             "phase2_scale": "python benchmarks/phase2_scale.py --procs 2",
             "real_models": "python benchmarks/real_models.py", "real_harness": "python benchmarks/real_harness.py",
-            "real_release": "python benchmarks/real_release.py"}  # fmt: skip
+            "real_release": "python benchmarks/real_release.py",
+            "demo_arith": "python .ci/verdicts.py --kernels avx2 --write demo_arith"}  # fmt: skip
 # the files each table's figures depend on (folders: every file in them); a change to one since the table's commit
 # marks the table stale
 SOURCES = {
@@ -43,6 +45,8 @@ SOURCES = {
     "real_models": ["benchmarks/real_models.py", "vtreetrm/video", "vtreetrm/models", "vtreetrm/eval"],
     "real_harness": ["benchmarks/real_harness.py", "vtreetrm/harness", "vtreetrm/models", "vtreetrm/release/chat.py"],
     "real_release": ["benchmarks/real_release.py", "vtreetrm/release", "vtreetrm/models"],
+    "demo_arith": [".ci/verdicts.py", "vtreetrm/demo.py", "vtreetrm/video", "vtreetrm/eval", "vtreetrm/analysis",
+                   "nbs/experiments/phase2_sft.ipynb", "nbs/experiments/eval_and_analyze.ipynb"],
 }  # fmt: skip
 ALLOWED = ".ci/readme_allowed.txt"
 # a figure of the prose: a number with the unit of a time, a share, a ratio or a size
@@ -78,6 +82,11 @@ def rendered(name: str, s: dict) -> str:
         from vtreetrm.demo import summary_markdown
 
         return summary_markdown(s)
+    if name == "demo_arith":  # the README's demo beside one on another arithmetic: .ci/verdicts.py's table
+        spec = importlib.util.spec_from_file_location("verdicts_ci", root / ".ci" / "verdicts.py")
+        v = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(v)
+        return v.side_by_side(load("demo_summary"), s)
     sys.path.insert(0, str(root / "benchmarks"))
     try:
         report, mod = importlib.import_module("report"), importlib.import_module(name)
@@ -135,8 +144,10 @@ def measured_line(name: str, s: dict, changed) -> str:
     pv, m = s["provenance"], s.get("machine") or {}
     cpu = pv.get("cpu") or {}
     date = s.get("date") or str(pv.get("created", ""))[:10]
-    machine = f"{m.get('cpus') or cpu.get('cores')} CPU cores ({cpu.get('model') or 'CPU model not recorded'}), " + (
-        f"{m.get('torch_threads')} torch threads{', a GPU' if m.get('cuda') else ''}"
+    kern = f", {cpu['torch_kernels']} kernels" if cpu.get("torch_kernels") else ""
+    machine = (
+        f"{m.get('cpus') or cpu.get('cores')} CPU cores ({cpu.get('model') or 'CPU model not recorded'}{kern}), "
+        + (f"{m.get('torch_threads')} torch threads{', a GPU' if m.get('cuda') else ''}")
     )
     line = f"*Measured at `{str(pv.get('git_sha') or 'no commit')[:10]}` on {date}, {machine}; made by `{PRODUCER[name]}`.*"
     if changed is None:

@@ -6,7 +6,8 @@ does not mark borderline (a difference within 2/3 to 3/2 of the 2-sd bar, which 
 when the two summaries hold different comparisons.
 
 python .ci/verdicts.py                      # run the demo, then compare (`make verdicts`; `.ci/run` runs it)
-python .ci/verdicts.py --summary FILE.json  # compare a demo summary already made"""
+python .ci/verdicts.py --summary FILE.json  # compare a demo summary already made
+python .ci/verdicts.py --kernels avx2 --write demo_arith  # the demo on torch's AVX2 kernels, kept for the README"""
 
 import argparse
 import json
@@ -34,24 +35,58 @@ def verdicts(s: dict) -> dict:
     return out
 
 
-def compare(readme: dict, here: dict) -> list:
-    "One line per comparison (the README's verdict and figures, this machine's), and the failures."
+def pairs(readme: dict, here: dict) -> list:
+    "Each comparison of both summaries: its name, each side's verdict and figures, whether it is borderline in the README."
     a, b = verdicts(readme), verdicts(here)
     if a.keys() != b.keys():
-        return [], [f"the comparisons differ: only in the README's {sorted(a.keys() - b.keys())}, "
-                    f"only here {sorted(b.keys() - a.keys())}"]  # fmt: skip
-    lines, bad = [], []
+        return None
+    out = []
     for name, (ra, rb) in a.items():
         ha, hb = b[name]
-        rv, hv, m = seed_verdict(ra, rb), seed_verdict(ha, hb), verdict_margin(ra, rb)
-        border = m is not None and BORDERLINE[0] <= m <= BORDERLINE[1]
-        same = "same" if rv == hv else "differs (borderline in the README)" if border else "DIFFERS"
-        lines.append(
-            f"{name}\n    README: {rv} ({_msd(ra)} vs {_msd(rb)}); here: {hv} ({_msd(ha)} vs {_msd(hb)}): {same}"
-        )
-        if rv != hv and not border:
-            bad.append(name)
-    return lines, bad
+        m = verdict_margin(ra, rb)
+        out.append({"name": name, "readme": (seed_verdict(ra, rb), ra, rb), "here": (seed_verdict(ha, hb), ha, hb),
+                    "borderline": m is not None and BORDERLINE[0] <= m <= BORDERLINE[1]})  # fmt: skip
+    return out
+
+
+def _same(p: dict) -> str:
+    if p["readme"][0] == p["here"][0]:
+        return "same"
+    return "differs (borderline in the README)" if p["borderline"] else "DIFFERS"
+
+
+def compare(readme: dict, here: dict) -> list:
+    "One line per comparison (the README's verdict and figures, this machine's), and the failures."
+    ps = pairs(readme, here)
+    if ps is None:
+        a, b = verdicts(readme), verdicts(here)
+        return [], [f"the comparisons differ: only in the README's {sorted(a.keys() - b.keys())}, "
+                    f"only here {sorted(b.keys() - a.keys())}"]  # fmt: skip
+    lines = [f"{p['name']}\n    README: {p['readme'][0]} ({_msd(p['readme'][1])} vs {_msd(p['readme'][2])}); "
+             f"here: {p['here'][0]} ({_msd(p['here'][1])} vs {_msd(p['here'][2])}): {_same(p)}" for p in ps]  # fmt: skip
+    return lines, [p["name"] for p in ps if _same(p) == "DIFFERS"]
+
+
+def kernels(s: dict) -> str:
+    return (s["provenance"].get("cpu") or {}).get("torch_kernels") or "kernels not recorded"
+
+
+def side_by_side(readme: dict, other: dict) -> str:
+    """The Markdown table of each comparison's verdict and figures in the README's summary and in `other` (a run with
+    another arithmetic), and a line counting those that agree."""
+    ps = pairs(readme, other)
+    if ps is None:
+        sys.exit("the two demo summaries hold different comparisons: run the other again at this commit")
+    head = f"| comparison | the README's run ({kernels(readme)} kernels) | {kernels(other)} kernels | |"
+    lines = [head, "|---|---|---|---|"]
+    for p in ps:
+        (rv, ra, rb), (ov, oa, ob) = p["readme"], p["here"]
+        lines.append(f"| {p['name']} | {rv}: {_msd(ra)} vs {_msd(rb)} | {ov}: {_msd(oa)} vs {_msd(ob)} | {_same(p)} |")
+    same = sum(_same(p) == "same" for p in ps)
+    lines += ["", f"{same} of {len(ps)} verdicts the same on both arithmetics; "
+              f"{sum(_same(p) != 'same' and p['borderline'] for p in ps)} differ where the README marks them borderline, "
+              f"{sum(_same(p) == 'DIFFERS' for p in ps)} elsewhere."]  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def machine(s: dict) -> str:
@@ -59,16 +94,20 @@ def machine(s: dict) -> str:
     return f"{s['machine']['cpus']} cores, {cpu.get('model') or 'CPU model not recorded'}, commit {str(s['provenance'].get('git_sha'))[:10]}"
 
 
-def run_demo(folder: Path, readme: dict) -> Path:
+def run_demo(folder: Path, readme: dict, kernels: str = None) -> Path:
     """`vtreetrm demo` at the seeds and jobs of the README's summary, its runs in `folder`/runs and its report in
-    `folder`/report; its log in `folder`/demo.log (the tail printed on a failure). Returns the summary's path."""
+    `folder`/report; its log in `folder`/demo.log (the tail printed on a failure). `kernels`: torch's CPU kernel set
+    for it (ATEN_CPU_CAPABILITY: default, avx2, avx512), another arithmetic on the same machine. Returns the summary's
+    path."""
     cmd = [str(Path(sys.executable).parent / "vtreetrm"), "demo", "--out", f"{folder}/report/group_meeting.html",
            "--runs-dir", f"{folder}/runs", "--seeds", str(readme["seeds"]), "--jobs", str(readme["jobs"])]  # fmt: skip
     print("running:", " ".join(cmd[1:]), flush=True)
     # torch's threads as `make demo` has them (a thread per core), whatever the calling test tier set
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
-    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY"):
         env.pop(k, None)
+    if kernels:
+        env["ATEN_CPU_CAPABILITY"] = kernels
     log = Path(folder) / "demo.log"
     with log.open("w", encoding="utf-8") as f:
         rc = subprocess.run(cmd, cwd=root, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
@@ -98,12 +137,21 @@ def report(readme: dict, here: dict, seconds: float) -> list:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--summary", type=Path, help="a demo summary already made (default: run the demo now)")
+    ap.add_argument("--kernels", choices=["default", "avx2", "avx512"], help="torch's CPU kernel set for the demo")
+    ap.add_argument("--write", metavar="NAME", help="keep the run's summary as reports/NAME.json, the table of both "
+                    "runs' verdicts as reports/NAME.md (what the README shows)")  # fmt: skip
     a = ap.parse_args()
     readme = readme_summary()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verdicts-") as d:
-        here = json.loads((a.summary or run_demo(Path(d), readme)).read_text(encoding="utf-8"))
+        here = json.loads((a.summary or run_demo(Path(d), readme, a.kernels)).read_text(encoding="utf-8"))
     bad = report(readme, here, time.perf_counter() - t0)
+    if a.write:
+        from vtreetrm.utils import atomic_write, write_json
+
+        write_json(root / "reports" / f"{a.write}.json", here)
+        atomic_write(root / "reports" / f"{a.write}.md", side_by_side(readme, here))
+        print(f"wrote reports/{a.write}.json and .md")
     if bad:
         sys.exit(f"verdicts that differ from the README's, not marked borderline there: {bad}")
 

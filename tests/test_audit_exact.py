@@ -126,6 +126,10 @@ def test_records_without_a_split_are_counted_and_refused(chain, tmp_path):
         a[k] = {x: v for x, v in a[k].items() if x != "split"}
     with pytest.raises(UserError, match=r"^.*a\.json: field 'split': 2 record\(s\) have no embedded split"):
         run(c, tmp_path, {"a": a}, split="all")
+    i, j = 1, 2  # and with a conflict for pass 2 to read, past the records without a split
+    a[j] = {**a[j], "metadata": a[i]["metadata"], "target": {**a[i]["target"], "data_level": "L9"}}
+    with pytest.raises(UserError, match=r"2 record\(s\) have no embedded split"):
+        run(c, tmp_path, {"a": a}, split="all")
 
 
 def test_a_bad_record_is_named_by_file_and_line(chain, tmp_path):

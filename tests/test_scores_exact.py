@@ -17,13 +17,14 @@ def _labels(rng, most: int) -> list:
     return [str(x) for x in rng.choice(LABELS, size=int(rng.integers(1, most + 1)), replace=False)]
 
 
-def _case(rng, n: int, most: int) -> tuple[list, list]:
-    "`n` rows of gold lists (1 to `most` labels) and answers: None (no tag), [] (a tag, nothing in it), or labels."
+def _case(rng, n: int, most: int, answered=LABELS) -> tuple[list, list]:
+    """`n` rows of gold lists (1 to `most` labels) and answers: None (no tag), [] (a tag, nothing in it), or labels
+    drawn from `answered` (fewer labels than the gold's: classes never predicted)."""
     gold = [_labels(rng, most) for _ in range(n)]
     pred = []
     for _ in range(n):
         r = rng.random()
-        pred.append(None if r < 0.1 else [] if r < 0.2 else _labels(rng, most))
+        pred.append(None if r < 0.1 else [] if r < 0.2 else [x for x in _labels(rng, most) if x in answered])
     if most > 1:  # a label given twice counts once, on both sides
         gold[0], pred[1] = gold[0] + gold[0][:1], (pred[1] or ["eat"]) * 2
     return gold, pred
@@ -53,7 +54,9 @@ def _sklearn(gold: list, pred: list) -> dict:
 @pytest.mark.parametrize("most", [1, 3])
 def test_every_score_is_scikit_learns(seed, most):
     rng = np.random.default_rng(seed)
-    gold, pred = _case(rng, int(rng.integers(5, 60)), most)
+    # small sets too (a class predicted once), and half the seeds never answer two of the labels
+    n = int(rng.integers(2, 8) if seed % 2 else rng.integers(8, 60))
+    gold, pred = _case(rng, n, most, LABELS[:-2] if seed % 4 < 2 else LABELS)
     m, want = compute_metrics(gold, pred), _sklearn(gold, pred)
     assert m["macro_f1"] == pytest.approx(want["macro_f1"], abs=1e-12)
     assert (m["sample_precision"], m["sample_recall"], m["sample_f1"]) == pytest.approx(want["samples"], abs=1e-12)
@@ -69,6 +72,8 @@ def test_every_score_is_scikit_learns(seed, most):
         assert (got["precision"], got["recall"], got["f1"]) == pytest.approx(
             (w["precision"], w["recall"], w["f1"]), abs=1e-12
         ), c
+        for k in ("precision", "recall", "f1"):  # a class never predicted (or never gold) scores 0 exactly
+            assert w[k] != 0 or got[k] == 0.0, (c, k, got)
     assert m["num_unparseable"] == sum(p is None for p in pred)
     assert m["num_empty_prediction"] == sum(p == [] for p in pred)
     assert m["label_space"] == sorted(want["per_class"])
@@ -166,3 +171,22 @@ def test_a_metrics_file_is_stale_once_its_predictions_change(tmp_path):
     with pytest.raises(UserError, match="stale: predictions.jsonl changed after it was scored") as e:
         _scored(tmp_path, **m)[1]()
     assert e.value.field == "provenance.predictions_sha256"
+
+
+def test_rows_without_gold_and_sets_without_a_supported_class():
+    m = compute_metrics([["eat"], []], [["eat"], ["run"]])  # the second row has no gold label
+    assert m["sample_recall"] == 0.5 and m["sample_f1"] == 0.5 and m["sample_precision"] == 0.5
+    m = metrics_from_pairs(3, ["eat", "run"], [0], [0], [0, 1], [0, 1])  # the last row has neither
+    assert m["sample_recall"] == pytest.approx(1 / 3) and m["num_unparseable"] == 0 and m["num_empty_prediction"] == 1
+    m = metrics_from_pairs(2, ["eat"], [], [], [0], [0], [False, True])  # no gold at all: no class is supported
+    assert m["macro_f1"] == 0.0 and m["top1_accuracy_single_label"] is None and m["num_unparseable"] == 1
+    m = metrics_from_pairs(2, ["eat"], [0, 1], [0, 0], [], [])  # no predicted pair, given as lists
+    assert m["macro_f1"] == 0.0 and m["num_empty_prediction"] == 2
+
+
+def test_the_single_label_path_reads_empty_and_missing_answers():
+    m = compute_metrics([["eat"], ["walk"]], [[], ["walk"]])  # a tag with nothing in it, on the single-label path
+    assert m["top1_accuracy_single_label"] == 0.5 and m["num_empty_prediction"] == 1 and m["num_unparseable"] == 0
+    assert m["per_class"]["walk"]["precision"] == 1.0 and m["per_class"]["eat"]["recall"] == 0.0
+    m = compute_metrics([["eat"]], [None])
+    assert m["top1_accuracy_single_label"] == 0.0 and m["num_unparseable"] == 1 and m["num_empty_prediction"] == 0

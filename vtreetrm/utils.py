@@ -890,11 +890,15 @@ def now_iso() -> str:
 
 
 def cpu_info() -> dict:
-    "The CPU a run measured on: its model (from /proc/cpuinfo, else `platform.processor()`) and its cores."
+    """The CPU a run measured on: its model (from /proc/cpuinfo, else `platform.processor()`), its cores, and the
+    kernel set torch dispatches to (AVX512, AVX2, ...: `ATEN_CPU_CAPABILITY` lowers it) where torch is loaded."""
     model = None
     with contextlib.suppress(OSError):
         model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), None)
-    return {"model": model or platform.processor() or None, "cores": os.cpu_count()}
+    out = {"model": model or platform.processor() or None, "cores": os.cpu_count()}
+    if "torch" in sys.modules:  # not imported for it: a command without torch stays without
+        out["torch_kernels"] = sys.modules["torch"].backends.cpu.get_cpu_capability()
+    return out
 
 
 def provenance(
