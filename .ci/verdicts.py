@@ -68,7 +68,8 @@ def compare(readme: dict, here: dict) -> list:
 
 
 def kernels(s: dict) -> str:
-    return (s["provenance"].get("cpu") or {}).get("torch_kernels") or "kernels not recorded"
+    "The kernel set torch dispatched to in the run of summary `s` (a run that did not record it had torch's default)."
+    return (s["provenance"].get("cpu") or {}).get("torch_kernels") or "torch's default"
 
 
 def side_by_side(readme: dict, other: dict) -> str:
@@ -83,9 +84,9 @@ def side_by_side(readme: dict, other: dict) -> str:
         (rv, ra, rb), (ov, oa, ob) = p["readme"], p["here"]
         lines.append(f"| {p['name']} | {rv}: {_msd(ra)} vs {_msd(rb)} | {ov}: {_msd(oa)} vs {_msd(ob)} | {_same(p)} |")
     same = sum(_same(p) == "same" for p in ps)
-    lines += ["", f"{same} of {len(ps)} verdicts the same on both arithmetics; "
-              f"{sum(_same(p) != 'same' and p['borderline'] for p in ps)} differ where the README marks them borderline, "
-              f"{sum(_same(p) == 'DIFFERS' for p in ps)} elsewhere."]  # fmt: skip
+    lines += ["", f"Verdicts the same on both arithmetics: {same} of {len(ps)}; differing where the README marks them "
+              f"borderline: {sum(_same(p) != 'same' and p['borderline'] for p in ps)}; differing elsewhere: "
+              f"{sum(_same(p) == 'DIFFERS' for p in ps)}."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -137,6 +137,7 @@ NO_SKIP = os.environ.get("VTREETRM_NO_SKIP") == "1"  # set by .ci/run, which ins
 NO_CUDA = "needs a CUDA device"  # the one skip allowed under VTREETRM_NO_SKIP=1: no machine here has one
 _skipped: list = []
 _no_cuda: list = []
+_shown: list = []  # (test, its printed lines) of the tests marked shows_output
 
 
 def _cuda() -> bool:
@@ -157,6 +158,8 @@ def pytest_runtest_logreport(report):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         cuda = reason.removeprefix("Skipped: ") == NO_CUDA and "cuda" in report.keywords
         (_no_cuda if cuda else _skipped).append(f"{report.nodeid}: {reason}")
+    if report.when == "call" and "shows_output" in report.keywords and report.capstdout:
+        _shown.append((report.nodeid, report.capstdout))
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -164,6 +167,8 @@ def pytest_sessionfinish(session, exitstatus):
     only the tests marked `cuda` may skip (no CUDA device), and their count is printed on a line of its own."""
     if hasattr(session.config, "workerinput"):
         return
+    for nodeid, out in _shown:
+        print(f"\n{nodeid} printed:\n{out.rstrip()}")
     if _no_cuda:
         print(f"\nskipped, no CUDA device here: {len(_no_cuda)} tests marked cuda", *_no_cuda, sep="\n  ")
     if NO_SKIP and _skipped:

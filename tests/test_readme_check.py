@@ -23,6 +23,7 @@ def readme(tmp_path, monkeypatch):
         (tmp_path / d).mkdir()
     shutil.copy(ROOT / "nbs/index.ipynb", tmp_path / "nbs")
     shutil.copy(ROOT / mod.ALLOWED, tmp_path / mod.ALLOWED)
+    shutil.copy(ROOT / ".ci/verdicts.py", tmp_path / ".ci")  # demo_arith's table is its renderer's
     for f in (ROOT / "reports").glob("*.*"):
         shutil.copy(f, tmp_path / "reports")
     shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
@@ -43,7 +44,7 @@ def test_the_readme_is_made_from_the_json_and_a_typed_figure_fails(readme, tmp_p
     assert f"| {s['rows'][0]['run']} | " in text and f" | {top1} | " in text
     assert "*Measured at `" + s["provenance"]["git_sha"][:10] in text and "cannot be told here" in text
     check(readme, monkeypatch, "--check")
-    assert "README.md is what nbs/index.ipynb and the 6 reports/*.json give" in capsys.readouterr().out
+    assert "README.md is what nbs/index.ipynb and the 7 reports/*.json give" in capsys.readouterr().out
     # typed over the headline row of the README: the check fails
     (tmp_path / "README.md").write_text(text.replace(f" | {top1} | ", " | 0.999 | ", 1))
     with pytest.raises(SystemExit, match="README.md differs from nbs/index.ipynb and reports/"):
@@ -60,6 +61,13 @@ def test_the_readme_is_made_from_the_json_and_a_typed_figure_fails(readme, tmp_p
     rm = tmp_path / "reports/real_release.md"
     rm.write_text(rm.read_text().replace("| 37.5 |", "| 25.0 |", 1))
     with pytest.raises(SystemExit, match="real_release.md differs from what real_release.json renders"):
+        check(readme, monkeypatch, "--check")
+    check(readme, monkeypatch, "--reports")
+    # and the table of the demo on another arithmetic, rendered by .ci/verdicts.py from both summaries
+    am = tmp_path / "reports/demo_arith.md"
+    assert "| within seed noise: " in am.read_text() and "AVX2 kernels" in am.read_text()
+    am.write_text(am.read_text().replace("differs (borderline in the README)", "same", 1))
+    with pytest.raises(SystemExit, match="demo_arith.md differs from what demo_arith.json renders"):
         check(readme, monkeypatch, "--check")
 
 

@@ -178,6 +178,7 @@ def test_rows_without_gold_and_sets_without_a_supported_class():
     assert m["sample_recall"] == 0.5 and m["sample_f1"] == 0.5 and m["sample_precision"] == 0.5
     m = metrics_from_pairs(3, ["eat", "run"], [0], [0], [0, 1], [0, 1])  # the last row has neither
     assert m["sample_recall"] == pytest.approx(1 / 3) and m["num_unparseable"] == 0 and m["num_empty_prediction"] == 1
+    assert m["sample_f1"] == m["sample_precision"] == pytest.approx(1 / 3)  # 0, not 0/0, for the row with neither
     m = metrics_from_pairs(2, ["eat"], [], [], [0], [0], [False, True])  # no gold at all: no class is supported
     assert m["macro_f1"] == 0.0 and m["top1_accuracy_single_label"] is None and m["num_unparseable"] == 1
     m = metrics_from_pairs(2, ["eat"], [0, 1], [0, 0], [], [])  # no predicted pair, given as lists

@@ -65,7 +65,8 @@ def verdicts_module():
 
 
 @pytest.mark.slow
-def test_the_demo_at_the_readme_seeds_holds_together_and_repeats_its_verdicts(tmp_path, capsys):
+@pytest.mark.shows_output  # each verdict beside the README's, in CI's log
+def test_the_demo_at_the_readme_seeds_holds_together_and_repeats_its_verdicts(tmp_path):
     """The whole `vtreetrm demo` at the seeds and jobs of the committed summary (the README's table): its runs, ladders,
     report and summary agree with each other, and each verdict is the README's or marked borderline there (the
     slow tier's run of the demo, and CI's derivation of the README's verdicts; `make verdicts` is this check alone)."""
@@ -80,8 +81,7 @@ def test_the_demo_at_the_readme_seeds_holds_together_and_repeats_its_verdicts(tm
     v, t0 = verdicts_module(), time.perf_counter()
     readme = v.readme_summary()
     here = json.loads(v.run_demo(tmp_path, readme).read_text())
-    with capsys.disabled():
-        bad = v.report(readme, here, time.perf_counter() - t0)
+    bad = v.report(readme, here, time.perf_counter() - t0)
     assert not bad, bad
     d = tmp_path / "runs" / "video_demo"
     runs = demo_runs(seeds=readme["seeds"])
