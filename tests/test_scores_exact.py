@@ -135,30 +135,29 @@ def test_no_answer_at_all_scores_zero_on_every_path():
     assert first_predictions(3, [0, 0, 2], [4, 1, 0]).tolist() == [4, -1, 0]
 
 
-def _scored(tmp_path, **m) -> tuple:
+def _verify(tmp_path, **m) -> dict:
+    "verify_metrics on `m` as the metrics.json of tmp_path."
     from vtreetrm.eval.metrics import verify_metrics
 
-    mf = tmp_path / "metrics.json"
-    return mf, lambda: verify_metrics(mf, m)
+    return verify_metrics(tmp_path / "metrics.json", m)
 
 
 def test_a_metrics_file_is_held_against_its_own_per_class_table(tmp_path):
     row = {"f1": 0.5, "recall": 0.5, "support": 2}
     ok = {"per_class": {"a": row, "b": {"f1": 0.0, "recall": 0.0, "support": 0}}, "macro_f1": 0.5,
           "top1_accuracy_single_label": 0.5, "num_single_label": 2}  # fmt: skip
-    mf, check = _scored(tmp_path, **ok)
-    assert check()["macro_f1"] == 0.5  # no provenance: nothing to compare the predictions with
+    assert _verify(tmp_path, **ok)["macro_f1"] == 0.5  # no provenance: nothing to compare the predictions with
     for other in ({"per_class": [row]}, {"per_class": {"a": {"f1": 0.5}}}, {"per_class": {"a": {**row, "f1": "x"}}},
                   {"per_class": {}}):  # fmt: skip
         m = {**ok, **other, "macro_f1": 0.9}
-        assert _scored(tmp_path, **m)[1]() == m  # no table to hold it against: as it is
+        assert _verify(tmp_path, **m) == m  # no table to hold it against: as it is
     with pytest.raises(UserError, match="0.9 is not the mean F1 of the supported classes"):
-        _scored(tmp_path, **{**ok, "macro_f1": 0.9})[1]()
+        _verify(tmp_path, **{**ok, "macro_f1": 0.9})
     edge = {"per_class": {"a": {"f1": 0.0, "recall": 0.0, "support": 1}}, "macro_f1": 1e-6,
             "top1_accuracy_single_label": 1e-6, "num_single_label": 1}  # fmt: skip
-    assert _scored(tmp_path, **edge)[1]() == edge  # within 1e-6 of the table, both ways: accepted
+    assert _verify(tmp_path, **edge) == edge  # within 1e-6 of the table, both ways: accepted
     with pytest.raises(UserError, match="means 2 right answers of 2, but per_class counts 1 true positives"):
-        _scored(tmp_path, **{**ok, "top1_accuracy_single_label": 1.0})[1]()
+        _verify(tmp_path, **{**ok, "top1_accuracy_single_label": 1.0})
 
 
 def test_a_metrics_file_is_stale_once_its_predictions_change(tmp_path):
@@ -166,10 +165,10 @@ def test_a_metrics_file_is_stale_once_its_predictions_change(tmp_path):
 
     (tmp_path / "predictions.jsonl").write_text('{"id": 1}\n')
     m = {"provenance": {"predictions_sha256": sha256_file(tmp_path / "predictions.jsonl")}}
-    assert _scored(tmp_path, **m)[1]() == m
+    assert _verify(tmp_path, **m) == m
     (tmp_path / "predictions.jsonl").write_text('{"id": 2}\n')
     with pytest.raises(UserError, match="stale: predictions.jsonl changed after it was scored") as e:
-        _scored(tmp_path, **m)[1]()
+        _verify(tmp_path, **m)
     assert e.value.field == "provenance.predictions_sha256"
 
 
